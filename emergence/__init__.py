@@ -1,0 +1,3 @@
+"""emergence: when do attention circuits form during language-model pretraining?"""
+
+__version__ = "0.1.0"

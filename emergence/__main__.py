@@ -1,0 +1,3 @@
+from emergence.main import main
+
+main()

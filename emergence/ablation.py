@@ -1,0 +1,122 @@
+"""Step 4 - causal verification by group ablation (METHOD.md section 6).
+
+An ablated head has its slice of the input to the output projection replaced: by zero
+(``zero``, the reference) or by its batch mean at that position (``mean``). We score
+the prediction of B at T-1 for the induction circuit ablated and for matched-random
+control sets (same number of heads from the same layers). Conditions are stacked along
+the batch dimension, so all control sets share each forward pass.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from emergence.probe import ProbeBatch
+
+METRICS = ("loss", "top1", "top5", "logit_b")
+
+
+def score_logits(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    """logits [b, V] at T-1, target [b] -> metric *sums* over the b sequences."""
+    logits = logits.float()
+    if not torch.isfinite(logits).all():
+        raise FloatingPointError("non-finite logits (NaN or inf): rerun with model.dtype=float32")
+    top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+    return {
+        "loss": F.cross_entropy(logits, target, reduction="sum").item(),
+        "top1": (top5[:, 0] == target).sum().item(),
+        "top5": (top5 == target[:, None]).any(-1).sum().item(),
+        "logit_b": logits.gather(1, target[:, None]).sum().item(),
+    }
+
+
+def matched_random_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: int,
+                        seed: int) -> list[list[tuple[int, int]]]:
+    """``n_sets`` head sets with as many heads per layer as the circuit, drawn without
+    replacement from that layer's non-circuit heads (from all its heads if it has too few)."""
+    rng = np.random.default_rng(seed)
+    per_layer: dict[int, int] = {}
+    for layer, _ in circuit:
+        per_layer[layer] = per_layer.get(layer, 0) + 1
+    in_circuit = set(circuit)
+    sets = []
+    for _ in range(n_sets):
+        heads = []
+        for layer, k in sorted(per_layer.items()):
+            pool = [h for h in range(n_heads) if (layer, h) not in in_circuit]
+            if len(pool) < k:
+                pool = list(range(n_heads))
+            heads += [(layer, int(h)) for h in rng.choice(pool, size=k, replace=False)]
+        sets.append(heads)
+    return sets
+
+
+def head_mask(heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> torch.Tensor:
+    """[layers, heads] bool, True where the head is ablated."""
+    mask = torch.zeros(n_layers, n_heads, dtype=torch.bool)
+    for layer, head in heads:
+        mask[layer, head] = True
+    return mask
+
+
+@contextmanager
+def ablating(arch, row_masks: torch.Tensor, position_mean: torch.Tensor | None = None):
+    """Ablate heads per batch row while active.
+
+    ``row_masks`` [rows, layers, heads] bool: which heads to ablate in each batch row.
+    ``position_mean`` [layers, T, heads, d]: replacement values for mean ablation
+    (None: zero ablation). Layers with nothing ablated are left untouched.
+    """
+    handles = []
+
+    def make_hook(layer: int):
+        ablated = row_masks[:, layer]
+
+        def hook(module, args):
+            x = args[0]
+            rows, T, _ = x.shape
+            heads = x.view(rows, T, arch.n_heads, arch.head_dim)
+            drop = ablated.to(x.device)[:, None, :, None]  # [rows, 1, heads, 1]
+            fill = torch.zeros((), dtype=x.dtype, device=x.device) if position_mean is None \
+                else position_mean[layer].to(x.device)  # [T, heads, d]
+            return (torch.where(drop, fill, heads).view(rows, T, -1), *args[1:])
+
+        return hook
+
+    for layer, proj in enumerate(arch.out_projs):
+        if row_masks[:, layer].any():
+            handles.append(proj.register_forward_pre_hook(make_hook(layer)))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tuple[int, int]]],
+                 batch_size: int, position_mean: torch.Tensor | None = None) -> dict[str, dict[str, float]]:
+    """Mean metrics of B at T-1 for each named head set ablated (all sets share each pass)."""
+    names = list(conditions)
+    masks = torch.stack([head_mask(conditions[c], arch.n_layers, arch.n_heads) for c in names])
+    k = len(names)
+    per_pass = max(1, batch_size // k)  # sequences per forward, each repeated once per condition
+    device = next(model.parameters()).device
+    sums = {c: dict.fromkeys(METRICS, 0.0) for c in names}
+    with torch.inference_mode():
+        for start in tqdm(range(0, batch.n, per_pass), desc="ablate", unit="batch", leave=False):
+            stop = min(start + per_pass, batch.n)
+            b = stop - start
+            tokens = batch.tokens[start:stop].to(device).repeat(k, 1)  # condition-major rows
+            row_masks = masks.repeat_interleave(b, dim=0)
+            with ablating(arch, row_masks, position_mean):
+                logits = model(tokens, logits_to_keep=1).logits[:, -1]
+            target = batch.b[start:stop].to(device)
+            for i, c in enumerate(names):
+                for m, v in score_logits(logits[i * b:(i + 1) * b], target).items():
+                    sums[c][m] += v
+    return {c: {m: v / batch.n for m, v in s.items()} for c, s in sums.items()}

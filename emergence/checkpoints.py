@@ -1,0 +1,137 @@
+"""Which checkpoint a run analyses, and loading it.
+
+* ``resolve_revision``: the model's panel + the revision config -> branch, step, tokens.
+* ``ARCHITECTURES``: where each supported architecture keeps its decoder layers,
+  attention module and output projection (the only model internals we touch).
+* ``load_model``: safe ``from_pretrained`` (safetensors only, no remote code) with our
+  capturing attention function.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from emergence.capture import ATTN_IMPLEMENTATION
+from emergence.config import Config, UsageError
+
+
+@dataclass(frozen=True)
+class Revision:
+    name: str | None  # branch / tag / commit, None for the checkpoint as it is
+    step: int | None
+    tokens: int | None
+
+
+def resolve_revision(cfg: Config) -> Revision:
+    model, rev = cfg.model, cfg.revision
+    panel = list(model.panel)
+    if rev.index is not None:
+        if not panel:
+            if rev.index == -1:  # revision=final on a model without a panel: the checkpoint as it is
+                return Revision(rev.name, None, None)
+            raise UsageError(
+                f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "
+                "use revision=custom revision.name=<branch> or revision=final")
+        if not -len(panel) <= rev.index < len(panel):
+            raise UsageError(
+                f"revision.index={rev.index} is invalid: model {model.key!r} has {len(panel)} panel "
+                f"revisions, use r0..r{len(panel) - 1} or final")
+        entry = panel[rev.index]
+        return Revision(entry.revision, int(entry.step), int(entry.tokens))
+    if not rev.name:
+        raise UsageError("revision.name=None is invalid: revision=custom needs revision.name=<branch>")
+    for entry in panel:
+        if entry.revision == rev.name:
+            return Revision(entry.revision, int(entry.step), int(entry.tokens))
+    step, tokens = parse_revision_name(rev.name, model.tokens_per_step)
+    return Revision(rev.name, step, tokens)
+
+
+def parse_revision_name(name: str, tokens_per_step: int | None) -> tuple[int | None, int | None]:
+    """``step{N}`` or ``step{N}-tokens{M}B`` -> (step, tokens); anything else -> (None, None)."""
+    m = re.fullmatch(r"step(\d+)(?:-tokens(\d+)B)?", name)
+    if not m:
+        return None, None
+    step = int(m.group(1))
+    if m.group(2) is not None:
+        return step, int(m.group(2)) * 10**9
+    return step, step * tokens_per_step if tokens_per_step else None
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    layers: str  # dotted path from the *ForCausalLM module to its decoder layers
+    attention: str  # attribute of a decoder layer
+    out_proj: str  # attribute of the attention module: the per-head outputs are its input
+
+
+ARCHITECTURES = {
+    "gpt_neox": ArchSpec("gpt_neox.layers", "attention", "dense"),
+    "olmo": ArchSpec("model.layers", "self_attn", "o_proj"),
+    "olmoe": ArchSpec("model.layers", "self_attn", "o_proj"),
+}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A loaded model's attention layout."""
+
+    model_type: str
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    attentions: list
+    out_projs: list
+
+    @classmethod
+    def of(cls, model) -> "Architecture":
+        spec = architecture_spec(model.config.model_type)
+        layers = model.get_submodule(spec.layers)
+        attentions = [getattr(layer, spec.attention) for layer in layers]
+        cfg = model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return cls(cfg.model_type, len(layers), cfg.num_attention_heads, head_dim,
+                   attentions, [getattr(a, spec.out_proj) for a in attentions])
+
+
+def architecture_spec(model_type: str) -> ArchSpec:
+    if model_type not in ARCHITECTURES:
+        raise UsageError(f"model architecture {model_type!r} is not supported: supported are "
+                         f"{', '.join(sorted(ARCHITECTURES))} (GPTNeoX, Olmo, Olmoe causal LMs)")
+    return ARCHITECTURES[model_type]
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
+    if requested == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, requested)
+
+
+def load_config(cfg: Config, revision: Revision):
+    """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
+    hf_config = AutoConfig.from_pretrained(cfg.model.name_or_path, revision=revision.name,
+                                           trust_remote_code=cfg.model.trust_remote_code)
+    architecture_spec(hf_config.model_type)
+    return hf_config
+
+
+def load_model(cfg: Config, revision: Revision, device: torch.device, dtype: torch.dtype):
+    model = AutoModelForCausalLM.from_pretrained(
+        cfg.model.name_or_path,
+        revision=revision.name,
+        dtype=dtype,
+        use_safetensors=True,  # never unpickle weights
+        trust_remote_code=cfg.model.trust_remote_code,
+        attn_implementation=ATTN_IMPLEMENTATION,
+    )
+    return model.to(device).eval()

@@ -1,0 +1,153 @@
+"""Structured configs (the schema behind ``conf/``) and their validation.
+
+Hydra checks types and unknown keys against these dataclasses when it composes a
+run; ``validate`` and ``validate_for_model`` check the values. A bad value raises
+``UsageError`` whose message is one line naming the field, the value and what is
+allowed; ``main`` prints it and exits with status 2 before writing anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from emergence.probe import min_seq_len
+from emergence.screen import CLASSES
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ABLATE_MODES = ("zero", "mean")
+WANDB_MODES = ("offline", "online", "disabled")
+
+
+class UsageError(Exception):
+    """A bad input the user can fix; its message is the one line we print."""
+
+
+@dataclass
+class PanelEntry:
+    revision: str = MISSING  # the branch name on the Hub
+    step: int = MISSING
+    tokens: int = MISSING  # training tokens seen at this step
+
+
+@dataclass
+class ModelConfig:
+    key: str = MISSING  # the config name (pythia, olmo, ...): how results are grouped
+    name_or_path: str = MISSING  # Hub repo id or local directory
+    architecture: Optional[str] = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
+    dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU
+    tokens_per_step: Optional[int] = None
+    panel: List[PanelEntry] = field(default_factory=list)
+    trust_remote_code: bool = False
+
+
+@dataclass
+class RevisionConfig:
+    index: Optional[int] = None  # index into model.panel; -1 is the last entry
+    name: Optional[str] = None  # a branch name (revision=custom)
+
+
+@dataclass
+class ProbeConfig:
+    n_sequences: int = 2000
+    seq_len: int = 256
+    vocab_low: int = 100
+    vocab_high: int = 10000
+    seed: int = 42
+    batch_size: int = 16
+    n_baseline: int = 50
+    baseline_seed: int = 0
+    spectral_sequences: Optional[int] = None  # rows for the spectral estimators; None: all
+
+
+@dataclass
+class ThresholdConfig:
+    class_default: float = 30.0  # selectivity for class assignment and membership
+    per_class: Dict[str, float] = field(default_factory=dict)  # e.g. {first_token: 20}
+    circuit: float = 50.0  # induction selectivity for the induction circuit
+
+
+@dataclass
+class AblateConfig:
+    enabled: bool = True
+    mode: str = "zero"  # zero | mean
+    n_random: int = 5  # matched-random control sets
+    seed: int = 0
+
+
+@dataclass
+class WandbConfig:
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "emergence"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    revision: RevisionConfig = MISSING
+    probe: ProbeConfig = MISSING
+    threshold: ThresholdConfig = MISSING
+    ablate: AblateConfig = field(default_factory=AblateConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    device: str = "auto"  # auto: cuda if available, else cpu
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="emergence_schema", node=Config)
+
+
+def _fail(field_name: str, value, allowed: str) -> None:
+    raise UsageError(f"{field_name}={value!r} is invalid: {allowed}")
+
+
+def validate(cfg: Config) -> None:
+    """Checks that need no model."""
+    p, t, a = cfg.probe, cfg.threshold, cfg.ablate
+    if cfg.model.dtype not in DTYPES:
+        _fail("model.dtype", cfg.model.dtype, f"use one of {', '.join(DTYPES)}")
+    for name in ("n_sequences", "batch_size", "n_baseline"):
+        if getattr(p, name) < 1:
+            _fail(f"probe.{name}", getattr(p, name), "must be >= 1")
+    if p.seq_len < min_seq_len(p.n_baseline):
+        _fail("probe.seq_len", p.seq_len,
+              f"must be >= {min_seq_len(p.n_baseline)} to hold the pair (ab in [20, T/2)), "
+              f"the local window and {p.n_baseline} baseline positions")
+    if not 0 <= p.vocab_low < p.vocab_high - 1:
+        _fail("probe.vocab_low/vocab_high", [p.vocab_low, p.vocab_high], "need 0 <= vocab_low < vocab_high - 1")
+    if p.spectral_sequences is not None and p.spectral_sequences < 2:
+        _fail("probe.spectral_sequences", p.spectral_sequences, "must be >= 2 or null (all sequences)")
+    if t.class_default <= 0:
+        _fail("threshold.class_default", t.class_default, "must be > 0")
+    if t.circuit <= 0:
+        _fail("threshold.circuit", t.circuit, "must be > 0")
+    for cls, value in t.per_class.items():
+        if cls not in CLASSES:
+            _fail(f"threshold.per_class.{cls}", value, f"class must be one of {', '.join(CLASSES)}")
+        if value <= 0:
+            _fail(f"threshold.per_class.{cls}", value, "must be > 0")
+    if a.mode not in ABLATE_MODES:
+        _fail("ablate.mode", a.mode, f"use one of {', '.join(ABLATE_MODES)}")
+    if a.n_random < 5:
+        _fail("ablate.n_random", a.n_random, "must be >= 5 matched-random control sets")
+    if cfg.wandb.mode not in WANDB_MODES:
+        _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)}")
+
+
+def validate_for_model(cfg: Config, hf_config) -> None:
+    """Checks against the checkpoint's own config (loaded before the weights)."""
+    p = cfg.probe
+    context = getattr(hf_config, "max_position_embeddings", None)
+    if context is not None and p.seq_len > context:
+        _fail("probe.seq_len", p.seq_len, f"the model's context is {context} tokens")
+    if p.vocab_high > hf_config.vocab_size:
+        _fail("probe.vocab_high", p.vocab_high, f"the model's vocabulary has {hf_config.vocab_size} ids")
+    expected = cfg.model.architecture
+    if expected is not None and hf_config.model_type != expected:
+        _fail("model.architecture", expected, f"the checkpoint is a {hf_config.model_type!r} model")

@@ -1,0 +1,162 @@
+"""``python -m emergence``: probe -> screen -> participation ratio -> ablate on one checkpoint.
+
+Thin glue: each step lives in its own module; this file only wires them in order and
+writes the results (``results.py``) before telling W&B (``tracking.py``).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+import transformers
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+import emergence
+from emergence import ablation, capture, checkpoints, probe, results, screen, spectral, tracking
+from emergence.config import Config, UsageError, register_configs, validate, validate_for_model
+
+register_configs()
+
+
+def analyse(cfg: Config, out_dir: Path) -> dict:
+    """Run the recipe on the checkpoint ``cfg`` names; write and return its summary."""
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = round(now - clock, 3)
+        clock = now
+
+    validate(cfg)
+    revision = checkpoints.resolve_revision(cfg)
+    device = checkpoints.pick_device(cfg.device)
+    dtype = checkpoints.pick_dtype(cfg.model.dtype, device)
+    validate_for_model(cfg, checkpoints.load_config(cfg, revision))
+    p = cfg.probe
+    batch = probe.make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
+    baseline = probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)
+    lap("probe_batch")
+
+    model = checkpoints.load_model(cfg, revision, device, dtype)
+    arch = checkpoints.Architecture.of(model)
+    lap("load")
+
+    name = f"{cfg.model.key}@{revision.name or 'as-is'}"
+    run_config = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": revision.step, "tokens": revision.tokens}
+    with tracking.tracked_run(cfg.wandb, name, run_config, out_dir) as run:
+        spectral_n = p.spectral_sequences or p.n_sequences
+        keep_means = cfg.ablate.enabled and cfg.ablate.mode == "mean"
+        cap = capture.run_probe(model, arch, batch, baseline, p.batch_size, spectral_n, keep_means,
+                                ablation.score_logits)
+        lap("capture")
+
+        mean_attention = cap.mean_attention()
+        thresholds = screen.class_thresholds(cfg.threshold.class_default, cfg.threshold.per_class)
+        scr = screen.screen(screen.selectivity(mean_attention), thresholds, cfg.threshold.circuit)
+        pr = spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n)
+        rank = spectral.entropy_rank(cap.gram)
+        lap("screen_spectral")
+
+        ablation_result = ablate(cfg, model, arch, batch, scr, cap)
+        lap("ablate")
+
+        rows = results.head_rows(scr, mean_attention, pr, rank)
+        summary = {
+            "model": cfg.model.key,
+            "name_or_path": cfg.model.name_or_path,
+            "revision": revision.name,
+            "step": revision.step,
+            "tokens": revision.tokens,
+            "architecture": arch.model_type,
+            "n_layers": arch.n_layers,
+            "n_heads": arch.n_heads,
+            "head_dim": arch.head_dim,
+            "dtype": str(dtype).removeprefix("torch."),
+            "device": str(device),
+            "probe": {**asdict(p), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},
+            "thresholds": {"classes": dict(zip(screen.CLASSES, thresholds.tolist())),
+                           "circuit": cfg.threshold.circuit},
+            "class_counts": scr.class_counts(),
+            "member_counts": scr.member_counts(),
+            "bos_fraction": scr.bos_fraction(),
+            "bos_per_layer": scr.bos_per_layer(),
+            "induction_circuit": scr.circuit_names(),
+            "spectral": {"pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
+                         "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred "
+                                            "(the reference code's estimator)",
+                         "n_sequences": cap.spectral_n},
+            "ablation": ablation_result,
+            "timings": timings,
+            "versions": {"emergence": emergence.__version__, "torch": torch.__version__,
+                         "transformers": transformers.__version__, "python": platform.python_version()},
+        }
+        lap("summary")
+        results.write_run(out_dir, rows, summary)
+        figure = tracking.class_figure(scr.head_class, name)
+        figure.savefig(out_dir / "classes.png", dpi=120)
+        tracking.log_checkpoint(run, summary, rows, figure)
+    print_report(summary, scr, out_dir)
+    return summary
+
+
+def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, cap: capture.Capture) -> dict:
+    """Clean vs circuit-ablated vs matched-random controls; see ``ablation.py``."""
+    result: dict = {"enabled": cfg.ablate.enabled, "mode": cfg.ablate.mode, "clean": cap.clean_metrics,
+                    "circuit": None, "random": [], "effect": None}
+    circuit = scr.circuit_heads()
+    if not cfg.ablate.enabled:
+        return result
+    if not circuit:
+        result["note"] = "empty induction circuit: nothing to ablate"
+        return result
+    controls = ablation.matched_random_sets(circuit, arch.n_heads, cfg.ablate.n_random, cfg.ablate.seed)
+    conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
+    scores = ablation.run_ablation(model, arch, batch, conditions, cfg.probe.batch_size, cap.position_mean)
+    result["circuit"] = scores["circuit"]
+    result["random"] = [{**scores[f"random_{i}"], "heads": [screen.head_name(*h) for h in heads]}
+                        for i, heads in enumerate(controls)]
+    clean_loss = cap.clean_metrics["loss"]
+    circuit_rise = scores["circuit"]["loss"] - clean_loss
+    random_rise = float(np.mean([s["loss"] - clean_loss for s in result["random"]]))
+    result["effect"] = {
+        "circuit_loss_increase": circuit_rise,
+        "random_loss_increase_mean": random_rise,
+        "ratio": circuit_rise / random_rise if random_rise > 0 else None,
+    }
+    return result
+
+
+def print_report(summary: dict, scr: screen.Screen, out_dir: Path) -> None:
+    print(f"\n{summary['model']} @ {summary['revision']}  (step {summary['step']}, tokens {summary['tokens']})")
+    print("classes per layer:")
+    for layer in range(scr.n_layers):
+        counts = {c: int((scr.head_class[layer] == c).sum()) for c in (*screen.CLASSES, screen.UNCLASSIFIED)}
+        print(f"  L{layer:<3}" + "  ".join(f"{c}={n}" for c, n in counts.items() if n))
+    print(f"BOS fraction: {summary['bos_fraction']:.1%}   induction circuit: "
+          f"{', '.join(summary['induction_circuit']) or '(empty)'}")
+    ab = summary["ablation"]
+    if ab["effect"]:
+        e = ab["effect"]
+        print(f"ablation ({ab['mode']}): loss of B {ab['clean']['loss']:.3f} -> {ab['circuit']['loss']:.3f} "
+              f"(+{e['circuit_loss_increase']:.3f}); matched-random controls +{e['random_loss_increase_mean']:.3f}")
+    print(f"results: {out_dir}")
+
+
+@hydra.main(version_base="1.3", config_path="pkg://emergence.conf", config_name="config")
+def main(dict_cfg: DictConfig) -> None:
+    cfg: Config = OmegaConf.to_object(dict_cfg)
+    try:
+        analyse(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

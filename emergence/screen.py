@@ -1,0 +1,98 @@
+"""Step 2 - the selectivity screen (METHOD.md section 4), pure numpy.
+
+Input: the batch-mean attention from the query position T-1 to each class's target
+key position(s) and to the baseline positions, per head. Output: selectivities,
+best class, class (best class if above its threshold), multi-label memberships,
+the induction circuit and the BOS (first-token) statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# The six target classes, in the order of the last axis of every per-class array.
+CLASSES = ("induction", "duplicate_token", "previous_token", "self", "first_token", "local")
+N_TARGETS = len(CLASSES) + 1  # the six classes, then the baseline
+BASELINE = len(CLASSES)  # index of the baseline in a [..., N_TARGETS] array
+UNCLASSIFIED = "unclassified"
+BASELINE_FLOOR = 1e-8  # selectivity = attention / max(baseline, floor)
+
+
+def head_name(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def selectivity(mean_attention: np.ndarray) -> np.ndarray:
+    """[..., 7] mean attention (six classes, then baseline) -> [..., 6] selectivity."""
+    baseline = np.maximum(mean_attention[..., BASELINE], BASELINE_FLOOR)
+    return mean_attention[..., :BASELINE] / baseline[..., None]
+
+
+def class_thresholds(default: float, overrides: dict[str, float] | None = None) -> np.ndarray:
+    """[6] threshold per class: ``default`` unless overridden by class name."""
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - set(CLASSES)
+    if unknown:
+        raise ValueError(f"unknown class in threshold overrides: {sorted(unknown)}; known: {list(CLASSES)}")
+    return np.array([float(overrides.get(c, default)) for c in CLASSES])
+
+
+@dataclass(frozen=True)
+class Screen:
+    """The screen of one checkpoint. Shapes: ``sel`` and ``members`` [layers, heads, 6]."""
+
+    sel: np.ndarray
+    best_class: np.ndarray  # [layers, heads] str: the highest-selectivity class
+    head_class: np.ndarray  # [layers, heads] str: best class if >= its threshold, else unclassified
+    members: np.ndarray  # [layers, heads, 6] bool: selectivity >= the class threshold
+    induction_circuit: np.ndarray  # [layers, heads] bool: induction selectivity >= circuit threshold
+
+    @property
+    def n_layers(self) -> int:
+        return self.sel.shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.sel.shape[1]
+
+    def circuit_heads(self) -> list[tuple[int, int]]:
+        return [tuple(map(int, lh)) for lh in np.argwhere(self.induction_circuit)]
+
+    def circuit_names(self) -> list[str]:
+        return [head_name(l, h) for l, h in self.circuit_heads()]
+
+    def bos_members(self) -> np.ndarray:
+        return self.members[..., CLASSES.index("first_token")]
+
+    def bos_fraction(self) -> float:
+        """Heads that are first-token members (not best class) over all heads."""
+        return float(self.bos_members().mean())
+
+    def bos_per_layer(self) -> list[int]:
+        return [int(x) for x in self.bos_members().sum(axis=1)]
+
+    def class_counts(self) -> dict[str, int]:
+        """Heads per assigned class (single label), unclassified included."""
+        return {c: int((self.head_class == c).sum()) for c in (*CLASSES, UNCLASSIFIED)}
+
+    def member_counts(self) -> dict[str, int]:
+        """Heads per class membership (multi-label)."""
+        return {c: int(self.members[..., i].sum()) for i, c in enumerate(CLASSES)}
+
+
+def screen(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float) -> Screen:
+    """Classify heads from their [layers, heads, 6] selectivities."""
+    best = np.argmax(sel, axis=-1)
+    best_sel = np.take_along_axis(sel, best[..., None], axis=-1)[..., 0]
+    best_names = np.array(CLASSES, dtype=object)[best]
+    above = best_sel >= thresholds[best]
+    head_class = np.where(above, best_names, UNCLASSIFIED)
+    return Screen(
+        sel=sel,
+        best_class=best_names,
+        head_class=head_class,
+        members=sel >= thresholds,
+        induction_circuit=sel[..., CLASSES.index("induction")] >= circuit_threshold,
+    )

@@ -1,0 +1,90 @@
+"""Weights & Biases: one tracked run per job, closed whatever happens.
+
+W&B is an output, not the record (``heads.csv`` and ``summary.json`` are). Offline by
+default so a run never waits on a network; ``wandb.mode=disabled`` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from emergence.screen import CLASSES, UNCLASSIFIED  # noqa: E402
+
+CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),
+                         ("tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:cyan", "0.85")))
+
+
+def class_figure(head_class: np.ndarray, title: str):
+    """A layer x head grid coloured by each head's class."""
+    n_layers, n_heads = head_class.shape
+    labels = list(CLASS_COLOURS)
+    index = np.vectorize(labels.index)(head_class)
+    cmap = matplotlib.colors.ListedColormap(list(CLASS_COLOURS.values()))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * n_heads + 3), max(3.0, 0.3 * n_layers + 1.5)))
+    ax.imshow(index, cmap=cmap, vmin=-0.5, vmax=len(labels) - 0.5, aspect="auto")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title)
+    ax.set_xticks(range(n_heads))
+    ax.set_yticks(range(n_layers))
+    handles = [matplotlib.patches.Patch(color=c, label=l) for l, c in CLASS_COLOURS.items()]
+    ax.legend(handles=handles, bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+@contextmanager
+def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str = "checkpoint"):
+    """Yield a W&B run (None when disabled); the run is finished even if the body raises."""
+    if wandb_cfg.mode == "disabled":
+        yield None
+        return
+    import wandb
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    with wandb.init(
+        project=wandb_cfg.project,
+        entity=wandb_cfg.entity,
+        group=wandb_cfg.group,
+        tags=list(wandb_cfg.tags),
+        name=name,
+        config=config,
+        job_type=job_type,
+        mode=wandb_cfg.mode,
+        dir=str(run_dir),
+        settings=wandb.Settings(console="off", init_timeout=60, x_disable_stats=True),
+    ) as run:
+        yield run
+
+
+def log_checkpoint(run, summary: dict, rows: list[dict], figure) -> None:
+    """Summary metrics against tokens, the per-head table and the class grid."""
+    if run is None:
+        return
+    import wandb
+
+    run.define_metric("tokens")
+    run.define_metric("*", step_metric="tokens")
+    metrics = {
+        "tokens": summary["tokens"] if summary["tokens"] is not None else -1,
+        "bos_fraction": summary["bos_fraction"],
+        "n_induction": len(summary["induction_circuit"]),
+        **{f"class_counts/{k}": v for k, v in summary["class_counts"].items()},
+    }
+    ablation = summary["ablation"]
+    if ablation.get("effect"):
+        metrics.update({f"ablation/{k}": v for k, v in ablation["effect"].items() if v is not None})
+    if ablation.get("clean"):
+        metrics.update({f"ablation/clean_{k}": v for k, v in ablation["clean"].items()})
+    metrics["heads"] = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
+    metrics["classes"] = wandb.Image(figure)
+    run.log(metrics)
+    run.summary.update({k: v for k, v in metrics.items() if not isinstance(v, (wandb.Table, wandb.Image))})
