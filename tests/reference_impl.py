@@ -1,0 +1,61 @@
+"""An independent implementation of METHOD.md sections 3-5 for the tests: the model's
+own eager attention with ``output_attentions=True`` (full [b, h, T, T] patterns), and the
+head outputs read by a hook on the output projection, reduced with plain numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+OUT_PROJ = {"gpt_neox": lambda m: [l.attention.dense for l in m.gpt_neox.layers],
+            "olmo": lambda m: [l.self_attn.o_proj for l in m.model.layers],
+            "olmoe": lambda m: [l.self_attn.o_proj for l in m.model.layers]}
+
+
+def eager_model(path):
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def eager_targets(model, tokens: torch.Tensor, ab: torch.Tensor, baseline) -> np.ndarray:
+    """[n, layers, heads, 7]: attention from T-1 to induction, duplicate, previous, self,
+    first, local (mean T-3..T-6), baseline (mean) targets, from full eager patterns."""
+    with torch.no_grad():
+        attentions = model(tokens, output_attentions=True).attentions
+    T = tokens.shape[1]
+    out = []
+    for att in attentions:  # [n, h, T, T]
+        row = att[:, :, T - 1, :].double().numpy()
+        n = row.shape[0]
+        ind = np.stack([row[i, :, ab[i] + 1] for i in range(n)])
+        dup = np.stack([row[i, :, ab[i]] for i in range(n)])
+        local = row[:, :, [T - 3, T - 4, T - 5, T - 6]].mean(-1)
+        base = row[:, :, list(baseline)].mean(-1)
+        out.append(np.stack([ind, dup, row[:, :, T - 2], row[:, :, T - 1], row[:, :, 0], local, base], -1))
+    return np.stack(out, 1)
+
+
+def head_outputs_at_last(model, arch: str, tokens: torch.Tensor, n_heads: int) -> np.ndarray:
+    """[n, layers, heads, d]: each head's slice of the output projection's input at T-1."""
+    grabbed = []
+    hooks = [p.register_forward_pre_hook(lambda m, args: grabbed.append(args[0][:, -1].double().clone()))
+             for p in OUT_PROJ[arch](model)]
+    with torch.no_grad():
+        model(tokens)
+    for h in hooks:
+        h.remove()
+    x = torch.stack(grabbed, 1)  # [n, layers, hidden]
+    return x.view(x.shape[0], x.shape[1], n_heads, -1).numpy()
+
+
+def pr_centred_cov(x: np.ndarray) -> float:
+    """(sum l)^2 / sum l^2 over eigenvalues of np.cov of the rows of x [n, d]."""
+    lam = np.clip(np.linalg.eigvalsh(np.cov(x, rowvar=False)), 0, None)
+    return lam.sum() ** 2 / (lam**2).sum()
+
+
+def entropy_rank_svd(x: np.ndarray) -> float:
+    s = np.linalg.svd(x, compute_uv=False)
+    p = s**2 / (s**2).sum()
+    p = p[p > 0]
+    return float(np.exp(-(p * np.log(p)).sum()))
