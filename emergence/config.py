@@ -64,9 +64,24 @@ class ProbeConfig:
 
 
 @dataclass
+class PerClassThresholds:
+    """Optional per-class overrides of ``threshold.class_default`` (None: the default)."""
+
+    induction: Optional[float] = None
+    duplicate_token: Optional[float] = None
+    previous_token: Optional[float] = None
+    self: Optional[float] = None
+    first_token: Optional[float] = None
+    local: Optional[float] = None
+
+    def overrides(self_) -> Dict[str, float]:
+        return {c: getattr(self_, c) for c in CLASSES if getattr(self_, c) is not None}
+
+
+@dataclass
 class ThresholdConfig:
     class_default: float = 30.0  # selectivity for class assignment and membership
-    per_class: Dict[str, float] = field(default_factory=dict)  # e.g. {first_token: 20}
+    per_class: PerClassThresholds = field(default_factory=PerClassThresholds)
     circuit: float = 50.0  # induction selectivity for the induction circuit
 
 
@@ -127,9 +142,7 @@ def validate(cfg: Config) -> None:
         _fail("threshold.class_default", t.class_default, "must be > 0")
     if t.circuit <= 0:
         _fail("threshold.circuit", t.circuit, "must be > 0")
-    for cls, value in t.per_class.items():
-        if cls not in CLASSES:
-            _fail(f"threshold.per_class.{cls}", value, f"class must be one of {', '.join(CLASSES)}")
+    for cls, value in t.per_class.overrides().items():
         if value <= 0:
             _fail(f"threshold.per_class.{cls}", value, "must be > 0")
     if a.mode not in ABLATE_MODES:

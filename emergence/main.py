@@ -61,7 +61,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         lap("capture")
 
         mean_attention = cap.mean_attention()
-        thresholds = screen.class_thresholds(cfg.threshold.class_default, cfg.threshold.per_class)
+        thresholds = screen.class_thresholds(cfg.threshold.class_default, cfg.threshold.per_class.overrides())
         scr = screen.screen(screen.selectivity(mean_attention), thresholds, cfg.threshold.circuit)
         pr = spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n)
         rank = spectral.entropy_rank(cap.gram)

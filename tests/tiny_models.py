@@ -10,7 +10,7 @@ CONTEXT = 128
 
 
 def tiny_config(arch: str):
-    common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    common = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=64, max_position_embeddings=CONTEXT)
     if arch == "gpt_neox":
         return GPTNeoXConfig(**common, rotary_pct=0.25)

@@ -1,0 +1,97 @@
+import pytest
+import torch
+
+from emergence.ablation import ablating, head_mask, matched_random_sets, run_ablation, score_logits
+from emergence.capture import run_probe
+from emergence.checkpoints import Architecture
+from emergence.probe import baseline_positions, make_probe_batch
+from test_capture import capture_model
+from tiny_models import ARCHS, VOCAB
+
+T = 64
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return make_probe_batch(6, T, 10, VOCAB, 7)
+
+
+def last_logits(model, tokens):
+    with torch.inference_mode():
+        return model(tokens, logits_to_keep=1).logits[:, -1]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rows_without_ablation_are_bit_identical(arch, tiny_dirs, batch):
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    tokens = batch.tokens.repeat(2, 1)
+    clean = last_logits(model, tokens)
+    masks = torch.zeros(12, info.n_layers, info.n_heads, dtype=torch.bool)
+    masks[6:, 0, 1] = True  # ablate L0H1 in the second copy only
+    with ablating(info, masks):
+        mixed = last_logits(model, tokens)
+    assert torch.equal(mixed[:6], clean[:6])
+    assert not torch.allclose(mixed[6:], clean[6:])
+    with ablating(info, torch.zeros_like(masks)):
+        assert torch.equal(last_logits(model, tokens), clean)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_ablating_a_whole_layer_removes_its_attention_output(arch, tiny_dirs, batch):
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    masks = torch.zeros(6, info.n_layers, info.n_heads, dtype=torch.bool)
+    masks[:, 1, :] = True
+    with ablating(info, masks):
+        ablated = last_logits(model, batch.tokens)
+    proj = info.out_projs[1]
+
+    def no_attention(module, args, out):  # what is left of the attention output: the bias
+        bias = proj.bias if proj.bias is not None else torch.zeros_like(out[0][0, 0])
+        return (torch.zeros_like(out[0]) + bias, *out[1:])
+
+    hook = info.attentions[1].register_forward_hook(no_attention)
+    removed = last_logits(model, batch.tokens)
+    hook.remove()
+    torch.testing.assert_close(ablated, removed, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(ablated, last_logits(model, batch.tokens))
+
+
+def test_mean_ablation_with_a_heads_own_values_changes_nothing(tiny_dirs, batch):
+    model = capture_model(tiny_dirs["olmo"])
+    info = Architecture.of(model)
+    one = make_probe_batch(1, T, 10, VOCAB, 3)
+    cap = run_probe(model, info, one, baseline_positions(T, 50), 1, 1, True, score_logits)
+    masks = torch.ones(1, info.n_layers, info.n_heads, dtype=torch.bool)  # every head, every layer
+    with ablating(info, masks, cap.position_mean):  # the batch mean of a batch of one is itself
+        same = last_logits(model, one.tokens)
+    torch.testing.assert_close(same, last_logits(model, one.tokens), rtol=1e-5, atol=1e-5)
+    with ablating(info, masks):  # while zeroing the same heads does change the prediction
+        assert not torch.allclose(last_logits(model, one.tokens), same, atol=1e-3)
+
+
+def test_stacked_conditions_equal_separate_passes(tiny_dirs, batch):
+    model = capture_model(tiny_dirs["gpt_neox"])
+    info = Architecture.of(model)
+    conditions = {"a": [(0, 1), (1, 2)], "b": [(0, 3), (1, 0)], "none": []}
+    stacked = run_ablation(model, info, batch, conditions, batch_size=6)
+    for name, heads in conditions.items():
+        masks = head_mask(heads, info.n_layers, info.n_heads).expand(6, -1, -1)
+        with ablating(info, masks):
+            logits = last_logits(model, batch.tokens)
+        expected = {k: v / 6 for k, v in score_logits(logits, batch.b).items()}
+        for metric, value in expected.items():
+            assert stacked[name][metric] == pytest.approx(value, rel=1e-5, abs=1e-6)
+
+
+def test_matched_random_sets():
+    circuit = [(2, 0), (2, 5), (4, 1)]
+    sets = matched_random_sets(circuit, n_heads=8, n_sets=6, seed=0)
+    assert len(sets) == 6
+    for heads in sets:
+        assert sorted(l for l, _ in heads) == [2, 2, 4]
+        assert not set(heads) & set(circuit)
+        assert len(set(heads)) == 3
+    assert len({tuple(s) for s in sets}) > 1  # the sets differ
+    assert sets == matched_random_sets(circuit, 8, 6, 0)  # and are reproducible

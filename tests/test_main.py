@@ -1,0 +1,138 @@
+"""The whole pipeline on tiny models: through Hydra's compose API, and as a subprocess."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from emergence.main import analyse
+from emergence.probe import baseline_positions, make_probe_batch
+from emergence.results import HEAD_COLUMNS, read_run
+from emergence.screen import CLASSES, selectivity
+from reference_impl import eager_model, eager_targets, entropy_rank_svd, head_outputs_at_last, pr_centred_cov
+from tiny_models import ARCHS
+
+SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10",
+         "probe.vocab_high=500", "probe.batch_size=8", "model.dtype=float32", "wandb.mode=disabled"]
+
+
+def compose_cfg(overrides):
+    with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
+        return OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_dirs, tmp_path):
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs[arch]}", *SMALL])
+    summary = analyse(cfg, tmp_path)
+    _, rows = read_run(tmp_path)
+    assert list(rows[0]) == HEAD_COLUMNS and len(rows) == 2 * 4
+
+    batch = make_probe_batch(32, 64, 10, 500, 42)
+    model = eager_model(tiny_dirs[arch])
+    sel = selectivity(eager_targets(model, batch.tokens, batch.ab.numpy(), baseline_positions(64, 50)).mean(0))
+    x = head_outputs_at_last(model, arch, batch.tokens, 4)
+    for r in rows:
+        l, h = r["layer"], r["head"]
+        ours = np.array([r[f"sel_{c}"] for c in CLASSES])
+        np.testing.assert_allclose(ours, sel[l, h], rtol=2e-3)
+        assert r["pr"] == pytest.approx(pr_centred_cov(x[:, l, h]), rel=2e-2)
+        assert r["pr_entropy_rank"] == pytest.approx(entropy_rank_svd(x[:, l, h]), rel=2e-2)
+    assert summary["architecture"] == arch
+    assert summary["n_layers"] == 2 and summary["n_heads"] == 4 and summary["head_dim"] == 8
+
+
+def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
+    # A circuit threshold of 1e-6 puts every head with any induction attention in the circuit.
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL,
+                       "threshold.circuit=1e-6", "ablate.mode=mean"])
+    analyse(cfg, tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("model", "name_or_path", "revision", "step", "tokens", "architecture", "n_layers", "n_heads",
+                "head_dim", "dtype", "probe", "thresholds", "class_counts", "bos_fraction", "bos_per_layer",
+                "induction_circuit", "ablation", "timings", "versions"):
+        assert key in summary, key
+    assert summary["model"] == "local" and summary["step"] is None
+    _, rows = read_run(tmp_path)
+    assert summary["induction_circuit"] == [f"L{r['layer']}H{r['head']}" for r in rows if r["sel_induction"] >= 1e-6]
+    assert summary["induction_circuit"]
+    ab = summary["ablation"]
+    assert ab["mode"] == "mean" and len(ab["random"]) == 5
+    for block in (ab["clean"], ab["circuit"], *ab["random"]):
+        assert set(block) >= {"loss", "top1", "top5", "logit_b"}
+    assert (tmp_path / "classes.png").stat().st_size > 0
+
+
+def test_empty_circuit_is_reported_not_an_error(tiny_dirs, tmp_path):
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "threshold.circuit=1e9"])
+    summary = analyse(cfg, tmp_path)
+    assert summary["induction_circuit"] == []
+    assert summary["ablation"]["circuit"] is None and "empty" in summary["ablation"]["note"]
+    assert summary["ablation"]["clean"]["loss"] > 0
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "emergence", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.mark.slow
+def test_cli_end_to_end_with_wandb_offline(tiny_dirs, tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("model=local", f"model.name_or_path={tiny_dirs['olmoe']}", "probe=quick", "probe.n_sequences=24",
+                  "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500", "wandb.mode=offline",
+                  f"hydra.run.dir={out}", env={"WANDB_DIR": str(tmp_path)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert str(out) in res.stdout
+    with open(out / "heads.csv") as f:
+        assert len(list(csv.DictReader(f))) == 8
+    assert json.loads((out / "summary.json").read_text())["probe"]["n_sequences"] == 24
+    assert list(out.glob("wandb/offline-run-*")), "an offline W&B run was recorded"
+
+
+BAD = [
+    (["threshold.class_default=0"], "threshold.class_default"),
+    (["threshold.circuit=-5"], "threshold.circuit"),
+    (["probe.seq_len=40"], "probe.seq_len"),
+    (["probe.seq_len=4096"], "probe.seq_len"),
+    (["probe.seq_len=64", "probe.vocab_high=100000"], "probe.vocab_high"),
+    (["ablate.n_random=2"], "ablate.n_random"),
+    (["threshold.per_class.first_token=-1"], "threshold.per_class.first_token"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides,field", BAD)
+def test_bad_configuration_exits_2_with_one_line(overrides, field, tiny_dirs, tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", "wandb.mode=disabled",
+                  f"hydra.run.dir={out}", *overrides)
+    assert res.returncode == 2
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and field in last
+    assert "Traceback" not in res.stderr
+    assert not (out / "summary.json").exists() and not (out / "heads.csv").exists()
+
+
+def test_panel_index_out_of_range_and_unknown_architecture(tiny_dirs, tmp_path):
+    from emergence.config import UsageError
+
+    cfg = compose_cfg(["model=pythia", "revision=r3"])
+    cfg.revision.index = 10
+    with pytest.raises(UsageError, match="revision.index=10"):
+        analyse(cfg, tmp_path)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    llama = tmp_path / "llama"
+    LlamaForCausalLM(LlamaConfig(vocab_size=600, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32)).save_pretrained(llama)
+    cfg = compose_cfg(["model=local", f"model.name_or_path={llama}", *SMALL])
+    with pytest.raises(UsageError, match="'llama' is not supported.*gpt_neox, olmo, olmoe"):
+        analyse(cfg, tmp_path)
+    assert not (tmp_path / "summary.json").exists()
