@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -117,18 +118,27 @@ def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
     return getattr(torch, requested)
 
 
+def source(cfg: Config, revision: Revision) -> tuple[str, str | None]:
+    """(name_or_path, revision) for ``from_pretrained``. A toy panel keeps each revision
+    in a subdirectory, the way a Hub repo keeps it in a branch."""
+    if cfg.model.toy is not None:
+        return str(Path(cfg.model.name_or_path).expanduser() / revision.name), None
+    return cfg.model.name_or_path, revision.name
+
+
 def load_config(cfg: Config, revision: Revision):
     """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
-    hf_config = AutoConfig.from_pretrained(cfg.model.name_or_path, revision=revision.name,
-                                           trust_remote_code=cfg.model.trust_remote_code)
+    path, rev = source(cfg, revision)
+    hf_config = AutoConfig.from_pretrained(path, revision=rev, trust_remote_code=cfg.model.trust_remote_code)
     architecture_spec(hf_config.model_type)
     return hf_config
 
 
 def load_model(cfg: Config, revision: Revision, device: torch.device, dtype: torch.dtype):
+    path, rev = source(cfg, revision)
     model = AutoModelForCausalLM.from_pretrained(
-        cfg.model.name_or_path,
-        revision=revision.name,
+        path,
+        revision=rev,
         dtype=dtype,
         use_safetensors=True,  # never unpickle weights
         trust_remote_code=cfg.model.trust_remote_code,

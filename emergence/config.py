@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+import os
+from pathlib import Path
+
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from emergence.probe import min_seq_len
 from emergence.screen import CLASSES
@@ -34,6 +37,38 @@ class PanelEntry:
 
 
 @dataclass
+class ProbeFit:
+    """The probe's model-dependent fields; ``probe/paper.yaml`` reads them from here.
+    Real models keep the paper's values; toy models fit their vocabulary and context."""
+
+    seq_len: int = 256
+    vocab_low: int = 100
+    vocab_high: int = 10000
+
+
+@dataclass
+class ToyRecipe:
+    """How a toy panel model is built and trained (``emergence/toy``)."""
+
+    architecture: str = MISSING  # gpt_neox | olmo | olmoe
+    n_layers: int = 4
+    hidden_size: int = 64
+    n_heads: int = 4
+    intermediate_size: int = 128
+    vocab_size: int = 256
+    seq_len: int = 128
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    seed: int = 0
+    repeat_fraction: float = 0.75  # share of each batch that is one span repeated end to end
+    clip_qkv: Optional[float] = None
+    n_experts: int = 8  # olmoe only
+    experts_per_token: int = 2  # olmoe only
+
+
+@dataclass
 class ModelConfig:
     key: str = MISSING  # the config name (pythia, olmo, ...): how results are grouped
     name_or_path: str = MISSING  # Hub repo id or local directory
@@ -42,6 +77,8 @@ class ModelConfig:
     tokens_per_step: Optional[int] = None
     panel: List[PanelEntry] = field(default_factory=list)
     trust_remote_code: bool = False
+    probe_fit: ProbeFit = field(default_factory=ProbeFit)
+    toy: Optional[ToyRecipe] = None  # set for toy models: revisions are subdirectories, trained on demand
 
 
 @dataclass
@@ -111,11 +148,24 @@ class Config:
     ablate: AblateConfig = field(default_factory=AblateConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     device: str = "auto"  # auto: cuda if available, else cpu
+    cache_dir: str = "${emergence_cache_dir:}"  # toy panels (and later caches) live here
+
+
+def default_cache_dir() -> str:
+    """$EMERGENCE_CACHE, else $XDG_CACHE_HOME/emergence, else ~/.cache/emergence."""
+    if os.environ.get("EMERGENCE_CACHE"):
+        return os.environ["EMERGENCE_CACHE"]
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "emergence")
 
 
 def register_configs() -> None:
+    if not OmegaConf.has_resolver("emergence_cache_dir"):
+        OmegaConf.register_new_resolver("emergence_cache_dir", default_cache_dir)
     cs = ConfigStore.instance()
     cs.store(name="emergence_schema", node=Config)
+
+
+register_configs()  # on import, so that compose() in tests and tools sees the schema and resolver
 
 
 def _fail(field_name: str, value, allowed: str) -> None:
@@ -164,3 +214,11 @@ def validate_for_model(cfg: Config, hf_config) -> None:
     expected = cfg.model.architecture
     if expected is not None and hf_config.model_type != expected:
         _fail("model.architecture", expected, f"the checkpoint is a {hf_config.model_type!r} model")
+
+
+def compose_config(overrides: list[str]) -> Config:
+    """The validated-schema Config that ``python -m emergence <overrides>`` would run."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
+        return OmegaConf.to_object(compose(config_name="config", overrides=overrides))

@@ -21,9 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import emergence
 from emergence import ablation, capture, checkpoints, probe, results, screen, spectral, tracking
-from emergence.config import Config, UsageError, register_configs, validate, validate_for_model
-
-register_configs()
+from emergence.toy import train as toy_train
+from emergence.config import Config, UsageError, validate, validate_for_model
 
 
 def analyse(cfg: Config, out_dir: Path) -> dict:
@@ -41,6 +40,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     revision = checkpoints.resolve_revision(cfg)
     device = checkpoints.pick_device(cfg.device)
     dtype = checkpoints.pick_dtype(cfg.model.dtype, device)
+    if cfg.model.toy is not None:
+        toy_train.ensure_trained(cfg.model)
     validate_for_model(cfg, checkpoints.load_config(cfg, revision))
     p = cfg.probe
     batch = probe.make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)

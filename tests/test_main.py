@@ -8,9 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
-
+from emergence.config import compose_config
 from emergence.main import analyse
 from emergence.probe import baseline_positions, make_probe_batch
 from emergence.results import HEAD_COLUMNS, read_run
@@ -23,8 +21,7 @@ SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab
 
 
 def compose_cfg(overrides):
-    with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
-        return OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+    return compose_config(overrides)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

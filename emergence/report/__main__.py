@@ -1,0 +1,114 @@
+"""``python -m emergence.report RUNS... | --reference DIR  --out DIR``: the panel findings F1-F5.
+
+Reads run directories written by ``python -m emergence`` (a multirun directory or several
+paths) or the reference study's per-head results, and writes ``findings.json``,
+``report.md``, ``sensitivity.csv`` and figures into ``--out``, then logs a W&B panel run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+from emergence.report import figures, markdown, sensitivity
+from emergence.report.findings import panel_findings
+from emergence.report.panel import load_reference, load_runs
+from emergence.results import atomic_write_text
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m emergence.report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="*", type=Path, help="run directories or folders holding them (e.g. a multirun)")
+    p.add_argument("--reference", type=Path, help="the reference study's results (per_revision/, pr/)")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.add_argument("--class-threshold", type=float, default=30.0, help="class / BOS membership threshold (30)")
+    p.add_argument("--circuit-threshold", type=float, default=50.0, help="induction circuit threshold (50)")
+    p.add_argument("--pr-estimator", choices=("pr", "pr_entropy_rank"), default="pr_entropy_rank",
+                   help="spectral column of run directories used for F5 (the reference used pr_entropy_rank)")
+    p.add_argument("--wandb-mode", choices=("offline", "online", "disabled"), default="offline")
+    p.add_argument("--wandb-project", default="emergence")
+    p.add_argument("--wandb-entity", default=None)
+    args = p.parse_args(argv)
+    if bool(args.runs) == bool(args.reference):
+        p.error("give run directories or --reference DIR (exactly one of them)")
+    if args.class_threshold <= 0 or args.circuit_threshold <= 0:
+        p.error("thresholds must be > 0")
+    return args
+
+
+def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float,
+                 reference: bool) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    findings = panel_findings(trajectories, class_threshold, circuit_threshold)
+    rows = sensitivity.grid(trajectories)
+    held = sensitivity.conclusions(rows)
+    made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
+            figures.icl_vs_tokens(findings, out), figures.sensitivity(rows, list(trajectories), out)]
+    for model, f in findings["models"].items():
+        made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
+    names = [p.name for p in made if p is not None]
+    findings["sensitivity"] = held
+    findings["figures"] = names
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(out / "sensitivity.csv", buf.getvalue())
+    atomic_write_text(out / "report.md", markdown.render(findings, held, names, reference))
+    atomic_write_text(out / "findings.json", json.dumps(findings, indent=2) + "\n")  # last: marks completion
+    return findings
+
+
+def log_panel(findings: dict, out: Path, args) -> None:
+    from types import SimpleNamespace
+
+    from emergence.tracking import tracked_run
+
+    cfg = SimpleNamespace(mode=args.wandb_mode, project=args.wandb_project, entity=args.wandb_entity,
+                          group="panel", tags=["panel"])
+    with tracked_run(cfg, "panel", {"thresholds": findings["thresholds"]}, out, job_type="panel") as run:
+        if run is None:
+            return
+        import wandb
+
+        for model, f in findings["models"].items():
+            run.define_metric(f"{model}/tokens")
+            run.define_metric(f"{model}/*", step_metric=f"{model}/tokens")
+            for r in f["revisions"]:
+                run.log({f"{model}/tokens": r["tokens"], f"{model}/bos_fraction": r["bos_fraction"],
+                         f"{model}/n_induction": r["n_induction"],
+                         **({f"{model}/induction_recall": r["induction_recall"]}
+                            if r["induction_recall"] is not None else {})})
+            columns = ["revision", "tokens", "bos_fraction", "n_induction", "induction_recall", "topk_recall"]
+            run.log({f"{model}/revisions": wandb.Table(columns=columns,
+                                                       data=[[r[c] for c in columns] for r in f["revisions"]])})
+        run.log({f"figures/{Path(n).stem}": wandb.Image(str(out / n)) for n in findings["figures"]})
+        run.log({"sensitivity": wandb.Table(columns=["model", "conclusion", "holds", "detail"],
+                                            data=[list(c.values()) for c in findings["sensitivity"]])})
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    try:
+        trajectories = (load_reference(args.reference) if args.reference
+                        else load_runs(args.runs, args.pr_estimator))
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    findings = write_report(trajectories, args.out, args.class_threshold, args.circuit_threshold,
+                            reference=args.reference is not None)
+    log_panel(findings, args.out, args)
+    for model, f in findings["models"].items():
+        f3 = f["f3"]
+        print(f"{model}: final BOS {100 * f['f2']['final_bos_fraction']:.1f}% ({f['f2']['shape']}), onset "
+              f"{(f3['induction_onset'] or {}).get('revision')}, BOS-50% {(f3['bos_50'] or {}).get('revision')}")
+    print(f"report: {args.out / 'report.md'}")
+
+
+if __name__ == "__main__":
+    main()

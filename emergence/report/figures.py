@@ -1,0 +1,113 @@
+"""The panel report's figures (PNG, matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from emergence.report.sensitivity import CIRCUIT_GRID, CLASS_GRID, gap_matrix  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _tokens_axis(ax):
+    ax.set_xscale("log")
+    ax.set_xlabel("training tokens")
+
+
+def bos_vs_tokens(findings: dict, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model, f in findings["models"].items():
+        revs = f["revisions"]
+        ax.plot([r["tokens"] for r in revs], [100 * r["bos_fraction"] for r in revs], "o-", label=model)
+    _tokens_axis(ax)
+    ax.set_ylabel("BOS (first-token) heads, % of all heads")
+    ax.set_title(f"BOS fraction (first-token selectivity >= {findings['thresholds']['class']:g}x)")
+    ax.legend()
+    return _save(fig, out / "bos_fraction_vs_tokens.png")
+
+
+def bos_heatmap(model: str, f: dict, out: Path) -> Path:
+    counts = np.array([r["bos_per_layer"] for r in f["revisions"]]).T  # [layers, revisions]
+    fig, ax = plt.subplots(figsize=(1 + 0.7 * counts.shape[1], 1 + 0.3 * counts.shape[0]))
+    im = ax.imshow(counts, aspect="auto", cmap="viridis", origin="lower")
+    for (l, r), v in np.ndenumerate(counts):
+        ax.text(r, l, str(v), ha="center", va="center", fontsize=7, color="w" if v < counts.max() / 2 else "k")
+    ax.set_xticks(range(counts.shape[1]), [r["revision"] for r in f["revisions"]], rotation=60, ha="right",
+                  fontsize=7)
+    ax.set_ylabel("layer")
+    ax.set_title(f"{model}: BOS heads per layer")
+    fig.colorbar(im, ax=ax)
+    return _save(fig, out / f"bos_per_layer_{model}.png")
+
+
+def head_trajectories(model: str, f: dict, out: Path) -> Path | None:
+    heads = f["f5"]["heads"]
+    if not heads:
+        return None
+    tokens = [r["tokens"] for r in f["revisions"]]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
+    for name, h in heads.items():
+        top.plot(tokens, np.maximum(h["selectivity"], 1e-3), "o-", label=name)
+        if "pr" in h:
+            bottom.plot(tokens, h["pr"], "o-", label=name)
+    top.set_yscale("log")
+    top.set_ylabel("induction selectivity (x baseline)")
+    top.set_title(f"{model}: final induction circuit")
+    top.legend(fontsize=7)
+    bottom.set_ylabel(f["f5"]["pr_estimator"] or "PR")
+    _tokens_axis(bottom)
+    return _save(fig, out / f"induction_heads_{model}.png")
+
+
+def recall_vs_tokens(findings: dict, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model, f in findings["models"].items():
+        revs = [r for r in f["revisions"] if r["induction_recall"] is not None]
+        ax.plot([r["tokens"] for r in revs], [r["induction_recall"] for r in revs], "o-", label=f"{model} recall")
+        ax.plot([r["tokens"] for r in revs], [r["topk_recall"] for r in revs], "x:", label=f"{model} top-k")
+    ax.axhline(2 / 3, color="0.6", lw=0.8)
+    _tokens_axis(ax)
+    ax.set_ylabel("share of the final induction circuit")
+    ax.legend(fontsize=7)
+    return _save(fig, out / "recall_vs_tokens.png")
+
+
+def icl_vs_tokens(findings: dict, out: Path) -> Path | None:
+    models = {m: f for m, f in findings["models"].items() if any("icl_score" in r for r in f["revisions"])}
+    if not models:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model, f in models.items():
+        revs = [r for r in f["revisions"] if "icl_score" in r]
+        ax.plot([max(r["tokens"], 1) for r in revs], [r["icl_score"] for r in revs], "o-", label=model)
+    _tokens_axis(ax)
+    ax.set_ylabel("in-context score (nats)")
+    ax.legend()
+    return _save(fig, out / "icl_vs_tokens.png")
+
+
+def sensitivity(rows: list[dict], models: list[str], out: Path) -> Path:
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.8), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        m = gap_matrix(rows, model)
+        im = ax.imshow(np.log10(m), cmap="magma", origin="lower", aspect="auto")
+        for (i, j), v in np.ndenumerate(m):
+            ax.text(j, i, "-" if np.isnan(v) else f"{v:.0f}", ha="center", va="center", fontsize=7, color="c")
+        ax.set_xticks(range(len(CIRCUIT_GRID)), [f"{c:g}" for c in CIRCUIT_GRID])
+        ax.set_yticks(range(len(CLASS_GRID)), [f"{c:g}" for c in CLASS_GRID])
+        ax.set_xlabel("circuit threshold")
+        ax.set_ylabel("BOS / class threshold")
+        ax.set_title(f"{model}: gap BOS-50% / onset")
+        fig.colorbar(im, ax=ax, label="log10 gap")
+    return _save(fig, out / "sensitivity_gap.png")

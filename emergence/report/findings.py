@@ -1,0 +1,189 @@
+"""The five panel findings of METHOD.md section 7, as pure functions of a Trajectory.
+
+Definitions (thresholds are arguments; the defaults are METHOD.md section 4's):
+* BOS fraction: heads with first-token selectivity >= ``class_threshold`` / all heads.
+* Induction heads: induction selectivity >= ``circuit_threshold``.
+* F1: layers with no BOS head at any revision.
+* F2: largest adjacent rise of the BOS fraction, its share of the total rise (the final
+  fraction: a model starts from none at initialisation), monotonicity, shape
+  ("abrupt" when the largest jump is at least half of the total rise).
+* F3: first revision with >= 3 induction heads (onset) and with BOS fraction >= 10, 30,
+  50, 70 %; gap ratio = tokens(BOS 50 %) / tokens(onset).
+* F4: recall of the final induction circuit (heads >= circuit threshold at the last
+  revision): share of its heads whose induction selectivity is >= the class threshold.
+  First revisions with recall >= 1/3, 2/3, 1; also top-k recall (k = circuit size).
+* F5: per final circuit head, the first revision where PR reaches 2x its first-revision
+  value and the first where induction selectivity reaches the circuit threshold; the
+  lead is the ratio of their token counts.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from emergence.report.panel import Trajectory
+from emergence.screen import CLASSES
+
+INDUCTION = CLASSES.index("induction")
+FIRST_TOKEN = CLASSES.index("first_token")
+ONSET_HEADS = 3
+BOS_MILESTONES = (10, 30, 50, 70)
+RECALL_MILESTONES = {"recall_33": Fraction(1, 3), "recall_67": Fraction(2, 3), "recall_100": Fraction(1)}
+PR_RISE_FACTOR = 2.0
+ABRUPT_SHARE = 0.5
+
+
+def head_label(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def _milestone(traj: Trajectory, index: int | None, total_tokens: float | None = None) -> dict | None:
+    if index is None:
+        return None
+    c = traj.checkpoints[index]
+    out = {"revision": c.revision, "tokens": c.tokens}
+    if total_tokens:
+        out["fraction_of_training"] = c.tokens / total_tokens
+    return out
+
+
+def _first(mask) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if len(hits) else None
+
+
+def bos_fractions(traj: Trajectory, class_threshold: float) -> np.ndarray:
+    return (traj.sel[..., FIRST_TOKEN] >= class_threshold).mean(axis=(1, 2))
+
+
+def induction_counts(traj: Trajectory, circuit_threshold: float) -> np.ndarray:
+    return (traj.sel[..., INDUCTION] >= circuit_threshold).sum(axis=(1, 2))
+
+
+def final_circuit(traj: Trajectory, circuit_threshold: float) -> list[tuple[int, int]]:
+    return [tuple(map(int, lh)) for lh in np.argwhere(traj.checkpoints[-1].sel[..., INDUCTION] >= circuit_threshold)]
+
+
+def recall(traj: Trajectory, class_threshold: float, circuit_threshold: float) -> tuple[list, list]:
+    """(recall, top-k recall) per revision, as Fractions (None when the final circuit is empty)."""
+    circuit = final_circuit(traj, circuit_threshold)
+    if not circuit:
+        return [None] * len(traj.checkpoints), [None] * len(traj.checkpoints)
+    k = len(circuit)
+    members = set(circuit)
+    rec, topk = [], []
+    for c in traj.checkpoints:
+        ind = c.sel[..., INDUCTION]
+        rec.append(Fraction(sum(ind[l, h] >= class_threshold for l, h in circuit), k))
+        order = np.argsort(-ind, axis=None, kind="stable")[:k]
+        top = {tuple(map(int, np.unravel_index(i, ind.shape))) for i in order}
+        topk.append(Fraction(len(top & members), k))
+    return rec, topk
+
+
+def f2_shape(fractions: np.ndarray, revisions: list[str]) -> dict:
+    jumps = np.diff(fractions)
+    total_rise = float(fractions[-1])
+    if len(jumps) == 0:
+        return {"largest_jump_pp": None, "largest_jump": None, "jump_share": None, "monotonic": True,
+                "shape": None, "final_bos_fraction": total_rise}
+    i = int(np.argmax(jumps))
+    share = float(jumps[i] / total_rise) if total_rise > 0 else None
+    return {
+        "largest_jump_pp": 100 * float(jumps[i]),
+        "largest_jump": [revisions[i], revisions[i + 1]],
+        "jump_share": share,
+        "monotonic": bool((jumps >= 0).all()),
+        "largest_drop_pp": 100 * float(min(0.0, jumps.min())),
+        "shape": None if share is None else ("abrupt" if share >= ABRUPT_SHARE else "gradual"),
+        "final_bos_fraction": total_rise,
+    }
+
+
+def f5_leads(traj: Trajectory, circuit_threshold: float) -> dict:
+    heads = {}
+    have_pr = all(c.pr is not None for c in traj.checkpoints)
+    for layer, head in final_circuit(traj, circuit_threshold):
+        sel = traj.sel[:, layer, head, INDUCTION]
+        cross = _first(sel >= circuit_threshold)
+        entry = {"selectivity_cross": _milestone(traj, cross), "pr_rise": None, "lead": None,
+                 "selectivity": sel.tolist()}
+        if not have_pr:
+            entry["reason"] = "no PR trajectory for this model"
+        else:
+            pr = np.array([c.pr[layer, head] for c in traj.checkpoints])
+            entry["pr"] = pr.tolist()
+            rise = _first(pr[1:] >= PR_RISE_FACTOR * pr[0])
+            rise = None if rise is None else rise + 1
+            entry["pr_rise"] = _milestone(traj, rise)
+            if rise is None:
+                entry["reason"] = (f"PR never reaches {PR_RISE_FACTOR:g}x its first-revision value "
+                                   f"({pr[0]:.3g}): no measurable rise (already high at the first revision?)")
+            elif cross == 0:
+                entry["reason"] = "selectivity already above threshold at the first revision: no measurable lead"
+            else:
+                entry["lead"] = traj.checkpoints[cross].tokens / traj.checkpoints[rise].tokens
+        heads[head_label(layer, head)] = entry
+    return {"heads": heads, "pr_estimator": traj.pr_estimator, "rise_factor": PR_RISE_FACTOR}
+
+
+def pr_integral_ranking(traj: Trajectory, class_threshold: float, top_k: int = 45) -> dict | None:
+    """Heads ranked by the integral of PR over log10(tokens) (trapezoid); the share of the
+    top-k that the screen classifies (any class >= threshold) at the last revision."""
+    if any(c.pr is None for c in traj.checkpoints) or len(traj.checkpoints) < 2:
+        return None
+    pr = np.stack([c.pr for c in traj.checkpoints])  # [revisions, layers, heads]
+    x = np.log10(np.maximum(traj.tokens, 1.0))
+    integral = ((pr[1:] + pr[:-1]) / 2 * np.diff(x)[:, None, None]).sum(0)
+    k = min(top_k, integral.size)
+    order = np.argsort(-integral, axis=None, kind="stable")[:k]
+    top = [tuple(map(int, np.unravel_index(i, integral.shape))) for i in order]
+    final = traj.checkpoints[-1].sel
+    classified = [bool((final[l, h] >= class_threshold).any()) for l, h in top]
+    return {"top_k": k, "heads": [head_label(l, h) for l, h in top],
+            "classified_share": float(np.mean(classified)),
+            "induction_share": float(np.mean([final[l, h, INDUCTION] >= class_threshold for l, h in top]))}
+
+
+def model_findings(traj: Trajectory, class_threshold: float = 30.0, circuit_threshold: float = 50.0) -> dict:
+    names = [c.revision for c in traj.checkpoints]
+    total_tokens = traj.checkpoints[-1].tokens
+    bos = bos_fractions(traj, class_threshold)
+    per_layer = (traj.sel[..., FIRST_TOKEN] >= class_threshold).sum(axis=2)  # [revisions, layers]
+    n_ind = induction_counts(traj, circuit_threshold)
+    rec, topk = recall(traj, class_threshold, circuit_threshold)
+    revisions = [
+        {"revision": c.revision, "tokens": c.tokens, "bos_fraction": float(bos[i]),
+         "bos_per_layer": per_layer[i].tolist(), "n_induction": int(n_ind[i]),
+         "induction_recall": None if rec[i] is None else float(rec[i]),
+         "topk_recall": None if topk[i] is None else float(topk[i]), **c.extras}
+        for i, c in enumerate(traj.checkpoints)
+    ]
+    onset = _first(n_ind >= ONSET_HEADS)
+    f3 = {"induction_onset": _milestone(traj, onset)}
+    for pct in BOS_MILESTONES:
+        f3[f"bos_{pct}"] = _milestone(traj, _first(bos >= pct / 100 - 1e-12))
+    f3["gap_ratio"] = (f3["bos_50"]["tokens"] / f3["induction_onset"]["tokens"]
+                       if f3["bos_50"] and f3["induction_onset"] else None)
+    f4 = {name: _milestone(traj, _first([r is not None and r >= level for r in rec]), total_tokens)
+          for name, level in RECALL_MILESTONES.items()}
+    f4["topk_recall_67"] = _milestone(traj, _first([r is not None and r >= Fraction(2, 3) for r in topk]),
+                                      total_tokens)
+    f4["final_circuit"] = [head_label(l, h) for l, h in final_circuit(traj, circuit_threshold)]
+    return {
+        "revisions": revisions,
+        "f1": {"zero_bos_layers": [int(l) for l in np.flatnonzero(per_layer.sum(0) == 0)]},
+        "f2": f2_shape(bos, names),
+        "f3": f3,
+        "f4": f4,
+        "f5": f5_leads(traj, circuit_threshold),
+        "pr_integral_ranking": pr_integral_ranking(traj, class_threshold),
+    }
+
+
+def panel_findings(trajectories: dict[str, Trajectory], class_threshold: float = 30.0,
+                   circuit_threshold: float = 50.0) -> dict:
+    return {"thresholds": {"class": class_threshold, "circuit": circuit_threshold},
+            "models": {m: model_findings(t, class_threshold, circuit_threshold) for m, t in trajectories.items()}}

@@ -1,0 +1,104 @@
+"""report.md: each finding in words next to its numbers (and the published ones, when
+the reference study's data is the input)."""
+
+from __future__ import annotations
+
+from emergence.report import published
+
+
+def _b(tokens) -> str:
+    if tokens is None:
+        return "-"
+    return f"{tokens / 1e9:.3g}B" if tokens >= 1e8 else f"{tokens:,.0f}"
+
+
+def _m(milestone) -> str:
+    return "never" if milestone is None else f"{milestone['revision']} ({_b(milestone['tokens'])})"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def render(findings: dict, conclusions: list[dict], figures: list[str], reference: bool) -> str:
+    th = findings["thresholds"]
+    out = [f"# Panel report\n",
+           f"Thresholds: class / BOS membership >= {th['class']:g}x baseline, induction circuit >= "
+           f"{th['circuit']:g}x. Input: {'the reference study data' if reference else 'run directories'}.\n"]
+    for model, f in findings["models"].items():
+        pub = reference and model in published.BOS_FRACTION
+        out.append(f"## {model}\n")
+        head = "| revision | tokens | BOS % | induction heads | recall | top-k recall |"
+        sep = "|---|---|---|---|---|---|"
+        if pub:
+            head += " published BOS % | published induction |"
+            sep += "---|---|"
+        if any("icl_score" in r for r in f["revisions"]):
+            head += " in-context score |"
+            sep += "---|"
+        out += [head, sep]
+        for i, r in enumerate(f["revisions"]):
+            row = (f"| {r['revision']} | {_b(r['tokens'])} | {100 * r['bos_fraction']:.1f} | {r['n_induction']} | "
+                   f"{_pct(r['induction_recall'])} | {_pct(r['topk_recall'])} |")
+            if pub and i < len(published.BOS_FRACTION[model]):
+                row += f" {published.BOS_FRACTION[model][i]} | {published.N_INDUCTION[model][i]} |"
+            if "icl_score" in r:
+                row += f" {r['icl_score']:.2f} |"
+            out.append(row)
+        f1, f2, f3, f4 = f["f1"], f["f2"], f["f3"], f["f4"]
+        out.append("")
+        out.append(f"- **F1 zero-BOS floor**: layers with no BOS head at any revision: "
+                   f"{f1['zero_bos_layers'] or 'none'}.")
+        if f2["largest_jump"]:
+            text = (f"- **F2 shape**: {f2['shape']}; largest adjacent rise {f2['largest_jump_pp']:+.1f} pp "
+                    f"({f2['largest_jump'][0]} -> {f2['largest_jump'][1]}), {_pct(f2['jump_share'])} of the "
+                    f"rise to the final {_pct(f2['final_bos_fraction'])}; "
+                    f"{'monotonic' if f2['monotonic'] else 'not monotonic (largest drop %.1f pp)' % f2['largest_drop_pp']}.")
+            if pub:
+                text += (f" Published: {published.SHAPE[model]}, {published.LARGEST_JUMP_PP[model]:+.1f} pp, "
+                         f"{published.JUMP_SHARE[model]:.0%} of the rise.")
+            out.append(text)
+        text = (f"- **F3 separation**: induction onset (>= 3 heads) {_m(f3['induction_onset'])}; BOS 10/30/50/70%: "
+                f"{', '.join(_m(f3[f'bos_{p}']) for p in (10, 30, 50, 70))}; gap BOS-50% / onset = "
+                f"{'-' if f3['gap_ratio'] is None else '%.1fx' % f3['gap_ratio']}.")
+        if pub:
+            gap = published.GAP_RATIO[model]
+            text += (f" Published: onset {published.ONSET_B[model]}B, BOS-50% {published.BOS_50_B[model]}B"
+                     + (f", gap {gap}x." if gap else " (Pythia: both ~6B, below the panel's resolution)."))
+        out.append(text)
+        frac = lambda m: "" if m is None else f", {100 * m['fraction_of_training']:.1f}% of training"  # noqa: E731
+        text = (f"- **F4 early convergence** (final circuit {', '.join(f4['final_circuit']) or 'empty'}; recall = "
+                f"share of it at >= {th['class']:g}x): 1/3 at {_m(f4['recall_33'])}{frac(f4['recall_33'])}; "
+                f"2/3 at {_m(f4['recall_67'])}{frac(f4['recall_67'])}; all at {_m(f4['recall_100'])}"
+                f"{frac(f4['recall_100'])}; top-k recall 2/3 at {_m(f4['topk_recall_67'])}.")
+        if pub:
+            text += (f" Published 67%: {published.RECALL_67_B[model]}B (the study's 33% and 100% rows follow no "
+                     f"single definition; ours are the definition above).")
+        out.append(text)
+        f5 = f["f5"]
+        lines = []
+        for name, h in f5["heads"].items():
+            if h["lead"] is not None:
+                lines.append(f"{name}: PR rise at {_m(h['pr_rise'])}, selectivity >= {th['circuit']:g}x at "
+                             f"{_m(h['selectivity_cross'])}: lead {h['lead']:.1f}x")
+            else:
+                lines.append(f"{name}: no lead ({h.get('reason')})")
+        text = f"- **F5 PR leads selectivity** ({f5['pr_estimator'] or 'no PR'}): " + ("; ".join(lines) or "no heads.")
+        if pub and model in published.F5_LEAD:
+            text += " Published: " + ", ".join(f"{h} ~{v}x" for h, v in published.F5_LEAD[model].items()) + "."
+        out.append(text)
+        ranking = f["pr_integral_ranking"]
+        if ranking:
+            out.append(f"- **PR-integral ranking**: of the top {ranking['top_k']} heads by the integral of PR over "
+                       f"log tokens, {_pct(ranking['classified_share'])} are classified by the screen at the last "
+                       f"revision ({_pct(ranking['induction_share'])} as induction members).")
+        out.append("")
+    out.append("## Threshold sensitivity\n")
+    out.append("Recomputed from the stored per-head selectivities over BOS/class thresholds "
+               "10-100x and circuit thresholds 20-200x (see `sensitivity.csv`).\n")
+    out += ["| model | conclusion | holds across the grid | detail |", "|---|---|---|---|"]
+    out += [f"| {c['model']} | {c['conclusion']} | {'yes' if c['holds'] else 'no'} | {c['detail']} |"
+            for c in conclusions]
+    out.append("\n## Figures\n")
+    out += [f"![{name}]({name})" for name in figures]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,126 @@
+"""Reading a panel: per-head selectivities (and PR) of one model at several revisions.
+
+Two sources give the same ``Trajectory``:
+* run directories written by ``python -m emergence`` (``summary.json`` + ``heads.csv``);
+* the reference study's files (``per_revision/*.json`` + ``pr/*_trajectory.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from emergence.results import SUMMARY_FILE, read_run
+from emergence.screen import CLASSES
+
+# Reference file prefixes -> our model keys, and how their revision names give tokens.
+REFERENCE_PREFIXES = {"pythia1b": "pythia", "olmo": "olmo", "olmoe": "olmoe"}
+REFERENCE_PR_FILES = {"pythia": "pythia_1b_phase1_trajectory.json", "olmo": "olmo_phase1_trajectory.json",
+                      "olmoe": "olmoe_phase1_trajectory.json"}
+PYTHIA_TOKENS_PER_STEP = 2_097_152
+
+
+@dataclass
+class Checkpoint:
+    """One revision of one model. ``sel`` [layers, heads, 6] (order ``CLASSES``); ``pr`` [layers, heads]."""
+
+    revision: str
+    tokens: float
+    sel: np.ndarray
+    pr: np.ndarray | None = None
+    extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score
+
+
+@dataclass
+class Trajectory:
+    model: str
+    checkpoints: list[Checkpoint]  # ordered by tokens
+    pr_estimator: str | None  # which spectral estimator ``pr`` holds
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return np.array([c.tokens for c in self.checkpoints], dtype=float)
+
+    @property
+    def sel(self) -> np.ndarray:
+        """[revisions, layers, heads, 6]"""
+        return np.stack([c.sel for c in self.checkpoints])
+
+
+def reference_tokens(model: str, revision: str) -> float:
+    if model == "pythia":
+        return int(re.fullmatch(r"step(\d+)", revision).group(1)) * PYTHIA_TOKENS_PER_STEP
+    return int(re.search(r"tokens(\d+)B", revision).group(1)) * 1e9
+
+
+def _head_grid(per_head: dict, value) -> np.ndarray:
+    """{"L3_H7": x} -> [layers, heads, ...] array of value(x)."""
+    index = {tuple(map(int, re.fullmatch(r"L(\d+)_H(\d+)", k).groups())): v for k, v in per_head.items()}
+    n_layers = 1 + max(l for l, _ in index)
+    n_heads = 1 + max(h for _, h in index)
+    return np.array([[value(index[(l, h)]) for h in range(n_heads)] for l in range(n_layers)], dtype=float)
+
+
+def load_reference(root: Path) -> dict[str, Trajectory]:
+    """The reference study's per-head results (format: its SOURCE.md)."""
+    root = Path(root)
+    files = sorted((root / "per_revision").glob("*_mechinterp_*.json"))
+    if not files:
+        raise FileNotFoundError(f"no per_revision/*_mechinterp_*.json under {root}")
+    by_model: dict[str, list[Checkpoint]] = {}
+    for path in files:
+        prefix, revision = path.stem.split("_mechinterp_")
+        model = REFERENCE_PREFIXES[prefix]
+        data = json.loads(path.read_text())
+        sel = _head_grid(data["all_head_selectivity"],
+                         lambda d: [d[c.replace("_", "-")] for c in CLASSES])
+        by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel))
+    trajectories = {}
+    for model, checkpoints in by_model.items():
+        checkpoints.sort(key=lambda c: c.tokens)
+        pr_path = root / "pr" / REFERENCE_PR_FILES[model]
+        if pr_path.exists():
+            pr_data = json.loads(pr_path.read_text())
+            for i, revision in enumerate(pr_data["revisions"]):
+                pr = _head_grid(pr_data["pr"], lambda values: values[i])
+                for c in checkpoints:
+                    if c.revision == revision:
+                        c.pr = pr
+        trajectories[model] = Trajectory(model, checkpoints, "pr_entropy_rank" if pr_path.exists() else None)
+    return trajectories
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Complete run directories (with a summary) at or under the given paths."""
+    found = []
+    for path in map(Path, paths):
+        found += [p.parent for p in sorted(path.rglob(SUMMARY_FILE))] if path.is_dir() else []
+    return sorted(set(found))
+
+
+def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
+    """Runs grouped by ``summary['model']``, ordered by tokens. A revision analysed twice
+    (e.g. under two threshold presets) is kept once: the selectivities do not depend on it."""
+    by_model: dict[str, dict[str, Checkpoint]] = {}
+    for run_dir in find_runs(paths):
+        summary, rows = read_run(run_dir)
+        if summary["tokens"] is None:
+            raise ValueError(f"{run_dir}: run has no token count (revision {summary['revision']!r}); "
+                             "a panel needs revisions with known tokens")
+        n_layers, n_heads = summary["n_layers"], summary["n_heads"]
+        sel = np.zeros((n_layers, n_heads, len(CLASSES)))
+        pr = np.zeros((n_layers, n_heads))
+        for r in rows:
+            sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
+            pr[r["layer"], r["head"]] = r[pr_estimator]
+        extras = {k: summary[k] for k in ("icl_score",) if summary.get(k) is not None}
+        by_model.setdefault(summary["model"], {})[summary["revision"]] = Checkpoint(
+            summary["revision"], float(summary["tokens"]), sel, pr, extras)
+    if not by_model:
+        raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
+    return {m: Trajectory(m, sorted(cs.values(), key=lambda c: c.tokens), pr_estimator)
+            for m, cs in by_model.items()}

@@ -1,0 +1,75 @@
+"""The toy panel's synthetic training corpus, generated on the fly from a seed.
+
+Two kinds of sequence, half each in every batch (no BOS: position 0 holds an
+arbitrary token, as in the packed documents the real panel models were trained on):
+
+* filler: a Zipf-bigram chain (each token has its own Zipf-shaped distribution over a
+  random ordering of the vocabulary) with random spans copied later in the sequence;
+* repeats: one random span repeated end to end.
+
+Only the copies reward attending back to "the token after the previous occurrence of
+the current token", so induction heads form, and abruptly, as in real pretraining.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class ToyCorpus:
+    def __init__(self, vocab_size: int, seq_len: int, seed: int, zipf_exponent: float = 1.1,
+                 span_min: int = 8, span_max: int = 24, spans_per_filler: int = 2, repeat_fraction: float = 0.5):
+        self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
+        self.span_min, self.span_max, self.spans_per_filler = span_min, span_max, spans_per_filler
+        self.repeat_fraction = repeat_fraction
+        rng = np.random.default_rng(seed)
+        ranks = np.arange(1, vocab_size + 1, dtype=np.float64) ** -zipf_exponent
+        order = np.argsort(rng.random((vocab_size, vocab_size)), axis=1)  # a random ordering per row
+        probs = np.empty((vocab_size, vocab_size))
+        np.put_along_axis(probs, order, ranks / ranks.sum(), axis=1)
+        self.bigram_cdf = np.cumsum(probs, axis=1)
+
+    def batch(self, step: int, size: int) -> torch.Tensor:
+        """The training batch of ``step``: [size, seq_len] int64, a pure function of (seed, step)."""
+        rng = np.random.default_rng([self.seed, step])
+        n_repeat = int(size * self.repeat_fraction)
+        return torch.from_numpy(np.concatenate([self._repeats(rng, n_repeat), self._filler(rng, size - n_repeat)]))
+
+    def _bigram_chain(self, rng, n: int) -> np.ndarray:
+        out = np.empty((n, self.seq_len), dtype=np.int64)
+        out[:, 0] = rng.integers(0, self.vocab_size, size=n)
+        for t in range(1, self.seq_len):
+            u = rng.random(n)[:, None]
+            out[:, t] = (self.bigram_cdf[out[:, t - 1]] < u).sum(1).clip(max=self.vocab_size - 1)
+        return out
+
+    def _filler(self, rng, n: int) -> np.ndarray:
+        seqs = self._bigram_chain(rng, n)
+        for seq in seqs:
+            for _ in range(self.spans_per_filler):
+                length = int(rng.integers(self.span_min, self.span_max + 1))
+                first = int(rng.integers(0, self.seq_len - 2 * length))
+                second = int(rng.integers(first + length, self.seq_len - length + 1))
+                seq[first:first + length] = rng.integers(0, self.vocab_size, size=length)
+                seq[second:second + length] = seq[first:first + length]
+        return seqs
+
+    def _repeats(self, rng, n: int) -> np.ndarray:
+        out = np.empty((n, self.seq_len), dtype=np.int64)
+        for seq in out:
+            length = int(rng.integers(self.span_min, 2 * self.span_max + 1))
+            span = rng.integers(0, self.vocab_size, size=length)
+            seq[:] = np.resize(span, self.seq_len)
+        return out
+
+
+def copy_eval_batch(vocab_size: int, seq_len: int, n: int, span: int, seed: int) -> tuple[torch.Tensor, int, int]:
+    """Uniform random tokens with one span copied: (tokens [n, T], first copy start, second copy start).
+
+    The in-context-learning score compares the loss on the two copies."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, vocab_size, size=(n, seq_len))
+    first, second = seq_len // 4, seq_len // 4 + seq_len // 2
+    tokens[:, second:second + span] = tokens[:, first:first + span]
+    return torch.from_numpy(tokens), first, second

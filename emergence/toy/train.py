@@ -1,0 +1,119 @@
+"""Train a toy panel model from scratch and save its checkpoints like a Hub repo's revisions.
+
+``train(model_cfg)`` builds a tiny GPTNeoX / Olmo / Olmoe from ``model.toy`` (the
+recipe), trains it on ``ToyCorpus`` with a fixed seed, and at every panel step saves a
+Hugging Face checkpoint (safetensors + config) in ``<name_or_path>/<revision>/``. The
+manifest (``manifest.json``: steps, tokens seen, training loss, in-context score) is
+written last, so a directory with a manifest holds a complete panel.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeConfig, OlmoeForCausalLM,
+                          OlmoForCausalLM)
+
+from emergence.results import atomic_write_text
+from emergence.toy.corpus import ToyCorpus, copy_eval_batch
+
+MANIFEST = "manifest.json"
+ICL_SPAN = 16  # length of the copied span in the in-context-learning evaluation
+ICL_EVAL_SEED = 12345
+
+
+def build_model(recipe):
+    """A randomly initialised model of the recipe's architecture (seeded)."""
+    torch.manual_seed(recipe.seed)
+    common = dict(vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size,
+                  num_hidden_layers=recipe.n_layers, num_attention_heads=recipe.n_heads,
+                  intermediate_size=recipe.intermediate_size, max_position_embeddings=recipe.seq_len,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    if recipe.architecture == "gpt_neox":
+        model = GPTNeoXForCausalLM(GPTNeoXConfig(**common))
+    elif recipe.architecture == "olmo":
+        model = OlmoForCausalLM(OlmoConfig(**common, clip_qkv=recipe.clip_qkv))
+    elif recipe.architecture == "olmoe":
+        model = OlmoeForCausalLM(OlmoeConfig(**common, clip_qkv=recipe.clip_qkv, num_experts=recipe.n_experts,
+                                             num_experts_per_tok=recipe.experts_per_token))
+    else:
+        raise ValueError(f"toy architecture {recipe.architecture!r}: use gpt_neox, olmo or olmoe")
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
+def in_context_score(model, recipe) -> float:
+    """Mean loss on the first copy of a random span minus on its second copy (nats).
+
+    About 0 without in-context copying; large once induction heads copy the span."""
+    tokens, first, second = copy_eval_batch(recipe.vocab_size, recipe.seq_len, 64, ICL_SPAN, ICL_EVAL_SEED)
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        logp = model(tokens).logits.float().log_softmax(-1)
+    model.train(was_training)
+    nll = -logp[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0]  # nll[:, t] is the loss of token t+1
+    # Skip each copy's first token: it cannot be predicted from context.
+    return float(nll[:, first:first + ICL_SPAN - 1].mean() - nll[:, second:second + ICL_SPAN - 1].mean())
+
+
+def is_complete(root: Path, model_cfg) -> bool:
+    manifest = root / MANIFEST
+    if not manifest.exists():
+        return False
+    saved = json.loads(manifest.read_text())
+    return saved.get("recipe") == asdict(model_cfg.toy) and \
+        [c["revision"] for c in saved["checkpoints"]] == [p.revision for p in model_cfg.panel]
+
+
+def train(model_cfg, root: Path | None = None) -> dict:
+    """Train the toy model of ``model_cfg`` and save its panel; returns the manifest."""
+    recipe = model_cfg.toy
+    root = Path(root or model_cfg.name_or_path).expanduser()
+    save_at = {int(p.step): p for p in model_cfg.panel}
+    steps = max(save_at)
+    corpus = ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, repeat_fraction=recipe.repeat_fraction)
+    model = build_model(recipe)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
+                                  weight_decay=recipe.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup_steps))
+    if root.exists():
+        shutil.rmtree(root)  # an incomplete or outdated panel: start over
+    root.mkdir(parents=True)
+    checkpoints, loss = [], None  # no training loss before the first step
+    model.train()
+    bar = tqdm(range(steps + 1), desc=f"training {model_cfg.key}", unit="step")
+    for step in bar:
+        if step in save_at:
+            entry = save_at[step]
+            model.save_pretrained(root / entry.revision, safe_serialization=True)
+            checkpoints.append({"revision": entry.revision, "step": step, "tokens": int(entry.tokens),
+                                "train_loss": loss, "icl_score": in_context_score(model, recipe)})
+            bar.set_postfix(icl=f"{checkpoints[-1]['icl_score']:.2f}")
+        if step == steps:
+            break
+        batch = corpus.batch(step, recipe.batch_size)
+        out = model(batch, labels=batch)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = out.loss.item()
+    manifest = {"model": model_cfg.key, "recipe": asdict(recipe), "checkpoints": checkpoints,
+                "torch": torch.__version__}
+    atomic_write_text(root / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def ensure_trained(model_cfg) -> None:
+    """Train the toy panel if it is missing, incomplete or from another recipe."""
+    root = Path(model_cfg.name_or_path).expanduser()
+    if not is_complete(root, model_cfg):
+        print(f"toy panel {model_cfg.key} not found in {root}: training it (once)")
+        train(model_cfg, root)
