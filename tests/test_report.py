@@ -1,0 +1,152 @@
+"""The panel report reproduces METHOD.md section 7 from the reference study's data, and
+gives the same numbers from run directories written in our own format."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emergence.report.__main__ import main as report_main
+from emergence.report.findings import f2_shape, model_findings, panel_findings
+from emergence.report.panel import Checkpoint, Trajectory, load_reference, load_runs
+from emergence.results import head_rows, write_run
+from emergence.screen import CLASSES, class_thresholds, screen
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper_results"
+needs_reference = pytest.mark.skipif(not REFERENCE.exists(), reason="shared/reference is not beside the checkout")
+
+BOS_PCT = {"pythia": [0, 0, 0, 0, 0, 0, 10.9, 29.7, 46.1, 57.8],
+           "olmo": [0, 0, 0.4, 0, 0, 7.4, 70.3, 77.7, 80.9, 80.9],
+           "olmoe": [3.5, 15.6, 42.2, 43.4, 50.8, 69.9, 71.5, 73.0, 74.2, 75.8]}
+N_INDUCTION = {"pythia": [0, 0, 0, 0, 0, 0, 5, 4, 4, 3], "olmo": [0, 0, 1, 3, 2, 3, 3, 3, 2, 3],
+               "olmoe": [5, 5, 6, 5, 5, 3, 3, 4, 4, 4]}
+
+
+def check_method_numbers(findings: dict) -> None:
+    models = findings["models"]
+    for model in ("pythia", "olmo", "olmoe"):
+        revs = models[model]["revisions"]
+        assert [round(100 * r["bos_fraction"], 1) for r in revs] == BOS_PCT[model]
+        assert [r["n_induction"] for r in revs] == N_INDUCTION[model]
+        assert {0, 1} <= set(models[model]["f1"]["zero_bos_layers"])  # F1
+    olmo, olmoe, pythia = models["olmo"], models["olmoe"], models["pythia"]
+    # F2
+    assert olmo["f2"]["largest_jump_pp"] == pytest.approx(62.9, abs=0.05)
+    assert olmo["f2"]["largest_jump"] == ["step56000-tokens117B", "step126000-tokens264B"]
+    assert olmo["f2"]["jump_share"] == pytest.approx(0.78, abs=0.005) and olmo["f2"]["shape"] == "abrupt"
+    assert pythia["f2"]["shape"] == olmoe["f2"]["shape"] == "gradual"
+    assert round(pythia["f2"]["largest_jump_pp"], 1) in (18.7, 18.8)  # 18.75 published as 18.8
+    assert olmoe["f2"]["largest_jump_pp"] == pytest.approx(26.6, abs=0.05)
+    assert pythia["f2"]["jump_share"] == pytest.approx(0.33, abs=0.01)  # 18.8 / 57.8 from rounded values
+    assert olmoe["f2"]["jump_share"] == pytest.approx(0.35, abs=0.005)
+    # F3
+    assert olmo["f3"]["induction_onset"]["tokens"] == 23e9 and olmoe["f3"]["induction_onset"]["tokens"] == 20e9
+    assert pythia["f3"]["induction_onset"]["revision"] == "step3000"
+    assert olmo["f3"]["bos_50"]["tokens"] == 264e9 and olmoe["f3"]["bos_50"]["tokens"] == 419e9
+    assert pythia["f3"]["bos_50"]["revision"] == "step143000"
+    assert olmo["f3"]["gap_ratio"] == pytest.approx(11.5, abs=0.05)
+    assert olmoe["f3"]["gap_ratio"] == pytest.approx(21, abs=0.1)
+    # F4
+    assert olmo["f4"]["recall_67"]["tokens"] == 10e9 and olmoe["f4"]["recall_67"]["tokens"] == 41e9
+    assert pythia["f4"]["recall_67"]["revision"] == "step3000"
+    assert olmo["f4"]["recall_67"]["fraction_of_training"] == pytest.approx(0.003, abs=0.0005)
+    assert sorted(pythia["f4"]["final_circuit"]) == ["L4H4", "L7H0", "L7H1"]
+    assert sorted(olmo["f4"]["final_circuit"]) == ["L12H8", "L2H11", "L4H12"]
+    assert sorted(olmoe["f4"]["final_circuit"]) == ["L12H14", "L5H10", "L7H0", "L9H8"]
+    # F5
+    l4h4 = pythia["f5"]["heads"]["L4H4"]
+    assert l4h4["pr_rise"]["revision"] == "step256" and l4h4["selectivity_cross"]["revision"] == "step3000"
+    assert l4h4["lead"] == pytest.approx(11.7, abs=0.05)
+    assert l4h4["pr"][0] == pytest.approx(1.96, abs=0.01) and l4h4["pr"][4] == pytest.approx(27.35, abs=0.01)
+    assert l4h4["selectivity"][6] == pytest.approx(171.8, abs=0.1)
+    for head in olmoe["f5"]["heads"].values():  # OLMoE starts high at 20B: no measurable rise
+        assert head["lead"] is None and "no measurable rise" in head["reason"]
+
+
+@needs_reference
+def test_reference_data_reproduces_method_section_7():
+    check_method_numbers(panel_findings(load_reference(REFERENCE)))
+
+
+def as_run_dirs(trajectories: dict, root: Path) -> None:
+    """Write each checkpoint as `python -m emergence` would (baseline attention 1e-3)."""
+    for model, traj in trajectories.items():
+        for c in traj.checkpoints:
+            scr = screen(c.sel, class_thresholds(30.0), 50.0)
+            attention = np.concatenate([c.sel * 1e-3, np.full(c.sel.shape[:2] + (1,), 1e-3)], -1)
+            rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), c.pr)
+            summary = {"model": model, "revision": c.revision, "tokens": c.tokens, "step": None,
+                       "n_layers": c.sel.shape[0], "n_heads": c.sel.shape[1]}
+            write_run(root / model / c.revision, rows, summary)
+
+
+@needs_reference
+def test_run_directories_give_the_same_findings(tmp_path):
+    reference = load_reference(REFERENCE)
+    as_run_dirs(reference, tmp_path / "multirun")
+    from_runs = load_runs([tmp_path / "multirun"], pr_estimator="pr_entropy_rank")
+    check_method_numbers(panel_findings(from_runs))
+    for model in reference:
+        np.testing.assert_allclose(from_runs[model].sel, reference[model].sel, rtol=1e-12)
+
+
+def toy_trajectory() -> Trajectory:
+    """2 layers x 2 heads, 3 revisions, with known answers."""
+    ind, first = CLASSES.index("induction"), CLASSES.index("first_token")
+    sels = np.zeros((3, 2, 2, 6))
+    sels[1, 1, 0, ind] = 40  # L1H0: member (>= 30) at r1, circuit (>= 50) at r2
+    sels[2, 1, 0, ind] = 60
+    sels[2, 1, 1, ind] = 80  # L1H1: only at r2
+    sels[2, 1, 1, first] = 35  # BOS member at r2 only (1 of 4 heads)
+    prs = np.ones((3, 2, 2))
+    prs[1, 1, 0] = 3.0  # PR rise of L1H0 at r1
+    cps = [Checkpoint(f"r{i}", t, sels[i], prs[i]) for i, t in enumerate((1e6, 1e7, 1e8))]
+    return Trajectory("toy", cps, "pr")
+
+
+def test_findings_on_a_hand_made_trajectory():
+    f = model_findings(toy_trajectory())
+    assert [r["bos_fraction"] for r in f["revisions"]] == [0, 0, 0.25]
+    assert [r["n_induction"] for r in f["revisions"]] == [0, 0, 2]
+    assert [r["induction_recall"] for r in f["revisions"]] == [0, 0.5, 1]
+    assert f["f1"]["zero_bos_layers"] == [0]
+    assert f["f3"]["induction_onset"] is None  # never 3 heads
+    assert f["f4"]["recall_33"]["revision"] == "r1" and f["f4"]["recall_67"]["revision"] == "r2"
+    assert f["f4"]["recall_67"]["fraction_of_training"] == 1.0
+    h = f["f5"]["heads"]["L1H0"]
+    assert h["pr_rise"]["revision"] == "r1" and h["selectivity_cross"]["revision"] == "r2"
+    assert h["lead"] == pytest.approx(10.0)
+    assert f["f5"]["heads"]["L1H1"]["lead"] is None
+
+
+def test_shape_from_the_largest_jump():
+    f = f2_shape(np.array([0.0, 0.1, 0.7, 0.8]), ["a", "b", "c", "d"])
+    assert f["largest_jump"] == ["b", "c"] and f["shape"] == "abrupt" and f["monotonic"]
+    assert f["jump_share"] == pytest.approx(0.6 / 0.8)
+    g = f2_shape(np.array([0.0, 0.2, 0.15, 0.4, 0.6]), list("abcde"))
+    assert g["shape"] == "gradual" and not g["monotonic"] and g["largest_drop_pp"] == pytest.approx(-5)
+
+
+@needs_reference
+def test_cli_writes_all_outputs(tmp_path):
+    out = tmp_path / "report"
+    report_main(["--reference", str(REFERENCE), "--out", str(out), "--wandb-mode", "disabled"])
+    findings = json.loads((out / "findings.json").read_text())
+    assert set(findings["models"]) == {"pythia", "olmo", "olmoe"}
+    text = (out / "report.md").read_text()
+    assert "+62.9 pp" in text and "Published" in text
+    for name in findings["figures"]:
+        assert (out / name).stat().st_size > 1000
+    assert {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "sensitivity_gap.png",
+            "bos_per_layer_olmo.png", "induction_heads_pythia.png"} <= set(findings["figures"])
+    held = {(c["model"], c["conclusion"]): c["holds"] for c in findings["sensitivity"]}
+    assert held[("olmo", "BOS shape is the same everywhere")] is True
+    assert (out / "sensitivity.csv").read_text().count("\n") == 3 * 36 + 1
+
+
+def test_missing_input_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        report_main([str(tmp_path), "--out", str(tmp_path / "o"), "--wandb-mode", "disabled"])
+    assert exit_info.value.code == 2
+    assert "no run directories" in capsys.readouterr().err
