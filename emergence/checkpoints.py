@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +49,33 @@ def resolve_revision(cfg: Config) -> Revision:
     for entry in panel:
         if entry.revision == rev.name:
             return Revision(entry.revision, int(entry.step), int(entry.tokens))
+    check_revision_name(rev.name, model.revision_scheme, panel)
     step, tokens = parse_revision_name(rev.name, model.tokens_per_step)
     return Revision(rev.name, step, tokens)
+
+
+# Pythia's published checkpoints: step0, log-spaced steps 1..512, then every 1000 to 143000.
+PYTHIA_STEPS = [0, *(2**k for k in range(10)), *range(1000, 143001, 1000)]
+
+
+def check_revision_name(name: str, scheme: str | None, panel) -> None:
+    """Refuse a branch name that cannot exist under the model's naming scheme."""
+    if scheme is None:
+        return
+    digits = re.search(r"\d+", name)
+    step = int(digits.group(0)) if digits else 0
+    if scheme == "pythia":
+        m = re.fullmatch(r"step(\d+)", name)
+        if m and int(m.group(1)) in PYTHIA_STEPS:
+            return
+        nearest = sorted(sorted(PYTHIA_STEPS, key=lambda s: abs(s - step))[:2])
+        raise UsageError(f"revision.name={name!r} is invalid: Pythia publishes step0, step1..step512 (powers of 2) "
+                         f"and every 1000 steps to step143000; nearest: {', '.join(f'step{s}' for s in nearest)}")
+    if re.fullmatch(r"step\d+-tokens\d+B", name):
+        return
+    nearest = sorted(panel, key=lambda e: abs(int(e.step) - step))[:2]
+    raise UsageError(f"revision.name={name!r} is invalid: branches are named step{{N}}-tokens{{M}}B; "
+                     f"nearest panel revisions: {', '.join(e.revision for e in nearest)}")
 
 
 def parse_revision_name(name: str, tokens_per_step: int | None) -> tuple[int | None, int | None]:
@@ -129,7 +155,14 @@ def source(cfg: Config, revision: Revision) -> tuple[str, str | None]:
 def load_config(cfg: Config, revision: Revision):
     """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
     path, rev = source(cfg, revision)
-    hf_config = AutoConfig.from_pretrained(path, revision=rev, trust_remote_code=cfg.model.trust_remote_code)
+    try:
+        hf_config = AutoConfig.from_pretrained(path, revision=rev, trust_remote_code=cfg.model.trust_remote_code)
+    except (OSError, ValueError) as err:  # not cached and no route, unknown repo or branch, bad path
+        where = f"{path}@{rev}" if rev else path
+        hint = ("it is not in the local Hugging Face cache and the Hub is offline (HF_HUB_OFFLINE=1); fetch it "
+                f"where there is a network: huggingface-cli download {path} --revision {rev}"
+                if os.environ.get("HF_HUB_OFFLINE") == "1" else f"{type(err).__name__}: {str(err).splitlines()[0]}")
+        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: {hint}") from None
     architecture_spec(hf_config.model_type)
     return hf_config
 

@@ -75,6 +75,9 @@ class ModelConfig:
     architecture: Optional[str] = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
     dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU
     tokens_per_step: Optional[int] = None
+    # How branch names look, to validate revision=custom: pythia (step{N}, N published),
+    # step_tokens (step{N}-tokens{M}B), or null (anything goes).
+    revision_scheme: Optional[str] = None
     panel: List[PanelEntry] = field(default_factory=list)
     trust_remote_code: bool = False
     probe_fit: ProbeFit = field(default_factory=ProbeFit)
