@@ -44,6 +44,7 @@ class ProbeFit:
     seq_len: int = 256
     vocab_low: int = 100
     vocab_high: int = 10000
+    n_sequences: int = 2000
 
 
 @dataclass

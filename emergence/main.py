@@ -97,6 +97,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
                                             "(the reference code's estimator)",
                          "n_sequences": cap.spectral_n},
             "ablation": ablation_result,
+            "icl_score": toy_icl_score(cfg, revision),
             "timings": timings,
             "versions": {"emergence": emergence.__version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "python": platform.python_version()},
@@ -108,6 +109,14 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         tracking.log_checkpoint(run, summary, rows, figure)
     print_report(summary, scr, out_dir)
     return summary
+
+
+def toy_icl_score(cfg: Config, revision) -> float | None:
+    """A toy checkpoint's in-context score from its training manifest (None for other models)."""
+    if cfg.model.toy is None:
+        return None
+    record = toy_train.checkpoint_record(cfg.model, revision.name)
+    return None if record is None else record["icl_score"]
 
 
 def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, cap: capture.Capture) -> dict:
@@ -158,6 +167,9 @@ def main(dict_cfg: DictConfig) -> None:
     cfg: Config = OmegaConf.to_object(dict_cfg)
     try:
         analyse(cfg, Path(HydraConfig.get().runtime.output_dir))
-    except UsageError as err:
+    except UsageError as err:  # bad input: nothing was written
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except FloatingPointError as err:  # NaN/inf logits: a numerical failure, not a result
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+from transformers.utils import logging as hf_logging
 from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeConfig, OlmoeForCausalLM,
                           OlmoForCausalLM)
 
@@ -82,6 +83,7 @@ def train(model_cfg, root: Path | None = None) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
                                   weight_decay=recipe.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup_steps))
+    hf_logging.disable_progress_bar()  # one bar for the training, not one per saved checkpoint
     if root.exists():
         shutil.rmtree(root)  # an incomplete or outdated panel: start over
     root.mkdir(parents=True)
@@ -109,6 +111,14 @@ def train(model_cfg, root: Path | None = None) -> dict:
                 "torch": torch.__version__}
     atomic_write_text(root / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def checkpoint_record(model_cfg, revision: str) -> dict | None:
+    """The manifest's entry (step, tokens, train loss, in-context score) for one revision."""
+    manifest = Path(model_cfg.name_or_path).expanduser() / MANIFEST
+    if not manifest.exists():
+        return None
+    return next((c for c in json.loads(manifest.read_text())["checkpoints"] if c["revision"] == revision), None)
 
 
 def ensure_trained(model_cfg) -> None:

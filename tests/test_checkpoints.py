@@ -1,0 +1,55 @@
+import pytest
+
+from emergence.checkpoints import PYTHIA_STEPS, parse_revision_name, resolve_revision
+from emergence.config import UsageError, compose_config
+
+
+@pytest.mark.parametrize("model,revision,step,tokens", [
+    ("pythia", "r3", 64, 64 * 2_097_152),
+    ("olmo", "r3", 11000, 23 * 10**9),
+    ("olmoe", "r3", 50000, 209 * 10**9),
+    ("pythia", "final", 143000, 143000 * 2_097_152),
+    ("olmoe", "r0", 5000, 20 * 10**9),
+])
+def test_panel_revisions_resolve_to_branch_step_and_tokens(model, revision, step, tokens):
+    rev = resolve_revision(compose_config([f"model={model}", f"revision={revision}"]))
+    assert (rev.step, rev.tokens) == (step, tokens)
+
+
+def test_panel_branch_names():
+    assert resolve_revision(compose_config(["model=pythia", "revision=r3"])).name == "step64"
+    assert resolve_revision(compose_config(["model=olmo", "revision=r3"])).name == "step11000-tokens23B"
+    assert resolve_revision(compose_config(["model=olmoe", "revision=r3"])).name == "step50000-tokens209B"
+
+
+def test_custom_revisions_parse_tokens():
+    rev = resolve_revision(compose_config(["model=pythia", "revision=custom", "revision.name=step2000"]))
+    assert (rev.step, rev.tokens) == (2000, 2000 * 2_097_152)
+    rev = resolve_revision(compose_config(["model=olmo", "revision=custom", "revision.name=step20000-tokens42B"]))
+    assert (rev.step, rev.tokens) == (20000, 42 * 10**9)
+    assert parse_revision_name("main", None) == (None, None)
+
+
+@pytest.mark.parametrize("model,name,nearest", [
+    ("pythia", "step999", "step512, step1000"),
+    ("pythia", "step144000", "step142000, step143000"),
+    ("olmo", "step11000", "step11000-tokens23B"),
+    ("olmoe", "main-ish", "step5000-tokens20B"),
+])
+def test_malformed_custom_revisions_name_the_nearest_valid_ones(model, name, nearest):
+    cfg = compose_config([f"model={model}", "revision=custom", f"revision.name={name}"])
+    with pytest.raises(UsageError) as err:
+        resolve_revision(cfg)
+    assert name in str(err.value) and nearest in str(err.value) and "\n" not in str(err.value)
+
+
+def test_pythia_published_steps():
+    assert len(PYTHIA_STEPS) == 1 + 10 + 143
+    assert {0, 1, 2, 512, 1000, 143000} <= set(PYTHIA_STEPS) and 999 not in PYTHIA_STEPS
+
+
+def test_index_out_of_range():
+    cfg = compose_config(["model=olmo", "revision=r9"])
+    cfg.revision.index = 12
+    with pytest.raises(UsageError, match="r0..r9"):
+        resolve_revision(cfg)
