@@ -35,22 +35,31 @@ def score_logits(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]
     }
 
 
+def _per_layer(circuit: list[tuple[int, int]]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for layer, _ in circuit:
+        counts[layer] = counts.get(layer, 0) + 1
+    return counts
+
+
+def control_shortfall(circuit: list[tuple[int, int]], n_heads: int) -> str | None:
+    """Why no matched control exists (a layer with fewer non-circuit heads than circuit heads), or None."""
+    short = [f"L{layer} ({k} circuit heads, {n_heads - k} others)"
+             for layer, k in sorted(_per_layer(circuit).items()) if n_heads - k < k]
+    return None if not short else "no matched-random control: too few non-circuit heads in " + ", ".join(short)
+
+
 def matched_random_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: int,
                         seed: int) -> list[list[tuple[int, int]]]:
     """``n_sets`` head sets with as many heads per layer as the circuit, drawn without
-    replacement from that layer's non-circuit heads (from all its heads if it has too few)."""
+    replacement from that layer's non-circuit heads (check ``control_shortfall`` first)."""
     rng = np.random.default_rng(seed)
-    per_layer: dict[int, int] = {}
-    for layer, _ in circuit:
-        per_layer[layer] = per_layer.get(layer, 0) + 1
     in_circuit = set(circuit)
     sets = []
     for _ in range(n_sets):
         heads = []
-        for layer, k in sorted(per_layer.items()):
+        for layer, k in sorted(_per_layer(circuit).items()):
             pool = [h for h in range(n_heads) if (layer, h) not in in_circuit]
-            if len(pool) < k:
-                pool = list(range(n_heads))
             heads += [(layer, int(h)) for h in rng.choice(pool, size=k, replace=False)]
         sets.append(heads)
     return sets

@@ -129,7 +129,9 @@ def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, cap: capture.Cap
     if not circuit:
         result["note"] = "empty induction circuit: nothing to ablate"
         return result
-    controls = ablation.matched_random_sets(circuit, arch.n_heads, cfg.ablate.n_random, cfg.ablate.seed)
+    shortfall = ablation.control_shortfall(circuit, arch.n_heads)
+    controls = [] if shortfall else ablation.matched_random_sets(circuit, arch.n_heads, cfg.ablate.n_random,
+                                                                 cfg.ablate.seed)
     conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
     scores = ablation.run_ablation(model, arch, batch, conditions, cfg.probe.batch_size, cap.position_mean)
     result["circuit"] = scores["circuit"]
@@ -137,12 +139,14 @@ def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, cap: capture.Cap
                         for i, heads in enumerate(controls)]
     clean_loss = cap.clean_metrics["loss"]
     circuit_rise = scores["circuit"]["loss"] - clean_loss
-    random_rise = float(np.mean([s["loss"] - clean_loss for s in result["random"]]))
+    random_rise = float(np.mean([s["loss"] - clean_loss for s in result["random"]])) if controls else None
     result["effect"] = {
         "circuit_loss_increase": circuit_rise,
         "random_loss_increase_mean": random_rise,
-        "ratio": circuit_rise / random_rise if random_rise > 0 else None,
+        "ratio": circuit_rise / random_rise if random_rise else None,
     }
+    if shortfall:
+        result["note"] = shortfall
     return result
 
 
@@ -157,8 +161,10 @@ def print_report(summary: dict, scr: screen.Screen, out_dir: Path) -> None:
     ab = summary["ablation"]
     if ab["effect"]:
         e = ab["effect"]
+        controls = ("no matched-random control" if e["random_loss_increase_mean"] is None
+                    else f"matched-random controls +{e['random_loss_increase_mean']:.3f}")
         print(f"ablation ({ab['mode']}): loss of B {ab['clean']['loss']:.3f} -> {ab['circuit']['loss']:.3f} "
-              f"(+{e['circuit_loss_increase']:.3f}); matched-random controls +{e['random_loss_increase_mean']:.3f}")
+              f"(+{e['circuit_loss_increase']:.3f}); {controls}")
     print(f"results: {out_dir}")
 
 

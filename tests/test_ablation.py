@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from emergence.ablation import ablating, head_mask, matched_random_sets, run_ablation, score_logits
+from emergence.ablation import (ablating, control_shortfall, head_mask, matched_random_sets, run_ablation,
+                                score_logits)
 from emergence.capture import run_probe
 from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
@@ -95,3 +96,8 @@ def test_matched_random_sets():
         assert len(set(heads)) == 3
     assert len({tuple(s) for s in sets}) > 1  # the sets differ
     assert sets == matched_random_sets(circuit, 8, 6, 0)  # and are reproducible
+    assert control_shortfall(circuit, 8) is None
+
+
+def test_a_layer_full_of_circuit_heads_has_no_matched_control():
+    assert "L1 (3 circuit heads, 1 others)" in control_shortfall([(1, 0), (1, 1), (1, 2), (2, 0)], 4)

@@ -46,24 +46,31 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
 
 
 def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
-    # A circuit threshold of 1e-6 puts every head with any induction attention in the circuit.
-    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL,
-                       "threshold.circuit=1e-6", "ablate.mode=mean"])
-    analyse(cfg, tmp_path)
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    model = ["model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL]
+    # A circuit threshold of 1e-6 puts every head in the circuit: no matched control can exist.
+    analyse(compose_cfg([*model, "threshold.circuit=1e-6"]), tmp_path / "all")
+    summary = json.loads((tmp_path / "all" / "summary.json").read_text())
     for key in ("model", "name_or_path", "revision", "step", "tokens", "architecture", "n_layers", "n_heads",
                 "head_dim", "dtype", "probe", "thresholds", "class_counts", "bos_fraction", "bos_per_layer",
                 "induction_circuit", "ablation", "timings", "versions"):
         assert key in summary, key
     assert summary["model"] == "local" and summary["step"] is None
-    _, rows = read_run(tmp_path)
+    _, rows = read_run(tmp_path / "all")
     assert summary["induction_circuit"] == [f"L{r['layer']}H{r['head']}" for r in rows if r["sel_induction"] >= 1e-6]
-    assert summary["induction_circuit"]
     ab = summary["ablation"]
+    assert ab["circuit"]["loss"] != ab["clean"]["loss"] and ab["random"] == []
+    assert "no matched-random control" in ab["note"] and ab["effect"]["ratio"] is None
+
+    # A threshold just above each layer's third-best induction head: at most 2 of 4 per layer.
+    third = max(sorted((r["sel_induction"] for r in rows if r["layer"] == l), reverse=True)[2] for l in range(2))
+    analyse(compose_cfg([*model, f"threshold.circuit={third * 1.0001}", "ablate.mode=mean"]), tmp_path / "some")
+    ab = json.loads((tmp_path / "some" / "summary.json").read_text())["ablation"]
     assert ab["mode"] == "mean" and len(ab["random"]) == 5
     for block in (ab["clean"], ab["circuit"], *ab["random"]):
         assert set(block) >= {"loss", "top1", "top5", "logit_b"}
-    assert (tmp_path / "classes.png").stat().st_size > 0
+    assert ab["effect"]["ratio"] == pytest.approx(ab["effect"]["circuit_loss_increase"]
+                                                  / ab["effect"]["random_loss_increase_mean"])
+    assert (tmp_path / "some" / "classes.png").stat().st_size > 0
 
 
 def test_empty_circuit_is_reported_not_an_error(tiny_dirs, tmp_path):

@@ -95,3 +95,28 @@ def test_in_context_score_separates_a_copier_from_a_uniform_model():
     assert in_context_score(Uniform(), recipe) == 0.0
     # Chance repeats of uniform tokens mislead a last-occurrence copier, but it still gains nats.
     assert in_context_score(Copier(), recipe) > 2
+
+
+@pytest.mark.slow
+def test_the_real_default_trains_toy_neox_and_finds_its_induction_circuit(tmp_path):
+    """`python -m emergence` with no arguments, on a fresh cache: the full toy_neox training."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "EMERGENCE_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
+
+    def run(*args):
+        res = subprocess.run([sys.executable, "-m", "emergence", "wandb.mode=disabled",
+                              f"hydra.run.dir={tmp_path / '_'.join(args or ('default',))}", *args],
+                             capture_output=True, text=True, env=env, timeout=1200)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return json.loads((tmp_path / "_".join(args or ("default",)) / "summary.json").read_text())
+
+    final = run()
+    assert final["model"] == "toy_neox" and final["revision"] == "step1024"
+    assert final["induction_circuit"], "the trained toy model has induction heads"
+    assert final["icl_score"] > 2  # and copies in context
+    assert final["ablation"]["circuit"]["loss"] > final["ablation"]["clean"]["loss"]
+    untrained = run("revision=r0")
+    assert untrained["induction_circuit"] == [] and untrained["member_counts"]["induction"] == 0

@@ -86,7 +86,7 @@ def recall(traj: Trajectory, class_threshold: float, circuit_threshold: float) -
 def f2_shape(fractions: np.ndarray, revisions: list[str]) -> dict:
     jumps = np.diff(fractions)
     total_rise = float(fractions[-1])
-    if len(jumps) == 0:
+    if len(jumps) == 0 or total_rise <= 0:  # nothing rose: no jump to speak of
         return {"largest_jump_pp": None, "largest_jump": None, "jump_share": None, "monotonic": True,
                 "shape": None, "final_bos_fraction": total_rise}
     i = int(np.argmax(jumps))

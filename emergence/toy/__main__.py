@@ -10,12 +10,15 @@ TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("models", nargs="*", default=list(TOY_MODELS), choices=TOY_MODELS)
+    parser.add_argument("models", nargs="*", help=f"any of {', '.join(TOY_MODELS)} (default: all three)")
     parser.add_argument("--force", action="store_true", help="retrain even if a complete panel exists")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override for the composed config, e.g. cache_dir=/tmp/toy")
     args = parser.parse_args()
-    for key in args.models:
+    unknown = set(args.models) - set(TOY_MODELS)
+    if unknown:
+        parser.error(f"unknown toy model(s) {sorted(unknown)}: choose from {', '.join(TOY_MODELS)}")
+    for key in args.models or TOY_MODELS:
         cfg = compose_config([f"model={key}", *args.override])
         if args.force:
             train(cfg.model)
