@@ -6,11 +6,11 @@ import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeConfig, OlmoeForCausalLM, OlmoForCausalLM
 
 VOCAB = 512
-CONTEXT = 128
+CONTEXT = 256
 
 
-def tiny_config(arch: str):
-    common = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+def tiny_config(arch: str, vocab_size: int = VOCAB):
+    common = dict(vocab_size=vocab_size, bos_token_id=None, eos_token_id=None, pad_token_id=None, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=64, max_position_embeddings=CONTEXT)
     if arch == "gpt_neox":
         return GPTNeoXConfig(**common, rotary_pct=0.25)
@@ -25,9 +25,9 @@ MODEL_CLASSES = {"gpt_neox": GPTNeoXForCausalLM, "olmo": OlmoForCausalLM, "olmoe
 ARCHS = tuple(MODEL_CLASSES)
 
 
-def tiny_model(arch: str, seed: int = 0, attn_implementation: str = "eager"):
+def tiny_model(arch: str, seed: int = 0, attn_implementation: str = "eager", vocab_size: int = VOCAB):
     torch.manual_seed(seed)
-    config = tiny_config(arch)
+    config = tiny_config(arch, vocab_size)
     config._attn_implementation = attn_implementation
     model = MODEL_CLASSES[arch](config).eval()
     with torch.no_grad():  # sharpen attention so patterns are not near-uniform
@@ -37,5 +37,5 @@ def tiny_model(arch: str, seed: int = 0, attn_implementation: str = "eager"):
     return model
 
 
-def save_tiny_model(arch: str, path, seed: int = 0) -> None:
-    tiny_model(arch, seed).save_pretrained(path, safe_serialization=True)
+def save_tiny_model(arch: str, path, seed: int = 0, vocab_size: int = VOCAB) -> None:
+    tiny_model(arch, seed, vocab_size=vocab_size).save_pretrained(path, safe_serialization=True)

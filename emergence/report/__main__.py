@@ -16,8 +16,10 @@ from pathlib import Path
 
 from emergence.report import figures, markdown, sensitivity
 from emergence.report.findings import panel_findings
-from emergence.report.panel import load_reference, load_runs
+from emergence.report.panel import load_reference, load_runs, shared_thresholds
 from emergence.results import atomic_write_text
+
+DEFAULT_CLASS_THRESHOLD, DEFAULT_CIRCUIT_THRESHOLD = 30.0, 50.0  # METHOD.md section 4
 
 
 def parse_args(argv=None):
@@ -26,8 +28,10 @@ def parse_args(argv=None):
     p.add_argument("runs", nargs="*", type=Path, help="run directories or folders holding them (e.g. a multirun)")
     p.add_argument("--reference", type=Path, help="the reference study's results (per_revision/, pr/)")
     p.add_argument("--out", type=Path, required=True, help="output folder")
-    p.add_argument("--class-threshold", type=float, default=30.0, help="class / BOS membership threshold (30)")
-    p.add_argument("--circuit-threshold", type=float, default=50.0, help="induction circuit threshold (50)")
+    p.add_argument("--class-threshold", type=float, default=None,
+                   help="class / BOS membership threshold (default: the runs' own if they agree, else 30)")
+    p.add_argument("--circuit-threshold", type=float, default=None,
+                   help="induction circuit threshold (default: the runs' own if they agree, else 50)")
     p.add_argument("--pr-estimator", choices=("pr", "pr_entropy_rank"), default="pr_entropy_rank",
                    help="spectral column of run directories used for F5 (the reference used pr_entropy_rank)")
     p.add_argument("--wandb-mode", choices=("offline", "online", "disabled"), default="offline")
@@ -36,7 +40,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if bool(args.runs) == bool(args.reference):
         p.error("give run directories or --reference DIR (exactly one of them)")
-    if args.class_threshold <= 0 or args.circuit_threshold <= 0:
+    if (args.class_threshold or 1) <= 0 or (args.circuit_threshold or 1) <= 0:
         p.error("thresholds must be > 0")
     return args
 
@@ -48,7 +52,7 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
     rows = sensitivity.grid(trajectories)
     held = sensitivity.conclusions(rows)
     made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
-            figures.icl_vs_tokens(findings, out), figures.sensitivity(rows, list(trajectories), out)]
+            figures.trajectories(findings, out), figures.sensitivity(rows, list(trajectories), out)]
     for model, f in findings["models"].items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
     names = [p.name for p in made if p is not None]
@@ -100,7 +104,10 @@ def main(argv=None) -> None:
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    findings = write_report(trajectories, args.out, args.class_threshold, args.circuit_threshold,
+    screened = shared_thresholds(trajectories) or (DEFAULT_CLASS_THRESHOLD, DEFAULT_CIRCUIT_THRESHOLD)
+    class_threshold = args.class_threshold if args.class_threshold is not None else screened[0]
+    circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
+    findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
                             reference=args.reference is not None)
     log_panel(findings, args.out, args)
     for model, f in findings["models"].items():

@@ -83,18 +83,24 @@ def recall_vs_tokens(findings: dict, out: Path) -> Path:
     return _save(fig, out / "recall_vs_tokens.png")
 
 
-def icl_vs_tokens(findings: dict, out: Path) -> Path | None:
-    models = {m: f for m, f in findings["models"].items() if any("icl_score" in r for r in f["revisions"])}
-    if not models:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for model, f in models.items():
-        revs = [r for r in f["revisions"] if "icl_score" in r]
-        ax.plot([max(r["tokens"], 1) for r in revs], [r["icl_score"] for r in revs], "o-", label=model)
-    _tokens_axis(ax)
-    ax.set_ylabel("in-context score (nats)")
-    ax.legend()
-    return _save(fig, out / "icl_vs_tokens.png")
+def trajectories(findings: dict, out: Path) -> Path:
+    """Per revision: induction heads, BOS fraction and (toy models) the in-context score."""
+    panels = [("n_induction", f"induction heads (>= {findings['thresholds']['circuit']:g}x)"),
+              ("bos_fraction", "BOS fraction")]
+    if any("icl_score" in r for f in findings["models"].values() for r in f["revisions"]):
+        panels.append(("icl_score", "in-context score (nats)"))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.4 * len(panels)), sharex=True)
+    for ax, (key, label) in zip(axes, panels):
+        for model, f in findings["models"].items():
+            revs = [r for r in f["revisions"] if key in r]
+            ax.plot([r["tokens"] for r in revs], [r[key] for r in revs], "o-", label=model)
+        ax.set_ylabel(label)
+    _tokens_axis(axes[-1])
+    positive = [r["tokens"] for f in findings["models"].values() for r in f["revisions"] if r["tokens"] > 0]
+    if positive and len(positive) < sum(len(f["revisions"]) for f in findings["models"].values()):
+        axes[-1].set_xscale("symlog", linthresh=min(positive))  # keeps step 0 (no tokens) on the axis
+    axes[0].legend(fontsize=7)
+    return _save(fig, out / "trajectories.png")
 
 
 def sensitivity(rows: list[dict], models: list[str], out: Path) -> Path:

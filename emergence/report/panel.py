@@ -40,6 +40,7 @@ class Trajectory:
     model: str
     checkpoints: list[Checkpoint]  # ordered by tokens
     pr_estimator: str | None  # which spectral estimator ``pr`` holds
+    thresholds: tuple[float, float] | None = None  # (class, circuit) the runs were screened with, if one pair
 
     @property
     def tokens(self) -> np.ndarray:
@@ -106,6 +107,7 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
     """Runs grouped by ``summary['model']``, ordered by tokens. A revision analysed twice
     (e.g. under two threshold presets) is kept once: the selectivities do not depend on it."""
     by_model: dict[str, dict[str, Checkpoint]] = {}
+    used: dict[str, set] = {}
     for run_dir in find_runs(paths):
         summary, rows = read_run(run_dir)
         if summary["tokens"] is None:
@@ -118,9 +120,19 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             pr[r["layer"], r["head"]] = r[pr_estimator]
         extras = {k: summary[k] for k in ("icl_score",) if summary.get(k) is not None}
+        classes = set(summary.get("thresholds", {}).get("classes", {}).values())
+        used.setdefault(summary["model"], set()).add(
+            (classes.pop(), summary["thresholds"]["circuit"]) if len(classes) == 1 else None)
         by_model.setdefault(summary["model"], {})[summary["revision"]] = Checkpoint(
             summary["revision"], float(summary["tokens"]), sel, pr, extras)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
-    return {m: Trajectory(m, sorted(cs.values(), key=lambda c: c.tokens), pr_estimator)
+    return {m: Trajectory(m, sorted(cs.values(), key=lambda c: c.tokens), pr_estimator,
+                          next(iter(used[m])) if len(used[m]) == 1 else None)
             for m, cs in by_model.items()}
+
+
+def shared_thresholds(trajectories: dict[str, Trajectory]) -> tuple[float, float] | None:
+    """The (class, circuit) thresholds every run of every model was screened with, if one pair."""
+    pairs = {t.thresholds for t in trajectories.values()}
+    return pairs.pop() if len(pairs) == 1 else None

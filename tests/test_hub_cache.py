@@ -1,0 +1,64 @@
+"""The real ``from_pretrained(repo, revision=...)`` path, offline, on a Hugging Face hub
+cache laid out by hand (refs/<branch> -> snapshots/<commit>/) under the real repo ids."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tiny_models import save_tiny_model
+
+PANEL_R3 = {"pythia": ("EleutherAI/pythia-1b", "gpt_neox", "step64", 64 * 2_097_152),
+            "olmo": ("allenai/OLMo-1B-0724-hf", "olmo", "step11000-tokens23B", 23 * 10**9),
+            "olmoe": ("allenai/OLMoE-1B-7B-0924", "olmoe", "step50000-tokens209B", 209 * 10**9)}
+
+
+def lay_out_cache(cache, repo: str, arch: str, branch: str) -> None:
+    """models--ORG--NAME/refs/<branch> holds a commit id; snapshots/<commit>/ the files."""
+    root = cache / f"models--{repo.replace('/', '--')}"
+    commit = hashlib.sha1(f"{repo}@{branch}".encode()).hexdigest()
+    (root / "refs").mkdir(parents=True, exist_ok=True)
+    (root / "refs" / branch).write_text(commit)
+    save_tiny_model(arch, root / "snapshots" / commit, vocab_size=10240)
+
+
+@pytest.mark.slow
+def test_offline_panel_sweep_from_a_hub_cache(tmp_path):
+    cache = tmp_path / "hub"
+    for repo, arch, branch, _ in PANEL_R3.values():
+        lay_out_cache(cache, repo, arch, branch)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "WANDB_MODE": "disabled"}
+    sweep = tmp_path / "sweep"
+    res = subprocess.run([sys.executable, "-m", "emergence", "-m", "model=pythia,olmo,olmoe", "revision=r3",
+                          "probe=quick", "probe.n_sequences=16", "model.dtype=float32", "wandb.mode=disabled",
+                          f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summaries = {json.loads(p.read_text())["model"]: json.loads(p.read_text()) for p in sweep.rglob("summary.json")}
+    assert set(summaries) == set(PANEL_R3)
+    for model, (repo, arch, branch, tokens) in PANEL_R3.items():
+        s = summaries[model]
+        assert (s["name_or_path"], s["revision"], s["tokens"], s["architecture"]) == (repo, branch, tokens, arch)
+
+
+@pytest.mark.slow
+def test_a_revision_missing_from_the_cache_fails_fast_with_one_line(tmp_path):
+    cache = tmp_path / "hub"
+    lay_out_cache(cache, "EleutherAI/pythia-1b", "gpt_neox", "step64")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "WANDB_MODE": "disabled"}
+    res = subprocess.run([sys.executable, "-m", "emergence", "model=pythia", "revision=r4", "wandb.mode=disabled",
+                          f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert "EleutherAI/pythia-1b" in last and "step256" in last and "huggingface-cli download" in last
+
+
+@pytest.mark.slow
+def test_malformed_custom_revision_exits_with_its_name(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "emergence", "model=pythia", "revision=custom",
+                          "revision.name=step999", "probe=quick", f"hydra.run.dir={tmp_path / 'run'}"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "step999" in res.stderr.strip().splitlines()[-1]
