@@ -106,17 +106,17 @@ def test_the_real_default_trains_toy_neox_and_finds_its_induction_circuit(tmp_pa
 
     env = {**os.environ, "EMERGENCE_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
 
-    def run(*args):
+    def run(name, *args):
         res = subprocess.run([sys.executable, "-m", "emergence", "wandb.mode=disabled",
-                              f"hydra.run.dir={tmp_path / '_'.join(args or ('default',))}", *args],
+                              f"hydra.run.dir={tmp_path / name}", *args],
                              capture_output=True, text=True, env=env, timeout=1200)
         assert res.returncode == 0, res.stderr[-3000:]
-        return json.loads((tmp_path / "_".join(args or ("default",)) / "summary.json").read_text())
+        return json.loads((tmp_path / name / "summary.json").read_text())
 
-    final = run()
+    final = run("default")
     assert final["model"] == "toy_neox" and final["revision"] == "step1024"
     assert final["induction_circuit"], "the trained toy model has induction heads"
     assert final["icl_score"] > 2  # and copies in context
-    assert final["ablation"]["circuit"]["loss"] > final["ablation"]["clean"]["loss"]
-    untrained = run("revision=r0")
+    assert final["ablation"]["circuit"]["loss"] > final["ablation"]["clean"]["loss"] + 0.5
+    untrained = run("r0", "revision=r0")
     assert untrained["induction_circuit"] == [] and untrained["member_counts"]["induction"] == 0
