@@ -167,6 +167,35 @@ def load_config(cfg: Config, revision: Revision):
     return hf_config
 
 
+def weight_bytes(hf_config, dtype: torch.dtype) -> int:
+    """Bytes the weights take in ``dtype``, counted on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Free bytes on the device (CUDA) or available RAM (Linux); None if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def check_memory(hf_config, dtype: torch.dtype, device: torch.device) -> int:
+    """Stop before loading weights that cannot fit (weights + 20% for activations)."""
+    need = weight_bytes(hf_config, dtype)
+    free = free_memory(device)
+    if free is not None and need * 1.2 > free:
+        raise UsageError(f"model.dtype={str(dtype).removeprefix('torch.')!r} is invalid here: the weights need "
+                         f"{need / 2**30:.1f} GiB (+20% working memory) but {device.type} has "
+                         f"{free / 2**30:.1f} GiB free; use a larger device or a smaller dtype")
+    return need
+
+
 def load_model(cfg: Config, revision: Revision, device: torch.device, dtype: torch.dtype):
     path, rev = source(cfg, revision)
     model = AutoModelForCausalLM.from_pretrained(

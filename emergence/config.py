@@ -81,6 +81,8 @@ class ModelConfig:
     revision_scheme: Optional[str] = None
     panel: List[PanelEntry] = field(default_factory=list)
     trust_remote_code: bool = False
+    fp16_unsafe: bool = False  # early checkpoints underflow in float16 (Pythia): refuse it unless forced
+    force_dtype: bool = False  # run a dtype this model is known to fail in anyway
     probe_fit: ProbeFit = field(default_factory=ProbeFit)
     toy: Optional[ToyRecipe] = None  # set for toy models: revisions are subdirectories, trained on demand
 
@@ -181,6 +183,9 @@ def validate(cfg: Config) -> None:
     p, t, a = cfg.probe, cfg.threshold, cfg.ablate
     if cfg.model.dtype not in DTYPES:
         _fail("model.dtype", cfg.model.dtype, f"use one of {', '.join(DTYPES)}")
+    if cfg.model.dtype == "float16" and cfg.model.fp16_unsafe and not cfg.model.force_dtype:
+        _fail("model.dtype", cfg.model.dtype, f"{cfg.model.key} underflows in float16 on early checkpoints; "
+              "use float32 or bfloat16 (or model.force_dtype=true)")
     for name in ("n_sequences", "batch_size", "n_baseline"):
         if getattr(p, name) < 1:
             _fail(f"probe.{name}", getattr(p, name), "must be >= 1")

@@ -7,6 +7,7 @@ writes the results (``results.py``) before telling W&B (``tracking.py``).
 from __future__ import annotations
 
 import platform
+import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -42,7 +43,9 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     dtype = checkpoints.pick_dtype(cfg.model.dtype, device)
     if cfg.model.toy is not None:
         toy_train.ensure_trained(cfg.model)
-    validate_for_model(cfg, checkpoints.load_config(cfg, revision))
+    hf_config = checkpoints.load_config(cfg, revision)
+    validate_for_model(cfg, hf_config)
+    weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
     p = cfg.probe
     batch = probe.make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
     baseline = probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)
@@ -84,6 +87,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
             "head_dim": arch.head_dim,
             "dtype": str(dtype).removeprefix("torch."),
             "device": str(device),
+            "weight_bytes": weight_bytes,
             "probe": {**asdict(p), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},
             "thresholds": {"classes": dict(zip(screen.CLASSES, thresholds.tolist())),
                            "circuit": cfg.threshold.circuit},
@@ -168,12 +172,25 @@ def print_report(summary: dict, scr: screen.Screen, out_dir: Path) -> None:
     print(f"results: {out_dir}")
 
 
+def discard_run_dir(out_dir: Path, job_name: str) -> None:
+    """Remove what Hydra wrote for a run that never started (its .hydra/ and job log), and
+    the directory itself if that leaves it empty; nothing else is touched."""
+    shutil.rmtree(out_dir / ".hydra", ignore_errors=True)
+    (out_dir / f"{job_name}.log").unlink(missing_ok=True)
+    try:
+        out_dir.rmdir()
+    except OSError:  # not empty (or not ours): keep it
+        pass
+
+
 @hydra.main(version_base="1.3", config_path="pkg://emergence.conf", config_name="config")
 def main(dict_cfg: DictConfig) -> None:
     cfg: Config = OmegaConf.to_object(dict_cfg)
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        analyse(cfg, Path(HydraConfig.get().runtime.output_dir))
-    except UsageError as err:  # bad input: nothing was written
+        analyse(cfg, out_dir)
+    except UsageError as err:  # bad input, found before any work: leave nothing behind
+        discard_run_dir(out_dir, HydraConfig.get().job.name)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except FloatingPointError as err:  # NaN/inf logits: a numerical failure, not a result

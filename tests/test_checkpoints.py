@@ -53,3 +53,29 @@ def test_index_out_of_range():
     cfg.revision.index = 12
     with pytest.raises(UsageError, match="r0..r9"):
         resolve_revision(cfg)
+
+
+def test_pythia_refuses_float16_unless_forced():
+    from emergence.config import validate
+
+    cfg = compose_config(["model=pythia", "model.dtype=float16"])
+    with pytest.raises(UsageError, match="underflows in float16"):
+        validate(cfg)
+    validate(compose_config(["model=pythia", "model.dtype=float16", "model.force_dtype=true"]))
+    validate(compose_config(["model=olmo", "model.dtype=float16"]))
+
+
+def test_weight_bytes_counts_parameters_without_allocating(tiny_dirs):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from emergence.checkpoints import check_memory, weight_bytes
+
+    config = AutoConfig.from_pretrained(tiny_dirs["olmoe"])
+    n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_dirs["olmoe"]).parameters())
+    assert weight_bytes(config, torch.bfloat16) == 2 * n
+    assert check_memory(config, torch.float32, torch.device("cpu")) == 4 * n
+    config.hidden_size, config.intermediate_size, config.num_hidden_layers = 8192, 28672, 400  # ~300B params
+    config.num_experts = 64
+    with pytest.raises(UsageError, match="GiB"):
+        check_memory(config, torch.float32, torch.device("cpu"))
