@@ -53,6 +53,7 @@ class Recorder:
         self.local = torch.tensor([seq_len - o for o in LOCAL_OFFSETS], device=device)
         self._start = 0
         self._ab: torch.Tensor | None = None
+        self.finite = torch.ones((), dtype=torch.bool, device=device)  # checked once per minibatch
 
     def begin_batch(self, start: int, ab: torch.Tensor) -> None:
         self._start, self._ab = start, ab
@@ -68,6 +69,7 @@ class Recorder:
             last = attention_mask[:, :, -1, :]
             scores = scores.masked_fill(~last, float("-inf")) if last.dtype == torch.bool else scores + last.float()
         row = scores.softmax(dim=-1)  # [b, h, T]
+        self.finite &= torch.isfinite(row).all() & torch.isfinite(out).all()
 
         ab = self._ab
         idx = torch.arange(b, device=row.device)
@@ -146,6 +148,9 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
                 stop = min(start + batch_size, n)
                 rec.begin_batch(start, batch.ab[start:stop].to(device))
                 logits = model(batch.tokens[start:stop].to(device), logits_to_keep=1).logits[:, -1]
+                if not rec.finite:
+                    raise FloatingPointError(f"non-finite attention (NaN or inf) in {model.dtype}: "
+                                             "rerun with model.dtype=float32")
                 for k, v in score(logits, batch.b[start:stop].to(device)).items():
                     sums[k] = sums.get(k, 0.0) + v
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,27 +145,91 @@ def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
     return getattr(torch, requested)
 
 
-def source(cfg: Config, revision: Revision) -> tuple[str, str | None]:
-    """(name_or_path, revision) for ``from_pretrained``. A toy panel keeps each revision
-    in a subdirectory, the way a Hub repo keeps it in a branch."""
+@dataclass(frozen=True)
+class Source:
+    """Where ``from_pretrained`` reads a checkpoint from."""
+
+    path: str  # local directory or Hub repo id
+    revision: str | None
+    local_only: bool  # a local directory or a revision already in the Hugging Face cache: no network
+    cached_before: bool  # the Hub revision was in the cache before this run
+
+
+def _cached_snapshot(repo: str, revision: str | None) -> Path | None:
+    """The cache's snapshot directory of ``repo@revision``, if its config.json is cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, "config.json", revision=revision)
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def hub_reachable(timeout: float = 5.0) -> bool:
+    """One quick connection to the Hub endpoint, instead of minutes of retries when there is no route."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def source(cfg: Config, revision: Revision) -> Source:
+    """A toy panel keeps each revision in a subdirectory, the way a Hub repo keeps it in a branch."""
     if cfg.model.toy is not None:
-        return str(Path(cfg.model.name_or_path).expanduser() / revision.name), None
-    return cfg.model.name_or_path, revision.name
+        return Source(str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True)
+    path = cfg.model.name_or_path
+    if Path(path).expanduser().is_dir():
+        return Source(str(Path(path).expanduser()), revision.name, True, True)
+    cached = _cached_snapshot(path, revision.name) is not None
+    return Source(path, revision.name, cached, cached)
+
+
+def _fetch_hint(src: Source) -> str:
+    return (f"it is not in the local Hugging Face cache and the Hub is not reachable; fetch it where there is a "
+            f"network: huggingface-cli download {src.path} --revision {src.revision or 'main'}")
 
 
 def load_config(cfg: Config, revision: Revision):
     """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
-    path, rev = source(cfg, revision)
+    src = source(cfg, revision)
+    where = f"{src.path}@{src.revision}" if src.revision else src.path
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    if not src.local_only and (offline or not hub_reachable()):
+        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: {_fetch_hint(src)}")
     try:
-        hf_config = AutoConfig.from_pretrained(path, revision=rev, trust_remote_code=cfg.model.trust_remote_code)
-    except (OSError, ValueError) as err:  # not cached and no route, unknown repo or branch, bad path
-        where = f"{path}@{rev}" if rev else path
-        hint = ("it is not in the local Hugging Face cache and the Hub is offline (HF_HUB_OFFLINE=1); fetch it "
-                f"where there is a network: huggingface-cli download {path} --revision {rev}"
-                if os.environ.get("HF_HUB_OFFLINE") == "1" else f"{type(err).__name__}: {str(err).splitlines()[0]}")
-        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: {hint}") from None
+        hf_config = AutoConfig.from_pretrained(src.path, revision=src.revision, local_files_only=src.local_only,
+                                               trust_remote_code=cfg.model.trust_remote_code)
+    except (OSError, ValueError) as err:  # unknown repo or branch, bad path, broken download
+        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: "
+                         f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
     architecture_spec(hf_config.model_type)
     return hf_config
+
+
+def downloaded_bytes(src: Source) -> int:
+    """Bytes of the revision's files in the cache if this run downloaded them, else 0."""
+    if src.cached_before:
+        return 0
+    snapshot = _cached_snapshot(src.path, src.revision)
+    return 0 if snapshot is None else sum(f.resolve().stat().st_size for f in snapshot.rglob("*") if f.is_file())
+
+
+def remove_from_cache(src: Source) -> int:
+    """Delete a revision this run downloaded from the Hugging Face cache; returns bytes freed."""
+    if src.cached_before:
+        return 0
+    snapshot = _cached_snapshot(src.path, src.revision)
+    if snapshot is None:
+        return 0
+    from huggingface_hub import scan_cache_dir
+
+    strategy = scan_cache_dir(snapshot.parents[2]).delete_revisions(snapshot.name)
+    strategy.execute()
+    return strategy.expected_freed_size
 
 
 def weight_bytes(hf_config, dtype: torch.dtype) -> int:
@@ -197,10 +262,11 @@ def check_memory(hf_config, dtype: torch.dtype, device: torch.device) -> int:
 
 
 def load_model(cfg: Config, revision: Revision, device: torch.device, dtype: torch.dtype):
-    path, rev = source(cfg, revision)
+    src = source(cfg, revision)
     model = AutoModelForCausalLM.from_pretrained(
-        path,
-        revision=rev,
+        src.path,
+        revision=src.revision,
+        local_files_only=src.local_only,
         dtype=dtype,
         use_safetensors=True,  # never unpickle weights
         trust_remote_code=cfg.model.trust_remote_code,

@@ -81,6 +81,7 @@ class ModelConfig:
     revision_scheme: Optional[str] = None
     panel: List[PanelEntry] = field(default_factory=list)
     trust_remote_code: bool = False
+    cleanup: bool = False  # delete each Hub revision this run downloaded, once its results are written
     fp16_unsafe: bool = False  # early checkpoints underflow in float16 (Pythia): refuse it unless forced
     force_dtype: bool = False  # run a dtype this model is known to fail in anyway
     probe_fit: ProbeFit = field(default_factory=ProbeFit)

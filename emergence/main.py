@@ -51,9 +51,11 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     baseline = probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)
     lap("probe_batch")
 
+    src = checkpoints.source(cfg, revision)
     model = checkpoints.load_model(cfg, revision, device, dtype)
     arch = checkpoints.Architecture.of(model)
     lap("load")
+    download = {"bytes_downloaded": checkpoints.downloaded_bytes(src), "load_seconds": timings["load"]}
 
     name = f"{cfg.model.key}@{revision.name or 'as-is'}"
     run_config = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": revision.step, "tokens": revision.tokens}
@@ -88,6 +90,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
             "dtype": str(dtype).removeprefix("torch."),
             "device": str(device),
             "weight_bytes": weight_bytes,
+            "download": download,
             "probe": {**asdict(p), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},
             "thresholds": {"classes": dict(zip(screen.CLASSES, thresholds.tolist())),
                            "circuit": cfg.threshold.circuit},
@@ -111,6 +114,9 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         figure = tracking.class_figure(scr.head_class, name)
         figure.savefig(out_dir / "classes.png", dpi=120)
         tracking.log_checkpoint(run, summary, rows, figure)
+    if cfg.model.cleanup:  # the results are written: the weights can go
+        freed = checkpoints.remove_from_cache(src)
+        print(f"cleanup: removed {src.path}@{src.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
     print_report(summary, scr, out_dir)
     return summary
 

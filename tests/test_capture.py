@@ -96,3 +96,12 @@ def test_clean_metrics_match_full_logits(tiny_dirs, probe_batch):
     assert cap.clean_metrics["top1"] == pytest.approx((ranks == 0).double().mean().item())
     assert cap.clean_metrics["top5"] == pytest.approx((ranks < 5).double().mean().item())
     assert cap.clean_metrics["logit_b"] == pytest.approx(logits.gather(1, target[:, None]).mean().item(), rel=1e-5)
+
+
+def test_non_finite_attention_stops_with_a_float32_hint(tiny_dirs, probe_batch):
+    batch, baseline = probe_batch
+    model = capture_model(tiny_dirs["olmo"])
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.weight.fill_(float("inf"))
+    with pytest.raises(FloatingPointError, match="model.dtype=float32"):
+        run_probe(model, Architecture.of(model), batch, baseline, 6, 12, False, score_logits)

@@ -62,3 +62,22 @@ def test_malformed_custom_revision_exits_with_its_name(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert "step999" in res.stderr.strip().splitlines()[-1]
+
+
+def test_download_accounting_and_cleanup_of_one_revision(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    from emergence.checkpoints import Source, downloaded_bytes, remove_from_cache
+
+    cache = tmp_path / "hub"
+    lay_out_cache(cache, "EleutherAI/pythia-1b", "gpt_neox", "step64")
+    lay_out_cache(cache, "EleutherAI/pythia-1b", "gpt_neox", "step256")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    fresh = Source("EleutherAI/pythia-1b", "step64", local_only=True, cached_before=False)
+    kept = Source("EleutherAI/pythia-1b", "step256", local_only=True, cached_before=True)
+    size = downloaded_bytes(fresh)
+    assert size > 10_000 and downloaded_bytes(kept) == 0
+    assert remove_from_cache(kept) == 0  # never touch what was there before the run
+    assert remove_from_cache(fresh) == size
+    snapshots = cache / "models--EleutherAI--pythia-1b" / "snapshots"
+    assert len(list(snapshots.iterdir())) == 1 and downloaded_bytes(fresh) == 0
