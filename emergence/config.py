@@ -155,7 +155,9 @@ class Config:
     ablate: AblateConfig = field(default_factory=AblateConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     device: str = "auto"  # auto: cuda if available, else cpu
-    cache_dir: str = "${emergence_cache_dir:}"  # toy panels (and later caches) live here
+    cache_dir: str = "${emergence_cache_dir:}"  # toy panels and cached measurements live here
+    reuse: bool = True  # reuse cached per-head measurements (same checkpoint, probe, dtype, code)
+    resume: bool = True  # skip a job whose run directory already holds a complete run of the same config
 
 
 def default_cache_dir() -> str:

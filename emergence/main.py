@@ -6,6 +6,8 @@ writes the results (``results.py``) before telling W&B (``tracking.py``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 import shutil
 import sys
@@ -21,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import emergence
-from emergence import ablation, capture, checkpoints, probe, results, screen, spectral, tracking
+from emergence import ablation, cache, capture, checkpoints, probe, results, screen, spectral, tracking
 from emergence.toy import train as toy_train
 from emergence.config import Config, UsageError, validate, validate_for_model
 
@@ -52,28 +54,40 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     lap("probe_batch")
 
     src = checkpoints.source(cfg, revision)
-    model = checkpoints.load_model(cfg, revision, device, dtype)
-    arch = checkpoints.Architecture.of(model)
+    dtype_name = str(dtype).removeprefix("torch.")
+    entry = cache.key(cache.checkpoint_identity(src.path, src.revision), asdict(p), dtype_name)
+    cached = cache.load(cfg.cache_dir, entry) if cfg.reuse else None
+    # Ablation depends on the thresholds (they pick the circuit), so it always needs the model;
+    # mean ablation also needs this pass's per-position means.
+    need_model = cached is None or cfg.ablate.enabled
+    need_capture = cached is None or (cfg.ablate.enabled and cfg.ablate.mode == "mean")
+    model = checkpoints.load_model(cfg, revision, device, dtype) if need_model else None
+    arch = checkpoints.Architecture.of(model) if need_model else None
     lap("load")
     download = {"bytes_downloaded": checkpoints.downloaded_bytes(src), "load_seconds": timings["load"]}
 
     name = f"{cfg.model.key}@{revision.name or 'as-is'}"
     run_config = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": revision.step, "tokens": revision.tokens}
     with tracking.tracked_run(cfg.wandb, name, run_config, out_dir) as run:
-        spectral_n = p.spectral_sequences or p.n_sequences
-        keep_means = cfg.ablate.enabled and cfg.ablate.mode == "mean"
-        cap = capture.run_probe(model, arch, batch, baseline, p.batch_size, spectral_n, keep_means,
-                                ablation.score_logits)
+        cap = None
+        if need_capture:
+            spectral_n = p.spectral_sequences or p.n_sequences
+            keep_means = cfg.ablate.enabled and cfg.ablate.mode == "mean"
+            cap = capture.run_probe(model, arch, batch, baseline, p.batch_size, spectral_n, keep_means,
+                                    ablation.score_logits)
+        measured = cached or measurements(cap, arch)
+        if cached is None and cfg.reuse:
+            cache.save(cfg.cache_dir, entry, measured)
         lap("capture")
 
-        mean_attention = cap.mean_attention()
+        mean_attention = measured.mean_attention
         thresholds = screen.class_thresholds(cfg.threshold.class_default, cfg.threshold.per_class.overrides())
         scr = screen.screen(screen.selectivity(mean_attention), thresholds, cfg.threshold.circuit)
-        pr = spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n)
-        rank = spectral.entropy_rank(cap.gram)
+        pr, rank = measured.pr, measured.entropy_rank
         lap("screen_spectral")
 
-        ablation_result = ablate(cfg, model, arch, batch, scr, cap)
+        ablation_result = ablate(cfg, model, arch, batch, scr, measured.clean_metrics,
+                                 cap.position_mean if cap else None)
         lap("ablate")
 
         rows = results.head_rows(scr, mean_attention, pr, rank)
@@ -83,11 +97,11 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
             "revision": revision.name,
             "step": revision.step,
             "tokens": revision.tokens,
-            "architecture": arch.model_type,
-            "n_layers": arch.n_layers,
-            "n_heads": arch.n_heads,
-            "head_dim": arch.head_dim,
-            "dtype": str(dtype).removeprefix("torch."),
+            "architecture": measured.model_type,
+            "n_layers": measured.n_layers,
+            "n_heads": measured.n_heads,
+            "head_dim": measured.head_dim,
+            "dtype": dtype_name,
             "device": str(device),
             "weight_bytes": weight_bytes,
             "download": download,
@@ -102,9 +116,11 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
             "spectral": {"pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
                          "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred "
                                             "(the reference code's estimator)",
-                         "n_sequences": cap.spectral_n},
+                         "n_sequences": measured.spectral_n},
+            "reused_measurements": cached is not None,
             "ablation": ablation_result,
             "icl_score": toy_icl_score(cfg, revision),
+            "config_digest": config_digest(cfg),
             "timings": timings,
             "versions": {"emergence": emergence.__version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "python": platform.python_version()},
@@ -121,6 +137,14 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     return summary
 
 
+def config_digest(cfg: Config) -> str:
+    """Names what a run computes: its config without the W&B and resume settings."""
+    content = OmegaConf.to_container(OmegaConf.structured(cfg))
+    for key in ("wandb", "resume"):
+        content.pop(key, None)
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def toy_icl_score(cfg: Config, revision) -> float | None:
     """A toy checkpoint's in-context score from its training manifest (None for other models)."""
     if cfg.model.toy is None:
@@ -129,9 +153,20 @@ def toy_icl_score(cfg: Config, revision) -> float | None:
     return None if record is None else record["icl_score"]
 
 
-def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, cap: capture.Capture) -> dict:
+def measurements(cap: capture.Capture, arch) -> cache.Measurements:
+    """Reduce a probe pass to what the screen and spectral steps (and the cache) keep."""
+    return cache.Measurements(
+        mean_attention=cap.mean_attention(),
+        pr=spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n),
+        entropy_rank=spectral.entropy_rank(cap.gram),
+        spectral_n=cap.spectral_n, clean_metrics=cap.clean_metrics, model_type=arch.model_type,
+        n_layers=arch.n_layers, n_heads=arch.n_heads, head_dim=arch.head_dim)
+
+
+def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, clean_metrics: dict,
+           position_mean: torch.Tensor | None) -> dict:
     """Clean vs circuit-ablated vs matched-random controls; see ``ablation.py``."""
-    result: dict = {"enabled": cfg.ablate.enabled, "mode": cfg.ablate.mode, "clean": cap.clean_metrics,
+    result: dict = {"enabled": cfg.ablate.enabled, "mode": cfg.ablate.mode, "clean": clean_metrics,
                     "circuit": None, "random": [], "effect": None}
     circuit = scr.circuit_heads()
     if not cfg.ablate.enabled:
@@ -143,11 +178,11 @@ def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, cap: capture.Cap
     controls = [] if shortfall else ablation.matched_random_sets(circuit, arch.n_heads, cfg.ablate.n_random,
                                                                  cfg.ablate.seed)
     conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
-    scores = ablation.run_ablation(model, arch, batch, conditions, cfg.probe.batch_size, cap.position_mean)
+    scores = ablation.run_ablation(model, arch, batch, conditions, cfg.probe.batch_size, position_mean)
     result["circuit"] = scores["circuit"]
     result["random"] = [{**scores[f"random_{i}"], "heads": [screen.head_name(*h) for h in heads]}
                         for i, heads in enumerate(controls)]
-    clean_loss = cap.clean_metrics["loss"]
+    clean_loss = clean_metrics["loss"]
     circuit_rise = scores["circuit"]["loss"] - clean_loss
     random_rise = float(np.mean([s["loss"] - clean_loss for s in result["random"]])) if controls else None
     result["effect"] = {
@@ -193,6 +228,9 @@ def discard_run_dir(out_dir: Path, job_name: str) -> None:
 def main(dict_cfg: DictConfig) -> None:
     cfg: Config = OmegaConf.to_object(dict_cfg)
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
+        print(f"already done (resume=true): {out_dir}")
+        return
     try:
         analyse(cfg, out_dir)
     except UsageError as err:  # bad input, found before any work: leave nothing behind

@@ -77,6 +77,12 @@ def write_run(out_dir: Path, rows: list[dict], summary: dict) -> None:
     atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(summary, indent=2, allow_nan=True) + "\n")
 
 
+def is_done(run_dir: Path, config_digest: str) -> bool:
+    """A complete run of the same configuration is already in ``run_dir``."""
+    path = run_dir / SUMMARY_FILE
+    return path.exists() and json.loads(path.read_text()).get("config_digest") == config_digest
+
+
 def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
     """(summary, head rows with numbers and booleans parsed) of a complete run directory."""
     summary = json.loads((run_dir / SUMMARY_FILE).read_text())

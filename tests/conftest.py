@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -6,6 +7,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_models import ARCHS, save_tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Toy panels and cached measurements of the tests go to a temporary cache, not the user's."""
+    os.environ["EMERGENCE_CACHE"] = str(tmp_path_factory.mktemp("emergence-cache"))
 
 
 @pytest.fixture(scope="session")
