@@ -184,6 +184,13 @@ def source(cfg: Config, revision: Revision) -> Source:
     path = cfg.model.name_or_path
     if Path(path).expanduser().is_dir():
         return Source(str(Path(path).expanduser()), revision.name, True, True)
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(path)
+    except HFValidationError:
+        raise UsageError(f"model.name_or_path={path!r} is invalid: it is neither a directory nor a Hub repo id "
+                         "(org/name)") from None
     cached = _cached_snapshot(path, revision.name) is not None
     return Source(path, revision.name, cached, cached)
 

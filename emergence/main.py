@@ -11,6 +11,7 @@ import json
 import platform
 import shutil
 import sys
+import traceback
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -20,10 +21,11 @@ import numpy as np
 import torch
 import transformers
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import emergence
-from emergence import ablation, cache, capture, checkpoints, probe, results, screen, spectral, tracking
+from emergence import ablation, cache, capture, checkpoints, probe, results, screen, spectral, sweep, tracking
 from emergence.toy import train as toy_train
 from emergence.config import Config, UsageError, validate, validate_for_model
 
@@ -227,16 +229,24 @@ def discard_run_dir(out_dir: Path, job_name: str) -> None:
 @hydra.main(version_base="1.3", config_path="pkg://emergence.conf", config_name="config")
 def main(dict_cfg: DictConfig) -> None:
     cfg: Config = OmegaConf.to_object(dict_cfg)
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    out_dir = Path(hydra_cfg.runtime.output_dir)
     if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
         print(f"already done (resume=true): {out_dir}")
         return
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         analyse(cfg, out_dir)
-    except UsageError as err:  # bad input, found before any work: leave nothing behind
-        discard_run_dir(out_dir, HydraConfig.get().job.name)
+    except (UsageError, FloatingPointError) as err:  # bad input / NaN: one line, no traceback
+        if isinstance(err, UsageError) and not in_sweep:  # found before any work: leave nothing behind
+            discard_run_dir(out_dir, hydra_cfg.job.name)
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except FloatingPointError as err:  # NaN/inf logits: a numerical failure, not a result
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
+        if in_sweep:  # the other jobs go on; the sweep lists this one at the end
+            sweep.record_failure(out_dir, f"error: {err}")
+            return
+        sys.exit(2 if isinstance(err, UsageError) else 1)
+    except Exception as err:
+        if not in_sweep:
+            raise
+        sweep.record_failure(out_dir, f"{type(err).__name__}: {err}")
+        traceback.print_exc()
