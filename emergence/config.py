@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import os
+import re
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
@@ -135,6 +136,7 @@ class AblateConfig:
     mode: str = "zero"  # zero | mean
     n_random: int = 5  # matched-random control sets
     seed: int = 0
+    heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
 
 
 @dataclass
@@ -209,6 +211,9 @@ def validate(cfg: Config) -> None:
             _fail(f"threshold.per_class.{cls}", value, "must be > 0")
     if a.mode not in ABLATE_MODES:
         _fail("ablate.mode", a.mode, f"use one of {', '.join(ABLATE_MODES)}")
+    for name in a.heads or []:
+        if not re.fullmatch(r"L\d+H\d+", name):
+            _fail("ablate.heads", name, "name heads like L4H4 (layer 4, head 4)")
     if a.n_random < 5:
         _fail("ablate.n_random", a.n_random, "must be >= 5 matched-random control sets")
     if cfg.wandb.mode not in WANDB_MODES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 import shutil
 import sys
 import traceback
@@ -171,6 +172,13 @@ def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, clean_metrics: d
     result: dict = {"enabled": cfg.ablate.enabled, "mode": cfg.ablate.mode, "clean": clean_metrics,
                     "circuit": None, "random": [], "effect": None}
     circuit = scr.circuit_heads()
+    if cfg.ablate.heads is not None:  # the user's head set instead of the screened circuit
+        circuit = [tuple(map(int, re.fullmatch(r"L(\d+)H(\d+)", h).groups())) for h in cfg.ablate.heads]
+        outside = [h for (l, hh), h in zip(circuit, cfg.ablate.heads) if l >= arch.n_layers or hh >= arch.n_heads]
+        if outside:
+            raise UsageError(f"ablate.heads={outside[0]!r} is invalid: the model has {arch.n_layers} layers "
+                             f"x {arch.n_heads} heads")
+        result["heads"] = list(cfg.ablate.heads)
     if not cfg.ablate.enabled:
         return result
     if not circuit:

@@ -140,3 +140,16 @@ def test_panel_index_out_of_range_and_unknown_architecture(tiny_dirs, tmp_path):
     with pytest.raises(UsageError, match="'llama' is not supported.*gpt_neox, olmo, olmoe"):
         analyse(cfg, tmp_path)
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_ablating_a_chosen_head_set(tiny_dirs, tmp_path):
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L1H2]"])
+    summary = analyse(cfg, tmp_path)
+    ab = summary["ablation"]
+    assert ab["heads"] == ["L1H2"] and len(ab["random"]) == 5
+    assert all(r["heads"][0].startswith("L1H") and r["heads"] != ["L1H2"] for r in ab["random"])
+    from emergence.config import UsageError
+
+    with pytest.raises(UsageError, match="ablate.heads='L9H0'"):
+        analyse(compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL,
+                             "ablate.heads=[L9H0]"]), tmp_path / "bad")
