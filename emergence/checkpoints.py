@@ -268,6 +268,19 @@ def check_memory(hf_config, dtype: torch.dtype, device: torch.device) -> int:
     return need
 
 
+def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype, ceiling: int = 512) -> int:
+    """Sequences per forward that fit in half the free memory (after the weights are loaded).
+
+    Per sequence and layer, inference holds about the residual stream, q/k/v, the MLP
+    activation and (if SDPA falls back to its math kernel) the attention scores; ablation
+    multiplies rows, so the caller divides by its number of head sets itself."""
+    hidden = hf_config.hidden_size
+    mlp = getattr(hf_config, "intermediate_size", 4 * hidden)
+    per_token = (4 * hidden + mlp + hf_config.num_attention_heads * seq_len) * torch.empty((), dtype=dtype).element_size()
+    per_sequence = 2 * seq_len * per_token + 4 * hf_config.vocab_size  # x2: a layer's input and output live
+    return int(max(1, min(ceiling, free_bytes // 2 // per_sequence)))
+
+
 def load_model(cfg: Config, revision: Revision, device: torch.device, dtype: torch.dtype):
     src = source(cfg, revision)
     model = AutoModelForCausalLM.from_pretrained(

@@ -102,7 +102,8 @@ class ProbeConfig:
     vocab_low: int = 100
     vocab_high: int = 10000
     seed: int = 42
-    batch_size: int = 16
+    batch_size: int = 16  # sequences per forward on a CPU (and on a GPU when auto_batch is false)
+    auto_batch: bool = True  # on a GPU: size batches to the free memory after loading the weights
     n_baseline: int = 50
     baseline_seed: int = 0
     spectral_sequences: Optional[int] = None  # rows for the spectral estimators; None: all

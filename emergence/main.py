@@ -66,6 +66,9 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     need_capture = cached is None or (cfg.ablate.enabled and cfg.ablate.mode == "mean")
     model = checkpoints.load_model(cfg, revision, device, dtype) if need_model else None
     arch = checkpoints.Architecture.of(model) if need_model else None
+    batch_size = p.batch_size
+    if need_model and device.type == "cuda" and p.auto_batch:
+        batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), p.seq_len, hf_config, dtype)
     lap("load")
     download = {"bytes_downloaded": checkpoints.downloaded_bytes(src), "load_seconds": timings["load"]}
 
@@ -76,7 +79,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         if need_capture:
             spectral_n = p.spectral_sequences or p.n_sequences
             keep_means = cfg.ablate.enabled and cfg.ablate.mode == "mean"
-            cap = capture.run_probe(model, arch, batch, baseline, p.batch_size, spectral_n, keep_means,
+            cap = capture.run_probe(model, arch, batch, baseline, batch_size, spectral_n, keep_means,
                                     ablation.score_logits)
         measured = cached or measurements(cap, arch)
         if cached is None and cfg.reuse:
@@ -89,7 +92,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         pr, rank = measured.pr, measured.entropy_rank
         lap("screen_spectral")
 
-        ablation_result = ablate(cfg, model, arch, batch, scr, measured.clean_metrics,
+        ablation_result = ablate(cfg, model, arch, batch, batch_size, scr, measured.clean_metrics,
                                  cap.position_mean if cap else None)
         lap("ablate")
 
@@ -108,6 +111,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
             "device": str(device),
             "weight_bytes": weight_bytes,
             "download": download,
+            "batch_size": batch_size,
             "probe": {**asdict(p), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},
             "thresholds": {"classes": dict(zip(screen.CLASSES, thresholds.tolist())),
                            "circuit": cfg.threshold.circuit},
@@ -166,7 +170,7 @@ def measurements(cap: capture.Capture, arch) -> cache.Measurements:
         n_layers=arch.n_layers, n_heads=arch.n_heads, head_dim=arch.head_dim)
 
 
-def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, clean_metrics: dict,
+def ablate(cfg: Config, model, arch, batch, batch_size: int, scr: screen.Screen, clean_metrics: dict,
            position_mean: torch.Tensor | None) -> dict:
     """Clean vs circuit-ablated vs matched-random controls; see ``ablation.py``."""
     result: dict = {"enabled": cfg.ablate.enabled, "mode": cfg.ablate.mode, "clean": clean_metrics,
@@ -188,7 +192,7 @@ def ablate(cfg: Config, model, arch, batch, scr: screen.Screen, clean_metrics: d
     controls = [] if shortfall else ablation.matched_random_sets(circuit, arch.n_heads, cfg.ablate.n_random,
                                                                  cfg.ablate.seed)
     conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
-    scores = ablation.run_ablation(model, arch, batch, conditions, cfg.probe.batch_size, position_mean)
+    scores = ablation.run_ablation(model, arch, batch, conditions, batch_size, position_mean)
     result["circuit"] = scores["circuit"]
     result["random"] = [{**scores[f"random_{i}"], "heads": [screen.head_name(*h) for h in heads]}
                         for i, heads in enumerate(controls)]

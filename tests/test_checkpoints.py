@@ -79,3 +79,19 @@ def test_weight_bytes_counts_parameters_without_allocating(tiny_dirs):
     config.num_experts = 64
     with pytest.raises(UsageError, match="GiB"):
         check_memory(config, torch.float32, torch.device("cpu"))
+
+
+def test_auto_batch_size_scales_with_free_memory():
+    import torch
+    from transformers import GPTNeoXConfig
+
+    from emergence.checkpoints import auto_batch_size
+
+    cfg = GPTNeoXConfig(vocab_size=50304, hidden_size=2048, num_hidden_layers=16, num_attention_heads=8,
+                        intermediate_size=8192)
+    small = auto_batch_size(2 * 2**30, 256, cfg, torch.bfloat16)
+    large = auto_batch_size(80 * 2**30, 256, cfg, torch.bfloat16)
+    assert 1 <= small < large <= 512
+    mid = auto_batch_size(16 * 2**30, 256, cfg, torch.bfloat16)
+    assert auto_batch_size(16 * 2**30, 256, cfg, torch.float32) < mid  # wider dtype, fewer sequences
+    assert auto_batch_size(0, 256, cfg, torch.bfloat16) == 1
