@@ -200,9 +200,8 @@ def _fetch_hint(src: Source) -> str:
             f"network: huggingface-cli download {src.path} --revision {src.revision or 'main'}")
 
 
-def load_config(cfg: Config, revision: Revision):
+def load_config(cfg: Config, src: Source):
     """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
-    src = source(cfg, revision)
     where = f"{src.path}@{src.revision}" if src.revision else src.path
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
     if not src.local_only and (offline or not hub_reachable()):
@@ -281,8 +280,7 @@ def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype
     return int(max(1, min(ceiling, free_bytes // 2 // per_sequence)))
 
 
-def load_model(cfg: Config, revision: Revision, device: torch.device, dtype: torch.dtype):
-    src = source(cfg, revision)
+def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtype):
     model = AutoModelForCausalLM.from_pretrained(
         src.path,
         revision=src.revision,

@@ -12,8 +12,8 @@ import platform
 import re
 import shutil
 import sys
-import traceback
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import emergence
 from emergence import ablation, cache, capture, checkpoints, probe, results, screen, spectral, sweep, tracking
-from emergence.toy import train as toy_train
 from emergence.config import Config, UsageError, validate, validate_for_model
+from emergence.toy import train as toy_train
 
 
 def analyse(cfg: Config, out_dir: Path) -> dict:
@@ -48,7 +48,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     dtype = checkpoints.pick_dtype(cfg.model.dtype, device)
     if cfg.model.toy is not None:
         toy_train.ensure_trained(cfg.model)
-    hf_config = checkpoints.load_config(cfg, revision)
+    src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
+    hf_config = checkpoints.load_config(cfg, src)
     validate_for_model(cfg, hf_config)
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
     p = cfg.probe
@@ -56,7 +57,6 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     baseline = probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)
     lap("probe_batch")
 
-    src = checkpoints.source(cfg, revision)
     dtype_name = str(dtype).removeprefix("torch.")
     entry = cache.key(cache.checkpoint_identity(src.path, src.revision), asdict(p), dtype_name)
     cached = cache.load(cfg.cache_dir, entry) if cfg.reuse else None
@@ -64,7 +64,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     # mean ablation also needs this pass's per-position means.
     need_model = cached is None or cfg.ablate.enabled
     need_capture = cached is None or (cfg.ablate.enabled and cfg.ablate.mode == "mean")
-    model = checkpoints.load_model(cfg, revision, device, dtype) if need_model else None
+    model = checkpoints.load_model(cfg, src, device, dtype) if need_model else None
     arch = checkpoints.Architecture.of(model) if need_model else None
     batch_size = p.batch_size
     if need_model and device.type == "cuda" and p.auto_batch:
