@@ -120,8 +120,8 @@ class PerClassThresholds:
     first_token: Optional[float] = None
     local: Optional[float] = None
 
-    def overrides(self_) -> Dict[str, float]:
-        return {c: getattr(self_, c) for c in CLASSES if getattr(self_, c) is not None}
+    def overrides(self) -> Dict[str, float]:
+        return {c: getattr(self, c) for c in CLASSES if getattr(self, c) is not None}
 
 
 @dataclass

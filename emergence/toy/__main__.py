@@ -1,4 +1,4 @@
-"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe] [--force] [cache_dir=...]``: train toy panels."""
+"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe] [--force] [--override cache_dir=DIR]``: train toy panels."""
 
 import argparse
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers.utils import logging as hf_logging
 from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeConfig, OlmoeForCausalLM,
                           OlmoForCausalLM)
+from transformers.utils import logging as hf_logging
 
 from emergence.results import atomic_write_text
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
