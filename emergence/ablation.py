@@ -9,6 +9,7 @@ the batch dimension, so all control sets share each forward pass.
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
 
 import numpy as np
@@ -35,11 +36,8 @@ def score_logits(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]
     }
 
 
-def _per_layer(circuit: list[tuple[int, int]]) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for layer, _ in circuit:
-        counts[layer] = counts.get(layer, 0) + 1
-    return counts
+def _per_layer(circuit: list[tuple[int, int]]) -> Counter:
+    return Counter(layer for layer, _ in circuit)
 
 
 def control_shortfall(circuit: list[tuple[int, int]], n_heads: int) -> str | None:

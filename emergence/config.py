@@ -8,18 +8,16 @@ allowed; ``main`` prints it and exits with status 2 before writing anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
-
 import os
-import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from emergence.probe import min_seq_len
-from emergence.screen import CLASSES
+from emergence.screen import CLASSES, parse_head_name
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ABLATE_MODES = ("zero", "mean")
@@ -213,7 +211,7 @@ def validate(cfg: Config) -> None:
     if a.mode not in ABLATE_MODES:
         _fail("ablate.mode", a.mode, f"use one of {', '.join(ABLATE_MODES)}")
     for name in a.heads or []:
-        if not re.fullmatch(r"L\d+H\d+", name):
+        if parse_head_name(name) is None:
             _fail("ablate.heads", name, "name heads like L4H4 (layer 4, head 4)")
     if a.n_random < 5:
         _fail("ablate.n_random", a.n_random, "must be >= 5 matched-random control sets")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import re
 import shutil
 import sys
 import time
@@ -137,6 +136,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         figure = tracking.class_figure(scr.head_class, name)
         figure.savefig(out_dir / "classes.png", dpi=120)
         tracking.log_checkpoint(run, summary, rows, figure)
+        tracking.plt.close(figure)
     if cfg.model.cleanup:  # the results are written: the weights can go
         freed = checkpoints.remove_from_cache(src)
         print(f"cleanup: removed {src.path}@{src.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
@@ -177,7 +177,7 @@ def ablate(cfg: Config, model, arch, batch, batch_size: int, scr: screen.Screen,
                     "circuit": None, "random": [], "effect": None}
     circuit = scr.circuit_heads()
     if cfg.ablate.heads is not None:  # the user's head set instead of the screened circuit
-        circuit = [tuple(map(int, re.fullmatch(r"L(\d+)H(\d+)", h).groups())) for h in cfg.ablate.heads]
+        circuit = [screen.parse_head_name(h) for h in cfg.ablate.heads]  # validated names
         outside = [h for (l, hh), h in zip(circuit, cfg.ablate.heads) if l >= arch.n_layers or hh >= arch.n_heads]
         if outside:
             raise UsageError(f"ablate.heads={outside[0]!r} is invalid: the model has {arch.n_layers} layers "

@@ -8,6 +8,7 @@ the induction circuit and the BOS (first-token) statistics.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,12 @@ BASELINE_FLOOR = 1e-8  # selectivity = attention / max(baseline, floor)
 
 def head_name(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
+
+
+def parse_head_name(name: str) -> tuple[int, int] | None:
+    """"L4H7" -> (4, 7); anything else -> None."""
+    m = re.fullmatch(r"L(\d+)H(\d+)", name)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
 
 
 def selectivity(mean_attention: np.ndarray) -> np.ndarray:

@@ -69,12 +69,11 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
 
 
 def log_panel(findings: dict, out: Path, args) -> None:
-    from types import SimpleNamespace
-
+    from emergence.config import WandbConfig
     from emergence.tracking import tracked_run
 
-    cfg = SimpleNamespace(mode=args.wandb_mode, project=args.wandb_project, entity=args.wandb_entity,
-                          group="panel", tags=["panel"])
+    cfg = WandbConfig(mode=args.wandb_mode, project=args.wandb_project, entity=args.wandb_entity,
+                      group="panel", tags=["panel"])
     with tracked_run(cfg, "panel", {"thresholds": findings["thresholds"]}, out, job_type="panel") as run:
         if run is None:
             return
