@@ -63,6 +63,18 @@ def matched_random_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: in
     return sets
 
 
+def effect(clean_loss: float, circuit_loss: float, control_losses: list[float]) -> dict:
+    """How much the circuit's ablation raises the loss of B, against the controls' mean rise.
+
+    The ratio is only defined over a positive control rise: over zero or a fall it would
+    read as "no effect" or flip its sign, so it is None then."""
+    circuit_rise = circuit_loss - clean_loss
+    control_rise = float(np.mean(control_losses) - clean_loss) if control_losses else None
+    return {"circuit_loss_increase": circuit_rise,
+            "random_loss_increase_mean": control_rise,
+            "ratio": circuit_rise / control_rise if control_rise is not None and control_rise > 0 else None}
+
+
 def head_mask(heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> torch.Tensor:
     """[layers, heads] bool, True where the head is ablated."""
     mask = torch.zeros(n_layers, n_heads, dtype=torch.bool)

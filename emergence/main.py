@@ -17,7 +17,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import hydra
-import numpy as np
 import torch
 import transformers
 from hydra.core.hydra_config import HydraConfig
@@ -196,16 +195,13 @@ def ablate(cfg: Config, model, arch, batch, batch_size: int, scr: screen.Screen,
     result["circuit"] = scores["circuit"]
     result["random"] = [{**scores[f"random_{i}"], "heads": [screen.head_name(*h) for h in heads]}
                         for i, heads in enumerate(controls)]
-    clean_loss = clean_metrics["loss"]
-    circuit_rise = scores["circuit"]["loss"] - clean_loss
-    random_rise = float(np.mean([s["loss"] - clean_loss for s in result["random"]])) if controls else None
-    result["effect"] = {
-        "circuit_loss_increase": circuit_rise,
-        "random_loss_increase_mean": random_rise,
-        "ratio": circuit_rise / random_rise if random_rise else None,
-    }
+    result["effect"] = ablation.effect(clean_metrics["loss"], scores["circuit"]["loss"],
+                                       [s["loss"] for s in result["random"]])
     if shortfall:
         result["note"] = shortfall
+    elif result["effect"]["ratio"] is None:
+        result["note"] = (f"the matched-random controls did not raise the loss of B "
+                          f"(mean {result['effect']['random_loss_increase_mean']:+.4f}): no ratio")
     return result
 
 

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from emergence import ablation
 from emergence.ablation import (ablating, control_shortfall, head_mask, matched_random_sets, run_ablation,
                                 score_logits)
 from emergence.capture import run_probe
@@ -101,3 +102,11 @@ def test_matched_random_sets():
 
 def test_a_layer_full_of_circuit_heads_has_no_matched_control():
     assert "L1 (3 circuit heads, 1 others)" in control_shortfall([(1, 0), (1, 1), (1, 2), (2, 0)], 4)
+
+
+def test_effect_ratio_only_over_a_positive_control_rise():
+    assert ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3]) == pytest.approx(
+        {"circuit_loss_increase": 3.0, "random_loss_increase_mean": 0.8 / 3, "ratio": 3.0 / (0.8 / 3)})
+    fall = ablation.effect(2.0, 5.0, [1.9, 2.0])
+    assert fall["random_loss_increase_mean"] == pytest.approx(-0.05) and fall["ratio"] is None
+    assert ablation.effect(2.0, 5.0, [])["ratio"] is None
