@@ -9,6 +9,7 @@ the batch dimension, so all control sets share each forward pass.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from contextlib import contextmanager
 
@@ -49,30 +50,39 @@ def control_shortfall(circuit: list[tuple[int, int]], n_heads: int) -> str | Non
 
 def matched_random_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: int,
                         seed: int) -> list[list[tuple[int, int]]]:
-    """``n_sets`` head sets with as many heads per layer as the circuit, drawn without
-    replacement from that layer's non-circuit heads (check ``control_shortfall`` first)."""
+    """Up to ``n_sets`` distinct head sets with as many heads per layer as the circuit, drawn
+    without replacement from that layer's non-circuit heads (check ``control_shortfall``
+    first). Fewer when fewer distinct sets exist: 2 circuit heads of 4 leave exactly one."""
     rng = np.random.default_rng(seed)
     in_circuit = set(circuit)
-    sets = []
-    for _ in range(n_sets):
-        heads = []
-        for layer, k in sorted(_per_layer(circuit).items()):
-            pool = [h for h in range(n_heads) if (layer, h) not in in_circuit]
-            heads += [(layer, int(h)) for h in rng.choice(pool, size=k, replace=False)]
-        sets.append(heads)
+    pools = {layer: [h for h in range(n_heads) if (layer, h) not in in_circuit]
+             for layer in _per_layer(circuit)}
+    n_distinct = math.prod(math.comb(len(pools[layer]), k) for layer, k in _per_layer(circuit).items())
+    sets: list[list[tuple[int, int]]] = []
+    while len(sets) < min(n_sets, n_distinct):
+        heads = [(layer, int(h)) for layer, k in sorted(_per_layer(circuit).items())
+                 for h in sorted(rng.choice(pools[layer], size=k, replace=False))]
+        if heads not in sets:
+            sets.append(heads)
     return sets
 
 
-def effect(clean_loss: float, circuit_loss: float, control_losses: list[float]) -> dict:
+def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], causal_factor: float) -> dict:
     """How much the circuit's ablation raises the loss of B, against the controls' mean rise.
 
     The ratio is only defined over a positive control rise: over zero or a fall it would
-    read as "no effect" or flip its sign, so it is None then."""
+    read as "no effect" or flip its sign, so it is None then. ``causal``: the circuit's rise
+    exceeds ``causal_factor`` times the controls' (a fall counts as no rise); None without
+    controls."""
     circuit_rise = circuit_loss - clean_loss
-    control_rise = float(np.mean(control_losses) - clean_loss) if control_losses else None
+    if not control_losses:
+        return {"circuit_loss_increase": circuit_rise, "random_loss_increase_mean": None, "ratio": None,
+                "causal": None}
+    control_rise = float(np.mean(control_losses) - clean_loss)
     return {"circuit_loss_increase": circuit_rise,
             "random_loss_increase_mean": control_rise,
-            "ratio": circuit_rise / control_rise if control_rise is not None and control_rise > 0 else None}
+            "ratio": circuit_rise / control_rise if control_rise > 0 else None,
+            "causal": bool(circuit_rise > causal_factor * max(control_rise, 0.0))}
 
 
 def head_mask(heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> torch.Tensor:

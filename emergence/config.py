@@ -63,6 +63,8 @@ class ToyRecipe:
     weight_decay: float = 0.01
     seed: int = 0
     repeat_fraction: float = 0.75  # share of each batch that is one span repeated end to end
+    skip_offsets: List[int] = field(default_factory=list)  # filler tokens repeat the token k back ...
+    skip_prob: float = 0.0  # ... with this probability, for each k
     clip_qkv: Optional[float] = None
     n_experts: int = 8  # olmoe only
     experts_per_token: int = 2  # olmoe only
@@ -134,6 +136,7 @@ class AblateConfig:
     enabled: bool = True
     mode: str = "zero"  # zero | mean
     n_random: int = 5  # matched-random control sets
+    causal_factor: float = 3.0  # causal: the circuit raises the loss of B > this x the controls' mean rise
     seed: int = 0
     heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
 
@@ -215,6 +218,8 @@ def validate(cfg: Config) -> None:
             _fail("ablate.heads", name, "name heads like L4H4 (layer 4, head 4)")
     if a.n_random < 5:
         _fail("ablate.n_random", a.n_random, "must be >= 5 matched-random control sets")
+    if not a.causal_factor > 0:
+        _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
     if cfg.wandb.mode not in WANDB_MODES:
         _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)}")
 

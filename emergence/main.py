@@ -172,7 +172,8 @@ def measurements(cap: capture.Capture, arch) -> cache.Measurements:
 def ablate(cfg: Config, model, arch, batch, batch_size: int, scr: screen.Screen, clean_metrics: dict,
            position_mean: torch.Tensor | None) -> dict:
     """Clean vs circuit-ablated vs matched-random controls; see ``ablation.py``."""
-    result: dict = {"enabled": cfg.ablate.enabled, "mode": cfg.ablate.mode, "clean": clean_metrics,
+    result: dict = {"enabled": cfg.ablate.enabled, "mode": cfg.ablate.mode,
+                    "causal_factor": cfg.ablate.causal_factor, "clean": clean_metrics,
                     "circuit": None, "random": [], "effect": None}
     circuit = scr.circuit_heads()
     if cfg.ablate.heads is not None:  # the user's head set instead of the screened circuit
@@ -196,7 +197,7 @@ def ablate(cfg: Config, model, arch, batch, batch_size: int, scr: screen.Screen,
     result["random"] = [{**scores[f"random_{i}"], "heads": [screen.head_name(*h) for h in heads]}
                         for i, heads in enumerate(controls)]
     result["effect"] = ablation.effect(clean_metrics["loss"], scores["circuit"]["loss"],
-                                       [s["loss"] for s in result["random"]])
+                                       [s["loss"] for s in result["random"]], cfg.ablate.causal_factor)
     if shortfall:
         result["note"] = shortfall
     elif result["effect"]["ratio"] is None:
@@ -217,7 +218,8 @@ def print_report(summary: dict, scr: screen.Screen, out_dir: Path) -> None:
     if ab["effect"]:
         e = ab["effect"]
         controls = ("no matched-random control" if e["random_loss_increase_mean"] is None
-                    else f"matched-random controls +{e['random_loss_increase_mean']:.3f}")
+                    else f"matched-random controls {e['random_loss_increase_mean']:+.3f}: "
+                         f"{'causal' if e['causal'] else 'not causal'} at {ab['causal_factor']:g}x")
         print(f"ablation ({ab['mode']}): loss of B {ab['clean']['loss']:.3f} -> {ab['circuit']['loss']:.3f} "
               f"(+{e['circuit_loss_increase']:.3f}); {controls}")
     print(f"results: {out_dir}")

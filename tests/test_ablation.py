@@ -100,13 +100,24 @@ def test_matched_random_sets():
     assert control_shortfall(circuit, 8) is None
 
 
+def test_matched_random_sets_are_distinct_and_no_more_than_exist():
+    assert matched_random_sets([(1, 0), (1, 1)], n_heads=4, n_sets=5, seed=0) == [[(1, 2), (1, 3)]]
+    three = matched_random_sets([(0, 3)], n_heads=4, n_sets=5, seed=0)  # one head of three others
+    assert sorted(three) == [[(0, 0)], [(0, 1)], [(0, 2)]]
+
+
 def test_a_layer_full_of_circuit_heads_has_no_matched_control():
     assert "L1 (3 circuit heads, 1 others)" in control_shortfall([(1, 0), (1, 1), (1, 2), (2, 0)], 4)
 
 
 def test_effect_ratio_only_over_a_positive_control_rise():
-    assert ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3]) == pytest.approx(
-        {"circuit_loss_increase": 3.0, "random_loss_increase_mean": 0.8 / 3, "ratio": 3.0 / (0.8 / 3)})
-    fall = ablation.effect(2.0, 5.0, [1.9, 2.0])
+    rise = ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=3.0)
+    assert rise == pytest.approx({"circuit_loss_increase": 3.0, "random_loss_increase_mean": 0.8 / 3,
+                                  "ratio": 3.0 / (0.8 / 3), "causal": True})
+    assert ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=12.0)["causal"] is False  # 11.25x
+    fall = ablation.effect(2.0, 5.0, [1.9, 2.0], causal_factor=3.0)
     assert fall["random_loss_increase_mean"] == pytest.approx(-0.05) and fall["ratio"] is None
-    assert ablation.effect(2.0, 5.0, [])["ratio"] is None
+    assert fall["causal"] is True
+    assert ablation.effect(2.0, 1.9, [1.9, 2.0], causal_factor=3.0)["causal"] is False  # the circuit helps too
+    none = ablation.effect(2.0, 5.0, [], causal_factor=3.0)
+    assert none["ratio"] is None and none["causal"] is None

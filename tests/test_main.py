@@ -108,6 +108,7 @@ BAD = [
     (["probe.seq_len=4096"], "probe.seq_len"),
     (["probe.seq_len=64", "probe.vocab_high=100000"], "probe.vocab_high"),
     (["ablate.n_random=2"], "ablate.n_random"),
+    (["ablate.causal_factor=0"], "ablate.causal_factor"),
     (["threshold.per_class.first_token=-1"], "threshold.per_class.first_token"),
 ]
 

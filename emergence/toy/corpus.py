@@ -5,10 +5,14 @@ arbitrary token, as in the packed documents the real panel models were trained o
 
 * filler: a Zipf-bigram chain (each token has its own Zipf-shaped distribution over a
   random ordering of the vocabulary) with random spans copied later in the sequence;
+  optionally, each token is replaced with probability ``skip_prob`` by the token k back,
+  for each k in ``skip_offsets``, which rewards heads that attend to fixed offsets;
 * repeats: one random span repeated end to end.
 
 Only the copies reward attending back to "the token after the previous occurrence of
-the current token", so induction heads form, and abruptly, as in real pretraining.
+the current token", so induction heads form, and abruptly, as in real pretraining. The
+fixed-offset skips give heads another job, so that not every head becomes an induction
+head.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import torch
 
 class ToyCorpus:
     def __init__(self, vocab_size: int, seq_len: int, seed: int, zipf_exponent: float = 1.1,
-                 span_min: int = 8, span_max: int = 24, spans_per_filler: int = 2, repeat_fraction: float = 0.5):
+                 span_min: int = 8, span_max: int = 24, spans_per_filler: int = 2, repeat_fraction: float = 0.5,
+                 skip_offsets: tuple[int, ...] = (), skip_prob: float = 0.0):
         self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
+        self.skip_offsets, self.skip_prob = tuple(skip_offsets), skip_prob
         self.span_min, self.span_max, self.spans_per_filler = span_min, span_max, spans_per_filler
         self.repeat_fraction = repeat_fraction
         rng = np.random.default_rng(seed)
@@ -42,6 +48,10 @@ class ToyCorpus:
         for t in range(1, self.seq_len):
             u = rng.random(n)[:, None]
             out[:, t] = (self.bigram_cdf[out[:, t - 1]] < u).sum(1).clip(max=self.vocab_size - 1)
+            for k in self.skip_offsets:
+                if t >= k:
+                    skip = rng.random(n) < self.skip_prob
+                    out[skip, t] = out[skip, t - k]
         return out
 
     def _filler(self, rng, n: int) -> np.ndarray:

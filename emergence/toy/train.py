@@ -78,7 +78,8 @@ def train(model_cfg, root: Path | None = None) -> dict:
     root = Path(root or model_cfg.name_or_path).expanduser()
     save_at = {int(p.step): p for p in model_cfg.panel}
     steps = max(save_at)
-    corpus = ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, repeat_fraction=recipe.repeat_fraction)
+    corpus = ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, repeat_fraction=recipe.repeat_fraction,
+                        skip_offsets=recipe.skip_offsets, skip_prob=recipe.skip_prob)
     model = build_model(recipe)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
                                   weight_decay=recipe.weight_decay)
