@@ -125,8 +125,10 @@ def test_the_real_default_trains_toy_neox_and_finds_its_induction_circuit(tmp_pa
     assert final["model"] == "toy_neox" and final["revision"] == "step2048"
     assert final["induction_circuit"], "the trained toy model has induction heads"
     assert final["icl_score"] > 2  # and copies in context
-    effect = final["ablation"]["effect"]
-    assert effect["circuit_loss_increase"] > 0.5
-    assert effect["ratio"] > 3  # far more than its matched-random controls (issue 3)
+    ab = final["ablation"]
+    circuit_rise = ab["circuit"]["loss"] - ab["clean"]["loss"]
+    control_rise = sum(r["loss"] for r in ab["random"]) / len(ab["random"]) - ab["clean"]["loss"]
+    assert circuit_rise > 0.5 and circuit_rise > 3 * max(control_rise, 0)  # far more than its controls
+    assert ab["effect"]["causal"] is True
     untrained = run("r0", "revision=r0")
     assert untrained["induction_circuit"] == [] and untrained["member_counts"]["induction"] == 0
