@@ -72,8 +72,8 @@ def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], 
 
     The ratio is only defined over a positive control rise: over zero or a fall it would
     read as "no effect" or flip its sign, so it is None then. ``causal``: the circuit's rise
-    exceeds ``causal_factor`` times the controls' (a fall counts as no rise); None without
-    controls."""
+    exceeds ``causal_factor`` times the size of the controls' mean change, a fall counting
+    by its size, so that noise around zero does not pass; None without controls."""
     circuit_rise = circuit_loss - clean_loss
     if not control_losses:
         return {"circuit_loss_increase": circuit_rise, "random_loss_increase_mean": None, "ratio": None,
@@ -82,7 +82,7 @@ def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], 
     return {"circuit_loss_increase": circuit_rise,
             "random_loss_increase_mean": control_rise,
             "ratio": circuit_rise / control_rise if control_rise > 0 else None,
-            "causal": bool(circuit_rise > causal_factor * max(control_rise, 0.0))}
+            "causal": bool(circuit_rise > causal_factor * abs(control_rise))}
 
 
 def head_mask(heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> torch.Tensor:

@@ -60,11 +60,11 @@ class ToyRecipe:
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 50
-    weight_decay: float = 0.01
+    weight_decay: float = 0.2
     seed: int = 0
-    repeat_fraction: float = 0.75  # share of each batch that is one span repeated end to end
-    skip_offsets: List[int] = field(default_factory=list)  # filler tokens repeat the token k back ...
-    skip_prob: float = 0.0  # ... with this probability, for each k
+    repeat_fraction: float = 0.5  # share of each batch that is one span repeated end to end
+    skip_offsets: List[int] = field(default_factory=lambda: [2, 3, 4])  # filler tokens repeat the token k back
+    skip_prob: float = 0.25  # ... with this probability, for each k
     clip_qkv: Optional[float] = None
     n_experts: int = 8  # olmoe only
     experts_per_token: int = 2  # olmoe only
