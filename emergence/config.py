@@ -136,7 +136,7 @@ class AblateConfig:
     enabled: bool = True
     mode: str = "zero"  # zero | mean
     n_random: int = 5  # matched-random control sets
-    causal_factor: float = 3.0  # causal: the circuit raises the loss of B > this x the controls' mean rise
+    causal_factor: float = 3.0  # causal: circuit's loss-of-B rise > this x the size of the controls' mean change
     seed: int = 0
     heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
 
