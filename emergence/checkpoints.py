@@ -242,7 +242,7 @@ def weight_bytes(hf_config, dtype: torch.dtype) -> int:
     """Bytes the weights take in ``dtype``, counted on the meta device (nothing allocated)."""
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
-    return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+    return sum(p.numel() for p in model.parameters()) * dtype.itemsize
 
 
 def free_memory(device: torch.device) -> int | None:
@@ -275,7 +275,7 @@ def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype
     multiplies rows, so the caller divides by its number of head sets itself."""
     hidden = hf_config.hidden_size
     mlp = getattr(hf_config, "intermediate_size", 4 * hidden)
-    per_token = (4 * hidden + mlp + hf_config.num_attention_heads * seq_len) * torch.empty((), dtype=dtype).element_size()
+    per_token = (4 * hidden + mlp + hf_config.num_attention_heads * seq_len) * dtype.itemsize
     per_sequence = 2 * seq_len * per_token + 4 * hf_config.vocab_size  # x2: a layer's input and output live
     return int(max(1, min(ceiling, free_bytes // 2 // per_sequence)))
 

@@ -14,12 +14,12 @@ import json
 import sys
 from pathlib import Path
 
+from emergence.config import ThresholdConfig
 from emergence.report import figures, markdown, sensitivity
 from emergence.report.findings import panel_findings
 from emergence.report.panel import load_reference, load_runs, shared_thresholds
 from emergence.results import atomic_write_text
 
-DEFAULT_CLASS_THRESHOLD, DEFAULT_CIRCUIT_THRESHOLD = 30.0, 50.0  # METHOD.md section 4
 
 
 def parse_args(argv=None):
@@ -103,7 +103,8 @@ def main(argv=None) -> None:
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    screened = shared_thresholds(trajectories) or (DEFAULT_CLASS_THRESHOLD, DEFAULT_CIRCUIT_THRESHOLD)
+    # METHOD.md section 4's thresholds (ThresholdConfig's defaults) unless the runs agree on others
+    screened = shared_thresholds(trajectories) or (ThresholdConfig.class_default, ThresholdConfig.circuit)
     class_threshold = args.class_threshold if args.class_threshold is not None else screened[0]
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
     findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,

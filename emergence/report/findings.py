@@ -24,7 +24,8 @@ from fractions import Fraction
 import numpy as np
 
 from emergence.report.panel import Trajectory
-from emergence.screen import CLASSES
+from emergence.config import ThresholdConfig
+from emergence.screen import CLASSES, head_name
 
 INDUCTION = CLASSES.index("induction")
 FIRST_TOKEN = CLASSES.index("first_token")
@@ -33,10 +34,6 @@ BOS_MILESTONES = (10, 30, 50, 70)
 RECALL_MILESTONES = {"recall_33": Fraction(1, 3), "recall_67": Fraction(2, 3), "recall_100": Fraction(1)}
 PR_RISE_FACTOR = 2.0
 ABRUPT_SHARE = 0.5
-
-
-def head_label(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
 
 
 def _milestone(traj: Trajectory, index: int | None, total_tokens: float | None = None) -> dict | None:
@@ -90,14 +87,14 @@ def f2_shape(fractions: np.ndarray, revisions: list[str]) -> dict:
         return {"largest_jump_pp": None, "largest_jump": None, "jump_share": None, "monotonic": True,
                 "shape": None, "final_bos_fraction": total_rise}
     i = int(np.argmax(jumps))
-    share = float(jumps[i] / total_rise) if total_rise > 0 else None
+    share = float(jumps[i] / total_rise)
     return {
         "largest_jump_pp": 100 * float(jumps[i]),
         "largest_jump": [revisions[i], revisions[i + 1]],
         "jump_share": share,
         "monotonic": bool((jumps >= 0).all()),
         "largest_drop_pp": 100 * float(min(0.0, jumps.min())),
-        "shape": None if share is None else ("abrupt" if share >= ABRUPT_SHARE else "gradual"),
+        "shape": "abrupt" if share >= ABRUPT_SHARE else "gradual",
         "final_bos_fraction": total_rise,
     }
 
@@ -125,7 +122,7 @@ def f5_leads(traj: Trajectory, circuit_threshold: float) -> dict:
                 entry["reason"] = "selectivity already above threshold at the first revision: no measurable lead"
             else:
                 entry["lead"] = traj.checkpoints[cross].tokens / traj.checkpoints[rise].tokens
-        heads[head_label(layer, head)] = entry
+        heads[head_name(layer, head)] = entry
     return {"heads": heads, "pr_estimator": traj.pr_estimator, "rise_factor": PR_RISE_FACTOR}
 
 
@@ -142,12 +139,13 @@ def pr_integral_ranking(traj: Trajectory, class_threshold: float, top_k: int = 4
     top = [tuple(map(int, np.unravel_index(i, integral.shape))) for i in order]
     final = traj.checkpoints[-1].sel
     classified = [bool((final[l, h] >= class_threshold).any()) for l, h in top]
-    return {"top_k": k, "heads": [head_label(l, h) for l, h in top],
+    return {"top_k": k, "heads": [head_name(l, h) for l, h in top],
             "classified_share": float(np.mean(classified)),
             "induction_share": float(np.mean([final[l, h, INDUCTION] >= class_threshold for l, h in top]))}
 
 
-def model_findings(traj: Trajectory, class_threshold: float = 30.0, circuit_threshold: float = 50.0) -> dict:
+def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.class_default,
+                   circuit_threshold: float = ThresholdConfig.circuit) -> dict:
     names = [c.revision for c in traj.checkpoints]
     total_tokens = traj.checkpoints[-1].tokens
     bos = bos_fractions(traj, class_threshold)
@@ -171,7 +169,7 @@ def model_findings(traj: Trajectory, class_threshold: float = 30.0, circuit_thre
           for name, level in RECALL_MILESTONES.items()}
     f4["topk_recall_67"] = _milestone(traj, _first([r is not None and r >= Fraction(2, 3) for r in topk]),
                                       total_tokens)
-    f4["final_circuit"] = [head_label(l, h) for l, h in final_circuit(traj, circuit_threshold)]
+    f4["final_circuit"] = [head_name(l, h) for l, h in final_circuit(traj, circuit_threshold)]
     return {
         "revisions": revisions,
         "f1": {"zero_bos_layers": [int(l) for l in np.flatnonzero(per_layer.sum(0) == 0)]},
@@ -183,7 +181,7 @@ def model_findings(traj: Trajectory, class_threshold: float = 30.0, circuit_thre
     }
 
 
-def panel_findings(trajectories: dict[str, Trajectory], class_threshold: float = 30.0,
-                   circuit_threshold: float = 50.0) -> dict:
+def panel_findings(trajectories: dict[str, Trajectory], class_threshold: float = ThresholdConfig.class_default,
+                   circuit_threshold: float = ThresholdConfig.circuit) -> dict:
     return {"thresholds": {"class": class_threshold, "circuit": circuit_threshold},
             "models": {m: model_findings(t, class_threshold, circuit_threshold) for m, t in trajectories.items()}}
