@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from emergence.probe import ProbeBatch
+from emergence.screen import head_name, parse_head_name
 
 METRICS = ("loss", "top1", "top5", "logit_b")
 
@@ -149,3 +150,38 @@ def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tupl
                 for m, v in score_logits(logits[i * b:(i + 1) * b], target).items():
                     sums[c][m] += v
     return {c: {m: v / batch.n for m, v in s.items()} for c, s in sums.items()}
+
+
+def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: list[tuple[int, int]],
+           clean_metrics: dict, position_mean: torch.Tensor | None) -> dict:
+    """The ablation step's record: clean vs ``circuit`` ablated vs matched-random controls.
+
+    ``settings`` is the run's ``AblateConfig``; with ``settings.heads`` set, those heads
+    (validated against the model's shape before the probe pass) replace the screened
+    ``circuit``. ``clean_metrics`` come from the probe pass, ``position_mean`` (mean
+    ablation) from its capture."""
+    result: dict = {"enabled": settings.enabled, "mode": settings.mode, "causal_factor": settings.causal_factor,
+                    "clean": clean_metrics, "circuit": None, "random": [], "effect": None}
+    if settings.heads is not None:  # the user's head set instead of the screened circuit
+        circuit = [parse_head_name(h) for h in settings.heads]
+        result["heads"] = list(settings.heads)
+    if not settings.enabled:
+        return result
+    if not circuit:
+        result["note"] = "empty induction circuit: nothing to ablate"
+        return result
+    shortfall = control_shortfall(circuit, arch.n_heads)
+    controls = [] if shortfall else matched_random_sets(circuit, arch.n_heads, settings.n_random, settings.seed)
+    conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
+    scores = run_ablation(model, arch, batch, conditions, batch_size, position_mean)
+    result["circuit"] = scores["circuit"]
+    result["random"] = [{**scores[f"random_{i}"], "heads": [head_name(*h) for h in heads]}
+                        for i, heads in enumerate(controls)]
+    result["effect"] = effect(clean_metrics["loss"], scores["circuit"]["loss"],
+                              [s["loss"] for s in result["random"]], settings.causal_factor)
+    if shortfall:
+        result["note"] = shortfall
+    elif result["effect"]["ratio"] is None:
+        result["note"] = (f"the matched-random controls did not raise the loss of B "
+                          f"(mean {result['effect']['random_loss_increase_mean']:+.4f}): no ratio")
+    return result

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import emergence
+from emergence import spectral
 
 # Bump when the capture or the probe changes numerically: old entries then stop matching.
 MEASUREMENT_VERSION = 1
@@ -38,6 +39,15 @@ class Measurements:
     n_layers: int
     n_heads: int
     head_dim: int
+
+    @classmethod
+    def of(cls, cap, arch) -> "Measurements":
+        """Reduce a probe pass (``capture.Capture``) to what the screen and spectral steps keep."""
+        return cls(mean_attention=cap.mean_attention(),
+                   pr=spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n),
+                   entropy_rank=spectral.entropy_rank(cap.gram),
+                   spectral_n=cap.spectral_n, clean_metrics=cap.clean_metrics, model_type=arch.model_type,
+                   n_layers=arch.n_layers, n_heads=arch.n_heads, head_dim=arch.head_dim)
 
 
 def checkpoint_identity(path: str, revision: str | None) -> list:

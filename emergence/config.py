@@ -8,6 +8,8 @@ allowed; ``main`` prints it and exits with status 2 before writing anything.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,16 +99,18 @@ class RevisionConfig:
 
 @dataclass
 class ProbeConfig:
-    n_sequences: int = 2000
-    seq_len: int = 256
-    vocab_low: int = 100
-    vocab_high: int = 10000
-    seed: int = 42
+    """The protocol's values (``probe/paper.yaml``) are the probe; the rest are run settings."""
+
+    n_sequences: int = MISSING
+    seq_len: int = MISSING
+    vocab_low: int = MISSING
+    vocab_high: int = MISSING
+    seed: int = MISSING
+    n_baseline: int = MISSING
+    baseline_seed: int = MISSING
     batch_size: int = 16  # sequences per forward on a CPU (and on a GPU when auto_batch is false)
     auto_batch: bool = True  # on a GPU: size batches to the free memory after loading the weights
-    n_baseline: int = 50
-    baseline_seed: int = 0
-    spectral_sequences: Optional[int] = None  # rows for the spectral estimators; None: all
+    spectral_sequences: Optional[int] = None  # rows for the spectral estimators; None: all (the reference: 500)
 
 
 @dataclass
@@ -134,8 +138,8 @@ class ThresholdConfig:
 @dataclass
 class AblateConfig:
     enabled: bool = True
-    mode: str = "zero"  # zero | mean
-    n_random: int = 5  # matched-random control sets
+    mode: str = "zero"  # zero (the reference) | mean (the batch mean of the head's output at each position)
+    n_random: int = 5  # matched-random control sets (same number of heads from the same layers)
     causal_factor: float = 3.0  # causal: circuit's loss-of-B rise > this x the size of the controls' mean change
     seed: int = 0
     heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
@@ -143,11 +147,14 @@ class AblateConfig:
 
 @dataclass
 class WandbConfig:
-    mode: str = "offline"  # offline | online | disabled
-    project: str = "emergence"
-    entity: Optional[str] = None
-    group: Optional[str] = None
-    tags: List[str] = field(default_factory=list)
+    """W&B's own environment variables are the defaults; an explicit override still wins."""
+
+    mode: str = "${oc.env:WANDB_MODE,offline}"  # offline | online | disabled
+    project: str = "${oc.env:WANDB_PROJECT,emergence}"
+    entity: Optional[str] = "${oc.env:WANDB_ENTITY,null}"
+    dir: Optional[str] = "${oc.env:WANDB_DIR,null}"  # where wandb/ goes; None: the run directory
+    group: Optional[str] = None  # None: a multirun's jobs share the sweep's name as their group
+    tags: List[str] = field(default_factory=list)  # the model key and revision are always added
 
 
 @dataclass
@@ -160,8 +167,12 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
     device: str = "auto"  # auto: cuda if available, else cpu
     cache_dir: str = "${emergence_cache_dir:}"  # toy panels and cached measurements live here
-    reuse: bool = True  # reuse cached per-head measurements (same checkpoint, probe, dtype, code)
-    resume: bool = True  # skip a job whose run directory already holds a complete run of the same config
+    # Per-head measurements are cached under ${cache_dir}/measurements (delete it to clear): a
+    # threshold re-sweep with ablate.enabled=false then loads no model. reuse=false recomputes.
+    reuse: bool = True
+    # A relaunched sweep (same hydra.sweep.dir) skips jobs whose directory already holds a
+    # complete run of the same configuration.
+    resume: bool = True
 
 
 def default_cache_dir() -> str:
@@ -221,7 +232,29 @@ def validate(cfg: Config) -> None:
     if not a.causal_factor > 0:
         _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
     if cfg.wandb.mode not in WANDB_MODES:
-        _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)}")
+        _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)} (the default is $WANDB_MODE)")
+    check_device(cfg.device)
+
+
+def check_device(device: str) -> None:
+    """The device exists on this machine (before anything is loaded onto it)."""
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        kind = torch.device(device)
+    except RuntimeError:
+        _fail("device", device, "use auto, cpu, cuda or cuda:N")
+    if kind.type == "cuda":
+        if not torch.cuda.is_available():
+            _fail("device", device, "CUDA is not available on this machine; use device=cpu or device=auto")
+        if kind.index is not None and kind.index >= torch.cuda.device_count():
+            _fail("device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif kind.type == "mps" and not torch.backends.mps.is_available():
+        _fail("device", device, "MPS is not available on this machine; use device=cpu or device=auto")
+    elif kind.type not in ("cpu", "cuda", "mps"):
+        _fail("device", device, "use auto, cpu, cuda, cuda:N or mps")
 
 
 def validate_for_model(cfg: Config, hf_config) -> None:
@@ -235,6 +268,20 @@ def validate_for_model(cfg: Config, hf_config) -> None:
     expected = cfg.model.architecture
     if expected is not None and hf_config.model_type != expected:
         _fail("model.architecture", expected, f"the checkpoint is a {hf_config.model_type!r} model")
+    n_layers, n_heads = hf_config.num_hidden_layers, hf_config.num_attention_heads
+    for name in cfg.ablate.heads or []:
+        layer, head = parse_head_name(name)
+        if layer >= n_layers or head >= n_heads:
+            _fail("ablate.heads", name, f"the model has {n_layers} layers x {n_heads} heads "
+                  f"(L0H0..L{n_layers - 1}H{n_heads - 1})")
+
+
+def config_digest(cfg: Config) -> str:
+    """Names what a run computes: its config without the W&B and resume settings."""
+    content = OmegaConf.to_container(OmegaConf.structured(cfg))
+    for key in ("wandb", "resume"):
+        content.pop(key, None)
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def compose_config(overrides: list[str]) -> Config:

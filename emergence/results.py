@@ -1,7 +1,8 @@
-"""A run's files: ``heads.csv`` (one row per head) and ``summary.json``.
+"""A run's files: ``heads.csv`` (one row per head) and ``summary.json`` (its schema is
+``summary`` below), and the lines a run reports.
 
-Both are written atomically (temporary file in the same directory, then rename), and
-``summary.json`` last: a run directory with a summary is a complete run.
+Both files are written atomically (temporary file in the same directory, then rename),
+and ``summary.json`` last: a run directory with a summary is a complete run.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import os
 import tempfile
 from pathlib import Path
 
+import platform
+from dataclasses import asdict
+
 import numpy as np
 
-from emergence.screen import BASELINE, CLASSES, Screen
+import emergence
+from emergence.screen import BASELINE, CLASSES, UNCLASSIFIED, Screen
 
 HEADS_FILE = "heads.csv"
 SUMMARY_FILE = "summary.json"
@@ -54,6 +59,86 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
     return rows
 
 
+def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, **run) -> dict:
+    """``summary.json``: what was analysed, how, and what the screen and ablation found.
+
+    ``cfg`` is the run's ``Config``, ``revision`` its ``checkpoints.Revision``,
+    ``measured`` the probe pass's ``cache.Measurements``; ``run`` holds what only the run
+    knows: dtype, device, weight_bytes, download, batch_size, probe_fingerprint,
+    baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
+    import torch
+    import transformers
+
+    return {
+        "model": cfg.model.key,
+        "name_or_path": cfg.model.name_or_path,
+        "revision": revision.name,
+        "step": revision.step,
+        "tokens": revision.tokens,
+        "architecture": measured.model_type,
+        "n_layers": measured.n_layers,
+        "n_heads": measured.n_heads,
+        "head_dim": measured.head_dim,
+        "dtype": run["dtype"],
+        "device": run["device"],
+        "weight_bytes": run["weight_bytes"],
+        "download": run["download"],
+        "batch_size": run["batch_size"],
+        "probe": {**asdict(cfg.probe), "fingerprint": run["probe_fingerprint"],
+                  "baseline_positions": run["baseline_positions"]},
+        "thresholds": {"classes": dict(zip(CLASSES, thresholds.tolist())), "circuit": cfg.threshold.circuit},
+        "class_counts": scr.class_counts(),
+        "member_counts": scr.member_counts(),
+        "bos_fraction": scr.bos_fraction(),
+        "bos_per_layer": scr.bos_per_layer(),
+        "induction_circuit": scr.circuit_names(),
+        "spectral": {"pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
+                     "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred "
+                                        "(the reference code's estimator)",
+                     "n_sequences": measured.spectral_n},
+        "reused_measurements": run["reused_measurements"],
+        "ablation": run["ablation"],
+        "icl_score": run["icl_score"],
+        "config_digest": run["config_digest"],
+        "timings": run["timings"],
+        "versions": {"emergence": emergence.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "python": platform.python_version()},
+    }
+
+
+def format_tokens(tokens) -> str:
+    """Token counts the same way everywhere: 262K, 2.1M, 134M, 1.07B, 1.35T (three digits)."""
+    if tokens is None:
+        return "-"
+    value = float(tokens)
+    for unit in ("", "K", "M", "B", "T"):
+        if abs(float(f"{value:.3g}")) < 1000 or unit == "T":
+            break
+        value /= 1000
+    return (f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}") + unit
+
+
+def report_lines(summary: dict, scr: Screen, out_dir: Path) -> list[str]:
+    """What a run tells its user: classes per layer, BOS fraction, circuit, ablation verdict."""
+    lines = [f"{summary['model']} @ {summary['revision']}  (step {summary['step']}, "
+             f"tokens {format_tokens(summary['tokens'])})", "classes per layer:"]
+    for layer in range(scr.n_layers):
+        counts = {c: int((scr.head_class[layer] == c).sum()) for c in (*CLASSES, UNCLASSIFIED)}
+        lines.append(f"  L{layer:<3}" + "  ".join(f"{c}={n}" for c, n in counts.items() if n))
+    lines.append(f"BOS fraction: {summary['bos_fraction']:.1%}   induction circuit: "
+                 f"{', '.join(summary['induction_circuit']) or '(empty)'}")
+    ab = summary["ablation"]
+    if ab["effect"]:
+        e = ab["effect"]
+        controls = ("no matched-random control" if e["random_loss_increase_mean"] is None
+                    else f"matched-random controls {e['random_loss_increase_mean']:+.3f}: "
+                         f"{'causal' if e['causal'] else 'not causal'} at {ab['causal_factor']:g}x")
+        lines.append(f"ablation ({ab['mode']}): loss of B {ab['clean']['loss']:.3f} -> {ab['circuit']['loss']:.3f} "
+                     f"(+{e['circuit_loss_increase']:.3f}); {controls}")
+    lines.append(f"results: {out_dir}")
+    return lines
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -68,27 +153,49 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def write_run(out_dir: Path, rows: list[dict], summary: dict) -> None:
+def write_run(out_dir: Path, rows: list[dict], run_summary: dict) -> None:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=HEAD_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(out_dir / HEADS_FILE, buf.getvalue())
-    atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(summary, indent=2, allow_nan=True) + "\n")
+    atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(run_summary, indent=2, allow_nan=True) + "\n")
+
+
+def discard_partial(out_dir: Path) -> None:
+    """Remove the result files of a run that did not finish (no summary.json written)."""
+    if not (out_dir / SUMMARY_FILE).exists():
+        for name in (HEADS_FILE, "classes.png"):
+            (out_dir / name).unlink(missing_ok=True)
+
+
+def read_json(path: Path):
+    """A JSON file; a broken one is a ValueError that names the file."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}): it was cut short or edited; "
+                         "rewrite it (rerun its job) or remove it") from None
+
+
+def read_summary(run_dir: Path) -> dict:
+    return read_json(run_dir / SUMMARY_FILE)
 
 
 def is_done(run_dir: Path, config_digest: str) -> bool:
-    """A complete run of the same configuration is already in ``run_dir``."""
-    path = run_dir / SUMMARY_FILE
-    return path.exists() and json.loads(path.read_text()).get("config_digest") == config_digest
+    """A complete run of the same configuration is already in ``run_dir`` (a broken summary is not one)."""
+    try:
+        return (run_dir / SUMMARY_FILE).exists() and read_summary(run_dir).get("config_digest") == config_digest
+    except ValueError:
+        return False
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
     """(summary, head rows with numbers and booleans parsed) of a complete run directory."""
-    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    run_summary = read_summary(run_dir)
     with open(run_dir / HEADS_FILE, newline="") as f:
         rows = [_parse_row(r) for r in csv.DictReader(f)]
-    return summary, rows
+    return run_summary, rows
 
 
 def _parse_row(row: dict) -> dict:

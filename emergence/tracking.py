@@ -1,11 +1,13 @@
 """Weights & Biases: one tracked run per job, closed whatever happens.
 
 W&B is an output, not the record (``heads.csv`` and ``summary.json`` are). Offline by
-default so a run never waits on a network; ``wandb.mode=disabled`` turns it off.
+default (``$WANDB_MODE`` and the other W&B variables are the config's defaults) so a run
+never waits on a network; ``wandb.mode=disabled`` turns it off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from emergence.config import UsageError  # noqa: E402
 from emergence.screen import CLASSES, UNCLASSIFIED  # noqa: E402
 
 CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),
@@ -41,26 +44,50 @@ def class_figure(head_class: np.ndarray, title: str):
     return fig
 
 
+def check_login(wandb_cfg) -> None:
+    """``wandb.mode=online`` needs credentials: find out before any work, not after it."""
+    if wandb_cfg.mode != "online":
+        return
+    import wandb
+
+    if not wandb.login(verify=False, prompt=False):
+        raise UsageError("wandb.mode='online' is invalid here: no W&B API key is configured; run `wandb login` "
+                         "or set WANDB_API_KEY, or use wandb.mode=offline (sync later with `wandb sync`)")
+
+
+def run_id(run_dir: Path) -> str:
+    """The same W&B run id for every job run into the same directory, so a re-run resumes it."""
+    return hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
+
+
 @contextmanager
-def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str = "checkpoint"):
-    """Yield a W&B run (None when disabled); the run is finished even if the body raises."""
+def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str = "checkpoint",
+                tags: list = ()):
+    """Yield a W&B run (None when disabled); the run is finished even if the body raises.
+
+    ``tags`` join the configured ``wandb.tags``; ``wandb.dir`` (default ``$WANDB_DIR``)
+    places the ``wandb/`` folder, else it goes into ``run_dir``."""
     if wandb_cfg.mode == "disabled":
         yield None
         return
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")
+    if wandb_cfg.dir:
+        Path(wandb_cfg.dir).mkdir(parents=True, exist_ok=True)
     with wandb.init(
         project=wandb_cfg.project,
         entity=wandb_cfg.entity,
         group=wandb_cfg.group,
-        tags=list(wandb_cfg.tags),
+        tags=list(dict.fromkeys([*wandb_cfg.tags, *(t for t in tags if t)])),
         name=name,
+        id=run_id(run_dir),
+        resume="allow",
         config=config,
         job_type=job_type,
         mode=wandb_cfg.mode,
-        dir=str(run_dir),
-        settings=wandb.Settings(console="off", init_timeout=60, x_disable_stats=True),
+        dir=wandb_cfg.dir or str(run_dir),
+        settings=wandb.Settings(console="off", init_timeout=60),
     ) as run:
         yield run
 

@@ -1,7 +1,9 @@
 import pytest
 
-from emergence.checkpoints import PYTHIA_STEPS, parse_revision_name, resolve_revision
+from emergence.checkpoints import check_revision_name, parse_revision_name, resolve_revision
 from emergence.config import UsageError, compose_config
+
+PRESETS_WITH_PANELS = ["pythia", "olmo", "olmoe", "toy_neox", "toy_olmo", "toy_olmoe"]
 
 
 @pytest.mark.parametrize("model,revision,step,tokens", [
@@ -16,10 +18,20 @@ def test_panel_revisions_resolve_to_branch_step_and_tokens(model, revision, step
     assert (rev.step, rev.tokens) == (step, tokens)
 
 
-def test_panel_branch_names():
-    assert resolve_revision(compose_config(["model=pythia", "revision=r3"])).name == "step64"
-    assert resolve_revision(compose_config(["model=olmo", "revision=r3"])).name == "step11000-tokens23B"
-    assert resolve_revision(compose_config(["model=olmoe", "revision=r3"])).name == "step50000-tokens209B"
+@pytest.mark.parametrize("model", PRESETS_WITH_PANELS)
+def test_each_panel_branch_name_gives_its_listed_step_and_tokens(model):
+    """A panel entry whose name disagrees with its step or tokens would misplace a checkpoint in time."""
+    cfg = compose_config([f"model={model}"])
+    tokens_per_step = cfg.model.tokens_per_step
+    steps = [int(e.step) for e in cfg.model.panel]
+    assert len(steps) == 10 and steps == sorted(set(steps))
+    for entry in cfg.model.panel:
+        step, tokens = parse_revision_name(entry.revision, tokens_per_step)
+        assert step == entry.step, entry.revision
+        if entry.revision.endswith("B"):  # the name rounds tokens down to whole billions
+            assert tokens <= entry.tokens < tokens + 10**9, entry.revision
+        else:
+            assert tokens == entry.tokens, entry.revision
 
 
 def test_custom_revisions_parse_tokens():
@@ -43,9 +55,14 @@ def test_malformed_custom_revisions_name_the_nearest_valid_ones(model, name, nea
     assert name in str(err.value) and nearest in str(err.value) and "\n" not in str(err.value)
 
 
-def test_pythia_published_steps():
-    assert len(PYTHIA_STEPS) == 1 + 10 + 143
-    assert {0, 1, 2, 512, 1000, 143000} <= set(PYTHIA_STEPS) and 999 not in PYTHIA_STEPS
+def test_pythia_names_accept_exactly_the_published_branches():
+    from test_revisions import PYTHIA_BRANCHES  # the repo's branch listing
+
+    for name in PYTHIA_BRANCHES[1:]:  # all but main
+        check_revision_name(name, "pythia", [])
+    for name in ("step3", "step768", "step999", "step1500", "step143001", "step144000", "stepX"):
+        with pytest.raises(UsageError, match=name):
+            check_revision_name(name, "pythia", [])
 
 
 def test_index_out_of_range():

@@ -3,12 +3,9 @@ cache laid out by hand (refs/<branch> -> snapshots/<commit>/) under the real rep
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-
+from cli import last_line, run_cli
 from tiny_models import save_tiny_model
 
 PANEL_R3 = {"pythia": ("EleutherAI/pythia-1b", "gpt_neox", "step64", 64 * 2_097_152),
@@ -30,11 +27,10 @@ def test_offline_panel_sweep_from_a_hub_cache(tmp_path):
     cache = tmp_path / "hub"
     for repo, arch, branch, _ in PANEL_R3.values():
         lay_out_cache(cache, repo, arch, branch)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "WANDB_MODE": "disabled"}
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "WANDB_MODE": "disabled"}
     sweep = tmp_path / "sweep"
-    res = subprocess.run([sys.executable, "-m", "emergence", "-m", "model=pythia,olmo,olmoe", "revision=r3",
-                          "probe=quick", "probe.n_sequences=16", "model.dtype=float32", "wandb.mode=disabled",
-                          f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, env=env, timeout=600)
+    res = run_cli("-m", "model=pythia,olmo,olmoe", "revision=r3", "probe=quick", "probe.n_sequences=16",
+                  "model.dtype=float32", f"hydra.sweep.dir={sweep}", env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     summaries = {json.loads(p.read_text())["model"]: json.loads(p.read_text()) for p in sweep.rglob("summary.json")}
     assert set(summaries) == set(PANEL_R3)
@@ -47,21 +43,19 @@ def test_offline_panel_sweep_from_a_hub_cache(tmp_path):
 def test_a_revision_missing_from_the_cache_fails_fast_with_one_line(tmp_path):
     cache = tmp_path / "hub"
     lay_out_cache(cache, "EleutherAI/pythia-1b", "gpt_neox", "step64")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "WANDB_MODE": "disabled"}
-    res = subprocess.run([sys.executable, "-m", "emergence", "model=pythia", "revision=r4", "wandb.mode=disabled",
-                          f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, env=env, timeout=120)
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "WANDB_MODE": "disabled"}
+    res = run_cli("model=pythia", "revision=r4", f"hydra.run.dir={tmp_path / 'run'}", env=env, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    last = res.stderr.strip().splitlines()[-1]
+    last = last_line(res.stderr)
     assert "EleutherAI/pythia-1b" in last and "step256" in last and "huggingface-cli download" in last
 
 
 @pytest.mark.slow
 def test_malformed_custom_revision_exits_with_its_name(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "emergence", "model=pythia", "revision=custom",
-                          "revision.name=step999", "probe=quick", f"hydra.run.dir={tmp_path / 'run'}"],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode != 0 and "Traceback" not in res.stderr
-    assert "step999" in res.stderr.strip().splitlines()[-1]
+    res = run_cli("model=pythia", "revision=custom", "revision.name=step999", "probe=quick",
+                  f"hydra.run.dir={tmp_path / 'run'}", env={"WANDB_MODE": "disabled"}, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "step999" in last_line(res.stderr) and not (tmp_path / "run").exists()
 
 
 def test_download_accounting_and_cleanup_of_one_revision(tmp_path, monkeypatch):

@@ -3,9 +3,6 @@
 import csv
 import json
 import math
-import os
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
@@ -15,6 +12,7 @@ from emergence.main import analyse
 from emergence.probe import baseline_positions, make_probe_batch
 from emergence.results import HEAD_COLUMNS, read_run
 from emergence.screen import CLASSES, selectivity
+from cli import last_line, run_cli
 from reference_impl import eager_model, eager_targets, entropy_rank_svd, head_outputs_at_last, pr_centred_cov
 from tiny_models import ARCHS
 
@@ -88,11 +86,6 @@ def test_empty_circuit_is_reported_not_an_error(tiny_dirs, tmp_path):
     assert summary["ablation"]["clean"]["loss"] > 0
 
 
-def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "emergence", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
-
-
 @pytest.mark.slow
 def test_cli_end_to_end_with_wandb_offline(tiny_dirs, tmp_path):
     out = tmp_path / "run"
@@ -100,7 +93,8 @@ def test_cli_end_to_end_with_wandb_offline(tiny_dirs, tmp_path):
                   "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500", "wandb.mode=offline",
                   f"hydra.run.dir={out}", env={"WANDB_DIR": str(tmp_path)})
     assert res.returncode == 0, res.stderr[-2000:]
-    assert str(out) in res.stdout
+    assert f"results: {out}" in res.stderr  # the run's report lines ...
+    assert f"results: {out}" in (out / "main.log").read_text()  # ... are also in Hydra's job log
     with open(out / "heads.csv") as f:
         assert len(list(csv.DictReader(f))) == 8
     assert json.loads((out / "summary.json").read_text())["probe"]["n_sequences"] == 24
@@ -126,7 +120,7 @@ def test_bad_configuration_exits_2_with_one_line(overrides, field, tiny_dirs, tm
     res = run_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", "wandb.mode=disabled",
                   f"hydra.run.dir={out}", *overrides)
     assert res.returncode == 2
-    last = res.stderr.strip().splitlines()[-1]
+    last = last_line(res.stderr)
     assert last.startswith("error: ") and field in last
     assert "Traceback" not in res.stderr
     assert not out.exists()  # nothing written, not even Hydra's own files

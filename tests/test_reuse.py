@@ -23,7 +23,7 @@ def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
 
     monkeypatch.setattr(checkpoints, "load_model", no_model)
     second = analyse(compose_config([*base, "threshold=lenient", "threshold.circuit=1e-3"]), tmp_path / "lenient")
-    assert second["reused_measurements"] and second["timings"]["capture"] < 1
+    assert second["reused_measurements"]
     _, a = read_run(tmp_path / "paper")
     _, b = read_run(tmp_path / "lenient")
     for ra, rb in zip(a, b):
@@ -48,17 +48,14 @@ def test_cached_and_fresh_measurements_agree(tiny_dirs, tmp_path):
 
 @pytest.mark.slow
 def test_relaunched_sweep_skips_finished_jobs(tiny_dirs, tmp_path):
-    import os
-    import subprocess
-    import sys
+    from cli import run_cli
 
-    args = [sys.executable, "-m", "emergence", "-m", "model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}",
-            *SMALL, "threshold=paper,strict", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    first = subprocess.run(args, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    args = ["-m", "model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL, "threshold=paper,strict",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    first = run_cli(*args)
     assert first.returncode == 0, first.stderr[-2000:]
     assert len(list((tmp_path / "sweep").rglob("summary.json"))) == 2
-    again = subprocess.run(args, capture_output=True, text=True, timeout=300, env=dict(os.environ))
-    assert again.returncode == 0 and again.stdout.count("already done (resume=true)") == 2
-    changed = subprocess.run([*args, "probe.seed=3"], capture_output=True, text=True, timeout=300,
-                             env=dict(os.environ))
-    assert changed.returncode == 0 and "already done" not in changed.stdout  # another config: recomputed
+    again = run_cli(*args)
+    assert again.returncode == 0 and again.stderr.count("already done (resume=true)") == 2
+    changed = run_cli(*args, "probe.seed=3")
+    assert changed.returncode == 0 and "already done" not in changed.stderr  # another config: recomputed

@@ -1,7 +1,4 @@
-import os
-import subprocess
-import sys
-
+from cli import last_line, run_cli
 from emergence.revisions import between, parse_branches, propose_panel
 
 PYTHIA_BRANCHES = ["main", "step0", *(f"step{2**k}" for k in range(10)), *(f"step{s}" for s in range(1000, 143001, 1000))]
@@ -32,7 +29,6 @@ def test_between_two_revisions():
 
 
 def test_offline_listing_is_a_one_line_error():
-    res = subprocess.run([sys.executable, "-m", "emergence.revisions", "olmo"], capture_output=True, text=True,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    res = run_cli("olmo", module="emergence.revisions", env={"HF_HUB_OFFLINE": "1"}, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert "needs the Hugging Face Hub" in res.stderr.strip().splitlines()[-1]
+    assert "needs the Hugging Face Hub" in last_line(res.stderr)

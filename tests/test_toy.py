@@ -108,16 +108,12 @@ def test_in_context_score_separates_a_copier_from_a_uniform_model():
 @pytest.mark.slow
 def test_the_real_default_trains_toy_neox_and_finds_its_induction_circuit(tmp_path):
     """`python -m emergence` with no arguments, on a fresh cache: the full toy_neox training."""
-    import os
-    import subprocess
-    import sys
+    from cli import run_cli
 
-    env = {**os.environ, "EMERGENCE_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
+    env = {"EMERGENCE_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
 
     def run(name, *args):
-        res = subprocess.run([sys.executable, "-m", "emergence", "wandb.mode=disabled",
-                              f"hydra.run.dir={tmp_path / name}", *args],
-                             capture_output=True, text=True, env=env, timeout=1200)
+        res = run_cli(f"hydra.run.dir={tmp_path / name}", *args, env=env, timeout=1200)
         assert res.returncode == 0, res.stderr[-3000:]
         return json.loads((tmp_path / name / "summary.json").read_text())
 

@@ -34,9 +34,10 @@ def parse_args(argv=None):
                    help="induction circuit threshold (default: the runs' own if they agree, else 50)")
     p.add_argument("--pr-estimator", choices=("pr", "pr_entropy_rank"), default="pr_entropy_rank",
                    help="spectral column of run directories used for F5 (the reference used pr_entropy_rank)")
-    p.add_argument("--wandb-mode", choices=("offline", "online", "disabled"), default="offline")
-    p.add_argument("--wandb-project", default="emergence")
-    p.add_argument("--wandb-entity", default=None)
+    p.add_argument("--wandb-mode", choices=("offline", "online", "disabled"), default=None,
+                   help="default: $WANDB_MODE, else offline")
+    p.add_argument("--wandb-project", default=None, help="default: $WANDB_PROJECT, else emergence")
+    p.add_argument("--wandb-entity", default=None, help="default: $WANDB_ENTITY")
     args = p.parse_args(argv)
     if bool(args.runs) == bool(args.reference):
         p.error("give run directories or --reference DIR (exactly one of them)")
@@ -69,11 +70,15 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
 
 
 def log_panel(findings: dict, out: Path, args) -> None:
+    from omegaconf import OmegaConf
+
     from emergence.config import WandbConfig
     from emergence.tracking import tracked_run
 
-    cfg = WandbConfig(mode=args.wandb_mode, project=args.wandb_project, entity=args.wandb_entity,
-                      group="panel", tags=["panel"])
+    given = {"mode": args.wandb_mode, "project": args.wandb_project, "entity": args.wandb_entity}
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(WandbConfig),  # the defaults read $WANDB_*
+                                              {k: v for k, v in given.items() if v is not None},
+                                              {"group": "panel", "tags": ["panel"]}))
     with tracked_run(cfg, "panel", {"thresholds": findings["thresholds"]}, out, job_type="panel") as run:
         if run is None:
             return

@@ -4,16 +4,11 @@ the reference study's data is the input)."""
 from __future__ import annotations
 
 from emergence.report import published
-
-
-def _b(tokens) -> str:
-    if tokens is None:
-        return "-"
-    return f"{tokens / 1e9:.3g}B" if tokens >= 1e8 else f"{tokens:,.0f}"
+from emergence.results import format_tokens
 
 
 def _m(milestone) -> str:
-    return "never" if milestone is None else f"{milestone['revision']} ({_b(milestone['tokens'])})"
+    return "never" if milestone is None else f"{milestone['revision']} ({format_tokens(milestone['tokens'])})"
 
 
 def _pct(x) -> str:
@@ -38,7 +33,7 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
             sep += "---|"
         out += [head, sep]
         for i, r in enumerate(f["revisions"]):
-            row = (f"| {r['revision']} | {_b(r['tokens'])} | {100 * r['bos_fraction']:.1f} | {r['n_induction']} | "
+            row = (f"| {r['revision']} | {format_tokens(r['tokens'])} | {100 * r['bos_fraction']:.1f} | {r['n_induction']} | "
                    f"{_pct(r['induction_recall'])} | {_pct(r['topk_recall'])} |")
             if pub and i < len(published.BOS_FRACTION[model]):
                 row += f" {published.BOS_FRACTION[model][i]} | {published.N_INDUCTION[model][i]} |"
@@ -63,7 +58,8 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
                 f"{'-' if f3['gap_ratio'] is None else '%.1fx' % f3['gap_ratio']}.")
         if pub:
             gap = published.GAP_RATIO[model]
-            text += (f" Published: onset {published.ONSET_B[model]}B, BOS-50% {published.BOS_50_B[model]}B"
+            text += (f" Published: onset {format_tokens(published.ONSET_B[model] * 1e9)}, "
+                     f"BOS-50% {format_tokens(published.BOS_50_B[model] * 1e9)}"
                      + (f", gap {gap}x." if gap else " (Pythia: both ~6B, below the panel's resolution)."))
         out.append(text)
         frac = lambda m: "" if m is None else f", {100 * m['fraction_of_training']:.1f}% of training"  # noqa: E731
@@ -72,7 +68,7 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
                 f"2/3 at {_m(f4['recall_67'])}{frac(f4['recall_67'])}; all at {_m(f4['recall_100'])}"
                 f"{frac(f4['recall_100'])}; top-k recall 2/3 at {_m(f4['topk_recall_67'])}.")
         if pub:
-            text += (f" Published 67%: {published.RECALL_67_B[model]}B (the study's 33% and 100% rows follow no "
+            text += (f" Published 67%: {format_tokens(published.RECALL_67_B[model] * 1e9)} (the study's 33% and 100% rows follow no "
                      f"single definition; ours are the definition above).")
         out.append(text)
         f5 = f["f5"]

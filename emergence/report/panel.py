@@ -7,14 +7,13 @@ Two sources give the same ``Trajectory``:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from emergence.results import SUMMARY_FILE, read_run
+from emergence.results import SUMMARY_FILE, read_json, read_run
 from emergence.screen import CLASSES
 
 # Reference file prefixes -> our model keys, and how their revision names give tokens.
@@ -76,7 +75,7 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
     for path in files:
         prefix, revision = path.stem.split("_mechinterp_")
         model = REFERENCE_PREFIXES[prefix]
-        data = json.loads(path.read_text())
+        data = read_json(path)
         sel = _head_grid(data["all_head_selectivity"],
                          lambda d: [d[c.replace("_", "-")] for c in CLASSES])
         by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel))
@@ -85,7 +84,7 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
         checkpoints.sort(key=lambda c: c.tokens)
         pr_path = root / "pr" / REFERENCE_PR_FILES[model]
         if pr_path.exists():
-            pr_data = json.loads(pr_path.read_text())
+            pr_data = read_json(pr_path)
             for i, revision in enumerate(pr_data["revisions"]):
                 pr = _head_grid(pr_data["pr"], lambda values: values[i])
                 for c in checkpoints:

@@ -10,6 +10,7 @@ written last, so a directory with a manifest holds a complete panel.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -22,6 +23,8 @@ from transformers.utils import logging as hf_logging
 
 from emergence.results import atomic_write_text
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 ICL_SPAN = 16  # length of the copied span in the in-context-learning evaluation
@@ -114,17 +117,18 @@ def train(model_cfg, root: Path | None = None) -> dict:
     return manifest
 
 
-def checkpoint_record(model_cfg, revision: str) -> dict | None:
-    """The manifest's entry (step, tokens, train loss, in-context score) for one revision."""
+def icl_score(model_cfg, revision: str | None) -> float | None:
+    """A toy checkpoint's in-context score from its training manifest (None for other models)."""
     manifest = Path(model_cfg.name_or_path).expanduser() / MANIFEST
-    if not manifest.exists():
+    if model_cfg.toy is None or not manifest.exists():
         return None
-    return next((c for c in json.loads(manifest.read_text())["checkpoints"] if c["revision"] == revision), None)
+    records = json.loads(manifest.read_text())["checkpoints"]
+    return next((c["icl_score"] for c in records if c["revision"] == revision), None)
 
 
 def ensure_trained(model_cfg) -> None:
     """Train the toy panel if it is missing, incomplete or from another recipe."""
     root = Path(model_cfg.name_or_path).expanduser()
     if not is_complete(root, model_cfg):
-        print(f"toy panel {model_cfg.key} not found in {root}: training it (once)")
+        log.info(f"toy panel {model_cfg.key} not found in {root}: training it (once)")
         train(model_cfg, root)

@@ -1,0 +1,17 @@
+"""One way for the tests to start a command-line program of the project as a user would."""
+
+import os
+import subprocess
+import sys
+
+
+def run_cli(*args, module: str = "emergence", env: dict | None = None, timeout: float = 600,
+            **popen) -> subprocess.CompletedProcess:
+    """``python -m <module> <args>`` in a fresh process; text output captured."""
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, **popen)
+
+
+def last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""

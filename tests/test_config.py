@@ -1,0 +1,98 @@
+"""Every option of every config group composes into a valid run configuration, and the
+defaults come from one place."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.utils import get_class
+
+from emergence.checkpoints import resolve_revision
+from emergence.config import UsageError, compose_config, validate
+
+CONF = Path(__file__).parents[1] / "conf"
+GROUPS = ("model", "revision", "probe", "threshold")
+# What an option needs from the user before it means anything (its ??? fields).
+REQUIRED = {("model", "local"): ["model.name_or_path=/models/any"], ("revision", "custom"): ["revision.name=step64"]}
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_option_composes_and_validates(group, option):
+    model = [] if group == "model" else ["model=pythia"]  # a model with a panel, for the revision options
+    cfg = compose_config([*model, f"{group}={option}", *REQUIRED.get((group, option), [])])
+    validate(cfg)
+    if not (group == "model" and option == "local"):  # a local model has no panel to resolve against
+        rev = resolve_revision(cfg)
+        assert rev.name, (group, option)
+
+
+def test_every_group_has_options_and_the_schema_knows_them():
+    assert all(options(g) for g in GROUPS)
+    with pytest.raises(Exception, match="no_such_key"):  # the schema refuses unknown keys
+        compose_config(["probe.no_such_key=1"])
+
+
+@pytest.mark.parametrize("launcher", sorted(p.stem for p in (CONF / "hydra" / "launcher").glob("*.yaml")))
+def test_launcher_options_name_a_launcher_that_exists(launcher):
+    import emergence.config  # noqa: F401  (registers the schema)
+
+    with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert get_class(cfg.hydra.launcher._target_).__name__.endswith("Launcher")
+
+
+def test_wandb_defaults_read_the_wandb_environment_and_overrides_win(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("WANDB_PROJECT", "circuits")
+    monkeypatch.setenv("WANDB_ENTITY", "lab")
+    monkeypatch.setenv("WANDB_DIR", "/tmp/wandb-here")
+    w = compose_config([]).wandb
+    assert (w.mode, w.project, w.entity, w.dir) == ("disabled", "circuits", "lab", "/tmp/wandb-here")
+    w = compose_config(["wandb.mode=offline", "wandb.project=other"]).wandb
+    assert (w.mode, w.project) == ("offline", "other")
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_DIR"):
+        monkeypatch.delenv(name)
+    w = compose_config([]).wandb
+    assert (w.mode, w.project, w.entity, w.dir) == ("offline", "emergence", None, None)
+    monkeypatch.setenv("WANDB_MODE", "dryrun")
+    with pytest.raises(UsageError, match="wandb.mode='dryrun'.*WANDB_MODE"):
+        validate(compose_config([]))
+
+
+def restated(data: dict, node, where: str) -> list[str]:
+    """Keys of a YAML mapping that set the value the schema ``node`` already defaults to."""
+    from omegaconf import OmegaConf
+
+    found = []
+    for key, value in data.items():
+        if key == "defaults" or key not in node or OmegaConf.is_missing(node, key):
+            continue
+        if isinstance(value, dict) and OmegaConf.is_dict(node[key]):
+            found += restated(value, node[key], f"{where}.{key}")
+        elif not (isinstance(value, dict) or OmegaConf.is_dict(node[key])) and node[key] == value:
+            found.append(f"{where}.{key}")
+    return found
+
+
+def test_each_setting_has_one_default():
+    """No YAML file sets a key to the value the structured config already gives it."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from emergence.config import Config, ModelConfig, ProbeConfig, RevisionConfig, ThresholdConfig, ToyRecipe
+
+    schema = {"model": ModelConfig, "revision": RevisionConfig, "probe": ProbeConfig, "threshold": ThresholdConfig}
+    top = yaml.safe_load((CONF / "config.yaml").read_text())
+    found = restated(top, OmegaConf.structured(Config), "config")
+    for group, dataclass in schema.items():
+        for option in options(group):
+            data = yaml.safe_load((CONF / group / f"{option}.yaml").read_text()) or {}
+            data = data.get(group, data)  # a @package _global_ preset (the toys) nests its keys
+            found += restated(data, OmegaConf.structured(dataclass), f"{group}/{option}")
+            if "toy" in data:
+                found += restated(data["toy"], OmegaConf.structured(ToyRecipe), f"{group}/{option}.toy")
+    assert not found, f"restated defaults: {found}"
