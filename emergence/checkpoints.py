@@ -281,13 +281,25 @@ def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype
 
 
 def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtype):
-    model = AutoModelForCausalLM.from_pretrained(
-        src.path,
-        revision=src.revision,
-        local_files_only=src.local_only,
-        dtype=dtype,
-        use_safetensors=True,  # never unpickle weights
-        trust_remote_code=cfg.model.trust_remote_code,
-        attn_implementation=ATTN_IMPLEMENTATION,
-    )
+    from safetensors import SafetensorError
+
+    where = f"{src.path}@{src.revision}" if src.revision else src.path
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            src.path,
+            revision=src.revision,
+            local_files_only=src.local_only,
+            dtype=dtype,
+            use_safetensors=True,  # never unpickle weights
+            trust_remote_code=cfg.model.trust_remote_code,
+            attn_implementation=ATTN_IMPLEMENTATION,
+        )
+    except SafetensorError as err:  # a download cut short, a disk error
+        fix = ("replace the file" if Path(src.path).expanduser().is_dir() else
+               f"fetch it again: huggingface-cli download {src.path} --revision {src.revision or 'main'} "
+               "--force-download")
+        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: its safetensors weights are truncated "
+                         f"or corrupt ({str(err).splitlines()[0]}); {fix}") from None
+    except OSError as err:  # no safetensors weights (only pickled ones), a missing shard
+        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: {str(err).splitlines()[0]}") from None
     return model.to(device).eval()

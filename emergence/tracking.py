@@ -75,7 +75,7 @@ def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str
     os.environ.setdefault("WANDB_SILENT", "true")
     if wandb_cfg.dir:
         Path(wandb_cfg.dir).mkdir(parents=True, exist_ok=True)
-    with wandb.init(
+    run = wandb.init(
         project=wandb_cfg.project,
         entity=wandb_cfg.entity,
         group=wandb_cfg.group,
@@ -88,8 +88,13 @@ def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str
         mode=wandb_cfg.mode,
         dir=wandb_cfg.dir or str(run_dir),
         settings=wandb.Settings(console="off", init_timeout=60),
-    ) as run:
+    )
+    try:
         yield run
+    except BaseException:  # marked failed; the caller reports the error (wandb's own exit would print it)
+        run.finish(exit_code=1)
+        raise
+    run.finish()
 
 
 def log_checkpoint(run, summary: dict, rows: list[dict], figure) -> None:

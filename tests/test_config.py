@@ -96,3 +96,25 @@ def test_each_setting_has_one_default():
             if "toy" in data:
                 found += restated(data["toy"], OmegaConf.structured(ToyRecipe), f"{group}/{option}.toy")
     assert not found, f"restated defaults: {found}"
+
+
+@pytest.mark.slow
+def test_the_installed_package_carries_every_config_file(tmp_path):
+    """A wheel of the project holds each YAML under conf/, new folders included."""
+    import subprocess
+    import sys
+    import zipfile
+
+    extra = CONF / "zz_new_group"  # a config folder nobody listed anywhere
+    extra.mkdir()
+    try:
+        (extra / "option.yaml").write_text("value: 1\n")
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path), str(CONF.parent)], check=True, capture_output=True, timeout=300)
+    finally:
+        (extra / "option.yaml").unlink()
+        extra.rmdir()
+    wheel = next(tmp_path.glob("emergence-*.whl"))
+    packed = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("emergence/conf/")}
+    expected = {f"emergence/conf/{p.relative_to(CONF)}" for p in CONF.rglob("*.yaml")}
+    assert expected <= packed and "emergence/conf/zz_new_group/option.yaml" in packed

@@ -2,6 +2,7 @@
 gives the same numbers from run directories written in our own format."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from emergence.report.__main__ import main as report_main
 from emergence.report.findings import f2_shape, model_findings, panel_findings
 from emergence.report.panel import Checkpoint, Trajectory, load_reference, load_runs
-from emergence.results import head_rows, write_run
+from emergence.results import format_tokens, head_rows, write_run
 from emergence.screen import CLASSES, class_thresholds, screen
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper_results"
@@ -136,6 +137,8 @@ def test_cli_writes_all_outputs(tmp_path):
     assert set(findings["models"]) == {"pythia", "olmo", "olmoe"}
     text = (out / "report.md").read_text()
     assert "+62.9 pp" in text and "Published" in text
+    assert not re.search(r"\d[eE][+-]\d", text), "token counts without exponent notation"
+    assert "tokens264B (264B)" in text and "step3000 (6.29B)" in text and "| step256 | 537M |" in text
     for name in findings["figures"]:
         assert (out / name).stat().st_size > 1000
     assert {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "sensitivity_gap.png",
@@ -150,3 +153,24 @@ def test_missing_input_is_a_one_line_error(tmp_path, capsys):
         report_main([str(tmp_path), "--out", str(tmp_path / "o"), "--wandb-mode", "disabled"])
     assert exit_info.value.code == 2
     assert "no run directories" in capsys.readouterr().err
+
+
+def test_a_broken_summary_is_a_one_line_error_naming_the_file(tmp_path, capsys):
+    run = tmp_path / "runs" / "job_0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text('{"model": "pythia",\n')  # cut short
+    (run / "heads.csv").write_text("layer,head\n")
+    with pytest.raises(SystemExit) as exit_info:
+        report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "o"), "--wandb-mode", "disabled"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1
+    assert str(run / "summary.json") in err[0] and "not valid JSON" in err[0]
+    assert not (tmp_path / "o" / "findings.json").exists()
+
+
+@pytest.mark.parametrize("tokens,text", [(None, "-"), (0, "0"), (999, "999"), (262_144, "262K"),
+                                         (2_097_152, "2.1M"), (134_217_728, "134M"), (999_999_999, "1B"),
+                                         (1_073_741_824, "1.07B"), (6.29e9, "6.29B"), (1.35e12, "1.35T"),
+                                         (3.048e15, "3,048T")])
+def test_token_counts_read_the_same_way_everywhere(tokens, text):
+    assert format_tokens(tokens) == text
