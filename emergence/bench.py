@@ -40,27 +40,32 @@ def make_model(path: Path) -> None:
     GPTNeoXForCausalLM(config).save_pretrained(path, safe_serialization=True)
 
 
+def paper_probe(path: str, n: int):
+    """The first ``n`` sequences of the paper probe (``probe=paper``), as ``python -m emergence`` makes them."""
+    from emergence.config import compose_config
+    from emergence.probe import make_probe_batch
+
+    p = compose_config(["model=local", f"model.name_or_path={path}", "probe=paper", f"probe.n_sequences={n}"]).probe
+    return make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), p.batch_size
+
+
 def floor(path: str, n: int) -> None:
     """(b): the same batch through the model's own SDPA path, logits at T-1 only."""
     from transformers import AutoModelForCausalLM
 
-    from emergence.probe import make_probe_batch
-
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
-    batch = make_probe_batch(n, 256, 100, 10000, 42)
+    batch, batch_size = paper_probe(path, n)
     with torch.inference_mode():
-        for start in range(0, n, 16):
-            model(batch.tokens[start:start + 16], logits_to_keep=1)
+        for start in range(0, n, batch_size):
+            model(batch.tokens[start:start + batch_size], logits_to_keep=1)
 
 
 def study(path: str, n: int) -> None:
     """(c): eager attention with output_attentions, batch 4, all last-query rows and full logits kept."""
     from transformers import AutoModelForCausalLM
 
-    from emergence.probe import make_probe_batch
-
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    batch = make_probe_batch(n, 256, 100, 10000, 42)
+    batch, _ = paper_probe(path, n)
     rows, logits = [], []
     with torch.inference_mode():
         for start in range(0, n, 4):
@@ -119,7 +124,7 @@ def main(argv=None) -> None:
         "a_over_c_peak_memory": round(a["peak_rss_mib"] / c["peak_rss_mib"], 3),
         "ablation_over_clean_pass": round(timings["ablate"] / timings["capture"], 3),
     }
-    results["setup"] = {"sequences": n, "seq_len": 256, "model": "GPTNeoX 12x12, hidden 768, vocab 50304",
+    results["setup"] = {"sequences": n, "seq_len": paper_probe(str(model_dir), 1)[0].seq_len, "model": "GPTNeoX 12x12, hidden 768, vocab 50304",
                         "torch_threads": torch.get_num_threads(), "device": "cpu"}
     text = json.dumps(results, indent=2)
     print(text)

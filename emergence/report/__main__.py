@@ -14,11 +14,14 @@ import json
 import sys
 from pathlib import Path
 
-from emergence.config import ThresholdConfig
+from omegaconf import OmegaConf
+
+from emergence.config import ThresholdConfig, UsageError, WandbConfig
 from emergence.report import figures, markdown, sensitivity
 from emergence.report.findings import panel_findings
 from emergence.report.panel import load_reference, load_runs, shared_thresholds
 from emergence.results import atomic_write_text
+from emergence.tracking import check_login, tracked_run
 
 
 
@@ -69,16 +72,15 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
     return findings
 
 
-def log_panel(findings: dict, out: Path, args) -> None:
-    from omegaconf import OmegaConf
-
-    from emergence.config import WandbConfig
-    from emergence.tracking import tracked_run
-
+def wandb_settings(args) -> WandbConfig:
+    """The W&B settings of the panel run: the command line's, else the schema's ($WANDB_* or its defaults)."""
     given = {"mode": args.wandb_mode, "project": args.wandb_project, "entity": args.wandb_entity}
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(WandbConfig),  # the defaults read $WANDB_*
-                                              {k: v for k, v in given.items() if v is not None},
-                                              {"group": "panel", "tags": ["panel"]}))
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(WandbConfig),
+                                               {k: v for k, v in given.items() if v is not None},
+                                               {"group": "panel", "tags": ["panel"]}))
+
+
+def log_panel(findings: dict, out: Path, cfg: WandbConfig) -> None:
     with tracked_run(cfg, "panel", {"thresholds": findings["thresholds"]}, out, job_type="panel") as run:
         if run is None:
             return
@@ -103,9 +105,11 @@ def log_panel(findings: dict, out: Path, args) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     try:
+        wandb_cfg = wandb_settings(args)
+        check_login(wandb_cfg)
         trajectories = (load_reference(args.reference) if args.reference
                         else load_runs(args.runs, args.pr_estimator))
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     # METHOD.md section 4's thresholds (ThresholdConfig's defaults) unless the runs agree on others
@@ -114,7 +118,7 @@ def main(argv=None) -> None:
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
     findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
                             reference=args.reference is not None)
-    log_panel(findings, args.out, args)
+    log_panel(findings, args.out, wandb_cfg)
     for model, f in findings["models"].items():
         f3 = f["f3"]
         print(f"{model}: final BOS {100 * f['f2']['final_bos_fraction']:.1f}% ({f['f2']['shape']}), onset "
