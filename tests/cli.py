@@ -12,6 +12,12 @@ def run_cli(*args, module: str = "emergence", env: dict | None = None, timeout: 
                           env={**os.environ, **(env or {})}, timeout=timeout, **popen)
 
 
+def start_cli(*args, module: str = "emergence", env: dict | None = None) -> subprocess.Popen:
+    """The same, started in the background with stderr (where the run's lines go) as a text pipe."""
+    return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
 def last_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[-1] if lines else ""

@@ -2,10 +2,9 @@
 
 import shutil
 import signal
-import subprocess
 
 import pytest
-from cli import last_line, run_cli
+from cli import last_line, run_cli, start_cli
 
 SMALL = ["probe=quick", "probe.n_sequences=16", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500"]
 
@@ -59,13 +58,8 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tiny_dirs, trunca
 @pytest.mark.slow
 def test_ctrl_c_is_one_line_and_leaves_no_results(tiny_dirs, tmp_path):
     out = tmp_path / "run"
-    args = ["-m", "emergence", "model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL,
-            "probe.n_sequences=200000", "probe.batch_size=4", "wandb.mode=offline", f"hydra.run.dir={out}"]
-    import os
-    import sys
-
-    proc = subprocess.Popen([sys.executable, *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "WANDB_DIR": ""})
+    proc = start_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL, "probe.n_sequences=200000",
+                     "probe.batch_size=4", "wandb.mode=offline", f"hydra.run.dir={out}", env={"WANDB_DIR": ""})
     for line in proc.stderr:  # wait until the probe pass is under way
         if line.startswith("probe: "):
             break
