@@ -125,4 +125,3 @@ def test_tracked_run_passes_group_tags_id_and_dir(monkeypatch, tmp_path):
     assert seen["dir"] == str(tmp_path / "w") and (tmp_path / "w").is_dir()
     assert seen["resume"] == "allow" and seen["id"] == tracking.run_id(tmp_path / "job")
     assert tracking.run_id(tmp_path / "job") != tracking.run_id(tmp_path / "other")
-    assert not any(k.startswith("x_") for k in vars(seen["settings"]) if getattr(seen["settings"], k, None))

@@ -98,7 +98,8 @@ def test_cli_end_to_end_with_wandb_offline(tiny_dirs, tmp_path):
     with open(out / "heads.csv") as f:
         assert len(list(csv.DictReader(f))) == 8
     assert json.loads((out / "summary.json").read_text())["probe"]["n_sequences"] == 24
-    assert list(out.glob("wandb/offline-run-*")), "an offline W&B run was recorded"
+    assert list(tmp_path.glob("wandb/offline-run-*")), "an offline W&B run was recorded in $WANDB_DIR"
+    assert not (out / "wandb").exists()
 
 
 BAD = [

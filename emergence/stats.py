@@ -1,0 +1,99 @@
+"""Uncertainty from the one probe pass (METHOD.md section 9), pure numpy.
+
+* A bootstrap over sequences: one seeded matrix of resampling weights ``[n_boot, n]``
+  (multinomial counts / n) times the per-sequence attentions ``[n, layers, heads, 7]``
+  gives every replicate's batch means in one matrix product; numerator and baseline come
+  from the same resample (paired), and the screen is recomputed in each replicate.
+* The reference study's null: the target replaced by a random non-special position, drawn
+  with its generator draw for draw; the capture sums the attention to those positions
+  (``capture.Recorder``), and ``null_calibration`` turns the sums into the floor below
+  which a threshold cannot tell a head from chance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emergence.probe import LOCAL_OFFSETS
+from emergence.screen import selectivity
+
+NULL_SEED = 2026  # the reference calibration's generator
+NULL_FLOOR_MIN = 2.0  # floor = max(2, pooled null p99)
+
+
+def resample_weights(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """[n_boot, n] float64: row b holds how often each sequence is drawn in replicate b, over n.
+
+    The same (n, n_boot, seed) gives the same matrix, so replicates stay paired across the
+    checkpoints of a panel."""
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot) / n
+
+
+def replicate_means(per_sequence: np.ndarray, weights: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """[n, ...] per-sequence values, [B, n] weights -> [B, ...] resampled means (chunks of B bound memory)."""
+    flat = per_sequence.reshape(per_sequence.shape[0], -1).astype(np.float64)
+    out = np.empty((weights.shape[0], flat.shape[1]))
+    for start in range(0, weights.shape[0], chunk):
+        out[start:start + chunk] = weights[start:start + chunk] @ flat
+    return out.reshape(weights.shape[0], *per_sequence.shape[1:])
+
+
+def percentile_interval(replicates: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval over the first axis: (low, high) at ``ci`` (e.g. 0.95)."""
+    tail = 100 * (1 - ci) / 2
+    low, high = np.percentile(replicates, [tail, 100 - tail], axis=0)
+    return low, high
+
+
+def replicate_selectivity(targets: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """[n, layers, heads, 7] per-sequence attentions -> [B, layers, heads, 6] selectivities."""
+    return selectivity(replicate_means(targets, weights))
+
+
+def null_positions(ab: np.ndarray, seq_len: int, n_draws: int, seed: int = NULL_SEED) -> np.ndarray:
+    """[n_draws, n] random non-special key positions, the reference's draws in its order.
+
+    For each draw (outer) and sequence (inner), ``RandomState(seed).randint(1, T-1)`` is drawn
+    until it is none of 0, T-1, T-2, T-6..T-3, ab, ab+1. The stream is drawn in blocks (numpy
+    gives the same values in a block as one at a time) and dealt out to the slots in order,
+    skipping the rejected draws."""
+    ab = np.asarray(ab, dtype=np.int64)
+    n, T = len(ab), seq_len
+    special = np.zeros(T, dtype=bool)
+    special[[0, T - 1, T - 2, *(T - o for o in LOCAL_OFFSETS)]] = True
+    rng = np.random.RandomState(seed)
+    slots = n_draws * n
+    out = np.empty(slots, dtype=np.int64)
+    filled = 0
+    stream = np.empty(0, dtype=np.int64)
+    while filled < slots:
+        if len(stream) < 64:
+            stream = np.concatenate([stream, rng.randint(1, T - 1, size=max(4096, (slots - filled) * 21 // 20))])
+        take = min(len(stream), slots - filled, 256)  # a short window: a rejection comes every ~40 draws
+        seq = (filled + np.arange(take)) % n  # the sequence each draw would serve if none were rejected
+        bad = special[stream[:take]] | (stream[:take] == ab[seq]) | (stream[:take] == ab[seq] + 1)
+        first = int(np.argmax(bad)) if bad.any() else take  # accept everything before the first rejection
+        out[filled:filled + first] = stream[:first]
+        filled += first
+        stream = stream[first + (first < take):]  # drop the rejected draw itself
+    return out.reshape(n_draws, n)
+
+
+def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int) -> dict:
+    """The reference null from the capture's sums.
+
+    ``null_sums`` [layers, heads, draws] (attention to each draw's positions, summed over the
+    n sequences), ``baseline_mean`` [layers, heads] -> pooled p95 / p99 over heads x draws,
+    per-head p99 [layers, heads] and ``floor = max(2, pooled p99)``."""
+    null_sel = (null_sums / n) / np.maximum(baseline_mean, 1e-8)[..., None]
+    p95, p99 = np.percentile(null_sel, [95, 99])
+    return {"draws": int(null_sums.shape[-1]), "p95": float(p95), "p99": float(p99),
+            "per_head_p99": np.percentile(null_sel, 99, axis=-1),
+            "floor": float(max(NULL_FLOOR_MIN, p99))}
+
+
+def below_floor(thresholds: dict[str, float], floor: float) -> list[str]:
+    """Which named thresholds lie below the null floor (a warning, not an error)."""
+    return [f"{name}={value:g}x" for name, value in thresholds.items() if value < floor]
+
