@@ -1,8 +1,9 @@
 """Reuse: the per-head measurements of a checkpoint, cached on disk.
 
-Everything the screen and the spectral step need (batch-mean attention to the targets,
-both spectral estimators, the clean metrics) depends on the checkpoint, the probe, the
-dtype and this code, not on the thresholds. Keyed by those, a threshold re-sweep
+Everything the screen, the spectral step and the intervals need (per-sequence attention
+to the targets, the null's sums, both spectral estimators, the clean metrics) depends on
+the checkpoint, the probe, the null's draws, the dtype and this code, not on the
+thresholds or the bootstrap. Keyed by those, a threshold re-sweep
 (``-m threshold=paper,strict,lenient``) with ablation off runs no model at all.
 
 Files: ``<cache_dir>/measurements/<key>.npz``; delete the folder to clear the cache.
@@ -23,14 +24,15 @@ import emergence
 from emergence import spectral
 
 # Bump when the capture or the probe changes numerically: old entries then stop matching.
-MEASUREMENT_VERSION = 1
+MEASUREMENT_VERSION = 2
 
 
 @dataclass(frozen=True)
 class Measurements:
-    """Per-head results of one probe pass. Arrays are [layers, heads, ...]."""
+    """Per-head results of one probe pass. Arrays are [layers, heads, ...] unless said."""
 
-    mean_attention: np.ndarray  # [layers, heads, 7]
+    targets: np.ndarray  # [n, layers, heads, 7] float32: per-sequence attention from T-1 to the targets
+    null_sums: np.ndarray  # [layers, heads, draws]: the reference null's attention sums
     pr: np.ndarray  # [layers, heads]
     entropy_rank: np.ndarray  # [layers, heads]
     spectral_n: int
@@ -40,10 +42,15 @@ class Measurements:
     n_heads: int
     head_dim: int
 
+    @property
+    def mean_attention(self) -> np.ndarray:
+        """[layers, heads, 7] batch-mean attention to each target."""
+        return self.targets.mean(axis=0)
+
     @classmethod
     def of(cls, cap, arch) -> "Measurements":
         """Reduce a probe pass (``capture.Capture``) to what the screen and spectral steps keep."""
-        return cls(mean_attention=cap.mean_attention(),
+        return cls(targets=cap.targets, null_sums=cap.null_sums,
                    pr=spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n),
                    entropy_rank=spectral.entropy_rank(cap.gram),
                    spectral_n=cap.spectral_n, clean_metrics=cap.clean_metrics, model_type=arch.model_type,
@@ -60,8 +67,11 @@ def checkpoint_identity(path: str, revision: str | None) -> list:
     return [path, revision]
 
 
-def key(identity: list, probe: dict, dtype: str) -> str:
-    text = json.dumps({"checkpoint": identity, "probe": probe, "dtype": dtype,
+ARRAYS = ("targets", "null_sums", "pr", "entropy_rank")
+
+
+def key(identity: list, probe: dict, null_draws: int, dtype: str) -> str:
+    text = json.dumps({"checkpoint": identity, "probe": probe, "null_draws": null_draws, "dtype": dtype,
                        "version": [MEASUREMENT_VERSION, emergence.__version__]}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -76,14 +86,14 @@ def load(cache_dir: str, entry: str) -> Measurements | None:
         return None
     with np.load(path) as data:
         meta = json.loads(str(data["meta"]))
-        return Measurements(data["mean_attention"], data["pr"], data["entropy_rank"], **meta)
+        return Measurements(**{name: data[name] for name in ARRAYS}, **meta)
 
 
 def save(cache_dir: str, entry: str, m: Measurements) -> None:
     path = _path(cache_dir, entry)
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {k: v for k, v in asdict(m).items() if k not in ("mean_attention", "pr", "entropy_rank")}
+    meta = {k: v for k, v in asdict(m).items() if k not in ARRAYS}
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
     with os.fdopen(fd, "wb") as f:
-        np.savez(f, mean_attention=m.mean_attention, pr=m.pr, entropy_rank=m.entropy_rank, meta=json.dumps(meta))
+        np.savez(f, **{name: getattr(m, name) for name in ARRAYS}, meta=json.dumps(meta))
     os.replace(tmp, path)  # atomic: a crash leaves no half entry

@@ -11,7 +11,10 @@ We register an attention function ("emergence") through transformers'
   sums of x x^T and x over the head outputs x at T-1 (the head's slice of the input to
   the output projection), which is all the spectral estimators need;
 * optionally ``position_sum`` [layers, T, heads, d]: the batch sum of every head output
-  at every position, for mean ablation.
+  at every position, for mean ablation;
+* optionally ``null_sums`` [layers, heads, draws] (float64): for each draw of the
+  reference null (``stats.null_positions``), the attention from T-1 to that draw's random
+  position, summed over sequences.
 
 The full attention pattern [n, layers, heads, T, T] is never materialised; q/k/v reach
 the function after the model's own transforms (RoPE, OLMo's ``clip_qkv``).
@@ -40,7 +43,8 @@ class Recorder:
     """Accumulates the reductions of one probe pass (see the module docstring)."""
 
     def __init__(self, n: int, n_layers: int, n_heads: int, head_dim: int, seq_len: int,
-                 baseline: np.ndarray, spectral_n: int, keep_position_sums: bool, device: torch.device):
+                 baseline: np.ndarray, spectral_n: int, keep_position_sums: bool, device: torch.device,
+                 null_positions: np.ndarray | None = None):
         self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
         self.gram = torch.zeros(n_layers, n_heads, head_dim, head_dim, dtype=torch.float64, device=device)
         self.total = torch.zeros(n_layers, n_heads, head_dim, dtype=torch.float64, device=device)
@@ -48,6 +52,9 @@ class Recorder:
             torch.zeros(n_layers, seq_len, n_heads, head_dim, dtype=torch.float64, device=device)
             if keep_position_sums else None
         )
+        self.null_positions = None if null_positions is None else torch.as_tensor(null_positions, device=device)
+        self.null_sums = torch.zeros(n_layers, n_heads, 0 if null_positions is None else len(null_positions),
+                                     dtype=torch.float64, device=device)
         self.spectral_n = spectral_n
         self.baseline = torch.as_tensor(baseline, device=device)
         self.local = torch.tensor([seq_len - o for o in LOCAL_OFFSETS], device=device)
@@ -86,6 +93,9 @@ class Recorder:
             dim=-1,
         )
         self.targets[self._start:self._start + b, layer] = stats.cpu()
+        if self.null_positions is not None:
+            draws = self.null_positions[:, self._start:self._start + b].T  # [b, draws]
+            self.null_sums[layer] += row.gather(2, draws[:, None, :].expand(-1, h, -1)).double().sum(0)
 
         take = max(0, min(b, self.spectral_n - self._start))
         if take:
@@ -120,6 +130,7 @@ class Capture:
     spectral_n: int
     position_mean: torch.Tensor | None  # [layers, T, heads, d] head outputs averaged over the batch
     clean_metrics: dict[str, float]  # clean next-token metrics of B at T-1
+    null_sums: np.ndarray  # [layers, heads, draws] float64 (draws = 0 without the null)
 
     def mean_attention(self) -> np.ndarray:
         """[layers, heads, 7] batch-mean attention to each target."""
@@ -127,11 +138,12 @@ class Capture:
 
 
 def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: int,
-              spectral_n: int, keep_position_means: bool, score) -> Capture:
+              spectral_n: int, keep_position_means: bool, score, null_positions: np.ndarray | None = None) -> Capture:
     """Forward the probe in minibatches under a Recorder.
 
     ``arch`` is the model's ``checkpoints.Architecture``; ``score(logits [b, V], b [b])``
-    returns summed next-token metrics, which we accumulate for the clean model.
+    returns summed next-token metrics, which we accumulate for the clean model;
+    ``null_positions`` [draws, n] are the reference null's random key positions.
     """
     global _active_recorder
     if model.config._attn_implementation != ATTN_IMPLEMENTATION:
@@ -139,7 +151,7 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
     device = next(model.parameters()).device
     n, spectral_n = batch.n, min(spectral_n, batch.n)
     rec = Recorder(n, arch.n_layers, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
-                   spectral_n, keep_position_means, device)
+                   spectral_n, keep_position_means, device, null_positions)
     sums: dict[str, float] = {}
     _active_recorder = rec
     try:
@@ -162,4 +174,5 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
         spectral_n=spectral_n,
         position_mean=None if rec.position_sum is None else (rec.position_sum / n).to(model.dtype),
         clean_metrics={k: v / n for k, v in sums.items()},
+        null_sums=rec.null_sums.cpu().numpy(),
     )

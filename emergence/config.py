@@ -146,6 +146,16 @@ class AblateConfig:
 
 
 @dataclass
+class StatsConfig:
+    """Uncertainty from the probe pass (METHOD.md section 9); no extra forward pass."""
+
+    n_boot: int = 1000  # bootstrap replicates over sequences
+    ci: float = 0.95  # interval coverage
+    seed: int = 0  # the resample matrix: one seed keeps the replicates paired across a panel
+    n_null: int = 500  # draws of the reference null (the target replaced by a random position)
+
+
+@dataclass
 class WandbConfig:
     """W&B's own environment variables are the defaults; an explicit override still wins."""
 
@@ -164,6 +174,7 @@ class Config:
     probe: ProbeConfig = MISSING
     threshold: ThresholdConfig = MISSING
     ablate: AblateConfig = field(default_factory=AblateConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     device: str = "auto"  # auto: cuda if available, else cpu
     cache_dir: str = "${emergence_cache_dir:}"  # toy panels and cached measurements live here
@@ -231,6 +242,12 @@ def validate(cfg: Config) -> None:
         _fail("ablate.n_random", a.n_random, "must be >= 5 matched-random control sets")
     if not a.causal_factor > 0:
         _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
+    if cfg.stats.n_boot < 100:
+        _fail("stats.n_boot", cfg.stats.n_boot, "must be >= 100 bootstrap replicates (1000 is the default)")
+    if not 0 < cfg.stats.ci < 1:
+        _fail("stats.ci", cfg.stats.ci, "must be a coverage between 0 and 1, e.g. 0.95")
+    if cfg.stats.n_null < 1:
+        _fail("stats.n_null", cfg.stats.n_null, "must be >= 1 null draw (the reference used 500)")
     if cfg.wandb.mode not in WANDB_MODES:
         _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)} (the default is $WANDB_MODE)")
     check_device(cfg.device)

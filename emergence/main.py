@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence import ablation, cache, capture, checkpoints, probe, results, screen, sweep, tracking
+from emergence import ablation, cache, capture, checkpoints, probe, results, screen, stats, sweep, tracking
 from emergence.config import Config, UsageError, config_digest, validate, validate_for_model
 from emergence.toy import train as toy_train
 
@@ -59,7 +59,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     # the thresholds (they pick the circuit), so it always needs the model; mean ablation
     # also needs this pass's per-position means.
     dtype_name = str(dtype).removeprefix("torch.")
-    entry = cache.key(cache.checkpoint_identity(src.path, src.revision), asdict(p), dtype_name)
+    entry = cache.key(cache.checkpoint_identity(src.path, src.revision), asdict(p), cfg.stats.n_null, dtype_name)
     cached = cache.load(cfg.cache_dir, entry) if cfg.reuse else None
     mean_ablation = cfg.ablate.enabled and cfg.ablate.mode == "mean"
     need_model = cached is None or cfg.ablate.enabled
@@ -78,8 +78,9 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         cap = None
         if cached is None or mean_ablation:
             log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {name}")
+            null_positions = stats.null_positions(batch.ab.numpy(), p.seq_len, cfg.stats.n_null)
             cap = capture.run_probe(model, arch, batch, baseline, batch_size, p.spectral_sequences or p.n_sequences,
-                                    mean_ablation, ablation.score_logits)
+                                    mean_ablation, ablation.score_logits, null_positions)
         measured = cached or cache.Measurements.of(cap, arch)
         if cached is None and cfg.reuse:
             cache.save(cfg.cache_dir, entry, measured)
@@ -90,14 +91,26 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         scr = screen.screen(screen.selectivity(measured.mean_attention), thresholds, cfg.threshold.circuit)
         lap("screen_spectral")
 
+        # Their uncertainty, from the same pass: a bootstrap over sequences and the null's floor.
+        s = cfg.stats
+        intervals = stats.screen_intervals(measured.targets, thresholds, cfg.threshold.circuit, s.n_boot, s.ci, s.seed)
+        null = stats.null_calibration(measured.null_sums, measured.mean_attention[..., screen.BASELINE], p.n_sequences)
+        low = stats.below_floor({**dict(zip(screen.CLASSES, thresholds)), "circuit": cfg.threshold.circuit},
+                                null["floor"])
+        if low:
+            log.warning(f"warning: thresholds below the null floor {null['floor']:.2f}x (a head there is not told "
+                        f"apart from chance): {', '.join(low)}")
+        lap("intervals")
+
         # Step 4: group ablation of the circuit against matched-random controls.
         ablation_result = ablation.ablate(cfg.ablate, model, arch, batch, batch_size, scr.circuit_heads(),
                                           measured.clean_metrics, cap.position_mean if cap else None)
         lap("ablate")
 
-        rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank)
+        rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank, intervals,
+                                 null["per_head_p99"])
         summary = results.summary(
-            cfg, revision, measured, scr, thresholds, dtype=dtype_name, device=str(device),
+            cfg, revision, measured, scr, thresholds, intervals, null, low, dtype=dtype_name, device=str(device),
             weight_bytes=weight_bytes, download=download, batch_size=batch_size,
             probe_fingerprint=batch.fingerprint(), baseline_positions=baseline.tolist(),
             reused_measurements=cached is not None, ablation=ablation_result,

@@ -21,6 +21,7 @@ import numpy as np
 
 import emergence
 from emergence.screen import BASELINE, CLASSES, UNCLASSIFIED, Screen
+from emergence.stats import ScreenIntervals
 
 HEADS_FILE = "heads.csv"
 SUMMARY_FILE = "summary.json"
@@ -37,11 +38,16 @@ HEAD_COLUMNS = (
     + [member_column(c) for c in CLASSES]
     + ["induction_circuit", "pr", "pr_entropy_rank"]
     + [f"attn_{c}" for c in CLASSES] + ["attn_baseline"]
+    + [f"sel_{c}_ci_{end}" for c in CLASSES for end in ("low", "high")]
+    + [f"p_{c}_member" for c in CLASSES]
+    + ["null_p99"]
 )
 
 
-def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_rank: np.ndarray) -> list[dict]:
-    """One dict per head, keys ``HEAD_COLUMNS``; ``mean_attention`` is [layers, heads, 7]."""
+def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_rank: np.ndarray,
+              intervals: ScreenIntervals, null_p99: np.ndarray) -> list[dict]:
+    """One dict per head, keys ``HEAD_COLUMNS``; ``mean_attention`` is [layers, heads, 7],
+    ``null_p99`` [layers, heads] the head's 99th percentile of null selectivity."""
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):
@@ -55,15 +61,23 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
             row["pr_entropy_rank"] = float(entropy_rank[layer, head])
             row.update({f"attn_{c}": float(mean_attention[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["attn_baseline"] = float(mean_attention[layer, head, BASELINE])
+            for i, c in enumerate(CLASSES):
+                row[f"sel_{c}_ci_low"] = float(intervals.sel_low[layer, head, i])
+                row[f"sel_{c}_ci_high"] = float(intervals.sel_high[layer, head, i])
+            row.update({f"p_{c}_member": float(intervals.p_member[layer, head, i]) for i, c in enumerate(CLASSES)})
+            row["null_p99"] = float(null_p99[layer, head])
             rows.append(row)
     return rows
 
 
-def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, **run) -> dict:
+def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, intervals: ScreenIntervals,
+            null: dict, below_floor: list[str], **run) -> dict:
     """``summary.json``: what was analysed, how, and what the screen and ablation found.
 
     ``cfg`` is the run's ``Config``, ``revision`` its ``checkpoints.Revision``,
-    ``measured`` the probe pass's ``cache.Measurements``; ``run`` holds what only the run
+    ``measured`` the probe pass's ``cache.Measurements``, ``intervals`` and ``null`` the
+    screen's bootstrap and null calibration (``stats``), ``below_floor`` the thresholds
+    under the null's floor; ``run`` holds what only the run
     knows: dtype, device, weight_bytes, download, batch_size, probe_fingerprint,
     baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
     import torch
@@ -90,8 +104,16 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, **run)
         "class_counts": scr.class_counts(),
         "member_counts": scr.member_counts(),
         "bos_fraction": scr.bos_fraction(),
+        "bos_fraction_ci": intervals.bos_fraction,
         "bos_per_layer": scr.bos_per_layer(),
         "induction_circuit": scr.circuit_names(),
+        "intervals": {"ci": cfg.stats.ci, "n_boot": cfg.stats.n_boot, "seed": cfg.stats.seed,
+                      "method": "percentile bootstrap over sequences (paired numerator and baseline), the "
+                                "classification recomputed in each replicate",
+                      "circuit_size": intervals.circuit_size, "class_counts": intervals.class_counts,
+                      "member_counts": intervals.member_counts},
+        "null": {k: v for k, v in null.items() if k != "per_head_p99"},
+        "threshold_warnings": [f"below the null floor {null['floor']:.2f}x: {t}" for t in below_floor],
         "spectral": {"pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
                      "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred "
                                         "(the reference code's estimator)",
@@ -125,8 +147,11 @@ def report_lines(summary: dict, scr: Screen, out_dir: Path) -> list[str]:
     for layer in range(scr.n_layers):
         counts = {c: int((scr.head_class[layer] == c).sum()) for c in (*CLASSES, UNCLASSIFIED)}
         lines.append(f"  L{layer:<3}" + "  ".join(f"{c}={n}" for c, n in counts.items() if n))
-    lines.append(f"BOS fraction: {summary['bos_fraction']:.1%}   induction circuit: "
-                 f"{', '.join(summary['induction_circuit']) or '(empty)'}")
+    low, high = summary["bos_fraction_ci"]
+    lines.append(f"BOS fraction: {summary['bos_fraction']:.1%} ({summary['intervals']['ci']:.0%} CI "
+                 f"{low:.1%}-{high:.1%})   induction circuit: {', '.join(summary['induction_circuit']) or '(empty)'}")
+    lines.append(f"null (reference, {summary['null']['draws']} draws): p99 {summary['null']['p99']:.2f}x, "
+                 f"floor {summary['null']['floor']:.2f}x")
     ab = summary["ablation"]
     if ab["effect"]:
         e = ab["effect"]

@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from emergence.probe import LOCAL_OFFSETS
-from emergence.screen import selectivity
+from emergence.screen import CLASSES, UNCLASSIFIED, screen, selectivity
 
 NULL_SEED = 2026  # the reference calibration's generator
 NULL_FLOOR_MIN = 2.0  # floor = max(2, pooled null p99)
@@ -97,3 +99,39 @@ def below_floor(thresholds: dict[str, float], floor: float) -> list[str]:
     """Which named thresholds lie below the null floor (a warning, not an error)."""
     return [f"{name}={value:g}x" for name, value in thresholds.items() if value < floor]
 
+
+
+@dataclass(frozen=True)
+class ScreenIntervals:
+    """The screen's uncertainty over sequences. Per-head arrays are [layers, heads, 6]."""
+
+    sel_low: np.ndarray
+    sel_high: np.ndarray
+    p_member: np.ndarray  # share of replicates in which the head passes its class threshold
+    bos_fraction: list[float]  # [low, high]
+    circuit_size: list[float]
+    class_counts: dict[str, list[float]]  # single label, unclassified included
+    member_counts: dict[str, list[float]]
+
+
+def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_threshold: float,
+                     n_boot: int, ci: float, seed: int) -> ScreenIntervals:
+    """Bootstrap the screen: resample sequences, recompute selectivities (paired numerator and
+    baseline) and the whole classification in every replicate, take percentile intervals."""
+    weights = resample_weights(targets.shape[0], n_boot, seed)
+    sel = replicate_selectivity(targets, weights)  # [B, layers, heads, 6]
+    rep = screen(sel, thresholds, circuit_threshold)  # the screen is shape-agnostic over leading axes
+
+    def interval(per_replicate: np.ndarray) -> list[float]:
+        low, high = percentile_interval(per_replicate, ci)
+        return [float(low), float(high)]
+
+    sel_low, sel_high = percentile_interval(sel, ci)
+    heads = (1, 2)
+    return ScreenIntervals(
+        sel_low=sel_low, sel_high=sel_high, p_member=rep.members.mean(axis=0),
+        bos_fraction=interval(rep.members[..., CLASSES.index("first_token")].mean(axis=heads)),
+        circuit_size=interval(rep.induction_circuit.sum(axis=heads)),
+        class_counts={c: interval((rep.head_class == c).sum(axis=heads)) for c in (*CLASSES, UNCLASSIFIED)},
+        member_counts={c: interval(rep.members[..., i].sum(axis=heads)) for i, c in enumerate(CLASSES)},
+    )
