@@ -117,7 +117,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
             icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
             timings=timings)
         lap("summary")
-        results.write_run(out_dir, rows, summary)
+        results.write_run(out_dir, rows, summary, measured.targets)
         figure = tracking.class_figure(scr.head_class, name)
         figure.savefig(out_dir / "classes.png", dpi=120)
         tracking.log_checkpoint(run, summary, rows, figure)

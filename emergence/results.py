@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import platform
+import re
 from dataclasses import asdict
 
 import numpy as np
@@ -25,6 +26,7 @@ from emergence.stats import ScreenIntervals
 
 HEADS_FILE = "heads.csv"
 SUMMARY_FILE = "summary.json"
+PER_SEQUENCE_FILE = "per_sequence.npz"  # the probe's per-sequence attentions: intervals in the panel report
 
 
 def member_column(cls: str) -> str:
@@ -86,6 +88,7 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
     return {
         "model": cfg.model.key,
         "name_or_path": cfg.model.name_or_path,
+        "training_seed": training_seed(cfg.model),
         "revision": revision.name,
         "step": revision.step,
         "tokens": revision.tokens,
@@ -126,6 +129,14 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
         "versions": {"emergence": emergence.__version__, "torch": torch.__version__,
                      "transformers": transformers.__version__, "python": platform.python_version()},
     }
+
+
+def training_seed(model_cfg) -> int | None:
+    """Which training run of a model family: a toy recipe's seed, a PolyPythias repo's ``-seed{N}``."""
+    if model_cfg.toy is not None:
+        return int(model_cfg.toy.seed)
+    found = re.search(r"-seed(\d+)$", str(model_cfg.name_or_path))
+    return int(found.group(1)) if found else None
 
 
 def format_tokens(tokens) -> str:
@@ -178,7 +189,13 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def write_run(out_dir: Path, rows: list[dict], run_summary: dict) -> None:
+def write_run(out_dir: Path, rows: list[dict], run_summary: dict, targets: np.ndarray | None = None) -> None:
+    """heads.csv, per_sequence.npz (``targets`` [n, layers, heads, 7], if given), then summary.json."""
+    if targets is not None:
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{PER_SEQUENCE_FILE}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, targets=targets.astype(np.float32))
+        os.replace(tmp, out_dir / PER_SEQUENCE_FILE)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=HEAD_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -190,7 +207,7 @@ def write_run(out_dir: Path, rows: list[dict], run_summary: dict) -> None:
 def discard_partial(out_dir: Path) -> None:
     """Remove the result files of a run that did not finish (no summary.json written)."""
     if not (out_dir / SUMMARY_FILE).exists():
-        for name in (HEADS_FILE, "classes.png"):
+        for name in (HEADS_FILE, PER_SEQUENCE_FILE, "classes.png"):
             (out_dir / name).unlink(missing_ok=True)
 
 

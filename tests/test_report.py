@@ -13,6 +13,7 @@ from emergence.report.findings import f2_shape, model_findings, panel_findings
 from emergence.report.panel import Checkpoint, Trajectory, load_reference, load_runs
 from emergence.results import format_tokens, head_rows, write_run
 from emergence.screen import CLASSES, class_thresholds, screen
+from emergence.stats import screen_intervals
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper_results"
 needs_reference = pytest.mark.skipif(not REFERENCE.exists(), reason="shared/reference is not beside the checkout")
@@ -76,10 +77,13 @@ def as_run_dirs(trajectories: dict, root: Path) -> None:
         for c in traj.checkpoints:
             scr = screen(c.sel, class_thresholds(30.0), 50.0)
             attention = np.concatenate([c.sel * 1e-3, np.full(c.sel.shape[:2] + (1,), 1e-3)], -1)
-            rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), c.pr)
+            targets = np.repeat(attention[None], 4, axis=0)  # four identical sequences: degenerate intervals
+            intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, 100, 0.95, 0)
+            rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), c.pr, intervals,
+                             np.zeros(c.sel.shape[:2]))
             summary = {"model": model, "revision": c.revision, "tokens": c.tokens, "step": None,
                        "n_layers": c.sel.shape[0], "n_heads": c.sel.shape[1]}
-            write_run(root / model / c.revision, rows, summary)
+            write_run(root / model / c.revision, rows, summary, targets)
 
 
 @needs_reference

@@ -8,12 +8,13 @@ Two sources give the same ``Trajectory``:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from emergence.results import SUMMARY_FILE, read_json, read_run
+from emergence.results import PER_SEQUENCE_FILE, SUMMARY_FILE, read_json, read_run
 from emergence.screen import CLASSES
 
 # Reference file prefixes -> our model keys, and how their revision names give tokens.
@@ -32,14 +33,16 @@ class Checkpoint:
     sel: np.ndarray
     pr: np.ndarray | None = None
     extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score
+    targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
 
 
 @dataclass
 class Trajectory:
-    model: str
+    model: str  # the panel's name: the model key, with " seed<N>" when several training seeds are compared
     checkpoints: list[Checkpoint]  # ordered by tokens
     pr_estimator: str | None  # which spectral estimator ``pr`` holds
     thresholds: tuple[float, float] | None = None  # (class, circuit) the runs were screened with, if one pair
+    family: str | None = None  # the model key shared by the seeds of one model (None: a single panel)
 
     @property
     def tokens(self) -> np.ndarray:
@@ -103,10 +106,11 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 
 def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
-    """Runs grouped by ``summary['model']``, ordered by tokens. A revision analysed twice
-    (e.g. under two threshold presets) is kept once: the selectivities do not depend on it."""
-    by_model: dict[str, dict[str, Checkpoint]] = {}
-    used: dict[str, set] = {}
+    """Runs grouped by ``summary['model']`` (and by training seed where a model has several),
+    ordered by tokens. A revision analysed twice (e.g. under two threshold presets) is kept
+    once: the selectivities do not depend on it."""
+    by_model: dict[tuple, dict[str, Checkpoint]] = {}
+    used: dict[tuple, set] = {}
     for run_dir in find_runs(paths):
         summary, rows = read_run(run_dir)
         if summary["tokens"] is None:
@@ -120,15 +124,24 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
             pr[r["layer"], r["head"]] = r[pr_estimator]
         extras = {k: summary[k] for k in ("icl_score",) if summary.get(k) is not None}
         classes = set(summary.get("thresholds", {}).get("classes", {}).values())
-        used.setdefault(summary["model"], set()).add(
+        panel = (summary["model"], summary.get("training_seed"))
+        used.setdefault(panel, set()).add(
             (classes.pop(), summary["thresholds"]["circuit"]) if len(classes) == 1 else None)
-        by_model.setdefault(summary["model"], {})[summary["revision"]] = Checkpoint(
-            summary["revision"], float(summary["tokens"]), sel, pr, extras)
+        per_sequence = run_dir / PER_SEQUENCE_FILE
+        targets = np.load(per_sequence)["targets"] if per_sequence.exists() else None
+        by_model.setdefault(panel, {})[summary["revision"]] = Checkpoint(
+            summary["revision"], float(summary["tokens"]), sel, pr, extras, targets)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
-    return {m: Trajectory(m, sorted(cs.values(), key=lambda c: c.tokens), pr_estimator,
-                          next(iter(used[m])) if len(used[m]) == 1 else None)
-            for m, cs in by_model.items()}
+    seeds = Counter(model for model, _ in by_model)
+    trajectories = {}
+    for (model, seed), cs in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
+        several = seeds[model] > 1
+        name = f"{model} seed{seed}" if several else model
+        trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), pr_estimator,
+                                        next(iter(used[(model, seed)])) if len(used[(model, seed)]) == 1 else None,
+                                        family=model if several else None)
+    return trajectories
 
 
 def shared_thresholds(trajectories: dict[str, Trajectory]) -> tuple[float, float] | None:
