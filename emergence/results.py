@@ -192,6 +192,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 def write_run(out_dir: Path, rows: list[dict], run_summary: dict, targets: np.ndarray | None = None) -> None:
     """heads.csv, per_sequence.npz (``targets`` [n, layers, heads, 7], if given), then summary.json."""
     if targets is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{PER_SEQUENCE_FILE}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, targets=targets.astype(np.float32))
