@@ -10,6 +10,7 @@ import pytest
 
 from emergence.report.__main__ import main as report_main
 from emergence.report.findings import f2_shape, model_findings, panel_findings
+from emergence.report.uncertainty import replicates
 from emergence.report.panel import Checkpoint, Trajectory, load_reference, load_runs
 from emergence.results import format_tokens, head_rows, write_run
 from emergence.screen import CLASSES, class_thresholds, screen
@@ -142,7 +143,12 @@ def test_cli_writes_all_outputs(tmp_path):
     text = (out / "report.md").read_text()
     assert "+62.9 pp" in text and "Published" in text
     assert not re.search(r"\d[eE][+-]\d", text), "token counts without exponent notation"
-    assert "tokens264B (264B)" in text and "step3000 (6.29B)" in text and "| step256 | 537M |" in text
+    assert "tokens264B (264B; in (117B, 264B])" in text and "step3000 (6.29B; in (1.07B, 6.29B])" in text
+    assert "| step256 | 537M |" in text and "only the brackets apply" in text
+    olmo = findings["models"]["olmo"]["f3"]
+    assert olmo["bos_50"]["bracket_tokens"] == [117e9, 264e9]
+    assert olmo["gap_ratio_range"] == pytest.approx([5.09, 26.4], abs=0.005)
+    assert not findings["models"]["olmo"]["intervals"] and "probability" not in olmo["bos_50"]
     for name in findings["figures"]:
         assert (out / name).stat().st_size > 1000
     assert {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "sensitivity_gap.png",
@@ -178,3 +184,64 @@ def test_a_broken_summary_is_a_one_line_error_naming_the_file(tmp_path, capsys):
                                          (3.048e15, "3,048T")])
 def test_token_counts_read_the_same_way_everywhere(tokens, text):
     assert format_tokens(tokens) == text
+
+
+def noisy_trajectory(bos_selectivity: list[float], noise: float, n: int = 60, seed: int = 0) -> Trajectory:
+    """8 heads (2 x 4) whose first-token selectivity at each revision is ``bos_selectivity[r]`` for
+    heads 0-3 of layer 1 (others 1x), per-sequence attention with relative noise ``noise``."""
+    rng = np.random.default_rng(seed)
+    checkpoints = []
+    for r, level in enumerate(bos_selectivity):
+        targets = np.full((n, 2, 4, 7), 0.01)
+        targets[:, 1, :, CLASSES.index("first_token")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))  # mean 1
+        mean = targets.mean(0)
+        sel = mean[..., :6] / mean[..., 6:]
+        checkpoints.append(Checkpoint(f"step{r}", float(10 ** (r + 6)), sel, None, {}, targets))
+    return Trajectory("noisy", checkpoints, None)
+
+
+def test_milestone_probabilities_come_from_one_paired_resample(tmp_path):
+    from emergence.report.uncertainty import N_BOOT, SEED
+    from emergence.stats import resample_weights
+
+    traj = noisy_trajectory([1, 20, 32, 80], noise=1.0)
+    f = model_findings(traj, 30.0, 50.0, replicates(traj, 30.0, 50.0))
+    bos_30 = f["f3"]["bos_30"]
+    assert sum(bos_30["probability"].values()) == pytest.approx(1.0)
+    # Independently: resample the sequences themselves (the same draws) and redo the screen.
+    counts = np.rint(resample_weights(60, N_BOOT, SEED) * 60).astype(int)
+    first = []
+    for c in counts:
+        index = np.repeat(np.arange(60), c)
+        fractions = []
+        for cp in traj.checkpoints:
+            m = cp.targets[index].mean(0)
+            fractions.append((m[..., CLASSES.index("first_token")] / m[..., 6] >= 30).mean())
+        hit = [i for i, x in enumerate(fractions) if x >= 0.3 - 1e-12]
+        first.append(traj.checkpoints[hit[0]].revision if hit else "never")
+    expected = {name: first.count(name) / N_BOOT for name in set(first)}
+    assert bos_30["probability"] == pytest.approx(expected)
+    assert 0 < bos_30["probability"]["step2"] < 1  # a borderline revision: the bootstrap is unsure
+    low, high = f["revisions"][2]["bos_fraction_ci"]
+    assert low < f["revisions"][2]["bos_fraction"] <= high
+
+
+def test_a_rise_is_abrupt_only_if_its_share_holds_at_the_lower_bound():
+    clear = noisy_trajectory([1, 1, 300, 320], noise=0.2)
+    f2 = model_findings(clear, 30.0, 50.0, replicates(clear, 30.0, 50.0))["f2"]
+    assert f2["shape"] == "abrupt" and f2["jump_share_ci"][0] >= 0.5 and "shape_note" not in f2
+    shaky = noisy_trajectory([1, 1, 31, 40], noise=1.5)
+    point = model_findings(shaky, 30.0, 50.0)["f2"]
+    f2 = model_findings(shaky, 30.0, 50.0, replicates(shaky, 30.0, 50.0))["f2"]
+    assert point["shape"] == "abrupt" and f2["jump_share_ci"][0] < 0.5
+    assert f2["shape"] == "gradual" and "not called abrupt" in f2["shape_note"]
+
+
+def test_brackets_and_the_gap_range():
+    from emergence.report.uncertainty import bracket, ratio_range
+
+    tokens = np.array([0, 10, 23, 52, 117, 264.0])
+    assert bracket(tokens, 0) == [None, 0.0] and bracket(tokens, 5) == [117.0, 264.0]
+    assert ratio_range(5, 2, tokens, tokens) == pytest.approx([117 / 23, 264 / 10])
+    assert ratio_range(5, 1, tokens, tokens) == [117 / 10, None]  # the onset may lie at 0 tokens: open
+    assert ratio_range(None, 2, tokens, tokens) is None

@@ -13,9 +13,10 @@ from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 from emergence.toy.train import MANIFEST, ensure_trained, in_context_score, is_complete, train
 
 
-def reduced(key: str, cache_dir) -> "Config":  # noqa: F821
+def reduced(key: str, cache_dir, *overrides) -> "Config":  # noqa: F821
     """The real toy config with a 3-step panel, so training takes a second."""
-    cfg = compose_config([f"model={key}", f"cache_dir={cache_dir}", "wandb.mode=disabled", "probe.n_sequences=64"])
+    cfg = compose_config([f"model={key}", f"cache_dir={cache_dir}", "wandb.mode=disabled", "probe.n_sequences=64",
+                          *overrides])
     cfg.model.panel = [PanelEntry(f"step{s}", s, s * 32 * 128) for s in (0, 2, 4)]
     cfg.revision.index = -1
     return cfg
@@ -49,7 +50,7 @@ def test_copy_eval_batch_has_one_copied_span():
 def test_reduced_training_is_deterministic_and_loads_like_a_checkpoint(key, tmp_path):
     cfg = reduced(key, tmp_path / "a")
     manifest = train(cfg.model)
-    root = tmp_path / "a" / "toy" / key
+    root = tmp_path / "a" / "toy" / key / "seed0"
     assert [c["revision"] for c in manifest["checkpoints"]] == ["step0", "step2", "step4"]
     assert [c["tokens"] for c in manifest["checkpoints"]] == [0, 2 * 4096, 4 * 4096]
     assert is_complete(root, cfg.model)
@@ -57,16 +58,55 @@ def test_reduced_training_is_deterministic_and_loads_like_a_checkpoint(key, tmp_
     train(again.model)
     for rev in ("step0", "step4"):
         first = (root / rev / "model.safetensors").read_bytes()
-        assert first == (tmp_path / "b" / "toy" / key / rev / "model.safetensors").read_bytes()
+        assert first == (tmp_path / "b" / "toy" / key / "seed0" / rev / "model.safetensors").read_bytes()
     summary = analyse(cfg, tmp_path / "run")
     assert summary["revision"] == "step4" and summary["tokens"] == 4 * 4096
     assert summary["architecture"] == cfg.model.toy.architecture
     assert summary["probe"]["seq_len"] == 128 and summary["probe"]["vocab_high"] == 256
 
 
+@pytest.mark.slow
+def test_three_training_seeds_keep_their_own_panels_and_are_aggregated_in_the_report(tmp_path):
+    from emergence.report.__main__ import write_report
+    from emergence.report.panel import load_runs
+
+    stamps = {}
+    for seed in (0, 1, 2):
+        cfg = reduced("toy_neox", tmp_path / "cache", f"model.toy.seed={seed}", "stats.n_null=20")
+        train(cfg.model)
+        stamps[seed] = (tmp_path / "cache" / "toy" / "toy_neox" / f"seed{seed}" / MANIFEST).stat().st_mtime_ns
+        for index in range(3):
+            cfg.revision.index = index
+            summary = analyse(cfg, tmp_path / "runs" / f"seed{seed}" / f"r{index}")
+            assert summary["training_seed"] == seed
+    for seed in (0, 1, 2):  # no seed's training overwrote another's
+        ensure_trained(reduced("toy_neox", tmp_path / "cache", f"model.toy.seed={seed}").model)
+        assert (tmp_path / "cache" / "toy" / "toy_neox" / f"seed{seed}" / MANIFEST).stat().st_mtime_ns == stamps[seed]
+
+    trajectories = load_runs([tmp_path / "runs"])
+    assert sorted(trajectories) == ["toy_neox seed0", "toy_neox seed1", "toy_neox seed2"]
+    # A class threshold low enough that the barely trained models cross the BOS milestones.
+    findings = write_report(trajectories, tmp_path / "report", 1.0, 1.5, reference=False)
+    seeds = findings["seeds"]["toy_neox"]
+    assert seeds["seeds"] == sorted(trajectories)
+    for milestone in ("induction_onset", "bos_10", "bos_50", "recall_67"):
+        finding = "f4" if milestone.startswith("recall") else "f3"
+        per_seed = [(findings["models"][n][finding][milestone] or {}).get("tokens") for n in sorted(trajectories)]
+        assert seeds[milestone]["per_seed"] == dict(zip(sorted(trajectories), per_seed))
+        reached = [t for t in per_seed if t is not None]
+        assert seeds[milestone]["reached"] == len(reached)
+        if reached:
+            assert seeds[milestone]["median"] == np.median(reached)
+            assert seeds[milestone]["range"] == [min(reached), max(reached)]
+    assert any(seeds[m]["reached"] for m in ("bos_10", "bos_50"))  # the check above compared real numbers
+    assert all(findings["models"][n]["intervals"] for n in trajectories)  # run directories: bootstrap
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "Across training seeds" in text and "toy_neox" in text
+
+
 def test_missing_or_outdated_panel_is_retrained(tmp_path):
     cfg = reduced("toy_neox", tmp_path)
-    root = tmp_path / "toy" / "toy_neox"
+    root = tmp_path / "toy" / "toy_neox" / "seed0"
     ensure_trained(cfg.model)
     stamp = (root / MANIFEST).stat().st_mtime_ns
     ensure_trained(cfg.model)  # complete: nothing to do

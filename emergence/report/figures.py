@@ -20,18 +20,32 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _tokens_axis(ax):
-    ax.set_xscale("log")
+def _tokens_axis(ax, findings: dict):
+    """Log tokens; symlog when a revision has no tokens yet (step 0), so that it stays on the axis."""
+    tokens = [r["tokens"] for f in findings["models"].values() for r in f["revisions"]]
+    positive = [t for t in tokens if t > 0]
+    if positive and len(positive) < len(tokens):
+        ax.set_xscale("symlog", linthresh=min(positive))
+    elif positive:
+        ax.set_xscale("log")
     ax.set_xlabel("training tokens")
+
+
+def _line_with_band(ax, revs: list[dict], key: str, label: str, scale: float = 1.0) -> None:
+    """``key`` per revision against tokens; its bootstrap interval (``<key>_ci``) as a band when present."""
+    tokens = [r["tokens"] for r in revs]
+    line, = ax.plot(tokens, [scale * r[key] for r in revs], "o-", label=label)
+    if revs and all(f"{key}_ci" in r for r in revs):
+        low, high = np.array([r[f"{key}_ci"] for r in revs]).T * scale
+        ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
 
 
 def bos_vs_tokens(findings: dict, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for model, f in findings["models"].items():
-        revs = f["revisions"]
-        ax.plot([r["tokens"] for r in revs], [100 * r["bos_fraction"] for r in revs], "o-", label=model)
-    _tokens_axis(ax)
-    ax.set_ylabel("BOS (first-token) heads, % of all heads")
+        _line_with_band(ax, f["revisions"], "bos_fraction", model, scale=100)
+    _tokens_axis(ax, findings)
+    ax.set_ylabel("BOS (first-token) heads, % of all heads (band: CI)")
     ax.set_title(f"BOS fraction (first-token selectivity >= {findings['thresholds']['class']:g}x)")
     ax.legend()
     return _save(fig, out / "bos_fraction_vs_tokens.png")
@@ -66,7 +80,7 @@ def head_trajectories(model: str, f: dict, out: Path) -> Path | None:
     top.set_title(f"{model}: final induction circuit")
     top.legend(fontsize=7)
     bottom.set_ylabel(f["f5"]["pr_estimator"] or "PR")
-    _tokens_axis(bottom)
+    _tokens_axis(bottom, {"models": {model: f}})
     return _save(fig, out / f"induction_heads_{model}.png")
 
 
@@ -77,7 +91,7 @@ def recall_vs_tokens(findings: dict, out: Path) -> Path:
         ax.plot([r["tokens"] for r in revs], [r["induction_recall"] for r in revs], "o-", label=f"{model} recall")
         ax.plot([r["tokens"] for r in revs], [r["topk_recall"] for r in revs], "x:", label=f"{model} top-k")
     ax.axhline(2 / 3, color="0.6", lw=0.8)
-    _tokens_axis(ax)
+    _tokens_axis(ax, findings)
     ax.set_ylabel("share of the final induction circuit")
     ax.legend(fontsize=7)
     return _save(fig, out / "recall_vs_tokens.png")
@@ -92,13 +106,9 @@ def trajectories(findings: dict, out: Path) -> Path:
     fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.4 * len(panels)), sharex=True)
     for ax, (key, label) in zip(axes, panels):
         for model, f in findings["models"].items():
-            revs = [r for r in f["revisions"] if key in r]
-            ax.plot([r["tokens"] for r in revs], [r[key] for r in revs], "o-", label=model)
+            _line_with_band(ax, [r for r in f["revisions"] if key in r], key, model)
         ax.set_ylabel(label)
-    _tokens_axis(axes[-1])
-    positive = [r["tokens"] for f in findings["models"].values() for r in f["revisions"] if r["tokens"] > 0]
-    if positive and len(positive) < sum(len(f["revisions"]) for f in findings["models"].values()):
-        axes[-1].set_xscale("symlog", linthresh=min(positive))  # keeps step 0 (no tokens) on the axis
+    _tokens_axis(axes[-1], findings)
     axes[0].legend(fontsize=7)
     return _save(fig, out / "trajectories.png")
 

@@ -15,6 +15,12 @@ Definitions (thresholds are arguments; the defaults are METHOD.md section 4's):
 * F5: per final circuit head, the first revision where PR reaches 2x its first-revision
   value and the first where induction selectivity reaches the circuit threshold; the
   lead is the ratio of their token counts.
+
+Every milestone carries ``bracket_tokens`` (it happened after the revision before and by
+its own), F3 the range of its gap ratio over the brackets; from run directories, a
+bootstrap over sequences (``uncertainty.py``) adds intervals and, per milestone, the
+probability of each revision being it; F2 then calls a rise abrupt only if its share
+holds at the interval's lower bound.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from emergence.report.panel import Trajectory
 from emergence.config import ThresholdConfig
+from emergence.report.panel import Trajectory
+from emergence.report.uncertainty import (CI, N_BOOT, SEED, Replicates, bracket, first_crossing_probability,
+                                          ratio_range, replicates)
 from emergence.screen import CLASSES, head_name
 
 INDUCTION = CLASSES.index("induction")
@@ -36,13 +44,19 @@ PR_RISE_FACTOR = 2.0
 ABRUPT_SHARE = 0.5
 
 
-def _milestone(traj: Trajectory, index: int | None, total_tokens: float | None = None) -> dict | None:
-    if index is None:
-        return None
-    c = traj.checkpoints[index]
-    out = {"revision": c.revision, "tokens": c.tokens}
-    if total_tokens:
-        out["fraction_of_training"] = c.tokens / total_tokens
+def _milestone(traj: Trajectory, index: int | None, total_tokens: float | None = None,
+               reached: np.ndarray | None = None) -> dict | None:
+    """The milestone at revision ``index`` with its bracket; ``reached`` [replicates, revisions]
+    (bool, from the bootstrap) adds the probability of each revision being the first crossing."""
+    out = None
+    if index is not None:
+        c = traj.checkpoints[index]
+        out = {"revision": c.revision, "tokens": c.tokens, "bracket_tokens": bracket(traj.tokens, index)}
+        if total_tokens:
+            out["fraction_of_training"] = c.tokens / total_tokens
+    if reached is not None:
+        probability = first_crossing_probability(reached, [c.revision for c in traj.checkpoints])
+        out = {**(out or {"revision": None, "tokens": None, "bracket_tokens": None}), "probability": probability}
     return out
 
 
@@ -80,7 +94,8 @@ def recall(traj: Trajectory, class_threshold: float, circuit_threshold: float) -
     return rec, topk
 
 
-def f2_shape(fractions: np.ndarray, revisions: list[str]) -> dict:
+def f2_shape(fractions: np.ndarray, revisions: list[str], reps: Replicates | None = None) -> dict:
+    """The shape of the BOS rise; with replicates, "abrupt" needs the share's lower bound >= 1/2."""
     jumps = np.diff(fractions)
     total_rise = float(fractions[-1])
     if len(jumps) == 0 or total_rise <= 0:  # nothing rose: no jump to speak of
@@ -88,7 +103,7 @@ def f2_shape(fractions: np.ndarray, revisions: list[str]) -> dict:
                 "shape": None, "final_bos_fraction": total_rise}
     i = int(np.argmax(jumps))
     share = float(jumps[i] / total_rise)
-    return {
+    out = {
         "largest_jump_pp": 100 * float(jumps[i]),
         "largest_jump": [revisions[i], revisions[i + 1]],
         "jump_share": share,
@@ -97,15 +112,26 @@ def f2_shape(fractions: np.ndarray, revisions: list[str]) -> dict:
         "shape": "abrupt" if share >= ABRUPT_SHARE else "gradual",
         "final_bos_fraction": total_rise,
     }
+    if reps is not None:
+        bos = reps.bos_fraction
+        shares = (bos[:, i + 1] - bos[:, i]) / np.where(bos[:, -1] > 0, bos[:, -1], np.nan)
+        out["jump_share_ci"] = reps.interval(np.nan_to_num(shares, nan=0.0))  # no final rise: no share
+        out["final_bos_fraction_ci"] = reps.interval(bos[:, -1])
+        if out["shape"] == "abrupt" and out["jump_share_ci"][0] < ABRUPT_SHARE:
+            out["shape"] = "gradual"
+            out["shape_note"] = (f"the largest rise is {share:.0%} of the total at the point estimate but "
+                                 f"{out['jump_share_ci'][0]:.0%} at the lower bound of its interval: not called abrupt")
+    return out
 
 
-def f5_leads(traj: Trajectory, circuit_threshold: float) -> dict:
+def f5_leads(traj: Trajectory, circuit_threshold: float, reps: Replicates | None = None) -> dict:
     heads = {}
     have_pr = all(c.pr is not None for c in traj.checkpoints)
     for layer, head in final_circuit(traj, circuit_threshold):
         sel = traj.sel[:, layer, head, INDUCTION]
         cross = _first(sel >= circuit_threshold)
-        entry = {"selectivity_cross": _milestone(traj, cross), "pr_rise": None, "lead": None,
+        reached = None if reps is None else reps.induction_sel[:, :, layer, head] >= circuit_threshold
+        entry = {"selectivity_cross": _milestone(traj, cross, reached=reached), "pr_rise": None, "lead": None,
                  "selectivity": sel.tolist()}
         if not have_pr:
             entry["reason"] = "no PR trajectory for this model"
@@ -145,7 +171,8 @@ def pr_integral_ranking(traj: Trajectory, class_threshold: float, top_k: int = 4
 
 
 def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.class_default,
-                   circuit_threshold: float = ThresholdConfig.circuit) -> dict:
+                   circuit_threshold: float = ThresholdConfig.circuit, reps: Replicates | None = None) -> dict:
+    """F1-F5 of one trajectory; ``reps`` (its bootstrap at these thresholds) adds the intervals."""
     names = [c.revision for c in traj.checkpoints]
     total_tokens = traj.checkpoints[-1].tokens
     bos = bos_fractions(traj, class_threshold)
@@ -159,29 +186,74 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
          "topk_recall": None if topk[i] is None else float(topk[i]), **c.extras}
         for i, c in enumerate(traj.checkpoints)
     ]
+    circuit = final_circuit(traj, circuit_threshold)
+    if reps is not None:
+        for i, r in enumerate(revisions):
+            r["bos_fraction_ci"] = reps.interval(reps.bos_fraction[:, i])
+            r["n_induction_ci"] = reps.interval(reps.n_induction[:, i])
+        # Recall of the final circuit in each replicate: the share of its heads above the class threshold.
+        rep_recall = (np.stack([reps.induction_sel[:, :, l, h] for l, h in circuit], -1) >= class_threshold
+                      ).mean(-1) if circuit else None
     onset = _first(n_ind >= ONSET_HEADS)
-    f3 = {"induction_onset": _milestone(traj, onset)}
+    f3 = {"induction_onset": _milestone(traj, onset, reached=None if reps is None else
+                                        reps.n_induction >= ONSET_HEADS)}
+    crossings = {}
     for pct in BOS_MILESTONES:
-        f3[f"bos_{pct}"] = _milestone(traj, _first(bos >= pct / 100 - 1e-12))
+        crossings[pct] = _first(bos >= pct / 100 - 1e-12)
+        f3[f"bos_{pct}"] = _milestone(traj, crossings[pct], reached=None if reps is None else
+                                      reps.bos_fraction >= pct / 100 - 1e-12)
     f3["gap_ratio"] = (f3["bos_50"]["tokens"] / f3["induction_onset"]["tokens"]
-                       if f3["bos_50"] and f3["induction_onset"] else None)
-    f4 = {name: _milestone(traj, _first([r is not None and r >= level for r in rec]), total_tokens)
+                       if crossings[50] is not None and onset is not None else None)
+    f3["gap_ratio_range"] = ratio_range(crossings[50], onset, traj.tokens, traj.tokens)
+    f4 = {name: _milestone(traj, _first([r is not None and r >= level for r in rec]), total_tokens,
+                           reached=None if reps is None or not circuit else rep_recall >= float(level) - 1e-12)
           for name, level in RECALL_MILESTONES.items()}
     f4["topk_recall_67"] = _milestone(traj, _first([r is not None and r >= Fraction(2, 3) for r in topk]),
                                       total_tokens)
-    f4["final_circuit"] = [head_name(l, h) for l, h in final_circuit(traj, circuit_threshold)]
+    f4["final_circuit"] = [head_name(l, h) for l, h in circuit]
     return {
         "revisions": revisions,
         "f1": {"zero_bos_layers": [int(l) for l in np.flatnonzero(per_layer.sum(0) == 0)]},
-        "f2": f2_shape(bos, names),
+        "f2": f2_shape(bos, names, reps),
         "f3": f3,
         "f4": f4,
-        "f5": f5_leads(traj, circuit_threshold),
+        "f5": f5_leads(traj, circuit_threshold, reps),
         "pr_integral_ranking": pr_integral_ranking(traj, class_threshold),
+        "intervals": reps is not None,
     }
 
 
+SEED_MILESTONES = {"induction_onset": ("f3", "induction_onset"), **{f"bos_{p}": ("f3", f"bos_{p}")
+                                                                     for p in BOS_MILESTONES},
+                   **{name: ("f4", name) for name in RECALL_MILESTONES}}
+
+
+def across_seeds(trajectories: dict[str, Trajectory], models: dict[str, dict]) -> dict:
+    """Per model trained from several seeds: each milestone's median and range over the seeds."""
+    families: dict[str, list[str]] = {}
+    for name, traj in trajectories.items():
+        if traj.family is not None:
+            families.setdefault(traj.family, []).append(name)
+    out = {}
+    for family, names in families.items():
+        entry = {"seeds": names}
+        for milestone, (finding, key) in SEED_MILESTONES.items():
+            tokens = {n: (models[n][finding][key] or {}).get("tokens") for n in names}
+            reached = [t for t in tokens.values() if t is not None]
+            entry[milestone] = {"per_seed": tokens, "reached": len(reached),
+                                "median": float(np.median(reached)) if reached else None,
+                                "range": [min(reached), max(reached)] if reached else None}
+        out[family] = entry
+    return out
+
+
 def panel_findings(trajectories: dict[str, Trajectory], class_threshold: float = ThresholdConfig.class_default,
-                   circuit_threshold: float = ThresholdConfig.circuit) -> dict:
+                   circuit_threshold: float = ThresholdConfig.circuit, intervals: bool = True) -> dict:
+    """F1-F5 per trajectory (with the bootstrap where run directories allow it) and across seeds."""
+    models = {m: model_findings(t, class_threshold, circuit_threshold,
+                                replicates(t, class_threshold, circuit_threshold) if intervals else None)
+              for m, t in trajectories.items()}
     return {"thresholds": {"class": class_threshold, "circuit": circuit_threshold},
-            "models": {m: model_findings(t, class_threshold, circuit_threshold) for m, t in trajectories.items()}}
+            "intervals": {"n_boot": N_BOOT, "ci": CI, "seed": SEED,
+                          "method": "percentile bootstrap over sequences, one resample matrix for all revisions"},
+            "models": models, "seeds": across_seeds(trajectories, models)}

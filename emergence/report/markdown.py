@@ -8,7 +8,22 @@ from emergence.results import format_tokens
 
 
 def _m(milestone) -> str:
-    return "never" if milestone is None else f"{milestone['revision']} ({format_tokens(milestone['tokens'])})"
+    """A milestone with its bracket, and the bootstrap's most likely revision when there is one."""
+    milestone = milestone or {"revision": None}
+    if milestone["revision"] is None:
+        text = "never"
+    else:
+        low, high = milestone["bracket_tokens"]
+        text = (f"{milestone['revision']} ({format_tokens(milestone['tokens'])}; in "
+                f"{'[0' if low is None else '(' + format_tokens(low)}, {format_tokens(high)}])")
+    if "probability" in milestone:
+        text += f" [P = {milestone['probability'].get(milestone['revision'] or 'never', 0):.2f}]"
+    return text
+
+
+def _range(values, fmt) -> str:
+    low, high = values
+    return f"{'-' if low is None else fmt(low)} to {'open' if high is None else fmt(high)}"
 
 
 def _pct(x) -> str:
@@ -19,7 +34,14 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
     th = findings["thresholds"]
     out = [f"# Panel report\n",
            f"Thresholds: class / BOS membership >= {th['class']:g}x baseline, induction circuit >= "
-           f"{th['circuit']:g}x. Input: {'the reference study data' if reference else 'run directories'}.\n"]
+           f"{th['circuit']:g}x. Input: {'the reference study data' if reference else 'run directories'}.\n",
+           "How to read the numbers: a milestone first seen at a revision happened after the revision "
+           "before it and by its own, so each comes with that bracket in tokens, `(before, at]`. "
+           + ("Intervals need run directories (their per-sequence attentions): on this input only the "
+              "brackets apply.\n" if not any(f.get("intervals") for f in findings["models"].values()) else
+              f"Intervals are {findings['intervals']['ci']:.0%} percentile bootstrap intervals over the probe's "
+              f"sequences ({findings['intervals']['n_boot']} replicates, one resample matrix for every "
+              "revision); `P` is the share of replicates in which that revision is the milestone.\n")]
     for model, f in findings["models"].items():
         pub = reference and model in published.BOS_FRACTION
         out.append(f"## {model}\n")
@@ -45,17 +67,22 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
         out.append(f"- **F1 zero-BOS floor**: layers with no BOS head at any revision: "
                    f"{f1['zero_bos_layers'] or 'none'}.")
         if f2["largest_jump"]:
+            share_ci = f" (CI {_range(f2['jump_share_ci'], _pct)})" if "jump_share_ci" in f2 else ""
+            final_ci = f" (CI {_range(f2['final_bos_fraction_ci'], _pct)})" if "final_bos_fraction_ci" in f2 else ""
             text = (f"- **F2 shape**: {f2['shape']}; largest adjacent rise {f2['largest_jump_pp']:+.1f} pp "
-                    f"({f2['largest_jump'][0]} -> {f2['largest_jump'][1]}), {_pct(f2['jump_share'])} of the "
-                    f"rise to the final {_pct(f2['final_bos_fraction'])}; "
-                    f"{'monotonic' if f2['monotonic'] else 'not monotonic (largest drop %.1f pp)' % f2['largest_drop_pp']}.")
+                    f"({f2['largest_jump'][0]} -> {f2['largest_jump'][1]}), {_pct(f2['jump_share'])}{share_ci} of "
+                    f"the rise to the final {_pct(f2['final_bos_fraction'])}{final_ci}; "
+                    f"{'monotonic' if f2['monotonic'] else 'not monotonic (largest drop %.1f pp)' % f2['largest_drop_pp']}."
+                    + (f" Note: {f2['shape_note']}." if "shape_note" in f2 else ""))
             if pub:
                 text += (f" Published: {published.SHAPE[model]}, {published.LARGEST_JUMP_PP[model]:+.1f} pp, "
                          f"{published.JUMP_SHARE[model]:.0%} of the rise.")
             out.append(text)
         text = (f"- **F3 separation**: induction onset (>= 3 heads) {_m(f3['induction_onset'])}; BOS 10/30/50/70%: "
                 f"{', '.join(_m(f3[f'bos_{p}']) for p in (10, 30, 50, 70))}; gap BOS-50% / onset = "
-                f"{'-' if f3['gap_ratio'] is None else '%.1fx' % f3['gap_ratio']}.")
+                f"{'-' if f3['gap_ratio'] is None else '%.1fx' % f3['gap_ratio']}"
+                + ("" if f3["gap_ratio_range"] is None else
+                   f" (range over the brackets {_range(f3['gap_ratio_range'], lambda x: f'{x:.1f}x')})") + ".")
         if pub:
             gap = published.GAP_RATIO[model]
             text += (f" Published: onset {format_tokens(published.ONSET_B[model] * 1e9)}, "
@@ -88,6 +115,18 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
             out.append(f"- **PR-integral ranking**: of the top {ranking['top_k']} heads by the integral of PR over "
                        f"log tokens, {_pct(ranking['classified_share'])} are classified by the screen at the last "
                        f"revision ({_pct(ranking['induction_share'])} as induction members).")
+        out.append("")
+    for family, entry in findings.get("seeds", {}).items():
+        out.append(f"## Across training seeds: {family} ({len(entry['seeds'])} seeds)\n")
+        out += ["| milestone | reached in | median | range | per seed |", "|---|---|---|---|---|"]
+        for milestone, m in entry.items():
+            if milestone == "seeds":
+                continue
+            per_seed = ", ".join(f"{name.split()[-1]}: {format_tokens(t) if t is not None else 'never'}"
+                                 for name, t in m["per_seed"].items())
+            span = "-" if m["range"] is None else f"{format_tokens(m['range'][0])} to {format_tokens(m['range'][1])}"
+            median = "-" if m["median"] is None else format_tokens(m["median"])
+            out.append(f"| {milestone} | {m['reached']}/{len(entry['seeds'])} | {median} | {span} | {per_seed} |")
         out.append("")
     out.append("## Threshold sensitivity\n")
     out.append("Recomputed from the stored per-head selectivities over BOS/class thresholds "
