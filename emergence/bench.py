@@ -5,6 +5,7 @@
   (c) the study's approach: eager attention, ``output_attentions=True``, batch 4, every
       [n, layers, heads, T] attention row kept, full logits;
   (d) ``python -m emergence`` with ablation on, for the ablation's cost;
+  (e) the intervals of a run (bootstrap and null) for a 16 x 16-head model over 2000 sequences;
 
 on a Pythia-160M-shaped GPTNeoX (12 layers x 12 heads, hidden 768, vocabulary 50304,
 random weights) with the paper probe. Each is a fresh process (``os.wait4`` gives its own
@@ -24,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from emergence.config import default_cache_dir
@@ -75,6 +77,28 @@ def study(path: str, n: int) -> None:
     torch.cat(rows)
 
 
+def intervals_cost(n: int = 2000, n_layers: int = 16, n_heads: int = 16) -> dict:
+    """(e): seconds for a run's intervals (bootstrap of the screen, the reference null's draws
+    and its calibration) on an OLMoE-shaped 16 x 16-head model over ``n`` paper sequences, from
+    per-sequence attentions (the probe pass already holds them: no forward pass here)."""
+    from emergence import stats
+    from emergence.config import StatsConfig
+    from emergence.probe import make_probe_batch
+    from emergence.screen import class_thresholds
+
+    rng = np.random.default_rng(0)
+    targets = rng.dirichlet(np.ones(256), size=(n, n_layers, n_heads))[..., :7].astype(np.float32)
+    ab = make_probe_batch(n, 256, 100, 10000, 42).ab.numpy()
+    s = StatsConfig()
+    start = time.perf_counter()
+    stats.screen_intervals(targets, class_thresholds(30.0), 50.0, s.n_boot, s.ci, s.seed)
+    positions = stats.null_positions(ab, 256, s.n_null)
+    null_sums = rng.random((n_layers, n_heads, s.n_null))  # the capture's sums: a gather per layer, in the pass
+    stats.null_calibration(null_sums, targets.mean(0)[..., -1], n)
+    return {"seconds": round(time.perf_counter() - start, 2), "sequences": n, "heads": f"{n_layers}x{n_heads}",
+            "n_boot": s.n_boot, "null_draws": len(positions)}
+
+
 def measure(cmd: list[str]) -> dict:
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -117,6 +141,7 @@ def main(argv=None) -> None:
                                                   f"hydra.run.dir={tmp}/d"]),
         }
         timings = json.loads((Path(tmp) / "d" / "summary.json").read_text())["timings"]
+    results["e_intervals_16x16_2000_sequences"] = intervals_cost()
     a, b, c = (results[k] for k in ("a_emergence_no_ablation", "b_floor_sdpa_last_logits", "c_study_eager_all_rows"))
     results["ratios"] = {
         "a_over_b_wall": round(a["wall_s"] / b["wall_s"], 3),
