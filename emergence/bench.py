@@ -91,7 +91,7 @@ def intervals_cost(n: int = 2000, n_layers: int = 16, n_heads: int = 16) -> dict
     ab = make_probe_batch(n, 256, 100, 10000, 42).ab.numpy()
     s = StatsConfig()
     start = time.perf_counter()
-    stats.screen_intervals(targets, class_thresholds(30.0), 50.0, s.n_boot, s.ci, s.seed)
+    stats.screen_intervals(targets, class_thresholds(30.0), 50.0, s)
     positions = stats.null_positions(ab, 256, s.n_null)
     null_sums = rng.random((n_layers, n_heads, s.n_null))  # the capture's sums: a gather per layer, in the pass
     stats.null_calibration(null_sums, targets.mean(0)[..., -1], n)

@@ -92,11 +92,9 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         lap("screen_spectral")
 
         # Their uncertainty, from the same pass: a bootstrap over sequences and the null's floor.
-        s = cfg.stats
-        intervals = stats.screen_intervals(measured.targets, thresholds, cfg.threshold.circuit, s.n_boot, s.ci, s.seed)
+        intervals = stats.screen_intervals(measured.targets, thresholds, cfg.threshold.circuit, cfg.stats)
         null = stats.null_calibration(measured.null_sums, measured.mean_attention[..., screen.BASELINE], p.n_sequences)
-        low = stats.below_floor({**dict(zip(screen.CLASSES, thresholds)), "circuit": cfg.threshold.circuit},
-                                null["floor"])
+        low = stats.below_floor(thresholds, cfg.threshold.circuit, null["floor"])
         if low:
             log.warning(f"warning: thresholds below the null floor {null['floor']:.2f}x (a head there is not told "
                         f"apart from chance): {', '.join(low)}")

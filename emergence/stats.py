@@ -95,9 +95,11 @@ def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int) -
             "floor": float(max(NULL_FLOOR_MIN, p99))}
 
 
-def below_floor(thresholds: dict[str, float], floor: float) -> list[str]:
-    """Which named thresholds lie below the null floor (a warning, not an error)."""
-    return [f"{name}={value:g}x" for name, value in thresholds.items() if value < floor]
+def below_floor(class_thresholds: np.ndarray, circuit_threshold: float, floor: float) -> list[str]:
+    """The class thresholds ([6], order ``CLASSES``) and circuit threshold below the null's
+    floor, named (a warning, not an error)."""
+    named = {**dict(zip(CLASSES, class_thresholds)), "circuit": circuit_threshold}
+    return [f"{name}={value:g}x" for name, value in named.items() if value < floor]
 
 
 
@@ -115,10 +117,12 @@ class ScreenIntervals:
 
 
 def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_threshold: float,
-                     n_boot: int, ci: float, seed: int) -> ScreenIntervals:
+                     settings) -> ScreenIntervals:
     """Bootstrap the screen: resample sequences, recompute selectivities (paired numerator and
-    baseline) and the whole classification in every replicate, take percentile intervals."""
-    weights = resample_weights(targets.shape[0], n_boot, seed)
+    baseline) and the whole classification in every replicate, take percentile intervals.
+    ``settings``: the run's ``StatsConfig`` (n_boot, ci, seed)."""
+    ci = settings.ci
+    weights = resample_weights(targets.shape[0], settings.n_boot, settings.seed)
     sel = replicate_selectivity(targets, weights)  # [B, layers, heads, 6]
     rep = screen(sel, thresholds, circuit_threshold)  # the screen is shape-agnostic over leading axes
 

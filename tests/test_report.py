@@ -14,6 +14,7 @@ from emergence.report.uncertainty import replicates
 from emergence.report.panel import Checkpoint, Trajectory, load_reference, load_runs
 from emergence.results import format_tokens, head_rows, write_run
 from emergence.screen import CLASSES, class_thresholds, screen
+from emergence.config import StatsConfig
 from emergence.stats import screen_intervals
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper_results"
@@ -79,7 +80,7 @@ def as_run_dirs(trajectories: dict, root: Path) -> None:
             scr = screen(c.sel, class_thresholds(30.0), 50.0)
             attention = np.concatenate([c.sel * 1e-3, np.full(c.sel.shape[:2] + (1,), 1e-3)], -1)
             targets = np.repeat(attention[None], 4, axis=0)  # four identical sequences: degenerate intervals
-            intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, 100, 0.95, 0)
+            intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
             rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), c.pr, intervals,
                              np.zeros(c.sel.shape[:2]))
             summary = {"model": model, "revision": c.revision, "tokens": c.tokens, "step": None,
