@@ -1,8 +1,8 @@
 """Which checkpoint a run analyses, and loading it.
 
 * ``resolve_revision``: the model's panel + the revision config -> branch, step, tokens.
-* ``ARCHITECTURES``: where each supported architecture keeps its decoder layers,
-  attention module and output projection (the only model internals we touch).
+* ``Architecture``: a loaded model's attention layers and output projections, found by
+  capability; ``check_attention_support`` refuses unsupported classes from the config alone.
 * ``load_model``: safe ``from_pretrained`` (safetensors only, no remote code) with our
   capturing attention function.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from emergence.capture import ATTN_IMPLEMENTATION
+from emergence import capture
 from emergence.config import Config, UsageError
 
 
@@ -91,46 +91,51 @@ def parse_revision_name(name: str, tokens_per_step: int | None) -> tuple[int | N
 
 
 @dataclass(frozen=True)
-class ArchSpec:
-    layers: str  # dotted path from the *ForCausalLM module to its decoder layers
-    attention: str  # attribute of a decoder layer
-    out_proj: str  # attribute of the attention module: the per-head outputs are its input
-
-
-ARCHITECTURES = {
-    "gpt_neox": ArchSpec("gpt_neox.layers", "attention", "dense"),
-    "olmo": ArchSpec("model.layers", "self_attn", "o_proj"),
-    "olmoe": ArchSpec("model.layers", "self_attn", "o_proj"),
-}
-
-
-@dataclass(frozen=True)
 class Architecture:
-    """A loaded model's attention layout."""
+    """A loaded model's attention layout, found by capability (``capture.discover``)."""
 
     model_type: str
     n_layers: int
     n_heads: int
     head_dim: int
-    attentions: list
-    out_projs: list
+    attentions: list  # the modules that call the attention function, in layer order
+    out_projs: list  # each one's output projection: its input holds the per-head outputs
 
     @classmethod
     def of(cls, model) -> "Architecture":
-        spec = architecture_spec(model.config.model_type)
-        layers = model.get_submodule(spec.layers)
-        attentions = [getattr(layer, spec.attention) for layer in layers]
-        cfg = model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return cls(cfg.model_type, len(layers), cfg.num_attention_heads, head_dim,
-                   attentions, [getattr(a, spec.out_proj) for a in attentions])
+        sites = capture.discover(model)
+        shapes = {(s.n_heads, s.head_dim) for s in sites}
+        if len(shapes) != 1:  # one [layers, heads, ...] array per measurement needs one shape
+            raise UsageError(f"model architecture {model.config.model_type!r} is not supported: its layers "
+                             f"differ in (heads, head_dim): {sorted(shapes)}")
+        (n_heads, head_dim), = shapes
+        return cls(model.config.model_type, len(sites), n_heads, head_dim,
+                   [s.module for s in sites], [s.out_proj for s in sites])
 
 
-def architecture_spec(model_type: str) -> ArchSpec:
-    if model_type not in ARCHITECTURES:
-        raise UsageError(f"model architecture {model_type!r} is not supported: supported are "
-                         f"{', '.join(sorted(ARCHITECTURES))} (GPTNeoX, Olmo, Olmoe causal LMs)")
-    return ARCHITECTURES[model_type]
+# Architectures these tests run against eager attention (tests/tiny_models.py); others whose
+# class supports the attention interface are accepted too.
+TESTED_ARCHITECTURES = ("gemma2", "gpt2", "gpt_neox", "llama", "mistral", "olmo", "olmo2", "olmoe", "phi3",
+                        "qwen2", "qwen3")
+
+
+def check_attention_support(hf_config, trust_remote_code: bool) -> None:
+    """Stop before the weights load if the model class cannot run our attention function.
+
+    transformers 5 marks classes whose attention goes through ``AttentionInterface`` with
+    ``_supports_attention_backend``; others (bloom, falcon) would run without our function
+    (or silently without a causal mask). Remote code brings its own class: the discovery
+    pass after loading checks that one."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    model_type = hf_config.model_type
+    if trust_remote_code and "AutoModelForCausalLM" in (getattr(hf_config, "auto_map", None) or {}):
+        return
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config), None)
+    if model_class is None or not model_class._supports_attention_backend:
+        raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
+                         f"transformers' AttentionInterface; supported are decoder-only causal LMs that do "
+                         f"(tested: {', '.join(TESTED_ARCHITECTURES)})")
 
 
 def pick_device(requested: str) -> torch.device:
@@ -212,7 +217,7 @@ def load_config(cfg: Config, src: Source):
     except (OSError, ValueError) as err:  # unknown repo or branch, bad path, broken download
         raise UsageError(f"model.name_or_path={where!r} cannot be loaded: "
                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
-    architecture_spec(hf_config.model_type)
+    check_attention_support(hf_config, cfg.model.trust_remote_code)
     return hf_config
 
 
@@ -288,6 +293,6 @@ def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtyp
         dtype=dtype,
         use_safetensors=True,  # never unpickle weights
         trust_remote_code=cfg.model.trust_remote_code,
-        attn_implementation=ATTN_IMPLEMENTATION,
+        attn_implementation=capture.ATTN_IMPLEMENTATION,
     )
     return model.to(device).eval()
