@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from emergence import capture
+from emergence import capture, revisions
 from emergence.config import Config, UsageError
 
 
@@ -30,64 +30,43 @@ class Revision:
 
 
 def resolve_revision(cfg: Config) -> Revision:
+    model = cfg.model
+    revision = _resolve(cfg)
+    required = model.revision_required_for
+    if required and re.search(required, model.name_or_path) and revision.name in (None, "main"):
+        raise UsageError(f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch may "
+                         "hold no weights; name a checkpoint (revision=r0..r9 or revision=custom revision.name=<branch>)")
+    return revision
+
+
+def _resolve(cfg: Config) -> Revision:
     model, rev = cfg.model, cfg.revision
     panel = list(model.panel)
     if rev.index is not None:
-        if not panel:
-            if rev.index == -1:  # revision=final on a model without a panel: the checkpoint as it is
-                return Revision(rev.name, None, None)
+        if not panel and rev.index == -1:  # revision=final on a model without a panel: the checkpoint as it is
+            return Revision(rev.name, None, None)
+        if not panel and model.revision_pattern is None:
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "
                 "use revision=custom revision.name=<branch> or revision=final")
+        panel = panel or revisions.discovered_panel(model, cfg.cache_dir)
         if not -len(panel) <= rev.index < len(panel):
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has {len(panel)} panel "
                 f"revisions, use r0..r{len(panel) - 1} or final")
-        entry = panel[rev.index]
-        return Revision(entry.revision, int(entry.step), int(entry.tokens))
+        return _panel_revision(panel[rev.index])
     if not rev.name:
         raise UsageError("revision.name=None is invalid: revision=custom needs revision.name=<branch>")
     for entry in panel:
         if entry.revision == rev.name:
-            return Revision(entry.revision, int(entry.step), int(entry.tokens))
-    check_revision_name(rev.name, model.revision_scheme, panel)
-    step, tokens = parse_revision_name(rev.name, model.tokens_per_step)
+            return _panel_revision(entry)
+    revisions.check_revision_name(rev.name, model, panel)
+    step, tokens = revisions.parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
     return Revision(rev.name, step, tokens)
 
 
-# Pythia's published checkpoints: step0, log-spaced steps 1..512, then every 1000 to 143000.
-PYTHIA_STEPS = [0, *(2**k for k in range(10)), *range(1000, 143001, 1000)]
-
-
-def check_revision_name(name: str, scheme: str | None, panel) -> None:
-    """Refuse a branch name that cannot exist under the model's naming scheme."""
-    if scheme is None:
-        return
-    digits = re.search(r"\d+", name)
-    step = int(digits.group(0)) if digits else 0
-    if scheme == "pythia":
-        m = re.fullmatch(r"step(\d+)", name)
-        if m and int(m.group(1)) in PYTHIA_STEPS:
-            return
-        nearest = sorted(sorted(PYTHIA_STEPS, key=lambda s: abs(s - step))[:2])
-        raise UsageError(f"revision.name={name!r} is invalid: Pythia publishes step0, step1..step512 (powers of 2) "
-                         f"and every 1000 steps to step143000; nearest: {', '.join(f'step{s}' for s in nearest)}")
-    if re.fullmatch(r"step\d+-tokens\d+B", name):
-        return
-    nearest = sorted(panel, key=lambda e: abs(int(e.step) - step))[:2]
-    raise UsageError(f"revision.name={name!r} is invalid: branches are named step{{N}}-tokens{{M}}B; "
-                     f"nearest panel revisions: {', '.join(e.revision for e in nearest)}")
-
-
-def parse_revision_name(name: str, tokens_per_step: int | None) -> tuple[int | None, int | None]:
-    """``step{N}`` or ``step{N}-tokens{M}B`` -> (step, tokens); anything else -> (None, None)."""
-    m = re.fullmatch(r"step(\d+)(?:-tokens(\d+)B)?", name)
-    if not m:
-        return None, None
-    step = int(m.group(1))
-    if m.group(2) is not None:
-        return step, int(m.group(2)) * 10**9
-    return step, step * tokens_per_step if tokens_per_step else None
+def _panel_revision(entry) -> Revision:
+    return Revision(entry.revision, int(entry.step), None if entry.tokens is None else int(entry.tokens))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,17 @@ class UsageError(Exception):
 class PanelEntry:
     revision: str = MISSING  # the branch name on the Hub
     step: int = MISSING
-    tokens: int = MISSING  # training tokens seen at this step
+    tokens: Optional[int] = MISSING  # training tokens seen at this step; null where the family does not say
+
+
+@dataclass
+class StepRange:
+    """Published steps first..last: every ``every`` steps, or multiplied by ``factor`` (1, 2, 4, ...)."""
+
+    first: int = MISSING
+    last: int = MISSING
+    every: Optional[int] = None
+    factor: Optional[int] = None
 
 
 @dataclass
@@ -76,11 +86,15 @@ class ModelConfig:
     name_or_path: str = MISSING  # Hub repo id or local directory
     architecture: Optional[str] = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
     dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU
-    tokens_per_step: Optional[int] = None
-    # How branch names look, to validate revision=custom: pythia (step{N}, N published),
-    # step_tokens (step{N}-tokens{M}B), or null (anything goes).
-    revision_scheme: Optional[str] = None
-    panel: List[PanelEntry] = field(default_factory=list)
+    tokens_per_step: Optional[int] = None  # tokens = step x this, unless the branch name states them
+    # How the family names its checkpoint branches: a regular expression (full match) with a named
+    # group `step` and optionally `tokens` (in billions); null: any name (step/tokens read from
+    # step{N}[-tokens{M}B] where a name looks like that). revision=custom names are checked against it.
+    revision_pattern: Optional[str] = None
+    revision_format: Optional[str] = None  # a step written as a branch name, e.g. step{step}: names the nearest
+    published_steps: List[StepRange] = field(default_factory=list)  # the steps that exist; empty: any
+    revision_required_for: Optional[str] = None  # regex on name_or_path: repos whose main branch may hold no weights
+    panel: List[PanelEntry] = field(default_factory=list)  # empty: revision=rK proposes one from the Hub's branches
     trust_remote_code: bool = False
     cleanup: bool = False  # delete each Hub revision this run downloaded, once its results are written
     fp16_unsafe: bool = False  # early checkpoints underflow in float16 (Pythia): refuse it unless forced

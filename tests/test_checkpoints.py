@@ -1,7 +1,8 @@
 import pytest
 
-from emergence.checkpoints import PYTHIA_STEPS, parse_revision_name, resolve_revision
+from emergence.checkpoints import resolve_revision
 from emergence.config import UsageError, compose_config
+from emergence.revisions import parse_revision_name, published
 
 
 @pytest.mark.parametrize("model,revision,step,tokens", [
@@ -27,7 +28,7 @@ def test_custom_revisions_parse_tokens():
     assert (rev.step, rev.tokens) == (2000, 2000 * 2_097_152)
     rev = resolve_revision(compose_config(["model=olmo", "revision=custom", "revision.name=step20000-tokens42B"]))
     assert (rev.step, rev.tokens) == (20000, 42 * 10**9)
-    assert parse_revision_name("main", None) == (None, None)
+    assert parse_revision_name("main", None, None) == (None, None)
 
 
 @pytest.mark.parametrize("model,name,nearest", [
@@ -35,6 +36,12 @@ def test_custom_revisions_parse_tokens():
     ("pythia", "step144000", "step142000, step143000"),
     ("olmo", "step11000", "step11000-tokens23B"),
     ("olmoe", "main-ish", "step5000-tokens20B"),
+    ("amber", "ckpt_360", "ckpt_358, ckpt_359"),
+    ("amber", "ckpt_12", "ckpt_(?P<step>"),
+    ("crfm_gpt2", "checkpoint-95", "checkpoint-90, checkpoint-100"),
+    ("crfm_gpt2", "checkpoint-20500", "checkpoint-20000, checkpoint-21000"),
+    ("smollm2", "step1000", "step-(?P<step>"),
+    ("olmo2", "step1000-tokens3B", "stage1-step(?P<step>"),
 ])
 def test_malformed_custom_revisions_name_the_nearest_valid_ones(model, name, nearest):
     cfg = compose_config([f"model={model}", "revision=custom", f"revision.name={name}"])
@@ -43,9 +50,31 @@ def test_malformed_custom_revisions_name_the_nearest_valid_ones(model, name, nea
     assert name in str(err.value) and nearest in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("model,revision,name,step,tokens", [
+    ("amber", "r9", "ckpt_359", 359, 359 * 3_500_000_000),
+    ("crfm_gpt2", "r0", "checkpoint-10", 10, None),
+    ("crfm_gpt2", "final", "checkpoint-400000", 400000, None),
+])
+def test_new_preset_panels(model, revision, name, step, tokens):
+    rev = resolve_revision(compose_config([f"model={model}", f"revision={revision}"]))
+    assert (rev.name, rev.step, rev.tokens) == (name, step, tokens)
+
+
+def test_preset_panels_hold_only_names_their_own_pattern_accepts():
+    from emergence.revisions import check_revision_name
+
+    for model in ("pythia", "olmo", "olmoe", "amber", "crfm_gpt2"):
+        m = compose_config([f"model={model}"]).model
+        for e in m.panel:
+            check_revision_name(e.revision, m, [])
+            step, tokens = parse_revision_name(e.revision, m.revision_pattern, m.tokens_per_step)
+            assert (step, tokens) == (e.step, e.tokens), (model, e.revision)
+
+
 def test_pythia_published_steps():
-    assert len(PYTHIA_STEPS) == 1 + 10 + 143
-    assert {0, 1, 2, 512, 1000, 143000} <= set(PYTHIA_STEPS) and 999 not in PYTHIA_STEPS
+    steps = published(compose_config(["model=pythia"]).model.published_steps)
+    assert len(steps) == 1 + 10 + 143
+    assert {0, 1, 2, 512, 1000, 143000} <= set(steps) and 999 not in steps
 
 
 def test_index_out_of_range():

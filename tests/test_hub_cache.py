@@ -81,3 +81,55 @@ def test_download_accounting_and_cleanup_of_one_revision(tmp_path, monkeypatch):
     assert remove_from_cache(fresh) == size
     snapshots = cache / "models--EleutherAI--pythia-1b" / "snapshots"
     assert len(list(snapshots.iterdir())) == 1 and downloaded_bytes(fresh) == 0
+
+
+# Each new preset end to end, offline, from a cache laid out under its real repo id with a
+# branch named in its pattern: the right branch, step and tokens reach summary.json.
+PRESETS = [  # model, repo, architecture, revision overrides, branch, step, tokens
+    ("amber", "LLM360/Amber", "llama", ["revision=r3"], "ckpt_008", 8, 8 * 3_500_000_000),
+    ("crfm_gpt2", "stanford-crfm/alias-gpt2-small-x21", "gpt2", ["revision=r4"], "checkpoint-1000", 1000, None),
+    ("smollm2", "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints", "llama",
+     ["revision=custom", "revision.name=step-2000"], "step-2000", 2000, 2000 * 1_048_576),
+    ("olmo2", "allenai/OLMo-2-0425-1B", "olmo2", ["revision=custom", "revision.name=stage1-step1000-tokens3B"],
+     "stage1-step1000-tokens3B", 1000, 3 * 10**9),
+    ("pythia", "EleutherAI/pythia-160m-seed3", "gpt_neox",
+     ["model.name_or_path=EleutherAI/pythia-160m-seed3", "revision=r2"], "step16", 16, 16 * 2_097_152),
+]
+QUICK = ["probe=quick", "probe.n_sequences=16", "probe.seq_len=64", "model.dtype=float32", "wandb.mode=disabled",
+         "ablate.enabled=false", "reuse=false"]
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+@pytest.mark.parametrize("model,repo,arch,overrides,branch,step,tokens", PRESETS)
+def test_presets_run_offline_from_a_hub_cache(model, repo, arch, overrides, branch, step, tokens, hub_cache, tmp_path):
+    from emergence.config import compose_config
+    from emergence.main import analyse
+
+    lay_out_cache(hub_cache, repo, arch, branch)
+    summary = analyse(compose_config([f"model={model}", *overrides, *QUICK]), tmp_path / "run")
+    assert (summary["name_or_path"], summary["revision"], summary["step"], summary["tokens"]) == (
+        repo, branch, step, tokens)
+    assert summary["architecture"] == arch and summary["model"] == model
+
+
+def test_a_seed_repo_needs_a_named_revision(hub_cache, tmp_path):
+    from emergence.checkpoints import resolve_revision
+    from emergence.config import UsageError, compose_config
+
+    for overrides, says in ((["model=local"], "main branch may hold no weights"),
+                            (["model=pythia", "revision=custom", "revision.name=main"], "'main' is invalid.*step0")):
+        cfg = compose_config([*overrides, "model.name_or_path=EleutherAI/pythia-410m-seed7", *QUICK])
+        with pytest.raises(UsageError, match=says) as err:
+            resolve_revision(cfg)
+        assert "\n" not in str(err.value)
+    # the same names on a repo that is not a seed repo are fine
+    assert resolve_revision(compose_config(["model=local", "model.name_or_path=EleutherAI/pythia-410m"])).name is None
