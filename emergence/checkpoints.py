@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import socket
@@ -198,6 +199,34 @@ def load_config(cfg: Config, src: Source):
                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)
     return hf_config
+
+
+def weights_sha256(src: Source) -> str | None:
+    """A fingerprint of the checkpoint's weights (its ``*.safetensors`` files); None if they are
+    not on this machine. Two revisions with the same fingerprint serve the same weights.
+
+    In the Hub cache a safetensors file is a link to ``blobs/<sha256 of its content>``, so the
+    digest is read from the link's target without reading the weights; other files are hashed.
+    Several shards combine as the sha256 of their "name digest" lines, in name order."""
+    snapshot = Path(src.path) if Path(src.path).is_dir() else _cached_snapshot(src.path, src.revision)
+    files = sorted(snapshot.glob("*.safetensors")) if snapshot is not None else []
+    if not files:
+        return None
+    digests = [_file_sha256(f) for f in files]
+    if len(digests) == 1:
+        return digests[0]
+    return hashlib.sha256("".join(f"{f.name} {d}\n" for f, d in zip(files, digests)).encode()).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    target = path.resolve()
+    if path.is_symlink() and target.parent.name == "blobs" and re.fullmatch(r"[0-9a-f]{64}", target.name):
+        return target.name
+    digest = hashlib.sha256()
+    with open(target, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def downloaded_bytes(src: Source) -> int:

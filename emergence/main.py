@@ -108,6 +108,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
             "dtype": dtype_name,
             "device": str(device),
             "weight_bytes": weight_bytes,
+            "weights_sha256": checkpoints.weights_sha256(src),
             "download": download,
             "batch_size": batch_size,
             "probe": {**asdict(p), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},

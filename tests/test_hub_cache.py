@@ -16,13 +16,21 @@ PANEL_R3 = {"pythia": ("EleutherAI/pythia-1b", "gpt_neox", "step64", 64 * 2_097_
             "olmoe": ("allenai/OLMoE-1B-7B-0924", "olmoe", "step50000-tokens209B", 209 * 10**9)}
 
 
-def lay_out_cache(cache, repo: str, arch: str, branch: str) -> None:
-    """models--ORG--NAME/refs/<branch> holds a commit id; snapshots/<commit>/ the files."""
+def lay_out_cache(cache, repo: str, arch: str, branch: str, seed: int = 0, blobs: bool = False) -> None:
+    """models--ORG--NAME/refs/<branch> holds a commit id; snapshots/<commit>/ the files (with
+    ``blobs``, as huggingface_hub keeps them: links to blobs/<sha256 of the content>)."""
     root = cache / f"models--{repo.replace('/', '--')}"
     commit = hashlib.sha1(f"{repo}@{branch}".encode()).hexdigest()
     (root / "refs").mkdir(parents=True, exist_ok=True)
     (root / "refs" / branch).write_text(commit)
-    save_tiny_model(arch, root / "snapshots" / commit, vocab_size=10240)
+    snapshot = root / "snapshots" / commit
+    save_tiny_model(arch, snapshot, seed=seed, vocab_size=10240)
+    if blobs:
+        (root / "blobs").mkdir(exist_ok=True)
+        for f in snapshot.iterdir():
+            blob = root / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+            f.rename(blob)
+            f.symlink_to(os.path.relpath(blob, f.parent))
 
 
 @pytest.mark.slow
@@ -133,3 +141,41 @@ def test_a_seed_repo_needs_a_named_revision(hub_cache, tmp_path):
         assert "\n" not in str(err.value)
     # the same names on a repo that is not a seed repo are fine
     assert resolve_revision(compose_config(["model=local", "model.name_or_path=EleutherAI/pythia-410m"])).name is None
+
+
+def test_weights_fingerprint_is_read_from_the_blob_names(hub_cache):
+    from emergence.checkpoints import Source, weights_sha256
+
+    repo = "EleutherAI/pythia-2.8b"
+    for branch, seed in (("step1000", 1), ("step2000", 2), ("step3000", 1)):  # step3000 serves step1000's weights
+        lay_out_cache(hub_cache, repo, "gpt_neox", branch, seed=seed, blobs=True)
+    digest = {b: weights_sha256(Source(repo, b, True, True)) for b in ("step1000", "step2000", "step3000")}
+    blob = (hub_cache / "models--EleutherAI--pythia-2.8b" / "snapshots").glob("*/model.safetensors")
+    assert digest["step1000"] == digest["step3000"] != digest["step2000"]
+    assert digest["step1000"] in {hashlib.sha256(p.read_bytes()).hexdigest() for p in blob}
+    # the digest is the link's target name: no weights are read (a renamed blob gives the new name)
+    link = next(p for p in (hub_cache / "models--EleutherAI--pythia-2.8b" / "snapshots").glob("*/model.safetensors")
+                if p.resolve().name == digest["step2000"])
+    fake = link.resolve().with_name("f" * 64)
+    link.resolve().rename(fake)
+    link.unlink()
+    link.symlink_to(fake)
+    assert weights_sha256(Source(repo, "step2000", True, True)) == "f" * 64
+
+
+def test_weights_fingerprint_of_local_shards(tmp_path):
+    from emergence.checkpoints import Source, weights_sha256
+
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "model.safetensors").write_bytes(b"weights")
+    assert weights_sha256(Source(str(one), None, True, True)) == hashlib.sha256(b"weights").hexdigest()
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    for name, content in (("model-00002-of-00002.safetensors", b"b"), ("model-00001-of-00002.safetensors", b"a")):
+        (sharded / name).write_bytes(content)
+    lines = "".join(f"model-0000{i}-of-00002.safetensors {hashlib.sha256(c).hexdigest()}\n"
+                    for i, c in ((1, b"a"), (2, b"b")))
+    assert weights_sha256(Source(str(sharded), None, True, True)) == hashlib.sha256(lines.encode()).hexdigest()
+    assert weights_sha256(Source(str(tmp_path / "sharded"), "step1", True, True)) is not None
+    assert weights_sha256(Source("org/not-cached", "main", False, False)) is None

@@ -1,6 +1,7 @@
 """The whole pipeline on tiny models: through Hydra's compose API, and as a subprocess."""
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -57,6 +58,8 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
                 "induction_circuit", "ablation", "timings", "versions"):
         assert key in summary, key
     assert summary["model"] == "local" and summary["step"] is None
+    weights = (tiny_dirs["gpt_neox"] / "model.safetensors").read_bytes()
+    assert summary["weights_sha256"] == hashlib.sha256(weights).hexdigest()
     _, rows = read_run(tmp_path / "all")
     assert summary["induction_circuit"] == [f"L{r['layer']}H{r['head']}" for r in rows if r["sel_induction"] >= 1e-6]
     ab = summary["ablation"]

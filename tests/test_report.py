@@ -150,3 +150,31 @@ def test_missing_input_is_a_one_line_error(tmp_path, capsys):
         report_main([str(tmp_path), "--out", str(tmp_path / "o"), "--wandb-mode", "disabled"])
     assert exit_info.value.code == 2
     assert "no run directories" in capsys.readouterr().err
+
+
+def test_revisions_with_identical_weights_are_flagged(tmp_path):
+    """r0 and r2 serve the same weights (as pythia-2.8b's branches did): findings and report say so."""
+    traj = toy_trajectory()
+    for c, digest in zip(traj.checkpoints, ("a" * 64, "b" * 64, "a" * 64)):
+        scr = screen(c.sel, class_thresholds(30.0), 50.0)
+        attention = np.concatenate([c.sel * 1e-3, np.full(c.sel.shape[:2] + (1,), 1e-3)], -1)
+        summary = {"model": "toy", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2,
+                   "n_heads": 2, "weights_sha256": digest}
+        write_run(tmp_path / "runs" / c.revision, head_rows(scr, attention, c.pr, c.pr), summary)
+    out = tmp_path / "report"
+    report_main([str(tmp_path / "runs"), "--out", str(out), "--wandb-mode", "disabled"])
+    findings = json.loads((out / "findings.json").read_text())["models"]["toy"]
+    assert findings["identical_weights"] == [["r0", "r2"]]
+    assert [r["weights_sha256"][0] for r in findings["revisions"]] == ["a", "b", "a"]
+    line = next(l for l in (out / "report.md").read_text().splitlines() if "Identical weights" in l)
+    assert "r0 = r2" in line and "r1" not in line
+
+
+def test_distinct_or_unknown_weights_are_not_flagged():
+    from emergence.report.findings import identical_weights
+
+    traj = toy_trajectory()
+    assert identical_weights(traj) == []  # no fingerprints (older runs)
+    for c, digest in zip(traj.checkpoints, "abc"):
+        c.extras["weights_sha256"] = digest
+    assert identical_weights(traj) == []

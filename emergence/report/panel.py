@@ -119,7 +119,7 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             pr[r["layer"], r["head"]] = r[pr_estimator]
-        extras = {k: summary[k] for k in ("icl_score",) if summary.get(k) is not None}
+        extras = {k: summary[k] for k in ("icl_score", "weights_sha256") if summary.get(k) is not None}
         classes = set(summary.get("thresholds", {}).get("classes", {}).values())
         used.setdefault(summary["model"], set()).add(
             (classes.pop(), summary["thresholds"]["circuit"]) if len(classes) == 1 else None)
