@@ -157,7 +157,7 @@ def print_panel(entries: list[PanelEntry]) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m emergence.revisions", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="a model config key (pythia, olmo, olmoe) or local with --repo")
+    p.add_argument("model", help="a model preset (conf/model: pythia, olmo2, smollm2, ...) or local with --repo")
     p.add_argument("--repo", help="Hub repo id (default: the model config's name_or_path)")
     p.add_argument("--propose", type=int, metavar="N", help="propose a log-spaced panel of N revisions")
     p.add_argument("--from", dest="low", type=float, default=1.0, help="lowest token count for --propose")

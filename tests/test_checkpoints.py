@@ -124,3 +124,20 @@ def test_auto_batch_size_scales_with_free_memory():
     mid = auto_batch_size(16 * 2**30, 256, cfg, torch.bfloat16)
     assert auto_batch_size(16 * 2**30, 256, cfg, torch.float32) < mid  # wider dtype, fewer sequences
     assert auto_batch_size(0, 256, cfg, torch.bfloat16) == 1
+
+
+def test_attention_support_is_decided_by_the_model_class_capability():
+    from transformers import BloomConfig, FalconConfig, Gemma2Config, GPT2Config, LlamaConfig
+
+    from emergence.checkpoints import check_attention_support
+
+    for config in (LlamaConfig(), Gemma2Config(), GPT2Config()):
+        check_attention_support(config, trust_remote_code=False)
+    for config in (BloomConfig(), FalconConfig()):  # their attention bypasses AttentionInterface
+        with pytest.raises(UsageError, match=f"'{config.model_type}' is not supported.*tested: .*llama"):
+            check_attention_support(config, trust_remote_code=False)
+    # remote code brings its own class: the discovery pass after loading decides
+    remote = BloomConfig(auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"})
+    check_attention_support(remote, trust_remote_code=True)
+    with pytest.raises(UsageError):
+        check_attention_support(remote, trust_remote_code=False)

@@ -13,7 +13,9 @@ from tiny_models import save_tiny_model
 
 PANEL_R3 = {"pythia": ("EleutherAI/pythia-1b", "gpt_neox", "step64", 64 * 2_097_152),
             "olmo": ("allenai/OLMo-1B-0724-hf", "olmo", "step11000-tokens23B", 23 * 10**9),
-            "olmoe": ("allenai/OLMoE-1B-7B-0924", "olmoe", "step50000-tokens209B", 209 * 10**9)}
+            "olmoe": ("allenai/OLMoE-1B-7B-0924", "olmoe", "step50000-tokens209B", 209 * 10**9),
+            "amber": ("LLM360/Amber", "llama", "ckpt_008", 8 * 3_500_000_000),
+            "crfm_gpt2": ("stanford-crfm/alias-gpt2-small-x21", "gpt2", "checkpoint-300", None)}
 
 
 def lay_out_cache(cache, repo: str, arch: str, branch: str, seed: int = 0, blobs: bool = False) -> None:
@@ -40,7 +42,7 @@ def test_offline_panel_sweep_from_a_hub_cache(tmp_path):
         lay_out_cache(cache, repo, arch, branch)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "WANDB_MODE": "disabled"}
     sweep = tmp_path / "sweep"
-    res = subprocess.run([sys.executable, "-m", "emergence", "-m", "model=pythia,olmo,olmoe", "revision=r3",
+    res = subprocess.run([sys.executable, "-m", "emergence", "-m", f"model={','.join(PANEL_R3)}", "revision=r3",
                           "probe=quick", "probe.n_sequences=16", "model.dtype=float32", "wandb.mode=disabled",
                           f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
