@@ -60,10 +60,13 @@ def softcapped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
 def attend(query, key, value, mask, scaling: float, softcap: float | None) -> torch.Tensor:
     """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> [b, T, h, d]."""
     n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves n_rep query heads
-    key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
-    if softcap is None:
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    if softcap is None and query.device.type == "cpu":  # the CPU kernel takes GQA with a mask at full speed
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=n_rep > 1)
+    elif softcap is None:  # CUDA kernels with a mask do not all take GQA: expand the KV heads, as transformers does
+        out = F.scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask,
+                                             scale=scaling)
     else:  # SDPA has no softcap: the eager formula (softmax in float32, as the models' eager path)
+        key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
         scores = softcapped(torch.matmul(query, key.transpose(2, 3)) * scaling, softcap)
         if mask is not None:
             scores = scores + mask
@@ -102,10 +105,10 @@ class Recorder:
         self.calls += 1
         layer = self.layer_of[id(module)]
         b, h, T, d = query.shape
-        if key.shape[1] != h:
-            key = key.repeat_interleave(h // key.shape[1], dim=1)
-        q_last = query[:, :, -1, :].float()
-        scores = softcapped(torch.einsum("bhd,bhtd->bht", q_last, key.float()) * scaling, softcap)
+        # query head i reads KV head i // n_rep (grouped-query attention), without copying the keys
+        q_last = query[:, :, -1, :].float().reshape(b, key.shape[1], -1, d)
+        scores = torch.einsum("bgrd,bgtd->bgrt", q_last, key.float()).reshape(b, h, T)
+        scores = softcapped(scores * scaling, softcap)
         if attention_mask is not None:  # the layer's real mask (sliding window included), last query row
             scores = scores + attention_mask[:, :, -1, :].float()
         row = scores.softmax(dim=-1)  # [b, h, T]
