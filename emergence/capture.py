@@ -145,6 +145,10 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, s
     if refused:
         raise UsageError(f"model architecture {type(module).__name__} passes {refused[0]!r} to its attention, "
                          "which the capture does not compute; this model is not supported")
+    if attention_mask is None and query.shape[2] > 1 and getattr(module, "is_causal", True):
+        # eager_mask gives every causal layer a mask; without one the layer would attend to the future
+        raise UsageError(f"model architecture {type(module).__name__} built no attention mask for our attention "
+                         "function (it would run non-causally); this model is not supported")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     out = attend(query, key, value, attention_mask, scale, softcap)
     if _listener is not None:

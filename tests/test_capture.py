@@ -145,3 +145,21 @@ def test_non_finite_attention_stops_with_a_float32_hint(tiny_dirs, probe_batch):
         model.model.layers[0].self_attn.q_proj.weight.fill_(float("inf"))
     with pytest.raises(FloatingPointError, match="model.dtype=float32"):
         run_probe(model, Architecture.of(model), batch, baseline, 6, 12, False, score_logits)
+
+
+def test_a_layer_without_a_mask_or_with_attention_sinks_is_refused(tiny_dirs, monkeypatch):
+    """Either would make our output differ from the model's own (non-causal, or sinks ignored)."""
+    from transformers.models.llama import modeling_llama
+
+    from emergence.capture import capture_attention
+    from emergence.config import UsageError
+
+    q = k = v = torch.randn(1, 2, 4, 8)
+    mask = torch.zeros(1, 1, 4, 4)
+    module = torch.nn.Module()
+    with pytest.raises(UsageError, match="'s_aux'"):
+        capture_attention(module, q, k, v, mask, scaling=0.3, s_aux=torch.zeros(2))
+    model = capture_model(tiny_dirs["llama"])
+    monkeypatch.setattr(modeling_llama, "create_causal_mask", lambda **kwargs: None)
+    with pytest.raises(UsageError, match="no attention mask"):
+        Architecture.of(model)
