@@ -9,6 +9,7 @@ allowed; ``main`` prints it and exits with status 2 before writing anything.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -234,8 +235,26 @@ def validate(cfg: Config) -> None:
         _fail("ablate.n_random", a.n_random, "must be >= 5 matched-random control sets")
     if not a.causal_factor > 0:
         _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
+    validate_revision_naming(cfg.model)
     if cfg.wandb.mode not in WANDB_MODES:
         _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)}")
+
+
+def validate_revision_naming(model: ModelConfig) -> None:
+    """A preset's revision naming is data: check it is usable before it is used."""
+    pattern = model.revision_pattern
+    if pattern is not None:
+        try:
+            groups = re.compile(pattern).groupindex
+        except re.error as err:
+            _fail("model.revision_pattern", pattern, f"not a regular expression ({err})")
+        if "step" not in groups or not set(groups) <= {"step", "tokens"}:
+            _fail("model.revision_pattern", pattern, "needs a named group (?P<step>...) and at most (?P<tokens>...)")
+    for r in model.published_steps:
+        if (r.every is not None and r.every < 1) or (r.factor is not None and r.factor < 2) \
+                or (r.every and r.factor) or r.first > r.last:
+            _fail("model.published_steps", {"first": r.first, "last": r.last, "every": r.every, "factor": r.factor},
+                  "need first <= last and at most one of every >= 1, factor >= 2")
 
 
 def validate_for_model(cfg: Config, hf_config) -> None:

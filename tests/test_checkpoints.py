@@ -141,3 +141,17 @@ def test_attention_support_is_decided_by_the_model_class_capability():
     check_attention_support(remote, trust_remote_code=True)
     with pytest.raises(UsageError):
         check_attention_support(remote, trust_remote_code=False)
+
+
+@pytest.mark.parametrize("override,field", [
+    ("model.revision_pattern='step(\\d+'", "model.revision_pattern"),
+    ("model.revision_pattern='step\\d+'", "model.revision_pattern"),  # no step group
+    ("model.published_steps=[{first: 1, last: 512, factor: 1}]", "model.published_steps"),
+    ("model.published_steps=[{first: 10, last: 5, every: 1}]", "model.published_steps"),
+])
+def test_bad_revision_naming_in_a_preset_is_one_line(override, field):
+    from emergence.config import validate
+
+    with pytest.raises(UsageError, match=field) as err:
+        validate(compose_config(["model=pythia", override]))
+    assert "\n" not in str(err.value)
