@@ -6,6 +6,10 @@ and the checkpoints between two revisions (to locate a milestone to one interval
     python -m emergence.revisions olmo --between step56000-tokens117B step126000-tokens264B
 
 Listing needs the Hub (``huggingface_hub.list_repo_refs``); offline it says so and stops.
+
+Also the revision naming of a family, as its preset states it (``revision_pattern``,
+``published_steps``): reading step and tokens from a branch name, refusing names that cannot
+exist, and proposing (and keeping) a panel for a preset that states none.
 """
 
 from __future__ import annotations
