@@ -74,6 +74,18 @@ def attend(query, key, value, mask, scaling: float, softcap: float | None) -> to
     return out.transpose(1, 2).contiguous()
 
 
+def last_query_row(query, key, mask, scaling: float, softcap: float | None) -> torch.Tensor:
+    """Attention of the last query to every key, [b, h, T] in float32, as the layer computes it
+    (its scaling, soft-cap and mask, sliding window included)."""
+    b, h, T, d = query.shape
+    # query head i reads KV head i // n_rep (grouped-query attention), without copying the keys
+    q_last = query[:, :, -1, :].float().reshape(b, key.shape[1], -1, d)
+    scores = softcapped(torch.einsum("bgrd,bgtd->bgrt", q_last, key.float()).reshape(b, h, -1) * scaling, softcap)
+    if mask is not None:
+        scores = scores + mask[:, :, -1, :].float()
+    return scores.softmax(dim=-1)
+
+
 class Recorder:
     """Accumulates the reductions of one probe pass (see the module docstring)."""
 
@@ -104,14 +116,8 @@ class Recorder:
         """query [b, h, T, d], key [b, h_kv, T, d], out [b, T, h, d] (the attention output)."""
         self.calls += 1
         layer = self.layer_of[id(module)]
-        b, h, T, d = query.shape
-        # query head i reads KV head i // n_rep (grouped-query attention), without copying the keys
-        q_last = query[:, :, -1, :].float().reshape(b, key.shape[1], -1, d)
-        scores = torch.einsum("bgrd,bgtd->bgrt", q_last, key.float()).reshape(b, h, T)
-        scores = softcapped(scores * scaling, softcap)
-        if attention_mask is not None:  # the layer's real mask (sliding window included), last query row
-            scores = scores + attention_mask[:, :, -1, :].float()
-        row = scores.softmax(dim=-1)  # [b, h, T]
+        row = last_query_row(query, key, attention_mask, scaling, softcap)
+        b, _, T = row.shape
         self.finite &= torch.isfinite(row).all() & torch.isfinite(out).all()
 
         ab = self._ab

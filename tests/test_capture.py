@@ -38,6 +38,28 @@ def test_captured_attention_equals_eager_output_attentions(arch, tiny_dirs, prob
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, probe_batch, monkeypatch):
+    """The whole row T-1, every key, from the tensors the model passes to the attention function."""
+    from emergence import capture
+
+    batch, _ = probe_batch
+    model = capture_model(tiny_dirs[arch])
+    arch_info = Architecture.of(model)
+    rows = {}
+
+    def keep_row(module, query, key, mask, scaling, softcap, out):
+        rows[arch_info.attentions.index(module)] = capture.last_query_row(query, key, mask, scaling, softcap)
+
+    monkeypatch.setattr(capture, "_listener", keep_row)
+    with torch.no_grad():
+        model(batch.tokens)
+        attentions = eager_model(tiny_dirs[arch])(batch.tokens, output_attentions=True).attentions
+    assert sorted(rows) == list(range(len(attentions)))
+    for layer, eager in enumerate(attentions):
+        torch.testing.assert_close(rows[layer], eager[:, :, -1, :], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_spectral_sums_equal_head_outputs_from_hooks(arch, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
