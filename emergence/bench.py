@@ -5,13 +5,17 @@
   (c) the study's approach: eager attention, ``output_attentions=True``, batch 4, every
       [n, layers, heads, T] attention row kept, full logits;
   (d) ``python -m emergence`` with ablation on, for the ablation's cost;
-  (e) the intervals of a run (bootstrap and null) for a 16 x 16-head model over 2000 sequences;
+  (e) in one process, the probe pass alone (``capture.run_probe``) against the bare SDPA
+      forward pass over the same batch, alternated and timed ``--repeats`` times (the
+      fastest of each): the capture's own cost, without start-up and reporting;
+  (f) the intervals of a run (bootstrap and null) for a 16 x 16-head model over 2000 sequences;
 
-on a Pythia-160M-shaped GPTNeoX (12 layers x 12 heads, hidden 768, vocabulary 50304,
-random weights) with the paper probe. Each is a fresh process (``os.wait4`` gives its own
-peak RSS); ratios are within this one run, so the machine's speed cancels out.
+on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
+a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(d)
+are each a fresh process (``os.wait4`` gives its own peak RSS); ratios are within this one
+run, so the machine's speed cancels out.
 
-    python -m emergence.bench [--sequences 256] [--out bench.json]
+    python -m emergence.bench [--arch llama] [--sequences 256] [--out bench.json]
 """
 
 from __future__ import annotations
@@ -31,24 +35,68 @@ import torch
 from emergence.config import default_cache_dir
 
 
-def make_model(path: Path) -> None:
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+# Random-weight stand-ins for a real checkpoint of each shape: (description, config class, arguments).
+SHAPES = {
+    "gpt_neox": ("GPTNeoX 12x12, hidden 768, vocab 50304 (Pythia-160M-shaped)", "GPTNeoXConfig",
+                 dict(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                      intermediate_size=3072, max_position_embeddings=2048, rotary_pct=0.25)),
+    "llama": ("llama 30 layers x 9 heads (3 KV heads), hidden 576, vocab 49152 (SmolLM2-135M-shaped)", "LlamaConfig",
+              dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                   num_key_value_heads=3, intermediate_size=1536, max_position_embeddings=2048)),
+}
+
+
+def make_model(arch: str, path: Path) -> None:
+    import transformers
 
     if (path / "model.safetensors").exists():
         return
     torch.manual_seed(0)
-    config = GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                           intermediate_size=3072, max_position_embeddings=2048, rotary_pct=0.25)
-    GPTNeoXForCausalLM(config).save_pretrained(path, safe_serialization=True)
+    _, config_class, kwargs = SHAPES[arch]
+    config = getattr(transformers, config_class)(**kwargs)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path, safe_serialization=True)
 
 
-def paper_probe(path: str, n: int):
-    """The first ``n`` sequences of the paper probe (``probe=paper``), as ``python -m emergence`` makes them."""
+def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
+    """(e): seconds of the probe pass and of the bare SDPA forward, fastest of ``repeats`` alternations."""
+    from transformers import AutoModelForCausalLM
+
+    from emergence.ablation import score_logits
+    from emergence.capture import ATTN_IMPLEMENTATION, run_probe
+    from emergence.checkpoints import Architecture
+    bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    ours = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                attn_implementation=ATTN_IMPLEMENTATION).eval()
+    arch = Architecture.of(ours)
+    batch, baseline, batch_size = paper_probe(n)
+    times: dict[str, list[float]] = {"probe_pass_s": [], "bare_forward_s": []}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run_probe(ours, arch, batch, baseline, batch_size, n, False, score_logits)
+        times["probe_pass_s"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        forward(bare, batch, batch_size)
+        times["bare_forward_s"].append(time.perf_counter() - start)
+    best = {k: round(min(v), 3) for k, v in times.items()}
+    return {**best, "ratio": round(best["probe_pass_s"] / best["bare_forward_s"], 3), "repeats": repeats}
+
+
+def forward(model, batch, batch_size: int) -> None:
+    """The bare forward pass over the batch, logits at the last position only."""
+    with torch.inference_mode():
+        for start in range(0, batch.n, batch_size):
+            model(batch.tokens[start:start + batch_size], logits_to_keep=1)
+
+
+def paper_probe(n: int):
+    """(batch, baseline positions, batch size) of the paper probe's first ``n`` sequences
+    (``probe=paper`` as the panel's models run it), as ``python -m emergence`` makes them."""
     from emergence.config import compose_config
-    from emergence.probe import make_probe_batch
+    from emergence.probe import baseline_positions, make_probe_batch
 
-    p = compose_config(["model=local", f"model.name_or_path={path}", "probe=paper", f"probe.n_sequences={n}"]).probe
-    return make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), p.batch_size
+    p = compose_config(["model=pythia", "probe=paper", f"probe.n_sequences={n}"]).probe
+    return (make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed),
+            baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), p.batch_size)
 
 
 def floor(path: str, n: int) -> None:
@@ -56,10 +104,8 @@ def floor(path: str, n: int) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
-    batch, batch_size = paper_probe(path, n)
-    with torch.inference_mode():
-        for start in range(0, n, batch_size):
-            model(batch.tokens[start:start + batch_size], logits_to_keep=1)
+    batch, _, batch_size = paper_probe(n)
+    forward(model, batch, batch_size)
 
 
 def study(path: str, n: int) -> None:
@@ -67,7 +113,7 @@ def study(path: str, n: int) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    batch, _ = paper_probe(path, n)
+    batch, _, _ = paper_probe(n)
     rows, logits = [], []
     with torch.inference_mode():
         for start in range(0, n, 4):
@@ -78,21 +124,20 @@ def study(path: str, n: int) -> None:
 
 
 def intervals_cost(n: int = 2000, n_layers: int = 16, n_heads: int = 16) -> dict:
-    """(e): seconds for a run's intervals (bootstrap of the screen, the reference null's draws
+    """(f): seconds for a run's intervals (bootstrap of the screen, the reference null's draws
     and its calibration) on an OLMoE-shaped 16 x 16-head model over ``n`` paper sequences, from
     per-sequence attentions (the probe pass already holds them: no forward pass here)."""
     from emergence import stats
     from emergence.config import StatsConfig
-    from emergence.probe import make_probe_batch
     from emergence.screen import class_thresholds
 
     rng = np.random.default_rng(0)
-    targets = rng.dirichlet(np.ones(256), size=(n, n_layers, n_heads))[..., :7].astype(np.float32)
-    ab = make_probe_batch(n, 256, 100, 10000, 42).ab.numpy()
+    batch, _, _ = paper_probe(n)
+    targets = rng.dirichlet(np.ones(batch.seq_len), size=(n, n_layers, n_heads))[..., :7].astype(np.float32)
     s = StatsConfig()
     start = time.perf_counter()
     stats.screen_intervals(targets, class_thresholds(30.0), 50.0, s)
-    positions = stats.null_positions(ab, 256, s.n_null)
+    positions = stats.null_positions(batch.ab.numpy(), batch.seq_len, s.n_null)
     null_sums = rng.random((n_layers, n_heads, s.n_null))  # the capture's sums: a gather per layer, in the pass
     stats.null_calibration(null_sums, targets.mean(0)[..., -1], n)
     return {"seconds": round(time.perf_counter() - start, 2), "sequences": n, "heads": f"{n_layers}x{n_heads}",
@@ -113,7 +158,9 @@ def measure(cmd: list[str]) -> dict:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m emergence.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", choices=sorted(SHAPES), default="gpt_neox", help="the model shape to measure on")
     p.add_argument("--sequences", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3, help="alternations of (e); the fastest of each counts")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--floor", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
@@ -123,8 +170,8 @@ def main(argv=None) -> None:
     if args.study:
         return study(args.study, args.sequences)
 
-    model_dir = Path(default_cache_dir()) / "bench" / "pythia-160m-shaped"
-    make_model(model_dir)
+    model_dir = Path(default_cache_dir()) / "bench" / f"{args.arch}-shaped"
+    make_model(args.arch, model_dir)
     n = args.sequences
     with tempfile.TemporaryDirectory() as tmp:
         ours = [sys.executable, "-m", "emergence", "model=local", f"model.name_or_path={model_dir}",
@@ -139,17 +186,20 @@ def main(argv=None) -> None:
             # A random model has no induction circuit: ablate a fixed 3-head set (+5 matched controls).
             "d_emergence_with_ablation": measure([*ours, "ablate.heads=[L3H1,L5H2,L7H0]",
                                                   f"hydra.run.dir={tmp}/d"]),
+            "e_probe_pass_vs_bare_forward": probe_pass_over_forward(str(model_dir), n, args.repeats),
         }
         timings = json.loads((Path(tmp) / "d" / "summary.json").read_text())["timings"]
-    results["e_intervals_16x16_2000_sequences"] = intervals_cost()
+    results["f_intervals_16x16_2000_sequences"] = intervals_cost()
     a, b, c = (results[k] for k in ("a_emergence_no_ablation", "b_floor_sdpa_last_logits", "c_study_eager_all_rows"))
     results["ratios"] = {
         "a_over_b_wall": round(a["wall_s"] / b["wall_s"], 3),
         "c_over_a_wall": round(c["wall_s"] / a["wall_s"], 3),
         "a_over_c_peak_memory": round(a["peak_rss_mib"] / c["peak_rss_mib"], 3),
         "ablation_over_clean_pass": round(timings["ablate"] / timings["capture"], 3),
+        "probe_pass_over_bare_forward": results["e_probe_pass_vs_bare_forward"]["ratio"],
     }
-    results["setup"] = {"sequences": n, "seq_len": paper_probe(str(model_dir), 1)[0].seq_len, "model": "GPTNeoX 12x12, hidden 768, vocab 50304",
+    results["setup"] = {"sequences": n, "seq_len": paper_probe(1)[0].seq_len, "arch": args.arch,
+                        "model": SHAPES[args.arch][0],
                         "torch_threads": torch.get_num_threads(), "device": "cpu"}
     text = json.dumps(results, indent=2)
     print(text)

@@ -1,9 +1,14 @@
 """The one forward pass over the probe that feeds steps 2 and 3, reduced on the fly.
 
 We register an attention function ("emergence") through transformers'
-``AttentionInterface``. It runs the model's normal SDPA kernel, and, while a
-``Recorder`` is active, also computes the one attention row that the screen needs
-(query T-1 against all keys) and keeps only:
+``AttentionInterface``, so it serves every architecture whose attention goes through that
+interface, q/k/v already transformed by the model (RoPE, q/k norms, OLMo's ``clip_qkv``).
+It computes the layer's attention output itself (SDPA, or the eager formula where the
+model passes a logit ``softcap`` that SDPA cannot apply), always with the ``scaling`` and
+the mask the model passes: the mask function is transformers' ``eager_mask`` registered
+under our name, so every layer gets its real additive mask (causal, sliding window,
+padding). While a ``Recorder`` is active it also computes the one attention row the
+screen needs (query T-1 against all keys) and keeps only:
 
 * ``targets`` [n, layers, heads, 7]: attention from T-1 to each class's target
   position(s) and to the baseline positions (order: ``screen.CLASSES``, baseline);
@@ -16,8 +21,12 @@ We register an attention function ("emergence") through transformers'
   reference null (``stats.null_positions``), the attention from T-1 to that draw's random
   position, summed over sequences.
 
-The full attention pattern [n, layers, heads, T, T] is never materialised; q/k/v reach
-the function after the model's own transforms (RoPE, OLMo's ``clip_qkv``).
+The full attention pattern [n, layers, heads, T, T] is never materialised.
+
+``discover`` finds the layout by capability, not by a table of names: one short forward
+pass lists the modules that call the attention function (the attention layers, in call
+order) and, for each, the child module whose input is exactly that call's output (the
+output projection, whose input holds the per-head outputs).
 """
 
 from __future__ import annotations
@@ -26,25 +35,68 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.integrations.sdpa_attention import repeat_kv
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from emergence.config import UsageError
 from emergence.probe import LOCAL_OFFSETS, ProbeBatch
 from emergence.screen import N_TARGETS
 
 ATTN_IMPLEMENTATION = "emergence"
 
-_active_recorder: "Recorder | None" = None
+# Keyword arguments some models pass that change the attention in ways we do not compute
+# (gpt_oss's attention sinks, T5-style position bias, sparse index selection): refused, never ignored.
+UNSUPPORTED_KWARGS = ("s_aux", "sinks", "position_bias", "indices", "block_indices")
+
+# What the attention function reports each call to (a Recorder or a discovery pass), if anything.
+_listener = None
+
+
+def softcapped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """Gemma 2's logit soft-capping, softcap * tanh(scores / softcap); identity without a cap."""
+    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
+
+
+def attend(query, key, value, mask, scaling: float, softcap: float | None) -> torch.Tensor:
+    """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> [b, T, h, d]."""
+    n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves n_rep query heads
+    if softcap is None and query.device.type == "cpu":  # the CPU kernel takes GQA with a mask at full speed
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=n_rep > 1)
+    elif softcap is None:  # CUDA kernels with a mask do not all take GQA: expand the KV heads, as transformers does
+        out = F.scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask,
+                                             scale=scaling)
+    else:  # SDPA has no softcap: the eager formula (softmax in float32, as the models' eager path)
+        key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+        scores = softcapped(torch.matmul(query, key.transpose(2, 3)) * scaling, softcap)
+        if mask is not None:
+            scores = scores + mask
+        out = torch.matmul(scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype), value)
+    return out.transpose(1, 2).contiguous()
+
+
+def last_query_row(query, key, mask, scaling: float, softcap: float | None) -> torch.Tensor:
+    """Attention of the last query to every key, [b, h, T] in float32, as the layer computes it
+    (its scaling, soft-cap and mask, sliding window included)."""
+    b, h, T, d = query.shape
+    # query head i reads KV head i // n_rep (grouped-query attention), without copying the keys
+    q_last = query[:, :, -1, :].float().reshape(b, key.shape[1], -1, d)
+    scores = softcapped(torch.einsum("bgrd,bgtd->bgrt", q_last, key.float()).reshape(b, h, -1) * scaling, softcap)
+    if mask is not None:
+        scores = scores + mask[:, :, -1, :].float()
+    return scores.softmax(dim=-1)
 
 
 class Recorder:
     """Accumulates the reductions of one probe pass (see the module docstring)."""
 
-    def __init__(self, n: int, n_layers: int, n_heads: int, head_dim: int, seq_len: int,
+    def __init__(self, n: int, layer_of: dict, n_heads: int, head_dim: int, seq_len: int,
                  baseline: np.ndarray, spectral_n: int, keep_position_sums: bool, device: torch.device,
                  null_positions: np.ndarray | None = None):
+        n_layers = len(layer_of)
+        self.layer_of = layer_of  # id(attention module) -> layer index
         self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
         self.gram = torch.zeros(n_layers, n_heads, head_dim, head_dim, dtype=torch.float64, device=device)
         self.total = torch.zeros(n_layers, n_heads, head_dim, dtype=torch.float64, device=device)
@@ -60,22 +112,19 @@ class Recorder:
         self.local = torch.tensor([seq_len - o for o in LOCAL_OFFSETS], device=device)
         self._start = 0
         self._ab: torch.Tensor | None = None
+        self.calls = 0  # attention calls in this minibatch: one per layer, or a layer escaped us
         self.finite = torch.ones((), dtype=torch.bool, device=device)  # checked once per minibatch
 
     def begin_batch(self, start: int, ab: torch.Tensor) -> None:
-        self._start, self._ab = start, ab
+        self._start, self._ab, self.calls = start, ab, 0
 
-    def record(self, layer: int, query, key, attention_mask, scaling: float, out: torch.Tensor) -> None:
-        """query [b, h, T, d], key [b, h_kv, T, d], out [b, T, h, d] (the SDPA output)."""
-        b, h, T, d = query.shape
-        if key.shape[1] != h:  # grouped-query attention: each KV head serves h / h_kv query heads
-            key = key.repeat_interleave(h // key.shape[1], dim=1)
-        q_last = query[:, :, -1, :].float()
-        scores = torch.einsum("bhd,bhtd->bht", q_last, key.float()) * scaling
-        if attention_mask is not None:
-            last = attention_mask[:, :, -1, :]
-            scores = scores.masked_fill(~last, float("-inf")) if last.dtype == torch.bool else scores + last.float()
-        row = scores.softmax(dim=-1)  # [b, h, T]
+    def __call__(self, module, query, key, attention_mask, scaling: float, softcap: float | None,
+                 out: torch.Tensor) -> None:
+        """query [b, h, T, d], key [b, h_kv, T, d], out [b, T, h, d] (the attention output)."""
+        self.calls += 1
+        layer = self.layer_of[id(module)]
+        row = last_query_row(query, key, attention_mask, scaling, softcap)
+        b, _, T = row.shape
         self.finite &= torch.isfinite(row).all() & torch.isfinite(out).all()
 
         ab = self._ab
@@ -95,7 +144,7 @@ class Recorder:
         self.targets[self._start:self._start + b, layer] = stats.cpu()
         if self.null_positions is not None:
             draws = self.null_positions[:, self._start:self._start + b].T  # [b, draws]
-            self.null_sums[layer] += row.gather(2, draws[:, None, :].expand(-1, h, -1)).double().sum(0)
+            self.null_sums[layer] += row.gather(2, draws[:, None, :].expand(-1, row.shape[1], -1)).double().sum(0)
 
         take = max(0, min(b, self.spectral_n - self._start))
         if take:
@@ -106,18 +155,94 @@ class Recorder:
             self.position_sum[layer] += out.double().sum(0)
 
 
-def capture_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """SDPA attention that also feeds the active ``Recorder`` (if any)."""
-    out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    if _active_recorder is not None:
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        _active_recorder.record(module.layer_idx, query, key, attention_mask, scale, out)
+def capture_attention(module, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs):
+    """The layer's attention output (see ``attend``), reported to the active listener (if any)."""
+    refused = [k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None]
+    if refused:
+        raise UsageError(f"model architecture {type(module).__name__} passes {refused[0]!r} to its attention, "
+                         "which the capture does not compute; this model is not supported")
+    if attention_mask is None and query.shape[2] > 1 and getattr(module, "is_causal", True):
+        # eager_mask gives every causal layer a mask; without one the layer would attend to the future
+        raise UsageError(f"model architecture {type(module).__name__} built no attention mask for our attention "
+                         "function (it would run non-causally); this model is not supported")
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    out = attend(query, key, value, attention_mask, scale, softcap)
+    if _listener is not None:
+        _listener(module, query, key, attention_mask, scale, softcap, out)
     return out, None
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention)
-# Without a mask function of the same name the model would build no mask for us.
-AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+# Without a mask function of the same name the model would build no mask for us; eager_mask
+# gives every layer (not only sliding-window ones) its additive float mask.
+AttentionMaskInterface.register(ATTN_IMPLEMENTATION, eager_mask)
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One attention layer as the discovery pass found it."""
+
+    module: torch.nn.Module  # the module that called the attention function
+    out_proj: torch.nn.Module  # its child whose input is the attention output: per-head outputs, head-major
+    n_heads: int
+    head_dim: int
+
+
+def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
+    """The attention layers of ``model`` in call order, found by one short forward pass.
+
+    A layer counts if it calls our attention function; its output projection is the child
+    module whose input equals that call's output (reshaped to [b, T, heads * d]). A model
+    that calls no attention function of ours, or whose projection input is not the bare
+    attention output, cannot be captured correctly: ``UsageError`` instead of zeros."""
+    global _listener
+    check_loaded_for_capture(model)
+    calls: list[tuple[torch.nn.Module, torch.Tensor]] = []
+    inputs: dict[int, torch.Tensor] = {}
+
+    def keep_input(module, args):
+        if args and isinstance(args[0], torch.Tensor):
+            inputs.setdefault(id(module), args[0])
+
+    hooks = [m.register_forward_pre_hook(keep_input) for m in model.modules()]
+    tokens = (torch.arange(n_tokens) % model.config.vocab_size)[None].to(next(model.parameters()).device)
+    _listener = lambda module, query, key, mask, scaling, softcap, out: calls.append((module, out))  # noqa: E731
+    try:
+        with torch.inference_mode():
+            model(tokens)
+    finally:
+        _listener = None
+        for hook in hooks:
+            hook.remove()
+    model_type = model.config.model_type
+    if not calls:
+        raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
+                         "transformers' AttentionInterface (no layer called it), so nothing could be captured")
+    if len({id(m) for m, _ in calls}) != len(calls):
+        raise UsageError(f"model architecture {model_type!r} is not supported: an attention module ran twice in "
+                         "one forward pass, so its calls cannot be told apart")
+    sites = []
+    for module, out in calls:
+        if not torch.isfinite(out).all():  # NaN matches NaN anywhere: no projection could be told apart
+            raise non_finite(model.dtype)
+        flat = out.reshape(*out.shape[:2], -1)
+        proj = [child for child in module.children()
+                if id(child) in inputs and inputs[id(child)].shape == flat.shape
+                and torch.equal(inputs[id(child)], flat)]
+        if len(proj) != 1:
+            raise UsageError(f"model architecture {model_type!r} is not supported: no single output projection of "
+                             f"{type(module).__name__} takes the bare attention output, so heads cannot be read")
+        sites.append(AttentionSite(module, proj[0], out.shape[2], out.shape[3]))
+    return sites
+
+
+def non_finite(dtype: torch.dtype) -> FloatingPointError:
+    return FloatingPointError(f"non-finite attention (NaN or inf) in {dtype}: rerun with model.dtype=float32")
+
+
+def check_loaded_for_capture(model) -> None:
+    if model.config._attn_implementation != ATTN_IMPLEMENTATION:
+        raise RuntimeError(f"model must be loaded with attn_implementation={ATTN_IMPLEMENTATION!r}")
 
 
 @dataclass(frozen=True)
@@ -145,28 +270,30 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
     returns summed next-token metrics, which we accumulate for the clean model;
     ``null_positions`` [draws, n] are the reference null's random key positions.
     """
-    global _active_recorder
-    if model.config._attn_implementation != ATTN_IMPLEMENTATION:
-        raise RuntimeError(f"model must be loaded with attn_implementation={ATTN_IMPLEMENTATION!r}")
+    global _listener
+    check_loaded_for_capture(model)
     device = next(model.parameters()).device
     n, spectral_n = batch.n, min(spectral_n, batch.n)
-    rec = Recorder(n, arch.n_layers, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
+    layer_of = {id(a): i for i, a in enumerate(arch.attentions)}
+    rec = Recorder(n, layer_of, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
                    spectral_n, keep_position_means, device, null_positions)
     sums: dict[str, float] = {}
-    _active_recorder = rec
+    _listener = rec
     try:
         with torch.inference_mode():
             for start in tqdm(range(0, n, batch_size), desc="probe", unit="batch", leave=False):
                 stop = min(start + batch_size, n)
                 rec.begin_batch(start, batch.ab[start:stop].to(device))
                 logits = model(batch.tokens[start:stop].to(device), logits_to_keep=1).logits[:, -1]
+                if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
+                    raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
+                                     f"{arch.n_layers} attention layers went through the capture")
                 if not rec.finite:
-                    raise FloatingPointError(f"non-finite attention (NaN or inf) in {model.dtype}: "
-                                             "rerun with model.dtype=float32")
+                    raise non_finite(model.dtype)
                 for k, v in score(logits, batch.b[start:stop].to(device)).items():
                     sums[k] = sums.get(k, 0.0) + v
     finally:
-        _active_recorder = None
+        _listener = None
     return Capture(
         targets=rec.targets.numpy(),
         gram=rec.gram.cpu().numpy(),

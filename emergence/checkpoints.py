@@ -1,14 +1,15 @@
 """Which checkpoint a run analyses, and loading it.
 
 * ``resolve_revision``: the model's panel + the revision config -> branch, step, tokens.
-* ``ARCHITECTURES``: where each supported architecture keeps its decoder layers,
-  attention module and output projection (the only model internals we touch).
+* ``Architecture``: a loaded model's attention layers and output projections, found by
+  capability; ``check_attention_support`` refuses unsupported classes from the config alone.
 * ``load_model``: safe ``from_pretrained`` (safetensors only, no remote code) with our
   capturing attention function.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import socket
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from emergence.capture import ATTN_IMPLEMENTATION
+from emergence import capture, revisions
 from emergence.config import Config, UsageError
 
 
@@ -30,107 +31,91 @@ class Revision:
 
 
 def resolve_revision(cfg: Config) -> Revision:
+    model = cfg.model
+    revision = _resolve(cfg)
+    required = model.revision_required_for
+    if required and re.search(required, model.name_or_path) and revision.name in (None, "main"):
+        raise UsageError(f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch may "
+                         "hold no weights; name a checkpoint (revision=r0..r9 or revision=custom revision.name=<branch>)")
+    return revision
+
+
+def _resolve(cfg: Config) -> Revision:
     model, rev = cfg.model, cfg.revision
     panel = list(model.panel)
     if rev.index is not None:
-        if not panel:
-            if rev.index == -1:  # revision=final on a model without a panel: the checkpoint as it is
-                return Revision(rev.name, None, None)
+        if not panel and rev.index == -1:  # revision=final on a model without a panel: the checkpoint as it is
+            return Revision(rev.name, None, None)
+        if not panel and model.revision_pattern is None:
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "
                 "use revision=custom revision.name=<branch> or revision=final")
+        panel = panel or revisions.discovered_panel(model, cfg.cache_dir)
         if not -len(panel) <= rev.index < len(panel):
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has {len(panel)} panel "
                 f"revisions, use r0..r{len(panel) - 1} or final")
-        entry = panel[rev.index]
-        return Revision(entry.revision, int(entry.step), int(entry.tokens))
+        return _panel_revision(panel[rev.index])
     if not rev.name:
         raise UsageError("revision.name=None is invalid: revision=custom needs revision.name=<branch>")
     for entry in panel:
         if entry.revision == rev.name:
-            return Revision(entry.revision, int(entry.step), int(entry.tokens))
-    check_revision_name(rev.name, model.revision_scheme, panel)
-    step, tokens = parse_revision_name(rev.name, model.tokens_per_step)
+            return _panel_revision(entry)
+    revisions.check_revision_name(rev.name, model, panel)
+    step, tokens = revisions.parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
     return Revision(rev.name, step, tokens)
 
 
-# Pythia's published checkpoints: step0, log-spaced steps 1..512, then every 1000 to 143000.
-PYTHIA_STEPS = [0, *(2**k for k in range(10)), *range(1000, 143001, 1000)]
-
-
-def check_revision_name(name: str, scheme: str | None, panel) -> None:
-    """Refuse a branch name that cannot exist under the model's naming scheme."""
-    if scheme is None:
-        return
-    digits = re.search(r"\d+", name)
-    step = int(digits.group(0)) if digits else 0
-    if scheme == "pythia":
-        m = re.fullmatch(r"step(\d+)", name)
-        if m and int(m.group(1)) in PYTHIA_STEPS:
-            return
-        nearest = sorted(sorted(PYTHIA_STEPS, key=lambda s: abs(s - step))[:2])
-        raise UsageError(f"revision.name={name!r} is invalid: Pythia publishes step0, step1..step512 (powers of 2) "
-                         f"and every 1000 steps to step143000; nearest: {', '.join(f'step{s}' for s in nearest)}")
-    if re.fullmatch(r"step\d+-tokens\d+B", name):
-        return
-    nearest = sorted(panel, key=lambda e: abs(int(e.step) - step))[:2]
-    raise UsageError(f"revision.name={name!r} is invalid: branches are named step{{N}}-tokens{{M}}B; "
-                     f"nearest panel revisions: {', '.join(e.revision for e in nearest)}")
-
-
-def parse_revision_name(name: str, tokens_per_step: int | None) -> tuple[int | None, int | None]:
-    """``step{N}`` or ``step{N}-tokens{M}B`` -> (step, tokens); anything else -> (None, None)."""
-    m = re.fullmatch(r"step(\d+)(?:-tokens(\d+)B)?", name)
-    if not m:
-        return None, None
-    step = int(m.group(1))
-    if m.group(2) is not None:
-        return step, int(m.group(2)) * 10**9
-    return step, step * tokens_per_step if tokens_per_step else None
-
-
-@dataclass(frozen=True)
-class ArchSpec:
-    layers: str  # dotted path from the *ForCausalLM module to its decoder layers
-    attention: str  # attribute of a decoder layer
-    out_proj: str  # attribute of the attention module: the per-head outputs are its input
-
-
-ARCHITECTURES = {
-    "gpt_neox": ArchSpec("gpt_neox.layers", "attention", "dense"),
-    "olmo": ArchSpec("model.layers", "self_attn", "o_proj"),
-    "olmoe": ArchSpec("model.layers", "self_attn", "o_proj"),
-}
+def _panel_revision(entry) -> Revision:
+    return Revision(entry.revision, int(entry.step), None if entry.tokens is None else int(entry.tokens))
 
 
 @dataclass(frozen=True)
 class Architecture:
-    """A loaded model's attention layout."""
+    """A loaded model's attention layout, found by capability (``capture.discover``)."""
 
     model_type: str
     n_layers: int
     n_heads: int
     head_dim: int
-    attentions: list
-    out_projs: list
+    attentions: list  # the modules that call the attention function, in layer order
+    out_projs: list  # each one's output projection: its input holds the per-head outputs
 
     @classmethod
     def of(cls, model) -> "Architecture":
-        spec = architecture_spec(model.config.model_type)
-        layers = model.get_submodule(spec.layers)
-        attentions = [getattr(layer, spec.attention) for layer in layers]
-        cfg = model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return cls(cfg.model_type, len(layers), cfg.num_attention_heads, head_dim,
-                   attentions, [getattr(a, spec.out_proj) for a in attentions])
+        sites = capture.discover(model)
+        shapes = {(s.n_heads, s.head_dim) for s in sites}
+        if len(shapes) != 1:  # one [layers, heads, ...] array per measurement needs one shape
+            raise UsageError(f"model architecture {model.config.model_type!r} is not supported: its layers "
+                             f"differ in (heads, head_dim): {sorted(shapes)}")
+        (n_heads, head_dim), = shapes
+        return cls(model.config.model_type, len(sites), n_heads, head_dim,
+                   [s.module for s in sites], [s.out_proj for s in sites])
 
 
-def architecture_spec(model_type: str) -> ArchSpec:
-    if model_type not in ARCHITECTURES:
-        raise UsageError(f"model architecture {model_type!r} is not supported: supported are "
-                         f"{', '.join(sorted(ARCHITECTURES))} (GPTNeoX, Olmo, Olmoe causal LMs)")
-    return ARCHITECTURES[model_type]
+# Architectures these tests run against eager attention (tests/tiny_models.py); others whose
+# class supports the attention interface are accepted too.
+TESTED_ARCHITECTURES = ("gemma2", "gpt2", "gpt_neox", "llama", "mistral", "olmo", "olmo2", "olmoe", "phi3",
+                        "qwen2", "qwen3")
+
+
+def check_attention_support(hf_config, trust_remote_code: bool) -> None:
+    """Stop before the weights load if the model class cannot run our attention function.
+
+    transformers 5 marks classes whose attention goes through ``AttentionInterface`` with
+    ``_supports_attention_backend``; others (bloom, falcon) would run without our function
+    (or silently without a causal mask). Remote code brings its own class: the discovery
+    pass after loading checks that one."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    model_type = hf_config.model_type
+    if trust_remote_code and "AutoModelForCausalLM" in (getattr(hf_config, "auto_map", None) or {}):
+        return
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config), None)
+    if model_class is None or not model_class._supports_attention_backend:
+        raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
+                         f"transformers' AttentionInterface; supported are decoder-only causal LMs that do "
+                         f"(tested: {', '.join(TESTED_ARCHITECTURES)})")
 
 
 def pick_device(requested: str) -> torch.device:
@@ -212,8 +197,36 @@ def load_config(cfg: Config, src: Source):
     except (OSError, ValueError) as err:  # unknown repo or branch, bad path, broken download
         raise UsageError(f"model.name_or_path={where!r} cannot be loaded: "
                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
-    architecture_spec(hf_config.model_type)
+    check_attention_support(hf_config, cfg.model.trust_remote_code)
     return hf_config
+
+
+def weights_sha256(src: Source) -> str | None:
+    """A fingerprint of the checkpoint's weights (its ``*.safetensors`` files); None if they are
+    not on this machine. Two revisions with the same fingerprint serve the same weights.
+
+    In the Hub cache a safetensors file is a link to ``blobs/<sha256 of its content>``, so the
+    digest is read from the link's target without reading the weights; other files are hashed.
+    Several shards combine as the sha256 of their "name digest" lines, in name order."""
+    snapshot = Path(src.path) if Path(src.path).is_dir() else _cached_snapshot(src.path, src.revision)
+    files = sorted(snapshot.glob("*.safetensors")) if snapshot is not None else []
+    if not files:
+        return None
+    digests = [_file_sha256(f) for f in files]
+    if len(digests) == 1:
+        return digests[0]
+    return hashlib.sha256("".join(f"{f.name} {d}\n" for f, d in zip(files, digests)).encode()).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    target = path.resolve()
+    if path.is_symlink() and target.parent.name == "blobs" and re.fullmatch(r"[0-9a-f]{64}", target.name):
+        return target.name
+    digest = hashlib.sha256()
+    with open(target, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def downloaded_bytes(src: Source) -> int:
@@ -292,7 +305,7 @@ def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtyp
             dtype=dtype,
             use_safetensors=True,  # never unpickle weights
             trust_remote_code=cfg.model.trust_remote_code,
-            attn_implementation=ATTN_IMPLEMENTATION,
+            attn_implementation=capture.ATTN_IMPLEMENTATION,
         )
     except SafetensorError as err:  # a download cut short, a disk error
         fix = ("replace the file" if Path(src.path).expanduser().is_dir() else

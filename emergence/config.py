@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -34,7 +35,17 @@ class UsageError(Exception):
 class PanelEntry:
     revision: str = MISSING  # the branch name on the Hub
     step: int = MISSING
-    tokens: int = MISSING  # training tokens seen at this step
+    tokens: Optional[int] = MISSING  # training tokens seen at this step; null where the family does not say
+
+
+@dataclass
+class StepRange:
+    """Published steps first..last: every ``every`` steps, or multiplied by ``factor`` (1, 2, 4, ...)."""
+
+    first: int = MISSING
+    last: int = MISSING
+    every: Optional[int] = None
+    factor: Optional[int] = None
 
 
 @dataclass
@@ -78,11 +89,15 @@ class ModelConfig:
     name_or_path: str = MISSING  # Hub repo id or local directory
     architecture: Optional[str] = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
     dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU
-    tokens_per_step: Optional[int] = None
-    # How branch names look, to validate revision=custom: pythia (step{N}, N published),
-    # step_tokens (step{N}-tokens{M}B), or null (anything goes).
-    revision_scheme: Optional[str] = None
-    panel: List[PanelEntry] = field(default_factory=list)
+    tokens_per_step: Optional[int] = None  # tokens = step x this, unless the branch name states them
+    # How the family names its checkpoint branches: a regular expression (full match) with a named
+    # group `step` and optionally `tokens` (in billions); null: any name (step/tokens read from
+    # step{N}[-tokens{M}B] where a name looks like that). revision=custom names are checked against it.
+    revision_pattern: Optional[str] = None
+    revision_format: Optional[str] = None  # a step written as a branch name, e.g. step{step}: names the nearest
+    published_steps: List[StepRange] = field(default_factory=list)  # the steps that exist; empty: any
+    revision_required_for: Optional[str] = None  # regex on name_or_path: repos whose main branch may hold no weights
+    panel: List[PanelEntry] = field(default_factory=list)  # empty: revision=rK proposes one from the Hub's branches
     trust_remote_code: bool = False
     cleanup: bool = False  # delete each Hub revision this run downloaded, once its results are written
     fp16_unsafe: bool = False  # early checkpoints underflow in float16 (Pythia): refuse it unless forced
@@ -248,6 +263,7 @@ def validate(cfg: Config) -> None:
         _fail("stats.ci", cfg.stats.ci, "must be a coverage between 0 and 1, e.g. 0.95")
     if cfg.stats.n_null < 1:
         _fail("stats.n_null", cfg.stats.n_null, "must be >= 1 null draw (the reference used 500)")
+    validate_revision_naming(cfg.model)
     if cfg.wandb.mode not in WANDB_MODES:
         _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)} (the default is $WANDB_MODE)")
     check_device(cfg.device)
@@ -272,6 +288,23 @@ def check_device(device: str) -> None:
         _fail("device", device, "MPS is not available on this machine; use device=cpu or device=auto")
     elif kind.type not in ("cpu", "cuda", "mps"):
         _fail("device", device, "use auto, cpu, cuda, cuda:N or mps")
+
+
+def validate_revision_naming(model: ModelConfig) -> None:
+    """A preset's revision naming is data: check it is usable before it is used."""
+    pattern = model.revision_pattern
+    if pattern is not None:
+        try:
+            groups = re.compile(pattern).groupindex
+        except re.error as err:
+            _fail("model.revision_pattern", pattern, f"not a regular expression ({err})")
+        if "step" not in groups or not set(groups) <= {"step", "tokens"}:
+            _fail("model.revision_pattern", pattern, "needs a named group (?P<step>...) and at most (?P<tokens>...)")
+    for r in model.published_steps:
+        if (r.every is not None and r.every < 1) or (r.factor is not None and r.factor < 2) \
+                or (r.every and r.factor) or r.first > r.last:
+            _fail("model.published_steps", {"first": r.first, "last": r.last, "every": r.every, "factor": r.factor},
+                  "need first <= last and at most one of every >= 1, factor >= 2")
 
 
 def validate_for_model(cfg: Config, hf_config) -> None:

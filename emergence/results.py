@@ -80,7 +80,7 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
     ``measured`` the probe pass's ``cache.Measurements``, ``intervals`` and ``null`` the
     screen's bootstrap and null calibration (``stats``), ``below_floor`` the thresholds
     under the null's floor; ``run`` holds what only the run
-    knows: dtype, device, weight_bytes, download, batch_size, probe_fingerprint,
+    knows: dtype, device, weight_bytes, weights_sha256, download, batch_size, probe_fingerprint,
     baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
     import torch
     import transformers
@@ -99,6 +99,7 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
         "dtype": run["dtype"],
         "device": run["device"],
         "weight_bytes": run["weight_bytes"],
+        "weights_sha256": run["weights_sha256"],
         "download": run["download"],
         "batch_size": run["batch_size"],
         "probe": {**asdict(cfg.probe), "fingerprint": run["probe_fingerprint"],

@@ -6,37 +6,100 @@ and the checkpoints between two revisions (to locate a milestone to one interval
     python -m emergence.revisions olmo --between step56000-tokens117B step126000-tokens264B
 
 Listing needs the Hub (``huggingface_hub.list_repo_refs``); offline it says so and stops.
+
+Also the revision naming of a family, as its preset states it (``revision_pattern``,
+``published_steps``): reading step and tokens from a branch name, refusing names that cannot
+exist, and proposing (and keeping) a panel for a preset that states none.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
+from pathlib import Path
 
 import numpy as np
 
-from emergence.checkpoints import parse_revision_name
-from emergence.config import PanelEntry, compose_config
+from emergence.config import ModelConfig, PanelEntry, StepRange, UsageError, compose_config
+
+# What a name without a family pattern is read as: step{N} or step{N}-tokens{M}B.
+GENERIC_PATTERN = r"step(?P<step>\d+)(?:-tokens(?P<tokens>\d+)B)?"
 
 
-def parse_branches(names: list[str], tokens_per_step: int | None) -> list[PanelEntry]:
-    """Branches named like checkpoints (``step{N}`` / ``step{N}-tokens{M}B``), ordered by step."""
+def parse_revision_name(name: str, pattern: str | None, tokens_per_step: int | None) -> tuple[int | None, int | None]:
+    """A branch name -> (step, tokens) by the family's pattern; (None, None) if it does not match.
+    Tokens come from the name's ``tokens`` group (billions) if it has one, else step x tokens_per_step."""
+    m = re.fullmatch(pattern or GENERIC_PATTERN, name)
+    if not m:
+        return None, None
+    step = int(m.group("step"))
+    if m.groupdict().get("tokens") is not None:
+        return step, int(m.group("tokens")) * 10**9
+    return step, step * tokens_per_step if tokens_per_step else None
+
+
+def published(ranges: list[StepRange]) -> list[int]:
+    """The steps a family publishes, from its ranges (empty: not stated)."""
+    steps: set[int] = set()
+    for r in ranges:
+        step = r.first
+        while step <= r.last:
+            steps.add(step)
+            if r.every:
+                step += r.every
+            elif r.factor and step > 0:
+                step *= r.factor
+            else:
+                break
+    return sorted(steps)
+
+
+def check_revision_name(name: str, model: ModelConfig, panel: list[PanelEntry]) -> None:
+    """Refuse a branch name that cannot exist under the family's naming, naming the nearest valid ones."""
+    if model.revision_pattern is None:
+        return
+    step, _ = parse_revision_name(name, model.revision_pattern, None)
+    steps = published(model.published_steps)
+    if step is not None and (not steps or step in steps):
+        return
+    guess = max((int(d) for d in re.findall(r"\d+", name)), default=0)
+    if steps and model.revision_format:
+        nearest = [model.revision_format.format(step=s) for s in sorted(sorted(steps, key=lambda s: abs(s - guess))[:2])]
+    else:
+        nearest = [e.revision for e in sorted(panel, key=lambda e: abs(int(e.step) - guess))[:2]]
+    why = (f"step {step} is not a published checkpoint of {model.key!r}" if step is not None
+           else f"{model.key!r} names its checkpoint branches like {model.revision_pattern}")
+    raise UsageError(f"revision.name={name!r} is invalid: {why}"
+                     + (f"; nearest valid: {', '.join(nearest)}" if nearest else ""))
+
+
+def parse_branches(names: list[str], pattern: str | None, tokens_per_step: int | None) -> list[PanelEntry]:
+    """Branches named like the family's checkpoints, ordered by step."""
     entries = []
     for name in names:
-        step, tokens = parse_revision_name(name, tokens_per_step)
+        step, tokens = parse_revision_name(name, pattern, tokens_per_step)
         if step is not None:
-            entries.append(PanelEntry(name, step, tokens if tokens is not None else -1))
+            entries.append(PanelEntry(name, step, tokens))
     return sorted(entries, key=lambda e: e.step)
 
 
-def propose_panel(entries: list[PanelEntry], n: int, low: float, high: float) -> list[PanelEntry]:
-    """Up to ``n`` existing checkpoints nearest (in log tokens) to n log-spaced targets in [low, high]."""
-    usable = [e for e in entries if e.tokens > 0 and low <= e.tokens <= high]
+def training_progress(entry: PanelEntry) -> int:
+    """Tokens seen, or the step where a family does not state tokens."""
+    return entry.tokens if entry.tokens is not None else entry.step
+
+
+def propose_panel(entries: list[PanelEntry], n: int, low: float = 1.0, high: float = float("inf")) -> list[PanelEntry]:
+    """Up to ``n`` existing checkpoints nearest (in log tokens, or log steps where tokens are
+    unknown) to n log-spaced targets in [low, high] (clipped to the checkpoints there are)."""
+    usable = [e for e in entries if training_progress(e) > 0 and low <= training_progress(e) <= high]
     if not usable:
         return []
-    logs = np.log([e.tokens for e in usable])
-    chosen = {int(np.argmin(np.abs(logs - t))) for t in np.linspace(np.log(low), np.log(high), n)}
+    logs = np.log([training_progress(e) for e in usable])
+    targets = np.linspace(max(np.log(low), logs.min()), min(np.log(high), logs.max()), n)
+    chosen = {int(np.argmin(np.abs(logs - t))) for t in targets}
     return [usable[i] for i in sorted(chosen)]
 
 
@@ -52,17 +115,53 @@ def between(entries: list[PanelEntry], first: str, last: str) -> list[PanelEntry
 
 
 def list_branches(repo: str) -> list[str]:
+    from emergence.checkpoints import hub_reachable  # checkpoints imports this module
+
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         raise ConnectionError("HF_HUB_OFFLINE=1")
+    if not hub_reachable():
+        raise ConnectionError("the Hub is not reachable")
     from huggingface_hub import list_repo_refs
 
     return [b.name for b in list_repo_refs(repo).branches]
 
 
+def panel_file(cache_dir: str, repo: str) -> Path:
+    return Path(cache_dir) / "panels" / f"{repo.replace('/', '--')}.json"
+
+
+def discovered_panel(model: ModelConfig, cache_dir: str, n: int = 10) -> list[PanelEntry]:
+    """The panel of a preset that states none: proposed from the repo's branches on first use
+    (log-spaced, ``propose_panel``), printed, and kept under ``cache_dir`` for the next runs."""
+    path = panel_file(cache_dir, model.name_or_path)
+    if path.exists():
+        return [PanelEntry(**e) for e in json.loads(path.read_text())]
+    try:
+        names = list_branches(model.name_or_path)
+    except Exception as err:  # offline, no route, unknown repo: one line
+        raise UsageError(f"revision=r0..r{n - 1} is unavailable: model {model.key!r} states no panel and its branches "
+                         f"cannot be listed ({type(err).__name__}); run python -m emergence.revisions {model.key} "
+                         f"--propose {n} where the Hub is reachable and add the panel to the preset") from None
+    panel = propose_panel(parse_branches(names, model.revision_pattern, model.tokens_per_step), n)
+    if not panel:
+        raise UsageError(f"model.revision_pattern={model.revision_pattern!r} matches no branch of "
+                         f"{model.name_or_path}; fix the preset's pattern")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([vars(e) for e in panel], indent=1))
+    print(f"proposed panel of {model.name_or_path} ({len(names)} branches; kept in {path}):")
+    print_panel(panel)
+    return panel
+
+
+def print_panel(entries: list[PanelEntry]) -> None:
+    for e in entries:
+        print(f"  - {{revision: {e.revision}, step: {e.step}, tokens: {'null' if e.tokens is None else e.tokens}}}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m emergence.revisions", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="a model config key (pythia, olmo, olmoe) or local with --repo")
+    p.add_argument("model", help="a model preset (conf/model: pythia, olmo2, smollm2, ...) or local with --repo")
     p.add_argument("--repo", help="Hub repo id (default: the model config's name_or_path)")
     p.add_argument("--propose", type=int, metavar="N", help="propose a log-spaced panel of N revisions")
     p.add_argument("--from", dest="low", type=float, default=1.0, help="lowest token count for --propose")
@@ -72,7 +171,7 @@ def main(argv=None) -> None:
     cfg = compose_config([f"model={args.model}"] + ([f"model.name_or_path={args.repo}"] if args.repo else []))
     repo = cfg.model.name_or_path
     try:
-        entries = parse_branches(list_branches(repo), cfg.model.tokens_per_step)
+        entries = parse_branches(list_branches(repo), cfg.model.revision_pattern, cfg.model.tokens_per_step)
     except Exception as err:  # no route, offline, unknown repo: one line, not a traceback
         print(f"error: listing the revisions of {repo} needs the Hugging Face Hub ({type(err).__name__}: "
               f"{str(err).splitlines()[0] if str(err) else 'no network'}); run it where the Hub is reachable",
@@ -90,8 +189,7 @@ def main(argv=None) -> None:
         return
     shown = propose_panel(entries, args.propose, args.low, args.high) if args.propose else entries
     print("panel:" if args.propose else f"# {len(entries)} checkpoint branches of {repo}")
-    for e in shown:
-        print(f"  - {{revision: {e.revision}, step: {e.step}, tokens: {e.tokens}}}")
+    print_panel(shown)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,12 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
+# Written out per family from the transformers source, independently of ``capture.discover``.
+_LLAMA_LIKE = lambda m: [l.self_attn.o_proj for l in m.model.layers]  # noqa: E731
 OUT_PROJ = {"gpt_neox": lambda m: [l.attention.dense for l in m.gpt_neox.layers],
-            "olmo": lambda m: [l.self_attn.o_proj for l in m.model.layers],
-            "olmoe": lambda m: [l.self_attn.o_proj for l in m.model.layers]}
+            "gpt2": lambda m: [b.attn.c_proj for b in m.transformer.h],  # Conv1D: its input is [b, T, heads*d] too
+            **dict.fromkeys(("olmo", "olmoe", "olmo2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"),
+                            _LLAMA_LIKE)}
 
 
 def eager_model(path):

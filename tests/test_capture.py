@@ -9,7 +9,7 @@ from emergence.ablation import score_logits
 from emergence.capture import ATTN_IMPLEMENTATION, run_probe
 from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
-from reference_impl import eager_model, eager_targets, head_outputs_at_last
+from reference_impl import OUT_PROJ, eager_model, eager_targets, head_outputs_at_last
 from tiny_models import ARCHS, VOCAB
 
 T = 64
@@ -38,6 +38,28 @@ def test_captured_attention_equals_eager_output_attentions(arch, tiny_dirs, prob
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, probe_batch, monkeypatch):
+    """The whole row T-1, every key, from the tensors the model passes to the attention function."""
+    from emergence import capture
+
+    batch, _ = probe_batch
+    model = capture_model(tiny_dirs[arch])
+    arch_info = Architecture.of(model)
+    rows = {}
+
+    def keep_row(module, query, key, mask, scaling, softcap, out):
+        rows[arch_info.attentions.index(module)] = capture.last_query_row(query, key, mask, scaling, softcap)
+
+    monkeypatch.setattr(capture, "_listener", keep_row)
+    with torch.no_grad():
+        model(batch.tokens)
+        attentions = eager_model(tiny_dirs[arch])(batch.tokens, output_attentions=True).attentions
+    assert sorted(rows) == list(range(len(attentions)))
+    for layer, eager in enumerate(attentions):
+        torch.testing.assert_close(rows[layer], eager[:, :, -1, :], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_spectral_sums_equal_head_outputs_from_hooks(arch, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
@@ -53,34 +75,74 @@ def test_spectral_sums_equal_head_outputs_from_hooks(arch, tiny_dirs, probe_batc
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_head_outputs_times_output_projection_reproduce_attention_output(arch, tiny_dirs, probe_batch):
+def test_logits_under_capture_equal_the_models_own_eager_logits(arch, tiny_dirs, probe_batch):
+    batch, baseline = probe_batch
+    model = capture_model(tiny_dirs[arch])
+    seen = []
+
+    def keep_logits(logits, b):
+        seen.append(logits.double())
+        return {}
+
+    run_probe(model, Architecture.of(model), batch, baseline, 5, 12, False, keep_logits)
+    with torch.no_grad():
+        expected = eager_model(tiny_dirs[arch])(batch.tokens).logits[:, -1].double()
+    torch.testing.assert_close(torch.cat(seen), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_discovered_projection_reassembles_the_attention_output_from_head_outputs(arch, tiny_dirs, probe_batch):
     batch, _ = probe_batch
     model = capture_model(tiny_dirs[arch])
     arch_info = Architecture.of(model)
+    assert arch_info.out_projs == OUT_PROJ[arch](model)  # discovery finds what the source names
     outputs = []
     hook = arch_info.attentions[1].register_forward_hook(lambda m, a, out: outputs.append(out[0][:, -1]))
-    x = torch.from_numpy(head_outputs_at_last(model, arch, batch.tokens, arch_info.n_heads))[:, 1]
+    x = torch.from_numpy(head_outputs_at_last(model, arch, batch.tokens, arch_info.n_heads))[:, 1].float()
     hook.remove()
     proj = arch_info.out_projs[1]
-    per_head = torch.einsum("nhd,ohd->nho", x.float(),
-                            proj.weight.view(-1, arch_info.n_heads, arch_info.head_dim))
-    rebuilt = per_head.sum(1) + (proj.bias if proj.bias is not None else 0)
-    torch.testing.assert_close(rebuilt, outputs[0], rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # affine: proj(x) = sum over heads of (proj(that head only) - proj(0)), + proj(0)
+        zero = proj(torch.zeros_like(x.flatten(1)))
+        per_head = [proj((x * (torch.arange(arch_info.n_heads) == h)[:, None]).flatten(1)) - zero
+                    for h in range(arch_info.n_heads)]
+    torch.testing.assert_close(sum(per_head) + zero, outputs[0], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["olmo", "olmoe"])
-def test_clip_qkv_stays_in_effect(arch, tiny_dirs, probe_batch):
+# Each family's own twist, switched off in a copy: the captured row must change with it and
+# still equal eager attention with it on (so we really see the clipped / windowed / capped one).
+TWISTS = [("olmo", {"clip_qkv": None}), ("olmoe", {"clip_qkv": None}), ("mistral", {"sliding_window": None}),
+          ("qwen2", {"layer_types": ["full_attention"] * 2}), ("phi3", {"sliding_window": None}),
+          ("gemma2", {"attn_logit_softcapping": None}), ("gemma2", {"query_pre_attn_scalar": 8})]
+
+
+@pytest.mark.parametrize("arch,off", TWISTS)
+def test_family_twists_stay_in_effect(arch, off, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
-    unclipped = AutoModelForCausalLM.from_pretrained(tiny_dirs[arch], dtype=torch.float32,
-                                                     attn_implementation=ATTN_IMPLEMENTATION,
-                                                     clip_qkv=None).eval()
-    cap_unclipped = run_probe(unclipped, Architecture.of(unclipped), batch, baseline, 12, 12, False, score_logits)
-    clipped = capture_model(tiny_dirs[arch])
-    assert clipped.config.clip_qkv == 0.5
-    cap = run_probe(clipped, Architecture.of(clipped), batch, baseline, 12, 12, False, score_logits)
-    assert np.abs(cap.targets - cap_unclipped.targets).max() > 1e-3  # the clip changes attention ...
+    plain = AutoModelForCausalLM.from_pretrained(tiny_dirs[arch], dtype=torch.float32,
+                                                 attn_implementation=ATTN_IMPLEMENTATION, **off).eval()
+    cap_plain = run_probe(plain, Architecture.of(plain), batch, baseline, 12, 12, False, score_logits)
+    model = capture_model(tiny_dirs[arch])
+    cap = run_probe(model, Architecture.of(model), batch, baseline, 12, 12, False, score_logits)
+    assert np.abs(cap.targets - cap_plain.targets).max() > 1e-3
     expected = eager_targets(eager_model(tiny_dirs[arch]), batch.tokens, batch.ab.numpy(), baseline)
-    np.testing.assert_allclose(cap.targets, expected, rtol=1e-5, atol=1e-7)  # ... and we see the clipped one
+    np.testing.assert_allclose(cap.targets, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_attention_that_bypasses_the_interface_stops_with_one_line(tiny_dirs, monkeypatch):
+    """As remote code might: the attention layers run eager attention without asking the interface."""
+    from transformers.models.llama import modeling_llama
+
+    from emergence.config import UsageError
+
+    class EagerOnly:
+        def get_interface(self, name, default):
+            return modeling_llama.eager_attention_forward
+
+    model = capture_model(tiny_dirs["llama"])
+    monkeypatch.setattr(modeling_llama, "ALL_ATTENTION_FUNCTIONS", EagerOnly())
+    with pytest.raises(UsageError, match="'llama' is not supported.*AttentionInterface") as err:
+        Architecture.of(model)
+    assert "\n" not in str(err.value)
 
 
 def test_clean_metrics_match_full_logits(tiny_dirs, probe_batch):
@@ -105,3 +167,21 @@ def test_non_finite_attention_stops_with_a_float32_hint(tiny_dirs, probe_batch):
         model.model.layers[0].self_attn.q_proj.weight.fill_(float("inf"))
     with pytest.raises(FloatingPointError, match="model.dtype=float32"):
         run_probe(model, Architecture.of(model), batch, baseline, 6, 12, False, score_logits)
+
+
+def test_a_layer_without_a_mask_or_with_attention_sinks_is_refused(tiny_dirs, monkeypatch):
+    """Either would make our output differ from the model's own (non-causal, or sinks ignored)."""
+    from transformers.models.llama import modeling_llama
+
+    from emergence.capture import capture_attention
+    from emergence.config import UsageError
+
+    q = k = v = torch.randn(1, 2, 4, 8)
+    mask = torch.zeros(1, 1, 4, 4)
+    module = torch.nn.Module()
+    with pytest.raises(UsageError, match="'s_aux'"):
+        capture_attention(module, q, k, v, mask, scaling=0.3, s_aux=torch.zeros(2))
+    model = capture_model(tiny_dirs["llama"])
+    monkeypatch.setattr(modeling_llama, "create_causal_mask", lambda **kwargs: None)
+    with pytest.raises(UsageError, match="no attention mask"):
+        Architecture.of(model)

@@ -1,9 +1,10 @@
 import pytest
 
-from emergence.checkpoints import check_revision_name, parse_revision_name, resolve_revision
+from emergence.checkpoints import resolve_revision
 from emergence.config import UsageError, compose_config
+from emergence.revisions import check_revision_name, parse_revision_name
 
-PRESETS_WITH_PANELS = ["pythia", "olmo", "olmoe", "toy_neox", "toy_olmo", "toy_olmoe"]
+PRESETS_WITH_PANELS = ["pythia", "olmo", "olmoe", "amber", "crfm_gpt2", "toy_neox", "toy_olmo", "toy_olmoe"]
 
 
 @pytest.mark.parametrize("model,revision,step,tokens", [
@@ -21,12 +22,12 @@ def test_panel_revisions_resolve_to_branch_step_and_tokens(model, revision, step
 @pytest.mark.parametrize("model", PRESETS_WITH_PANELS)
 def test_each_panel_branch_name_gives_its_listed_step_and_tokens(model):
     """A panel entry whose name disagrees with its step or tokens would misplace a checkpoint in time."""
-    cfg = compose_config([f"model={model}"])
-    tokens_per_step = cfg.model.tokens_per_step
-    steps = [int(e.step) for e in cfg.model.panel]
+    m = compose_config([f"model={model}"]).model
+    steps = [int(e.step) for e in m.panel]
     assert len(steps) == 10 and steps == sorted(set(steps))
-    for entry in cfg.model.panel:
-        step, tokens = parse_revision_name(entry.revision, tokens_per_step)
+    for entry in m.panel:
+        check_revision_name(entry.revision, m, [])  # a name the family's own naming accepts
+        step, tokens = parse_revision_name(entry.revision, m.revision_pattern, m.tokens_per_step)
         assert step == entry.step, entry.revision
         if entry.revision.endswith("B"):  # the name rounds tokens down to whole billions
             assert tokens <= entry.tokens < tokens + 10**9, entry.revision
@@ -39,7 +40,7 @@ def test_custom_revisions_parse_tokens():
     assert (rev.step, rev.tokens) == (2000, 2000 * 2_097_152)
     rev = resolve_revision(compose_config(["model=olmo", "revision=custom", "revision.name=step20000-tokens42B"]))
     assert (rev.step, rev.tokens) == (20000, 42 * 10**9)
-    assert parse_revision_name("main", None) == (None, None)
+    assert parse_revision_name("main", None, None) == (None, None)
 
 
 @pytest.mark.parametrize("model,name,nearest", [
@@ -47,6 +48,12 @@ def test_custom_revisions_parse_tokens():
     ("pythia", "step144000", "step142000, step143000"),
     ("olmo", "step11000", "step11000-tokens23B"),
     ("olmoe", "main-ish", "step5000-tokens20B"),
+    ("amber", "ckpt_360", "ckpt_358, ckpt_359"),
+    ("amber", "ckpt_12", "ckpt_(?P<step>"),
+    ("crfm_gpt2", "checkpoint-95", "checkpoint-90, checkpoint-100"),
+    ("crfm_gpt2", "checkpoint-20500", "checkpoint-20000, checkpoint-21000"),
+    ("smollm2", "step1000", "step-(?P<step>"),
+    ("olmo2", "step1000-tokens3B", "stage1-step(?P<step>"),
 ])
 def test_malformed_custom_revisions_name_the_nearest_valid_ones(model, name, nearest):
     cfg = compose_config([f"model={model}", "revision=custom", f"revision.name={name}"])
@@ -58,11 +65,22 @@ def test_malformed_custom_revisions_name_the_nearest_valid_ones(model, name, nea
 def test_pythia_names_accept_exactly_the_published_branches():
     from test_revisions import PYTHIA_BRANCHES  # the repo's branch listing
 
+    pythia = compose_config(["model=pythia"]).model
     for name in PYTHIA_BRANCHES[1:]:  # all but main
-        check_revision_name(name, "pythia", [])
+        check_revision_name(name, pythia, [])
     for name in ("step3", "step768", "step999", "step1500", "step143001", "step144000", "stepX"):
         with pytest.raises(UsageError, match=name):
-            check_revision_name(name, "pythia", [])
+            check_revision_name(name, pythia, [])
+
+
+@pytest.mark.parametrize("model,revision,name,step,tokens", [
+    ("amber", "r9", "ckpt_359", 359, 359 * 3_500_000_000),
+    ("crfm_gpt2", "r0", "checkpoint-10", 10, None),
+    ("crfm_gpt2", "final", "checkpoint-400000", 400000, None),
+])
+def test_new_preset_panels(model, revision, name, step, tokens):
+    rev = resolve_revision(compose_config([f"model={model}", f"revision={revision}"]))
+    assert (rev.name, rev.step, rev.tokens) == (name, step, tokens)
 
 
 def test_index_out_of_range():
@@ -112,3 +130,34 @@ def test_auto_batch_size_scales_with_free_memory():
     mid = auto_batch_size(16 * 2**30, 256, cfg, torch.bfloat16)
     assert auto_batch_size(16 * 2**30, 256, cfg, torch.float32) < mid  # wider dtype, fewer sequences
     assert auto_batch_size(0, 256, cfg, torch.bfloat16) == 1
+
+
+def test_attention_support_is_decided_by_the_model_class_capability():
+    from transformers import BloomConfig, FalconConfig, Gemma2Config, GPT2Config, LlamaConfig
+
+    from emergence.checkpoints import check_attention_support
+
+    for config in (LlamaConfig(), Gemma2Config(), GPT2Config()):
+        check_attention_support(config, trust_remote_code=False)
+    for config in (BloomConfig(), FalconConfig()):  # their attention bypasses AttentionInterface
+        with pytest.raises(UsageError, match=f"'{config.model_type}' is not supported.*tested: .*llama"):
+            check_attention_support(config, trust_remote_code=False)
+    # remote code brings its own class: the discovery pass after loading decides
+    remote = BloomConfig(auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"})
+    check_attention_support(remote, trust_remote_code=True)
+    with pytest.raises(UsageError):
+        check_attention_support(remote, trust_remote_code=False)
+
+
+@pytest.mark.parametrize("override,field", [
+    ("model.revision_pattern='step(\\d+'", "model.revision_pattern"),
+    ("model.revision_pattern='step\\d+'", "model.revision_pattern"),  # no step group
+    ("model.published_steps=[{first: 1, last: 512, factor: 1}]", "model.published_steps"),
+    ("model.published_steps=[{first: 10, last: 5, every: 1}]", "model.published_steps"),
+])
+def test_bad_revision_naming_in_a_preset_is_one_line(override, field):
+    from emergence.config import validate
+
+    with pytest.raises(UsageError, match=field) as err:
+        validate(compose_config(["model=pythia", override]))
+    assert "\n" not in str(err.value)

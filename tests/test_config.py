@@ -25,9 +25,8 @@ def test_every_option_composes_and_validates(group, option):
     model = [] if group == "model" else ["model=pythia"]  # a model with a panel, for the revision options
     cfg = compose_config([*model, f"{group}={option}", *REQUIRED.get((group, option), [])])
     validate(cfg)
-    if not (group == "model" and option == "local"):  # a local model has no panel to resolve against
-        rev = resolve_revision(cfg)
-        assert rev.name, (group, option)
+    rev = resolve_revision(cfg)  # revision=final: the last panel entry, or the checkpoint as it is without a panel
+    assert (rev.name is not None) == bool(cfg.model.panel), (group, option)
 
 
 def test_every_group_has_options_and_the_schema_knows_them():

@@ -1,6 +1,7 @@
 """The whole pipeline on tiny models: through Hydra's compose API, and as a subprocess."""
 
 import csv
+import hashlib
 import json
 import math
 from collections import Counter
@@ -42,7 +43,7 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
         assert r["pr"] == pytest.approx(pr_centred_cov(x[:, l, h]), rel=2e-2)
         assert r["pr_entropy_rank"] == pytest.approx(entropy_rank_svd(x[:, l, h]), rel=2e-2)
     assert summary["architecture"] == arch
-    assert summary["n_layers"] == 2 and summary["n_heads"] == 4 and summary["head_dim"] == 8
+    assert summary["n_layers"] == 2 and summary["n_heads"] == 4 and summary["head_dim"] == x.shape[-1]
 
 
 def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
@@ -55,6 +56,8 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
                 "induction_circuit", "ablation", "timings", "versions"):
         assert key in summary, key
     assert summary["model"] == "local" and summary["step"] is None
+    weights = (tiny_dirs["gpt_neox"] / "model.safetensors").read_bytes()
+    assert summary["weights_sha256"] == hashlib.sha256(weights).hexdigest()
     _, rows = read_run(tmp_path / "all")
     assert summary["induction_circuit"] == [f"L{r['layer']}H{r['head']}" for r in rows if r["sel_induction"] >= 1e-6]
     ab = summary["ablation"]
@@ -134,15 +137,43 @@ def test_panel_index_out_of_range_and_unknown_architecture(tiny_dirs, tmp_path):
     cfg.revision.index = 10
     with pytest.raises(UsageError, match="revision.index=10"):
         analyse(cfg, tmp_path)
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    llama = tmp_path / "llama"
-    LlamaForCausalLM(LlamaConfig(vocab_size=600, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 intermediate_size=32)).save_pretrained(llama)
-    cfg = compose_cfg(["model=local", f"model.name_or_path={llama}", *SMALL])
-    with pytest.raises(UsageError, match="'llama' is not supported.*gpt_neox, olmo, olmoe"):
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", *SMALL])
+    with pytest.raises(UsageError, match="'bloom' is not supported.*AttentionInterface.*llama"):
         analyse(cfg, tmp_path)
     assert not (tmp_path / "summary.json").exists()
+
+
+def tiny_bloom(path):
+    """A BLOOM directory: its attention bypasses AttentionInterface (ALiBi inside the module)."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    BloomForCausalLM(BloomConfig(vocab_size=600, hidden_size=16, n_layer=1, n_head=2)).save_pretrained(path)
+    return path
+
+
+def test_unsupported_architecture_exits_2_before_loading_weights(tmp_path, monkeypatch):
+    import transformers
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("weights loaded")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", *SMALL])
+    from emergence.config import UsageError
+
+    with pytest.raises(UsageError):  # from the config alone: from_pretrained is never reached
+        analyse(cfg, tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_unsupported_architecture_cli_is_one_line_and_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", "probe=quick",
+                  "wandb.mode=disabled", f"hydra.run.dir={out}")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len([l for l in lines if l.startswith("error:")]) == 1 and "'bloom'" in lines[-1]
+    assert not (out / "heads.csv").exists() and not (out / "summary.json").exists()
 
 
 def test_ablating_a_chosen_head_set(tiny_dirs, tmp_path):

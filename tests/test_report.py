@@ -73,19 +73,24 @@ def test_reference_data_reproduces_method_section_7():
     check_method_numbers(panel_findings(load_reference(REFERENCE)))
 
 
+def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
+    """Write one checkpoint's selectivities as `python -m emergence` would (baseline attention 1e-3,
+    four identical probe sequences, so the intervals are points)."""
+    scr = screen(c.sel, class_thresholds(30.0), 50.0)
+    attention = np.concatenate([c.sel * 1e-3, np.full(c.sel.shape[:2] + (1,), 1e-3)], -1)
+    targets = np.repeat(attention[None], 4, axis=0)
+    intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
+    pr = c.pr if c.pr is not None else np.full(c.sel.shape[:2], np.nan)
+    rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), pr, intervals, np.zeros(c.sel.shape[:2]))
+    write_run(run_dir, rows, summary, targets)
+
+
 def as_run_dirs(trajectories: dict, root: Path) -> None:
-    """Write each checkpoint as `python -m emergence` would (baseline attention 1e-3)."""
     for model, traj in trajectories.items():
         for c in traj.checkpoints:
-            scr = screen(c.sel, class_thresholds(30.0), 50.0)
-            attention = np.concatenate([c.sel * 1e-3, np.full(c.sel.shape[:2] + (1,), 1e-3)], -1)
-            targets = np.repeat(attention[None], 4, axis=0)  # four identical sequences: degenerate intervals
-            intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
-            rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), c.pr, intervals,
-                             np.zeros(c.sel.shape[:2]))
-            summary = {"model": model, "revision": c.revision, "tokens": c.tokens, "step": None,
-                       "n_layers": c.sel.shape[0], "n_heads": c.sel.shape[1]}
-            write_run(root / model / c.revision, rows, summary, targets)
+            write_checkpoint(root / model / c.revision, c, {
+                "model": model, "revision": c.revision, "tokens": c.tokens, "step": None,
+                "n_layers": c.sel.shape[0], "n_heads": c.sel.shape[1]})
 
 
 @needs_reference
@@ -246,3 +251,29 @@ def test_brackets_and_the_gap_range():
     assert ratio_range(5, 2, tokens, tokens) == pytest.approx([117 / 23, 264 / 10])
     assert ratio_range(5, 1, tokens, tokens) == [117 / 10, None]  # the onset may lie at 0 tokens: open
     assert ratio_range(None, 2, tokens, tokens) is None
+
+
+def test_revisions_with_identical_weights_are_flagged(tmp_path):
+    """r0 and r2 serve the same weights (as pythia-2.8b's branches did): findings and report say so."""
+    traj = toy_trajectory()
+    for c, digest in zip(traj.checkpoints, ("a" * 64, "b" * 64, "a" * 64)):
+        write_checkpoint(tmp_path / "runs" / c.revision, c, {
+            "model": "toy", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2,
+            "n_heads": 2, "weights_sha256": digest})
+    out = tmp_path / "report"
+    report_main([str(tmp_path / "runs"), "--out", str(out), "--wandb-mode", "disabled"])
+    findings = json.loads((out / "findings.json").read_text())["models"]["toy"]
+    assert findings["identical_weights"] == [["r0", "r2"]]
+    assert [r["weights_sha256"][0] for r in findings["revisions"]] == ["a", "b", "a"]
+    line = next(l for l in (out / "report.md").read_text().splitlines() if "Identical weights" in l)
+    assert "r0 = r2" in line and "r1" not in line
+
+
+def test_distinct_or_unknown_weights_are_not_flagged():
+    from emergence.report.findings import identical_weights
+
+    traj = toy_trajectory()
+    assert identical_weights(traj) == []  # no fingerprints (older runs)
+    for c, digest in zip(traj.checkpoints, "abc"):
+        c.extras["weights_sha256"] = digest
+    assert identical_weights(traj) == []

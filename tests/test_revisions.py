@@ -1,19 +1,23 @@
+import json
+
+import pytest
 from cli import last_line, run_cli
+
 from emergence.revisions import between, parse_branches, propose_panel
 
 PYTHIA_BRANCHES = ["main", "step0", *(f"step{2**k}" for k in range(10)), *(f"step{s}" for s in range(1000, 143001, 1000))]
 
 
 def test_parse_branches_orders_by_step_and_skips_other_refs():
-    entries = parse_branches(["main", "step2000-tokens4B", "step1000-tokens2B", "dev"], None)
+    entries = parse_branches(["main", "step2000-tokens4B", "step1000-tokens2B", "dev"], None, None)
     assert [(e.revision, e.step, e.tokens) for e in entries] == [
         ("step1000-tokens2B", 1000, 2 * 10**9), ("step2000-tokens4B", 2000, 4 * 10**9)]
-    pythia = parse_branches(PYTHIA_BRANCHES, 2_097_152)
+    pythia = parse_branches(PYTHIA_BRANCHES, r"step(?P<step>\d+)", 2_097_152)
     assert len(pythia) == 154 and pythia[-1].tokens == 143000 * 2_097_152
 
 
 def test_propose_a_log_spaced_panel():
-    entries = parse_branches(PYTHIA_BRANCHES, 2_097_152)
+    entries = parse_branches(PYTHIA_BRANCHES, r"step(?P<step>\d+)", 2_097_152)
     panel = propose_panel(entries, 10, 2e6, 3e11)
     tokens = [e.tokens for e in panel]
     assert 8 <= len(panel) <= 10 and tokens == sorted(tokens)
@@ -23,7 +27,7 @@ def test_propose_a_log_spaced_panel():
 
 
 def test_between_two_revisions():
-    entries = parse_branches(PYTHIA_BRANCHES, 2_097_152)
+    entries = parse_branches(PYTHIA_BRANCHES, r"step(?P<step>\d+)", 2_097_152)
     found = between(entries, "step512", "step3000")
     assert [e.revision for e in found] == ["step1000", "step2000"]
 

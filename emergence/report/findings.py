@@ -170,6 +170,16 @@ def pr_integral_ranking(traj: Trajectory, class_threshold: float, top_k: int = 4
             "induction_share": float(np.mean([final[l, h, INDUCTION] >= class_threshold for l, h in top]))}
 
 
+def identical_weights(traj: Trajectory) -> list[list[str]]:
+    """Groups of revisions whose weights fingerprints (``weights_sha256``) are equal: at most one
+    of each group can be the checkpoint its name says (Pythia-2.8b, BLOOM and OLMo have served such)."""
+    groups: dict[str, list[str]] = {}
+    for c in traj.checkpoints:
+        if c.extras.get("weights_sha256"):
+            groups.setdefault(c.extras["weights_sha256"], []).append(c.revision)
+    return [revisions for revisions in groups.values() if len(revisions) > 1]
+
+
 def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.class_default,
                    circuit_threshold: float = ThresholdConfig.circuit, reps: Replicates | None = None) -> dict:
     """F1-F5 of one trajectory; ``reps`` (its bootstrap at these thresholds) adds the intervals."""
@@ -220,6 +230,7 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         "f5": f5_leads(traj, circuit_threshold, reps),
         "pr_integral_ranking": pr_integral_ranking(traj, class_threshold),
         "intervals": reps is not None,
+        "identical_weights": identical_weights(traj),
     }
 
 

@@ -64,6 +64,9 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
             out.append(row)
         f1, f2, f3, f4 = f["f1"], f["f2"], f["f3"], f["f4"]
         out.append("")
+        for same in f["identical_weights"]:
+            out.append(f"- **Identical weights**: {' = '.join(same)} have the same weights (weights_sha256): "
+                       "at most one of them is the checkpoint its name says; check the repo before reading trends.")
         out.append(f"- **F1 zero-BOS floor**: layers with no BOS head at any revision: "
                    f"{f1['zero_bos_layers'] or 'none'}.")
         if f2["largest_jump"]:

@@ -115,14 +115,15 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
         summary, rows = read_run(run_dir)
         if summary["tokens"] is None:
             raise ValueError(f"{run_dir}: run has no token count (revision {summary['revision']!r}); "
-                             "a panel needs revisions with known tokens")
+                             "a panel needs revisions with known tokens: rerun with model.tokens_per_step=<N> "
+                             "where the family's tokens per step are known")
         n_layers, n_heads = summary["n_layers"], summary["n_heads"]
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         pr = np.zeros((n_layers, n_heads))
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             pr[r["layer"], r["head"]] = r[pr_estimator]
-        extras = {k: summary[k] for k in ("icl_score",) if summary.get(k) is not None}
+        extras = {k: summary[k] for k in ("icl_score", "weights_sha256") if summary.get(k) is not None}
         classes = set(summary.get("thresholds", {}).get("classes", {}).values())
         panel = (summary["model"], summary.get("training_seed"))
         used.setdefault(panel, set()).add(
