@@ -23,7 +23,7 @@ import emergence
 from emergence import spectral
 
 # Bump when the capture or the probe changes numerically: old entries then stop matching.
-MEASUREMENT_VERSION = 1
+MEASUREMENT_VERSION = 2  # 2: per-sequence clean loss of B (adaptive ablation pairs with it)
 
 
 @dataclass(frozen=True)
@@ -35,19 +35,24 @@ class Measurements:
     entropy_rank: np.ndarray  # [layers, heads]
     spectral_n: int
     clean_metrics: dict
+    clean_loss: np.ndarray  # [n] per-sequence clean loss of B, in probe order
     model_type: str
     n_layers: int
     n_heads: int
     head_dim: int
 
     @classmethod
-    def of(cls, cap, arch) -> "Measurements":
-        """Reduce a probe pass (``capture.Capture``) to what the screen and spectral steps keep."""
+    def of(cls, cap, arch, clean_loss: np.ndarray) -> "Measurements":
+        """Reduce a probe pass (``capture.Capture``, with its per-sequence clean losses) to what
+        the screen, spectral and ablation steps keep."""
         return cls(mean_attention=cap.mean_attention(),
                    pr=spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n),
                    entropy_rank=spectral.entropy_rank(cap.gram),
-                   spectral_n=cap.spectral_n, clean_metrics=cap.clean_metrics, model_type=arch.model_type,
+                   spectral_n=cap.spectral_n, clean_metrics=cap.clean_metrics, clean_loss=clean_loss, model_type=arch.model_type,
                    n_layers=arch.n_layers, n_heads=arch.n_heads, head_dim=arch.head_dim)
+
+
+ARRAYS = ("mean_attention", "pr", "entropy_rank", "clean_loss")  # stored as arrays; the rest as JSON
 
 
 def checkpoint_identity(path: str, revision: str | None) -> list:
@@ -76,14 +81,14 @@ def load(cache_dir: str, entry: str) -> Measurements | None:
         return None
     with np.load(path) as data:
         meta = json.loads(str(data["meta"]))
-        return Measurements(data["mean_attention"], data["pr"], data["entropy_rank"], **meta)
+        return Measurements(**{name: data[name] for name in ARRAYS}, **meta)
 
 
 def save(cache_dir: str, entry: str, m: Measurements) -> None:
     path = _path(cache_dir, entry)
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {k: v for k, v in asdict(m).items() if k not in ("mean_attention", "pr", "entropy_rank")}
+    meta = {k: v for k, v in asdict(m).items() if k not in ARRAYS}
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
     with os.fdopen(fd, "wb") as f:
-        np.savez(f, mean_attention=m.mean_attention, pr=m.pr, entropy_rank=m.entropy_rank, meta=json.dumps(meta))
+        np.savez(f, **{name: getattr(m, name) for name in ARRAYS}, meta=json.dumps(meta))
     os.replace(tmp, path)  # atomic: a crash leaves no half entry

@@ -7,6 +7,7 @@ failing job, Ctrl-C without a traceback.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from emergence import ablation, cache, capture, checkpoints, probe, results, screen, sweep, tracking
@@ -78,9 +80,10 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         cap = None
         if cached is None or mean_ablation:
             log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {name}")
+            clean_loss: list = []  # per sequence, for adaptive ablation's paired interval
             cap = capture.run_probe(model, arch, batch, baseline, batch_size, p.spectral_sequences or p.n_sequences,
-                                    mean_ablation, ablation.score_logits)
-        measured = cached or cache.Measurements.of(cap, arch)
+                                    mean_ablation, functools.partial(ablation.score_logits, per_sequence=clean_loss))
+        measured = cached or cache.Measurements.of(cap, arch, torch.cat(clean_loss).numpy())
         if cached is None and cfg.reuse:
             cache.save(cfg.cache_dir, entry, measured)
         lap("capture")
@@ -92,7 +95,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
 
         # Step 4: group ablation of the circuit against matched-random controls.
         ablation_result = ablation.ablate(cfg.ablate, model, arch, batch, batch_size, scr.circuit_heads(),
-                                          measured.clean_metrics, cap.position_mean if cap else None)
+                                          measured.clean_metrics, measured.clean_loss,
+                                          cap.position_mean if cap else None)
         lap("ablate")
 
         rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank)
