@@ -53,10 +53,11 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
                  reference: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     findings = panel_findings(trajectories, class_threshold, circuit_threshold)
-    rows = sensitivity.grid(trajectories)
-    held = sensitivity.conclusions(rows)
+    grids = [sensitivity.dense(t) for t in trajectories.values()]
+    rows = sensitivity.rows(grids)
+    held = sensitivity.conclusions(trajectories, grids, class_threshold, circuit_threshold)
     made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
-            figures.trajectories(findings, out), figures.sensitivity(rows, list(trajectories), out)]
+            figures.trajectories(findings, out), figures.sensitivity(grids, class_threshold, circuit_threshold, out)]
     for model, f in findings["models"].items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
     names = [p.name for p in made if p is not None]
@@ -98,8 +99,9 @@ def log_panel(findings: dict, out: Path, cfg: WandbConfig) -> None:
             run.log({f"{model}/revisions": wandb.Table(columns=columns,
                                                        data=[[r[c] for c in columns] for r in f["revisions"]])})
         run.log({f"figures/{Path(n).stem}": wandb.Image(str(out / n)) for n in findings["figures"]})
-        run.log({"sensitivity": wandb.Table(columns=["model", "conclusion", "holds", "detail"],
-                                            data=[list(c.values()) for c in findings["sensitivity"]])})
+        columns = list(findings["sensitivity"][0])
+        run.log({"sensitivity": wandb.Table(columns=columns,
+                                            data=[[c[k] for k in columns] for c in findings["sensitivity"]])})
 
 
 def main(argv=None) -> None:

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from emergence.report.sensitivity import CIRCUIT_GRID, CLASS_GRID, gap_matrix  # noqa: E402
+from emergence.report.sensitivity import CONCLUSIONS  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -103,17 +103,31 @@ def trajectories(findings: dict, out: Path) -> Path:
     return _save(fig, out / "trajectories.png")
 
 
-def sensitivity(rows: list[dict], models: list[str], out: Path) -> Path:
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.8), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        m = gap_matrix(rows, model)
-        im = ax.imshow(np.log10(m), cmap="magma", origin="lower", aspect="auto")
-        for (i, j), v in np.ndenumerate(m):
-            ax.text(j, i, "-" if np.isnan(v) else f"{v:.0f}", ha="center", va="center", fontsize=7, color="c")
-        ax.set_xticks(range(len(CIRCUIT_GRID)), [f"{c:g}" for c in CIRCUIT_GRID])
-        ax.set_yticks(range(len(CLASS_GRID)), [f"{c:g}" for c in CLASS_GRID])
-        ax.set_xlabel("circuit threshold")
-        ax.set_ylabel("BOS / class threshold")
-        ax.set_title(f"{model}: gap BOS-50% / onset")
-        fig.colorbar(im, ax=ax, label="log10 gap")
-    return _save(fig, out / "sensitivity_gap.png")
+def _threshold_plane(ax, g, values, class_threshold: float, circuit_threshold: float, **style):
+    """``values`` [class, circuit] over the log-spaced threshold plane, the report's thresholds marked."""
+    mesh = ax.pcolormesh(g.circuit_grid, g.class_grid, values, shading="nearest", **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.plot([circuit_threshold], [class_threshold], "w*", ms=10, mec="k")
+    ax.set_xlabel("circuit threshold (x)")
+    ax.set_ylabel("class / BOS threshold (x)")
+    return mesh
+
+
+def sensitivity(grids: list, class_threshold: float, circuit_threshold: float, out: Path) -> Path:
+    """Per model (rows): where each conclusion holds (yellow) or not (purple) over the
+    (class, circuit) threshold plane, and the F3 gap; the star marks the report's thresholds."""
+    names = list(CONCLUSIONS)
+    fig, axes = plt.subplots(len(grids), len(names) + 1, figsize=(3.3 * (len(names) + 1), 3.0 * len(grids)),
+                             squeeze=False)
+    for row, g in zip(axes, grids):
+        held = g.conclusions()
+        for ax, name in zip(row, names):
+            _threshold_plane(ax, g, held[name].astype(float), class_threshold, circuit_threshold,
+                             cmap="viridis", vmin=0, vmax=1)
+            ax.set_title(f"{g.model}: {CONCLUSIONS[name]}", fontsize=7)
+        mesh = _threshold_plane(row[-1], g, np.log10(g.gap_ratio()), class_threshold, circuit_threshold,
+                                cmap="magma")
+        row[-1].set_title(f"{g.model}: gap BOS-50% / onset", fontsize=7)
+        fig.colorbar(mesh, ax=row[-1], label="log10 gap")
+    return _save(fig, out / "sensitivity.png")

@@ -4,6 +4,7 @@ the reference study's data is the input)."""
 from __future__ import annotations
 
 from emergence.report import published
+from emergence.report.sensitivity import GRID_POINTS, GRID_RANGE
 from emergence.results import format_tokens
 
 
@@ -90,11 +91,14 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
                        f"revision ({_pct(ranking['induction_share'])} as induction members).")
         out.append("")
     out.append("## Threshold sensitivity\n")
-    out.append("Recomputed from the stored per-head selectivities over BOS/class thresholds "
-               "10-100x and circuit thresholds 20-200x (see `sensitivity.csv`).\n")
-    out += ["| model | conclusion | holds across the grid | detail |", "|---|---|---|---|"]
-    out += [f"| {c['model']} | {c['conclusion']} | {'yes' if c['holds'] else 'no'} | {c['detail']} |"
-            for c in conclusions]
+    out.append(f"Recomputed from the stored per-head selectivities at {GRID_POINTS} x {GRID_POINTS} "
+               f"(class / BOS, circuit) thresholds, log-spaced over {GRID_RANGE[0]:g}-{GRID_RANGE[1]:g}x on both "
+               "axes (`sensitivity.csv`: what each finding gives and concludes at every setting; "
+               "`sensitivity.png`: where each conclusion holds). *Flips*: where the conclusion changes along "
+               "each axis through the report's thresholds.\n")
+    out += ["| model | conclusion | at the report's thresholds | share of the grid | flips |", "|---|---|---|---|---|"]
+    out += [f"| {c['model']} | {c['conclusion']} | {'yes' if c['holds_at_report_thresholds'] else 'no'} | "
+            f"{_pct(c['share'])} | {c['flips']} |" for c in conclusions]
     out.append("\n## Figures\n")
     out += [f"![{name}]({name})" for name in figures]
     return "\n".join(out) + "\n"
