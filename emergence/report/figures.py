@@ -70,7 +70,9 @@ def head_trajectories(model: str, f: dict, out: Path) -> Path | None:
     return _save(fig, out / f"induction_heads_{model}.png")
 
 
-def recall_vs_tokens(findings: dict, out: Path) -> Path:
+def recall_vs_tokens(findings: dict, out: Path) -> Path | None:
+    if all(r["induction_recall"] is None for f in findings["models"].values() for r in f["revisions"]):
+        return None  # no model has a final circuit at these thresholds: nothing to recall
     fig, ax = plt.subplots(figsize=(6, 4))
     for model, f in findings["models"].items():
         revs = [r for r in f["revisions"] if r["induction_recall"] is not None]
@@ -131,3 +133,36 @@ def sensitivity(grids: list, class_threshold: float, circuit_threshold: float, o
         row[-1].set_title(f"{g.model}: gap BOS-50% / onset", fontsize=7)
         fig.colorbar(mesh, ax=row[-1], label="log10 gap")
     return _save(fig, out / "sensitivity.png")
+
+
+def ablation_floor(sweeps: list[dict], out: Path) -> Path | None:
+    """Per swept checkpoint: the loss rise from ablating the circuit screened at each threshold,
+    the matched-random sets' mean change, the bar the circuit must clear (causal_factor x the
+    controls' change) and T*; filled markers where the verdict is causal."""
+    if not sweeps:
+        return None
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(4.6 * len(sweeps), 3.8), squeeze=False)
+    for ax, sweep in zip(axes[0], sweeps):
+        pts = [p for p in sweep["points"] if p["circuit_loss_increase"] is not None]
+        x = [p["threshold"] for p in pts]
+        ax.plot(x, [p["circuit_loss_increase"] for p in pts], "-", color="C0", label="circuit")
+        for p in pts:
+            ax.plot(p["threshold"], p["circuit_loss_increase"], "o", color="C0",
+                    mfc="C0" if p["causal"] else "w")
+            ax.annotate(f"{len(p['circuit'])}h", (p["threshold"], p["circuit_loss_increase"]),
+                        textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        controls = [(p["threshold"], p["random_loss_increase_mean"]) for p in pts
+                    if p["random_loss_increase_mean"] is not None]
+        if controls:
+            ax.plot(*zip(*controls), "s-", color="C1", label="matched random (mean)")
+            ax.plot([t for t, _ in controls], [sweep["causal_factor"] * abs(c) for _, c in controls], ":",
+                    color="C1", label=f"{sweep['causal_factor']:g} x |random|")
+        if sweep["t_star"] is not None:
+            ax.axvline(sweep["t_star"], color="k", lw=0.8, ls="--", label=f"T* = {sweep['t_star']:g}x")
+        ax.axhline(0, color="0.7", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_xlabel("circuit threshold (x)")
+        ax.set_ylabel("loss of B: rise when ablated (nats)")
+        ax.set_title(f"{sweep['model']} @ {sweep['revision']}", fontsize=9)
+        ax.legend(fontsize=7)
+    return _save(fig, out / "ablation_floor.png")

@@ -16,6 +16,33 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _signed(x) -> str:
+    return "-" if x is None else f"{x:+.3f}"
+
+
+def ablation_floor(sweeps: list[dict]) -> list[str]:
+    """The ablation-floor section: per swept checkpoint, each threshold's circuit and verdict, and T*."""
+    out = ["## Ablation floor (T*)\n",
+           "Each checkpoint's circuit screened at several thresholds, ablated against matched-random sets "
+           "(METHOD section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
+           "is causal; it lies between the next lower swept threshold and T*.\n"]
+    for sweep in sweeps:
+        bracket = ("none: the highest threshold with a verdict is not causal" if sweep["t_star"] is None else
+                   f"{sweep['t_star']:g}x" + ("" if sweep["below"] is None else f" (in ({sweep['below']:g}x, "
+                                                                              f"{sweep['t_star']:g}x])"))
+        out.append(f"**{sweep['model']} @ {sweep['revision']}** ({format_tokens(sweep['tokens'])} tokens): "
+                   f"T* = {bracket}{'' if sweep['monotone'] else '; the verdicts are not monotone in the threshold'}.\n")
+        out += ["| threshold | circuit | circuit rise | matched-random mean | causal | sequences |",
+                "|---|---|---|---|---|---|"]
+        for p in sweep["points"]:
+            verdict = {True: "yes", False: "no", None: p["note"] or "-"}[p["causal"]]
+            out.append(f"| {p['threshold']:g}x | {', '.join(p['circuit']) or 'empty'} | "
+                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['random_loss_increase_mean'])} | {verdict} | "
+                       f"{p['sequences_used'] if p['sequences_used'] is not None else '-'} |")
+        out.append("")
+    return out
+
+
 def render(findings: dict, conclusions: list[dict], figures: list[str], reference: bool) -> str:
     th = findings["thresholds"]
     out = [f"# Panel report\n",
@@ -99,6 +126,8 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
     out += ["| model | conclusion | at the report's thresholds | share of the grid | flips |", "|---|---|---|---|---|"]
     out += [f"| {c['model']} | {c['conclusion']} | {'yes' if c['holds_at_report_thresholds'] else 'no'} | "
             f"{_pct(c['share'])} | {c['flips']} |" for c in conclusions]
+    if findings.get("ablation_floor"):
+        out += ["", *ablation_floor(findings["ablation_floor"])]
     out.append("\n## Figures\n")
     out += [f"![{name}]({name})" for name in figures]
     return "\n".join(out) + "\n"
