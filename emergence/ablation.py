@@ -209,17 +209,23 @@ def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tupl
     return Ablated({c: {m: v / n for m, v in s.items()} for c, s in sums.items()}, per_sequence, n)
 
 
-def adaptive_stop(settings, clean_loss: np.ndarray, n_controls: int, n_total: int, per_pass: int):
-    """``run_ablation``'s ``stop`` for ``ablate.sequences=adaptive``: after ``min_sequences``,
-    stop once the interval of the causal criterion (``verdict``) excludes zero."""
-    looks = verdict.n_looks(n_total, settings.min_sequences, per_pass)
+class AdaptiveStop:
+    """``run_ablation``'s ``stop`` for ``ablate.sequences=adaptive``: from ``min_sequences`` on,
+    every minibatch is a look; stop once the look's interval of the causal criterion
+    (``verdict``) excludes zero. ``last`` is the interval of the last look."""
 
-    def stop(loss: dict[str, np.ndarray]) -> bool:
-        n = len(loss["circuit"])
-        return n >= settings.min_sequences and verdict.decided(verdict.interval(
-            criterion_values(clean_loss, loss, n_controls, settings.causal_factor), settings.confidence, looks))
+    def __init__(self, settings, clean_loss: np.ndarray, n_controls: int):
+        self.settings, self.clean_loss, self.n_controls = settings, clean_loss, n_controls
+        self.looks = 0
+        self.last: dict | None = None
 
-    return stop, looks
+    def __call__(self, loss: dict[str, np.ndarray]) -> bool:
+        if len(loss["circuit"]) < self.settings.min_sequences:
+            return False
+        self.looks += 1
+        values = criterion_values(self.clean_loss, loss, self.n_controls, self.settings.causal_factor)
+        self.last = verdict.interval(values, self.settings.confidence, self.looks)
+        return verdict.decided(self.last)
 
 
 def criterion_values(clean_loss: np.ndarray, loss: dict[str, np.ndarray], n_controls: int,
@@ -257,8 +263,7 @@ def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: l
     conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
     # Rows above the shared prefix are len(conditions) x the sequences: as many as a clean pass of batch_size.
     per_pass = max(1, batch_size // len(conditions))
-    stop, looks = (adaptive_stop(settings, clean_loss, len(controls), batch.n, per_pass)
-                   if settings.sequences == "adaptive" and controls else (None, 1))
+    stop = AdaptiveStop(settings, clean_loss, len(controls)) if settings.sequences == "adaptive" and controls else None
     run = run_ablation(model, arch, batch, conditions, per_pass, position_mean, stop)
     # Over the whole probe, the probe pass's own mean (today's numbers exactly); else the same sequences' mean.
     clean_used = clean_metrics["loss"] if run.n == batch.n else float(clean_loss[:run.n].mean())
@@ -270,10 +275,9 @@ def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: l
     result["sequences_used"] = run.n
     result["stopped_early"] = run.n < batch.n
     result["clean_loss_used"] = clean_used
-    if controls:
-        result["interval"] = {**verdict.interval(criterion_values(clean_loss, run.loss, len(controls),
-                                                                  settings.causal_factor), settings.confidence, looks),
-                              "looks": looks}
+    if controls:  # the decisive look's interval, else one interval over every sequence used
+        result["interval"] = (stop.last if stop is not None and run.n < batch.n else verdict.interval(
+            criterion_values(clean_loss, run.loss, len(controls), settings.causal_factor), settings.confidence))
     if shortfall:
         result["note"] = shortfall
     elif result["effect"]["ratio"] is None:

@@ -11,8 +11,11 @@ sequences are independent draws, and with n >= 64 the mean is close to normal), 
 [min(lo+, lo-), min(hi+, hi-)] covers g when both branch intervals cover theirs.
 
 Looking at the data after every minibatch and stopping at the first decisive look would
-inflate the error rate, so each look's intervals are at the Bonferroni-corrected level
-1 - (1 - confidence) / (2 x looks) (two branches, every look that could stop the run).
+inflate the error rate, so the looks share the error budget alpha = 1 - confidence: look j
+(j = 1, 2, ...) spends alpha_j = alpha x 6 / (pi^2 j^2) (these sum to alpha over any number of
+looks, so the schedule need not be known in advance, and early looks, where a clear verdict
+stops the run, get the largest shares), split between the two branches (Bonferroni). A
+single interval over the whole probe (``ablate.sequences=all``) spends all of alpha.
 Pure numpy/scipy: no model here.
 """
 
@@ -33,22 +36,21 @@ def branches(clean: np.ndarray, circuit: np.ndarray, controls: np.ndarray, causa
     return np.stack([circuit_rise - causal_factor * control_change, circuit_rise + causal_factor * control_change])
 
 
-def n_looks(n_total: int, min_sequences: int, step: int) -> int:
-    """How many looks can stop a run: one after each minibatch of ``step`` sequences, from
-    ``min_sequences`` on, before the probe is exhausted (the last minibatch ends it anyway)."""
-    first = max(min_sequences, step)
-    return max(1, math.ceil((n_total - first) / step)) if n_total > first else 1
+def alpha_spent(confidence: float, look: int | None) -> float:
+    """The error budget of look ``look`` (1-based) of a sequential run; all of it for a single interval (None)."""
+    alpha = 1 - confidence
+    return alpha if look is None else alpha * 6 / (math.pi ** 2 * look ** 2)
 
 
-def interval(values: np.ndarray, confidence: float, looks: int = 1) -> dict:
-    """The criterion's point estimate and simultaneous interval from [2, n] branch values."""
+def interval(values: np.ndarray, confidence: float, look: int | None = None) -> dict:
+    """The criterion's point estimate and its interval from [2, n] branch values."""
     n = values.shape[1]
     means = values.mean(axis=1)
-    level = 1 - (1 - confidence) / (2 * looks)
-    half = stats.t.ppf(1 - (1 - level) / 2, df=n - 1) * values.std(axis=1, ddof=1) / math.sqrt(n) if n > 1 \
-        else np.full(2, np.inf)
+    level = 1 - alpha_spent(confidence, look) / 2  # per branch: the two branches hold together
+    half = (stats.t.ppf(1 - (1 - level) / 2, df=n - 1) * values.std(axis=1, ddof=1) / math.sqrt(n) if n > 1
+            else np.full(2, np.inf))
     return {"criterion": float(means.min()), "low": float((means - half).min()), "high": float((means + half).min()),
-            "level": level, "n": n}
+            "branch_level": level, "look": look, "n": n}
 
 
 def decided(iv: dict) -> bool:
