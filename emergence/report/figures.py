@@ -161,6 +161,8 @@ def ablation_floor(sweeps: list[dict], out: Path) -> Path | None:
             ax.axvline(sweep["t_star"], color="k", lw=0.8, ls="--", label=f"T* = {sweep['t_star']:g}x")
         ax.axhline(0, color="0.7", lw=0.6)
         ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(x, [f"{t:g}" for t in x])  # the swept thresholds themselves
         ax.set_xlabel("circuit threshold (x)")
         ax.set_ylabel("loss of B: rise when ablated (nats)")
         ax.set_title(f"{sweep['model']} @ {sweep['revision']}", fontsize=9)

@@ -9,7 +9,8 @@ the cached measurements, so only the ablations run again).
 T*, precisely: over the swept thresholds whose ablation has a verdict (``effect.causal`` is
 true or false; an empty circuit, or one without matched-random controls, has none), T* is
 the smallest threshold t such that the verdict is "causal" at t and at every swept threshold
-above t. It lies in (the next lower swept threshold, T*]: the sweep's spacing bounds it.
+above t. It lies in (the next lower swept threshold with a verdict, T*]: the sweep's
+spacing bounds it.
 None when the highest threshold with a verdict is not causal. When the verdicts are not
 monotone (causal, then not, then causal again), T* is still defined by the top run of
 causal verdicts, and ``monotone`` is false.

@@ -25,7 +25,7 @@ def ablation_floor(sweeps: list[dict]) -> list[str]:
     out = ["## Ablation floor (T*)\n",
            "Each checkpoint's circuit screened at several thresholds, ablated against matched-random sets "
            "(METHOD section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
-           "is causal; it lies between the next lower swept threshold and T*.\n"]
+           "is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
     for sweep in sweeps:
         bracket = ("none: the highest threshold with a verdict is not causal" if sweep["t_star"] is None else
                    f"{sweep['t_star']:g}x" + ("" if sweep["below"] is None else f" (in ({sweep['below']:g}x, "
