@@ -165,6 +165,25 @@ def shared_prefix(layers: list, rows: int, copies: int):
             h.remove()
 
 
+@contextmanager
+def last_position_only(layer, out_proj):
+    """Only the last position of the last decoder layer reaches the logits (``logits_to_keep=1``),
+    so that layer's output projection and MLP (``layer.mlp``, where it has one) run on it alone.
+    The residual additions broadcast [rows, 1, hidden] over [rows, T, hidden], so the layer's
+    output is exact at T-1 (the rest is never read). Enter it after ``ablating``: hooks run in
+    order, and ablation needs every position (mean ablation fills each from its own mean)."""
+    def last(module, args):
+        return (args[0][:, -1:], *args[1:])
+
+    modules = [out_proj, *([layer.mlp] if isinstance(getattr(layer, "mlp", None), torch.nn.Module) else [])]
+    handles = [m.register_forward_pre_hook(last) for m in modules]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 @dataclass
 class Ablated:
     """What ``run_ablation`` measured over the ``n`` sequences it used (the first ``n`` of the probe)."""
@@ -178,14 +197,16 @@ def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tupl
                  batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
     """Metrics of B at T-1 for each named head set ablated, all sets sharing each pass.
 
-    Layers below the lowest ablated one run once per minibatch (``shared_prefix``); each
-    minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses
+    Layers below the lowest ablated one run once per minibatch (``shared_prefix``), and the
+    last layer's output projection and MLP only at the last position (``last_position_only``);
+    each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses
     so far, may end the run after any minibatch (adaptive ablation)."""
     names = list(conditions)
     masks = torch.stack([head_mask(conditions[c], arch.n_layers, arch.n_heads) for c in names])
     k = len(names)
     ablated_layers = masks.any(dim=(0, 2)).nonzero()
-    suffix = decoder_layers(model, arch)[int(ablated_layers[0]) if len(ablated_layers) else 0:]
+    layers = decoder_layers(model, arch)
+    suffix = layers[int(ablated_layers[0]) if len(ablated_layers) else 0:]
     device = next(model.parameters()).device
     sums = {c: dict.fromkeys(METRICS, 0.0) for c in names}
     losses: dict[str, list[torch.Tensor]] = {c: [] for c in names}
@@ -195,7 +216,8 @@ def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tupl
             stop_at = min(start + batch_size, batch.n)
             b = stop_at - start
             row_masks = masks.repeat_interleave(b, dim=0)  # condition-major, as shared_prefix repeats rows
-            with shared_prefix(suffix, b, k), ablating(arch, row_masks, position_mean):
+            with shared_prefix(suffix, b, k), ablating(arch, row_masks, position_mean), \
+                    last_position_only(layers[-1], arch.out_projs[-1]):
                 logits = model(batch.tokens[start:stop_at].to(device), logits_to_keep=1, use_cache=False).logits[:, -1]
             target = batch.b[start:stop_at].to(device)
             for i, c in enumerate(names):
