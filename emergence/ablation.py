@@ -12,23 +12,29 @@ from __future__ import annotations
 import math
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from emergence import stats, verdict
 from emergence.probe import ProbeBatch
 from emergence.screen import head_name, parse_head_name
 
 METRICS = ("loss", "top1", "top5", "logit_b")
 
 
-def score_logits(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
-    """logits [b, V] at T-1, target [b] -> metric *sums* over the b sequences."""
+def score_logits(logits: torch.Tensor, target: torch.Tensor, per_sequence: list | None = None) -> dict[str, float]:
+    """logits [b, V] at T-1, target [b] -> metric *sums* over the b sequences. Each sequence's
+    loss of B is also appended to ``per_sequence`` when given: adaptive ablation pairs the
+    ablated losses with the clean ones sequence by sequence."""
     logits = logits.float()
     if not torch.isfinite(logits).all():
         raise FloatingPointError("non-finite logits (NaN or inf): rerun with model.dtype=float32")
+    if per_sequence is not None:
+        per_sequence.append(F.cross_entropy(logits, target, reduction="none").double().cpu())
     top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
     return {
         "loss": F.cross_entropy(logits, target, reduction="sum").item(),
@@ -128,40 +134,147 @@ def ablating(arch, row_masks: torch.Tensor, position_mean: torch.Tensor | None =
             h.remove()
 
 
+def decoder_layers(model, arch) -> list:
+    """Each layer's decoder block: the module holding its attention, found in the model's own tree
+    (so no architecture needs its layer list spelled out twice)."""
+    parents = {id(child): module for module in model.modules() for child in module.children()}
+    return [parents[id(attention)] for attention in arch.attentions]
+
+
+@contextmanager
+def shared_prefix(layers: list, rows: int, copies: int):
+    """Run the given decoder layers (the first ablated one and those above) on ``copies`` x
+    ``rows`` rows while the layers below run once on ``rows``: they compute the same thing for
+    every head set. Each hooked layer repeats, condition-major, every tensor argument with
+    ``rows`` rows (the hidden states at the first of them; per-row masks, positions and rotary
+    tables at all of them, since the model passes those to each layer afresh). Tensors of one
+    dimension (``cache_position`` [T]) are never per row, so they are left alone."""
+    def expand(value):
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == rows:
+            return value.repeat(copies, *[1] * (value.dim() - 1))
+        return tuple(expand(v) for v in value) if isinstance(value, tuple) else value
+
+    def hook(module, args, kwargs):
+        return expand(args), {k: expand(v) for k, v in kwargs.items()}
+
+    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in layers] if copies > 1 else []
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def last_position_only(layer, out_proj):
+    """Only the last position of the last decoder layer reaches the logits (``logits_to_keep=1``),
+    so that layer's output projection and MLP (``layer.mlp``, where it has one) run on it alone.
+    The residual additions broadcast [rows, 1, hidden] over [rows, T, hidden], so the layer's
+    output is exact at T-1 (the rest is never read). Enter it after ``ablating``: hooks run in
+    order, and ablation needs every position (mean ablation fills each from its own mean)."""
+    def last(module, args):
+        return (args[0][:, -1:], *args[1:])
+
+    modules = [out_proj, *([layer.mlp] if isinstance(getattr(layer, "mlp", None), torch.nn.Module) else [])]
+    handles = [m.register_forward_pre_hook(last) for m in modules]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@dataclass
+class Ablated:
+    """What ``run_ablation`` measured over the ``n`` sequences it used (the first ``n`` of the probe)."""
+
+    scores: dict[str, dict[str, float]]  # condition -> mean metrics of B at T-1
+    loss: dict[str, np.ndarray]  # condition -> per-sequence loss of B [n]
+    n: int
+
+
 def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tuple[int, int]]],
-                 batch_size: int, position_mean: torch.Tensor | None = None) -> dict[str, dict[str, float]]:
-    """Mean metrics of B at T-1 for each named head set ablated (all sets share each pass)."""
+                 batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
+    """Metrics of B at T-1 for each named head set ablated, all sets sharing each pass.
+
+    Layers below the lowest ablated one run once per minibatch (``shared_prefix``), and the
+    last layer's output projection and MLP only at the last position (``last_position_only``);
+    each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses
+    so far, may end the run after any minibatch (adaptive ablation)."""
     names = list(conditions)
     masks = torch.stack([head_mask(conditions[c], arch.n_layers, arch.n_heads) for c in names])
     k = len(names)
-    per_pass = max(1, batch_size // k)  # sequences per forward, each repeated once per condition
+    ablated_layers = masks.any(dim=(0, 2)).nonzero()
+    layers = decoder_layers(model, arch)
+    suffix = layers[int(ablated_layers[0]) if len(ablated_layers) else 0:]
     device = next(model.parameters()).device
     sums = {c: dict.fromkeys(METRICS, 0.0) for c in names}
+    losses: dict[str, list[torch.Tensor]] = {c: [] for c in names}
+    n = 0
     with torch.inference_mode():
-        for start in tqdm(range(0, batch.n, per_pass), desc="ablate", unit="batch", leave=False):
-            stop = min(start + per_pass, batch.n)
-            b = stop - start
-            tokens = batch.tokens[start:stop].to(device).repeat(k, 1)  # condition-major rows
-            row_masks = masks.repeat_interleave(b, dim=0)
-            with ablating(arch, row_masks, position_mean):
-                logits = model(tokens, logits_to_keep=1).logits[:, -1]
-            target = batch.b[start:stop].to(device)
+        for start in tqdm(range(0, batch.n, batch_size), desc="ablate", unit="batch", leave=False):
+            stop_at = min(start + batch_size, batch.n)
+            b = stop_at - start
+            row_masks = masks.repeat_interleave(b, dim=0)  # condition-major, as shared_prefix repeats rows
+            with shared_prefix(suffix, b, k), ablating(arch, row_masks, position_mean), \
+                    last_position_only(layers[-1], arch.out_projs[-1]):
+                logits = model(batch.tokens[start:stop_at].to(device), logits_to_keep=1, use_cache=False).logits[:, -1]
+            target = batch.b[start:stop_at].to(device)
             for i, c in enumerate(names):
-                for m, v in score_logits(logits[i * b:(i + 1) * b], target).items():
+                rows = logits[i * b:(i + 1) * b]
+                for m, v in score_logits(rows, target, losses[c]).items():
                     sums[c][m] += v
-    return {c: {m: v / batch.n for m, v in s.items()} for c, s in sums.items()}
+            n = stop_at
+            per_sequence = {c: torch.cat(v).numpy() for c, v in losses.items()}
+            if stop is not None and stop_at < batch.n and stop(per_sequence):
+                break
+    return Ablated({c: {m: v / n for m, v in s.items()} for c, s in sums.items()}, per_sequence, n)
+
+
+class AdaptiveStop:
+    """``run_ablation``'s ``stop`` for ``ablate.sequences=adaptive``: from ``min_sequences`` on,
+    every minibatch is a look; stop once the look's interval of the causal criterion
+    (``verdict``) excludes zero. ``last`` is the interval of the last look."""
+
+    def __init__(self, settings, clean_loss: np.ndarray, n_controls: int):
+        self.settings, self.clean_loss, self.n_controls = settings, clean_loss, n_controls
+        self.looks = 0
+        self.last: dict | None = None
+
+    def __call__(self, loss: dict[str, np.ndarray]) -> bool:
+        if len(loss["circuit"]) < self.settings.min_sequences:
+            return False
+        self.looks += 1
+        values = criterion_values(self.clean_loss, loss, self.n_controls, self.settings.causal_factor)
+        self.last = verdict.interval(values, self.settings.confidence, self.looks)
+        return verdict.decided(self.last)
+
+
+def criterion_values(clean_loss: np.ndarray, loss: dict[str, np.ndarray], n_controls: int,
+                     causal_factor: float) -> np.ndarray:
+    """The causal criterion's two per-sequence branches (``verdict.branches``) over the sequences measured."""
+    n = len(loss["circuit"])
+    controls = np.stack([loss[f"random_{i}"] for i in range(n_controls)])
+    return verdict.branches(clean_loss[:n], loss["circuit"], controls, causal_factor)
 
 
 def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: list[tuple[int, int]],
-           clean_metrics: dict, position_mean: torch.Tensor | None) -> dict:
+           clean_metrics: dict, clean_loss: np.ndarray, position_mean: torch.Tensor | None,
+           stats_settings) -> dict:
     """The ablation step's record: clean vs ``circuit`` ablated vs matched-random controls.
+
+    ``stats_settings`` (the run's ``StatsConfig``) sizes the effect's paired bootstrap.
 
     ``settings`` is the run's ``AblateConfig``; with ``settings.heads`` set, those heads
     (validated against the model's shape before the probe pass) replace the screened
-    ``circuit``. ``clean_metrics`` come from the probe pass, ``position_mean`` (mean
-    ablation) from its capture."""
+    ``circuit``. ``clean_metrics`` and the per-sequence ``clean_loss`` [n] come from the
+    probe pass, ``position_mean`` (mean ablation) from its capture. With
+    ``settings.sequences == "adaptive"`` the run stops once the verdict is decided; the
+    metrics are then means over the sequences used, and the effect is against the clean
+    loss of the same sequences."""
     result: dict = {"enabled": settings.enabled, "mode": settings.mode, "causal_factor": settings.causal_factor,
-                    "clean": clean_metrics, "circuit": None, "random": [], "effect": None}
+                    "sequences": settings.sequences, "clean": clean_metrics, "circuit": None, "random": [],
+                    "effect": None}
     if settings.heads is not None:  # the user's head set instead of the screened circuit
         circuit = [parse_head_name(h) for h in settings.heads]
         result["heads"] = list(settings.heads)
@@ -173,12 +286,28 @@ def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: l
     shortfall = control_shortfall(circuit, arch.n_heads)
     controls = [] if shortfall else matched_random_sets(circuit, arch.n_heads, settings.n_random, settings.seed)
     conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
-    scores = run_ablation(model, arch, batch, conditions, batch_size, position_mean)
-    result["circuit"] = scores["circuit"]
-    result["random"] = [{**scores[f"random_{i}"], "heads": [head_name(*h) for h in heads]}
+    # Rows above the shared prefix are len(conditions) x the sequences: as many as a clean pass of batch_size.
+    per_pass = max(1, batch_size // len(conditions))
+    stop = AdaptiveStop(settings, clean_loss, len(controls)) if settings.sequences == "adaptive" and controls else None
+    run = run_ablation(model, arch, batch, conditions, per_pass, position_mean, stop)
+    # Over the whole probe, the probe pass's own mean (today's numbers exactly); else the same sequences' mean.
+    clean_used = clean_metrics["loss"] if run.n == batch.n else float(clean_loss[:run.n].mean())
+    result["circuit"] = run.scores["circuit"]
+    result["random"] = [{**run.scores[f"random_{i}"], "heads": [head_name(*h) for h in heads]}
                         for i, heads in enumerate(controls)]
-    result["effect"] = effect(clean_metrics["loss"], scores["circuit"]["loss"],
+    result["effect"] = effect(clean_used, run.scores["circuit"]["loss"],
                               [s["loss"] for s in result["random"]], settings.causal_factor)
+    result["sequences_used"] = run.n
+    result["stopped_early"] = run.n < batch.n
+    result["clean_loss_used"] = clean_used
+    if controls:
+        # The effect's paired bootstrap over the sequences used; then the decisive look's interval of
+        # the criterion, or one interval over every sequence used.
+        control_loss = np.stack([run.loss[f"random_{i}"] for i in range(len(controls))])
+        result["effect"]["intervals"] = stats.effect_intervals(clean_loss[:run.n], run.loss["circuit"], control_loss,
+                                                               settings.causal_factor, stats_settings)
+        result["interval"] = (stop.last if stop is not None and run.n < batch.n else verdict.interval(
+            criterion_values(clean_loss, run.loss, len(controls), settings.causal_factor), settings.confidence))
     if shortfall:
         result["note"] = shortfall
     elif result["effect"]["ratio"] is None:

@@ -4,16 +4,20 @@
   (b) the floor: a bare SDPA forward over the same batch, logits at the last position only;
   (c) the study's approach: eager attention, ``output_attentions=True``, batch 4, every
       [n, layers, heads, T] attention row kept, full logits;
-  (d) ``python -m emergence`` with ablation on, for the ablation's cost;
-  (e) in one process, the probe pass alone (``capture.run_probe``) against the bare SDPA
+  (d) ``python -m emergence`` with ablation of every probe sequence (``ablate.sequences=all``);
+  (e) the whole recipe: ``python -m emergence`` with adaptive ablation (the default), which
+      stops once the verdict is decided;
+  (f) in one process, the probe pass alone (``capture.run_probe``) against the bare SDPA
       forward pass over the same batch, alternated and timed ``--repeats`` times (the
       fastest of each): the capture's own cost, without start-up and reporting;
-  (f) the intervals of a run (bootstrap and null) for a 16 x 16-head model over 2000 sequences;
+  (g) the intervals of a run (bootstrap and null) for a 16 x 16-head model over 2000 sequences;
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
-a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(d)
+a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
 are each a fresh process (``os.wait4`` gives its own peak RSS); ratios are within this one
-run, so the machine's speed cancels out.
+run, so the machine's speed cancels out. Beside the process wall times, the steps are
+compared with (b)'s own forward loop (without loading): the recipe (probe pass + screen +
+intervals + ablation) and the ablation step alone, over the bare pass.
 
     python -m emergence.bench [--arch llama] [--sequences 256] [--out bench.json]
 """
@@ -34,6 +38,9 @@ import torch
 
 from emergence.config import default_cache_dir
 
+
+HEADS = ["ablate.heads=[L3H1,L5H2,L7H0]"]  # a random model has no circuit: a fixed 3-head set (+5 controls)
+RECIPE = ("capture", "screen_spectral", "intervals", "ablate")  # the recipe's steps in summary.json's timings
 
 # Random-weight stand-ins for a real checkpoint of each shape: (description, config class, arguments).
 SHAPES = {
@@ -105,7 +112,9 @@ def floor(path: str, n: int) -> None:
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
     batch, _, batch_size = paper_probe(n)
+    start_time = time.perf_counter()
     forward(model, batch, batch_size)
+    print(json.dumps({"forward_s": round(time.perf_counter() - start_time, 3)}))
 
 
 def study(path: str, n: int) -> None:
@@ -146,13 +155,16 @@ def intervals_cost(n: int = 2000, n_layers: int = 16, n_heads: int = 16) -> dict
 
 def measure(cmd: list[str]) -> dict:
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read().decode()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
-    return {"wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:  # files: a full pipe would block
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0), err.seek(0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{err.read().decode()[-2000:]}")
+        lines = out.read().decode().strip().splitlines()
+    return {"wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+            **(json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {})}
 
 
 def main(argv=None) -> None:
@@ -160,7 +172,7 @@ def main(argv=None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", choices=sorted(SHAPES), default="gpt_neox", help="the model shape to measure on")
     p.add_argument("--sequences", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=3, help="alternations of (e); the fastest of each counts")
+    p.add_argument("--repeats", type=int, default=3, help="alternations of (f); the fastest of each counts")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--floor", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
@@ -183,21 +195,27 @@ def main(argv=None) -> None:
                                                  str(model_dir), "--sequences", str(n)]),
             "c_study_eager_all_rows": measure([sys.executable, "-m", "emergence.bench", "--study",
                                                str(model_dir), "--sequences", str(n)]),
-            # A random model has no induction circuit: ablate a fixed 3-head set (+5 matched controls).
-            "d_emergence_with_ablation": measure([*ours, "ablate.heads=[L3H1,L5H2,L7H0]",
-                                                  f"hydra.run.dir={tmp}/d"]),
-            "e_probe_pass_vs_bare_forward": probe_pass_over_forward(str(model_dir), n, args.repeats),
+            "d_emergence_ablation_all": measure([*ours, *HEADS, "ablate.sequences=all", f"hydra.run.dir={tmp}/d"]),
+            "e_emergence_adaptive": measure([*ours, *HEADS, f"hydra.run.dir={tmp}/e"]),
+            "f_probe_pass_vs_bare_forward": probe_pass_over_forward(str(model_dir), n, args.repeats),
         }
-        timings = json.loads((Path(tmp) / "d" / "summary.json").read_text())["timings"]
-    results["f_intervals_16x16_2000_sequences"] = intervals_cost()
+        summaries = {k: json.loads((Path(tmp) / k / "summary.json").read_text()) for k in ("d", "e")}
+    results["g_intervals_16x16_2000_sequences"] = intervals_cost()
     a, b, c = (results[k] for k in ("a_emergence_no_ablation", "b_floor_sdpa_last_logits", "c_study_eager_all_rows"))
+    bare = b["forward_s"]
+    d, e = (summaries[k]["timings"] for k in ("d", "e"))
     results["ratios"] = {
         "a_over_b_wall": round(a["wall_s"] / b["wall_s"], 3),
         "c_over_a_wall": round(c["wall_s"] / a["wall_s"], 3),
         "a_over_c_peak_memory": round(a["peak_rss_mib"] / c["peak_rss_mib"], 3),
-        "ablation_over_clean_pass": round(timings["ablate"] / timings["capture"], 3),
-        "probe_pass_over_bare_forward": results["e_probe_pass_vs_bare_forward"]["ratio"],
+        "ablation_all_over_bare_pass": round(d["ablate"] / bare, 3),
+        "ablation_adaptive_over_bare_pass": round(e["ablate"] / bare, 3),
+        "recipe_all_over_bare_pass": round(sum(d[k] for k in RECIPE) / bare, 3),
+        "recipe_adaptive_over_bare_pass": round(sum(e[k] for k in RECIPE) / bare, 3),
+        "probe_pass_over_bare_forward": results["f_probe_pass_vs_bare_forward"]["ratio"],
     }
+    results["adaptive"] = {k: summaries["e"]["ablation"][k] for k in ("sequences_used", "stopped_early", "interval",
+                                                                        "effect")}
     results["setup"] = {"sequences": n, "seq_len": paper_probe(1)[0].seq_len, "arch": args.arch,
                         "model": SHAPES[args.arch][0],
                         "torch_threads": torch.get_num_threads(), "device": "cpu"}

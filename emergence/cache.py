@@ -24,7 +24,7 @@ import emergence
 from emergence import spectral
 
 # Bump when the capture or the probe changes numerically: old entries then stop matching.
-MEASUREMENT_VERSION = 2
+MEASUREMENT_VERSION = 2  # 2: per-sequence attentions, the null's sums and clean losses of B
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Measurements:
     entropy_rank: np.ndarray  # [layers, heads]
     spectral_n: int
     clean_metrics: dict
+    clean_loss: np.ndarray  # [n] per-sequence clean loss of B, in probe order
     model_type: str
     n_layers: int
     n_heads: int
@@ -48,13 +49,17 @@ class Measurements:
         return self.targets.mean(axis=0)
 
     @classmethod
-    def of(cls, cap, arch) -> "Measurements":
-        """Reduce a probe pass (``capture.Capture``) to what the screen and spectral steps keep."""
-        return cls(targets=cap.targets, null_sums=cap.null_sums,
+    def of(cls, cap, arch, clean_loss: np.ndarray) -> "Measurements":
+        """Reduce a probe pass (``capture.Capture``, with its per-sequence clean losses) to what
+        the screen, spectral, interval and ablation steps keep."""
+        return cls(targets=cap.targets, null_sums=cap.null_sums, clean_loss=clean_loss,
                    pr=spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n),
                    entropy_rank=spectral.entropy_rank(cap.gram),
                    spectral_n=cap.spectral_n, clean_metrics=cap.clean_metrics, model_type=arch.model_type,
                    n_layers=arch.n_layers, n_heads=arch.n_heads, head_dim=arch.head_dim)
+
+
+ARRAYS = ("targets", "null_sums", "pr", "entropy_rank", "clean_loss")  # stored as arrays; the rest as JSON
 
 
 def checkpoint_identity(path: str, revision: str | None) -> list:
@@ -66,8 +71,6 @@ def checkpoint_identity(path: str, revision: str | None) -> list:
                                          for f in sorted(local.glob("*")) if f.suffix in (".safetensors", ".json")]
     return [path, revision]
 
-
-ARRAYS = ("targets", "null_sums", "pr", "entropy_rank")
 
 
 def key(identity: list, probe: dict, null_draws: int, dtype: str) -> str:

@@ -24,6 +24,7 @@ from emergence.screen import CLASSES, parse_head_name
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ABLATE_MODES = ("zero", "mean")
+ABLATE_SEQUENCES = ("adaptive", "all")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
@@ -158,6 +159,11 @@ class AblateConfig:
     causal_factor: float = 3.0  # causal: circuit's loss-of-B rise > this x the size of the controls' mean change
     seed: int = 0
     heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
+    # adaptive: stop once the interval of the causal criterion excludes zero (emergence/verdict.py);
+    # all: every probe sequence (the reference protocol)
+    sequences: str = "adaptive"
+    min_sequences: int = 64  # adaptive: sequences measured before the first look
+    confidence: float = 0.95  # adaptive: level of the interval, over all looks together
 
 
 @dataclass
@@ -257,6 +263,12 @@ def validate(cfg: Config) -> None:
         _fail("ablate.n_random", a.n_random, "must be >= 5 matched-random control sets")
     if not a.causal_factor > 0:
         _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
+    if a.sequences not in ABLATE_SEQUENCES:
+        _fail("ablate.sequences", a.sequences, f"use one of {', '.join(ABLATE_SEQUENCES)}")
+    if a.min_sequences < 2:
+        _fail("ablate.min_sequences", a.min_sequences, "must be >= 2 (an interval needs two sequences)")
+    if not 0 < a.confidence < 1:
+        _fail("ablate.confidence", a.confidence, "must be in (0, 1), e.g. 0.95")
     if cfg.stats.n_boot < 100:
         _fail("stats.n_boot", cfg.stats.n_boot, "must be >= 100 bootstrap replicates (1000 is the default)")
     if not 0 < cfg.stats.ci < 1:

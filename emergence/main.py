@@ -7,6 +7,7 @@ failing job, Ctrl-C without a traceback.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import sys
@@ -16,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import hydra
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -78,10 +80,12 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         cap = None
         if cached is None or mean_ablation:
             log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {name}")
+            clean_loss: list = []  # per sequence, for adaptive ablation's paired interval
             null_positions = stats.null_positions(batch.ab.numpy(), p.seq_len, cfg.stats.n_null)
             cap = capture.run_probe(model, arch, batch, baseline, batch_size, p.spectral_sequences or p.n_sequences,
-                                    mean_ablation, ablation.score_logits, null_positions)
-        measured = cached or cache.Measurements.of(cap, arch)
+                                    mean_ablation, functools.partial(ablation.score_logits, per_sequence=clean_loss),
+                                    null_positions)
+        measured = cached or cache.Measurements.of(cap, arch, torch.cat(clean_loss).numpy())
         if cached is None and cfg.reuse:
             cache.save(cfg.cache_dir, entry, measured)
         lap("capture")
@@ -102,7 +106,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
 
         # Step 4: group ablation of the circuit against matched-random controls.
         ablation_result = ablation.ablate(cfg.ablate, model, arch, batch, batch_size, scr.circuit_heads(),
-                                          measured.clean_metrics, cap.position_mean if cap else None)
+                                          measured.clean_metrics, measured.clean_loss,
+                                          cap.position_mean if cap else None, cfg.stats)
         lap("ablate")
 
         rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank, intervals,

@@ -1,9 +1,10 @@
+import numpy as np
 import pytest
 import torch
 
 from emergence import ablation
-from emergence.ablation import (ablating, control_shortfall, head_mask, matched_random_sets, run_ablation,
-                                score_logits)
+from emergence.ablation import (ablating, control_shortfall, decoder_layers, head_mask, matched_random_sets,
+                                run_ablation, score_logits)
 from emergence.capture import run_probe
 from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
@@ -73,18 +74,62 @@ def test_mean_ablation_with_a_heads_own_values_changes_nothing(tiny_dirs, batch)
         assert not torch.allclose(last_logits(model, one.tokens), same, atol=1e-3)
 
 
-def test_stacked_conditions_equal_separate_passes(tiny_dirs, batch):
+def separate_pass_scores(model, info, batch, heads):
+    """Today's reference: one pass per head set, ablation hooks only, no shared prefix."""
+    masks = head_mask(heads, info.n_layers, info.n_heads).expand(batch.n, -1, -1)
+    with ablating(info, masks):
+        logits = last_logits(model, batch.tokens)
+    per_sequence = []
+    sums = score_logits(logits, batch.b, per_sequence)
+    return {k: v / batch.n for k, v in sums.items()}, per_sequence[0].numpy()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("conditions", [
+    {"a": [(0, 1), (1, 2)], "b": [(0, 3), (1, 0)], "none": []},  # layer 0 ablated: nothing to share
+    {"a": [(1, 2)], "b": [(1, 0), (1, 3)], "c": [(1, 1)]},  # layer 0 runs once per minibatch
+])
+@pytest.mark.parametrize("per_pass", [1, 4, 6])
+def test_stacked_conditions_over_a_shared_prefix_equal_separate_passes(arch, conditions, per_pass, tiny_dirs,
+                                                                       batch):
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    stacked = run_ablation(model, info, batch, conditions, batch_size=per_pass)
+    assert stacked.n == batch.n
+    for name, heads in conditions.items():
+        expected, per_sequence = separate_pass_scores(model, info, batch, heads)
+        for metric, value in expected.items():
+            assert stacked.scores[name][metric] == pytest.approx(value, rel=1e-5, abs=1e-5)
+        np.testing.assert_allclose(stacked.loss[name], per_sequence, rtol=1e-5, atol=1e-5)
+
+
+def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs, batch):
+    model = capture_model(tiny_dirs["olmoe"])
+    info = Architecture.of(model)
+    rows = {}
+    layers = decoder_layers(model, info)
+    def output_rows(i):
+        def hook(module, args, out):
+            rows.setdefault(i, []).append((out[0] if isinstance(out, tuple) else out).shape[0])
+        return hook
+
+    hooks = [layer.register_forward_hook(output_rows(i)) for i, layer in enumerate(layers)]
+    run_ablation(model, info, batch, {"a": [(1, 2)], "b": [(1, 0)], "c": [(1, 3)]}, batch_size=2)
+    for h in hooks:
+        h.remove()
+    assert rows == {0: [2, 2, 2], 1: [6, 6, 6]}  # 3 minibatches of 2 sequences x 3 head sets above layer 0
+
+
+def test_a_stop_rule_ends_the_run_after_a_minibatch(tiny_dirs, batch):
     model = capture_model(tiny_dirs["gpt_neox"])
     info = Architecture.of(model)
-    conditions = {"a": [(0, 1), (1, 2)], "b": [(0, 3), (1, 0)], "none": []}
-    stacked = run_ablation(model, info, batch, conditions, batch_size=6)
-    for name, heads in conditions.items():
-        masks = head_mask(heads, info.n_layers, info.n_heads).expand(6, -1, -1)
-        with ablating(info, masks):
-            logits = last_logits(model, batch.tokens)
-        expected = {k: v / 6 for k, v in score_logits(logits, batch.b).items()}
-        for metric, value in expected.items():
-            assert stacked[name][metric] == pytest.approx(value, rel=1e-5, abs=1e-6)
+    seen = []
+    run = run_ablation(model, info, batch, {"a": [(1, 2)], "b": [(1, 0)]}, batch_size=2,
+                       stop=lambda loss: seen.append(len(loss["a"])) or len(loss["a"]) >= 4)
+    assert seen == [2, 4] and run.n == 4 and len(run.loss["b"]) == 4
+    full = run_ablation(model, info, batch, {"a": [(1, 2)], "b": [(1, 0)]}, batch_size=2)
+    np.testing.assert_allclose(run.loss["a"], full.loss["a"][:4], rtol=1e-6)
+    assert run.scores["a"]["loss"] == pytest.approx(full.loss["a"][:4].mean(), rel=1e-6)
 
 
 def test_matched_random_sets():

@@ -117,3 +117,21 @@ def test_the_installed_package_carries_every_config_file(tmp_path):
     packed = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("emergence/conf/")}
     expected = {f"emergence/conf/{p.relative_to(CONF)}" for p in CONF.rglob("*.yaml")}
     assert expected <= packed and "emergence/conf/zz_new_group/option.yaml" in packed
+
+
+@pytest.mark.parametrize("override,message", [
+    ("ablate.sequences=some", "ablate.sequences='some' is invalid: use one of adaptive, all"),
+    ("ablate.min_sequences=1", "ablate.min_sequences=1 is invalid: must be >= 2"),
+    ("ablate.confidence=1.0", "ablate.confidence=1.0 is invalid: must be in (0, 1)"),
+    ("ablate.confidence=0", "ablate.confidence=0.0 is invalid: must be in (0, 1)"),
+])
+def test_adaptive_ablation_settings_are_validated_in_one_line(override, message):
+    cfg = compose_config([override])
+    with pytest.raises(UsageError) as err:
+        validate(cfg)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_adaptive_ablation_is_the_default_and_all_is_an_option():
+    assert compose_config([]).ablate.sequences == "adaptive"
+    validate(compose_config(["ablate.sequences=all", "ablate.min_sequences=2", "ablate.confidence=0.99"]))

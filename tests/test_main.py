@@ -78,6 +78,8 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
     rises = [r["loss"] - ab["clean"]["loss"] for r in ab["random"]]
     assert ab["effect"]["circuit_loss_increase"] == pytest.approx(ab["circuit"]["loss"] - ab["clean"]["loss"])
     assert ab["effect"]["random_loss_increase_mean"] == pytest.approx(np.mean(rises))
+    ci = ab["effect"]["intervals"]  # paired bootstrap over the same sequences (checked against scipy in test_stats)
+    assert ci["circuit_loss_increase"][0] <= ci["circuit_loss_increase"][1] and 0 <= ci["p_causal"] <= 1
     assert (tmp_path / "some" / "classes.png").stat().st_size > 0
 
 

@@ -1,6 +1,7 @@
 """The panel report reproduces METHOD.md section 7 from the reference study's data, and
 gives the same numbers from run directories written in our own format."""
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ from emergence.report.__main__ import main as report_main
 from emergence.report.findings import f2_shape, model_findings, panel_findings
 from emergence.report.uncertainty import replicates
 from emergence.report.panel import Checkpoint, Trajectory, load_reference, load_runs
+from emergence.report.sensitivity import GRID, dense
 from emergence.results import format_tokens, head_rows, write_run
 from emergence.screen import CLASSES, class_thresholds, screen
 from emergence.config import StatsConfig
@@ -157,11 +159,69 @@ def test_cli_writes_all_outputs(tmp_path):
     assert not findings["models"]["olmo"]["intervals"] and "probability" not in olmo["bos_50"]
     for name in findings["figures"]:
         assert (out / name).stat().st_size > 1000
-    assert {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "sensitivity_gap.png",
+    assert {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "sensitivity.png",
             "bos_per_layer_olmo.png", "induction_heads_pythia.png"} <= set(findings["figures"])
-    held = {(c["model"], c["conclusion"]): c["holds"] for c in findings["sensitivity"]}
-    assert held[("olmo", "BOS shape is the same everywhere")] is True
-    assert (out / "sensitivity.csv").read_text().count("\n") == 3 * 36 + 1
+    held = {(c["model"], c["key"]): c for c in findings["sensitivity"]}
+    # At METHOD's thresholds (30x, 50x) the published conclusions hold ...
+    assert all(held[(m, "layers_0_1_bos_free")]["holds_at_report_thresholds"] for m in ("pythia", "olmo", "olmoe"))
+    assert held[("olmo", "abrupt")]["holds_at_report_thresholds"]
+    assert not held[("pythia", "abrupt")]["holds_at_report_thresholds"]
+    assert held[("olmo", "gap_at_least_10x")]["holds_at_report_thresholds"]
+    # ... and the dense grid says where they stop: OLMo gets layer-0/1 BOS heads below ~29x.
+    assert held[("olmo", "layers_0_1_bos_free")]["flips"] == "class 25x -> 29x"
+    assert held[("pythia", "layers_0_1_bos_free")]["holds_everywhere"]
+    with open(out / "sensitivity.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for model in ("pythia", "olmo", "olmoe"):
+        mine = [r for r in rows if r["model"] == model]
+        assert len(mine) == len({(r["class_threshold"], r["circuit_threshold"]) for r in mine}) >= 1000
+        assert {float(r["class_threshold"]) for r in mine} >= {2.0, 200.0}
+
+
+def check_grid_against_findings(traj: Trajectory, classes, circuits) -> None:
+    """Every cell of the vectorised grid against ``model_findings`` at that one setting."""
+    g = dense(traj, classes, circuits)
+    gap, lower = g.gap_ratio(), g.gap_lower_bound()
+    tokens = lambda m: np.nan if m is None else m["tokens"]  # noqa: E731
+    for i, ct in enumerate(classes):
+        for j, cc in enumerate(circuits):
+            f = model_findings(traj, ct, cc)
+            assert list(np.flatnonzero(g.zero_bos_layers[i])) == f["f1"]["zero_bos_layers"]
+            assert g.final_bos_fraction[i] == pytest.approx(f["f2"]["final_bos_fraction"])
+            if f["f2"]["jump_share"] is None:
+                assert g.jump_index[i] == -1
+            else:
+                assert g.revisions[g.jump_index[i]] == f["f2"]["largest_jump"][0]
+                assert g.jump_share[i] == pytest.approx(f["f2"]["jump_share"])
+            np.testing.assert_equal(g._tokens_at(g.onset)[j], tokens(f["f3"]["induction_onset"]))
+            np.testing.assert_equal(g._tokens_at(g.bos_50)[i], tokens(f["f3"]["bos_50"]))
+            np.testing.assert_allclose(gap[i, j], np.nan if f["f3"]["gap_ratio"] is None else f["f3"]["gap_ratio"])
+            np.testing.assert_equal(g._tokens_at(g.recall_67)[i, j], tokens(f["f4"]["recall_67"]))
+            assert g.circuit_size[j] == len(f["f4"]["final_circuit"])
+            if f["f3"]["induction_onset"] and not f["f3"]["bos_50"]:
+                assert lower[i, j] == traj.checkpoints[-1].tokens / f["f3"]["induction_onset"]["tokens"]
+
+
+def test_dense_grid_agrees_with_the_findings_on_a_hand_made_trajectory():
+    check_grid_against_findings(toy_trajectory(), [1.0, 30.0, 35.0, 36.0, 50.0], [30.0, 50.0, 60.0, 70.0, 90.0])
+
+
+@needs_reference
+def test_dense_grid_agrees_with_the_findings_on_the_reference_data():
+    reference = load_reference(REFERENCE)
+    for traj in reference.values():  # a sample of the 32 x 32 grid, and METHOD's thresholds
+        check_grid_against_findings(traj, [*GRID[::5], 30.0], [*GRID[2::6], 50.0])
+
+
+@needs_reference
+def test_a_dense_grid_over_the_30_run_panel_takes_well_under_a_second():
+    import time
+
+    reference = load_reference(REFERENCE)
+    start = time.process_time()
+    grids = [dense(t) for t in reference.values()]
+    assert time.process_time() - start < 1.0
+    assert all(g.conclusions()["abrupt"].shape == (32, 32) for g in grids)
 
 
 def test_missing_input_is_a_one_line_error(tmp_path, capsys):

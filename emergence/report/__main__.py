@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from emergence.config import ThresholdConfig, UsageError, WandbConfig
-from emergence.report import figures, markdown, sensitivity
+from emergence.report import figures, floor, markdown, sensitivity
 from emergence.report.findings import panel_findings
 from emergence.report.panel import load_reference, load_runs, shared_thresholds
 from emergence.results import atomic_write_text
@@ -50,13 +50,17 @@ def parse_args(argv=None):
 
 
 def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float,
-                 reference: bool) -> dict:
+                 reference: bool, sweeps: list[dict] = ()) -> dict:
+    """``sweeps``: ablation-floor sweeps (``floor.load_sweeps``) among the runs, if any."""
     out.mkdir(parents=True, exist_ok=True)
     findings = panel_findings(trajectories, class_threshold, circuit_threshold)
-    rows = sensitivity.grid(trajectories)
-    held = sensitivity.conclusions(rows)
+    findings["ablation_floor"] = list(sweeps)
+    grids = [sensitivity.dense(t) for t in trajectories.values()]
+    rows = sensitivity.rows(grids)
+    held = sensitivity.conclusions(trajectories, grids, class_threshold, circuit_threshold)
     made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
-            figures.trajectories(findings, out), figures.sensitivity(rows, list(trajectories), out)]
+            figures.trajectories(findings, out), figures.sensitivity(grids, class_threshold, circuit_threshold, out),
+            figures.ablation_floor(findings["ablation_floor"], out)]
     for model, f in findings["models"].items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
     names = [p.name for p in made if p is not None]
@@ -98,8 +102,9 @@ def log_panel(findings: dict, out: Path, cfg: WandbConfig) -> None:
             run.log({f"{model}/revisions": wandb.Table(columns=columns,
                                                        data=[[r[c] for c in columns] for r in f["revisions"]])})
         run.log({f"figures/{Path(n).stem}": wandb.Image(str(out / n)) for n in findings["figures"]})
-        run.log({"sensitivity": wandb.Table(columns=["model", "conclusion", "holds", "detail"],
-                                            data=[list(c.values()) for c in findings["sensitivity"]])})
+        columns = list(findings["sensitivity"][0])
+        run.log({"sensitivity": wandb.Table(columns=columns,
+                                            data=[[c[k] for k in columns] for c in findings["sensitivity"]])})
 
 
 def main(argv=None) -> None:
@@ -109,6 +114,7 @@ def main(argv=None) -> None:
         check_login(wandb_cfg)
         trajectories = (load_reference(args.reference) if args.reference
                         else load_runs(args.runs, args.pr_estimator))
+        sweeps = [] if args.reference else floor.load_sweeps(args.runs)
     except (FileNotFoundError, ValueError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -117,12 +123,15 @@ def main(argv=None) -> None:
     class_threshold = args.class_threshold if args.class_threshold is not None else screened[0]
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
     findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
-                            reference=args.reference is not None)
+                            reference=args.reference is not None, sweeps=sweeps)
     log_panel(findings, args.out, wandb_cfg)
     for model, f in findings["models"].items():
         f3 = f["f3"]
         print(f"{model}: final BOS {100 * f['f2']['final_bos_fraction']:.1f}% ({f['f2']['shape']}), onset "
               f"{(f3['induction_onset'] or {}).get('revision')}, BOS-50% {(f3['bos_50'] or {}).get('revision')}")
+    for sweep in findings["ablation_floor"]:
+        print(f"{sweep['model']} @ {sweep['revision']}: ablation floor T* = "
+              f"{'none' if sweep['t_star'] is None else '%gx' % sweep['t_star']}")
     print(f"report: {args.out / 'report.md'}")
 
 

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from emergence.report.sensitivity import CIRCUIT_GRID, CLASS_GRID, gap_matrix  # noqa: E402
+from emergence.report.sensitivity import CONCLUSIONS  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -84,7 +84,9 @@ def head_trajectories(model: str, f: dict, out: Path) -> Path | None:
     return _save(fig, out / f"induction_heads_{model}.png")
 
 
-def recall_vs_tokens(findings: dict, out: Path) -> Path:
+def recall_vs_tokens(findings: dict, out: Path) -> Path | None:
+    if all(r["induction_recall"] is None for f in findings["models"].values() for r in f["revisions"]):
+        return None  # no model has a final circuit at these thresholds: nothing to recall
     fig, ax = plt.subplots(figsize=(6, 4))
     for model, f in findings["models"].items():
         revs = [r for r in f["revisions"] if r["induction_recall"] is not None]
@@ -113,17 +115,66 @@ def trajectories(findings: dict, out: Path) -> Path:
     return _save(fig, out / "trajectories.png")
 
 
-def sensitivity(rows: list[dict], models: list[str], out: Path) -> Path:
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.8), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        m = gap_matrix(rows, model)
-        im = ax.imshow(np.log10(m), cmap="magma", origin="lower", aspect="auto")
-        for (i, j), v in np.ndenumerate(m):
-            ax.text(j, i, "-" if np.isnan(v) else f"{v:.0f}", ha="center", va="center", fontsize=7, color="c")
-        ax.set_xticks(range(len(CIRCUIT_GRID)), [f"{c:g}" for c in CIRCUIT_GRID])
-        ax.set_yticks(range(len(CLASS_GRID)), [f"{c:g}" for c in CLASS_GRID])
-        ax.set_xlabel("circuit threshold")
-        ax.set_ylabel("BOS / class threshold")
-        ax.set_title(f"{model}: gap BOS-50% / onset")
-        fig.colorbar(im, ax=ax, label="log10 gap")
-    return _save(fig, out / "sensitivity_gap.png")
+def _threshold_plane(ax, g, values, class_threshold: float, circuit_threshold: float, **style):
+    """``values`` [class, circuit] over the log-spaced threshold plane, the report's thresholds marked."""
+    mesh = ax.pcolormesh(g.circuit_grid, g.class_grid, values, shading="nearest", **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.plot([circuit_threshold], [class_threshold], "w*", ms=10, mec="k")
+    ax.set_xlabel("circuit threshold (x)")
+    ax.set_ylabel("class / BOS threshold (x)")
+    return mesh
+
+
+def sensitivity(grids: list, class_threshold: float, circuit_threshold: float, out: Path) -> Path:
+    """Per model (rows): where each conclusion holds (yellow) or not (purple) over the
+    (class, circuit) threshold plane, and the F3 gap; the star marks the report's thresholds."""
+    names = list(CONCLUSIONS)
+    fig, axes = plt.subplots(len(grids), len(names) + 1, figsize=(3.3 * (len(names) + 1), 3.0 * len(grids)),
+                             squeeze=False)
+    for row, g in zip(axes, grids):
+        held = g.conclusions()
+        for ax, name in zip(row, names):
+            _threshold_plane(ax, g, held[name].astype(float), class_threshold, circuit_threshold,
+                             cmap="viridis", vmin=0, vmax=1)
+            ax.set_title(f"{g.model}: {CONCLUSIONS[name]}", fontsize=7)
+        mesh = _threshold_plane(row[-1], g, np.log10(g.gap_ratio()), class_threshold, circuit_threshold,
+                                cmap="magma")
+        row[-1].set_title(f"{g.model}: gap BOS-50% / onset", fontsize=7)
+        fig.colorbar(mesh, ax=row[-1], label="log10 gap")
+    return _save(fig, out / "sensitivity.png")
+
+
+def ablation_floor(sweeps: list[dict], out: Path) -> Path | None:
+    """Per swept checkpoint: the loss rise from ablating the circuit screened at each threshold,
+    the matched-random sets' mean change, the bar the circuit must clear (causal_factor x the
+    controls' change) and T*; filled markers where the verdict is causal."""
+    if not sweeps:
+        return None
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(4.6 * len(sweeps), 3.8), squeeze=False)
+    for ax, sweep in zip(axes[0], sweeps):
+        pts = [p for p in sweep["points"] if p["circuit_loss_increase"] is not None]
+        x = [p["threshold"] for p in pts]
+        ax.plot(x, [p["circuit_loss_increase"] for p in pts], "-", color="C0", label="circuit")
+        for p in pts:
+            ax.plot(p["threshold"], p["circuit_loss_increase"], "o", color="C0",
+                    mfc="C0" if p["causal"] else "w")
+            ax.annotate(f"{len(p['circuit'])}h", (p["threshold"], p["circuit_loss_increase"]),
+                        textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        controls = [(p["threshold"], p["random_loss_increase_mean"]) for p in pts
+                    if p["random_loss_increase_mean"] is not None]
+        if controls:
+            ax.plot(*zip(*controls), "s-", color="C1", label="matched random (mean)")
+            ax.plot([t for t, _ in controls], [sweep["causal_factor"] * abs(c) for _, c in controls], ":",
+                    color="C1", label=f"{sweep['causal_factor']:g} x |random|")
+        if sweep["t_star"] is not None:
+            ax.axvline(sweep["t_star"], color="k", lw=0.8, ls="--", label=f"T* = {sweep['t_star']:g}x")
+        ax.axhline(0, color="0.7", lw=0.6)
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(x, [f"{t:g}" for t in x])  # the swept thresholds themselves
+        ax.set_xlabel("circuit threshold (x)")
+        ax.set_ylabel("loss of B: rise when ablated (nats)")
+        ax.set_title(f"{sweep['model']} @ {sweep['revision']}", fontsize=9)
+        ax.legend(fontsize=7)
+    return _save(fig, out / "ablation_floor.png")

@@ -4,6 +4,7 @@ the reference study's data is the input)."""
 from __future__ import annotations
 
 from emergence.report import published
+from emergence.report.sensitivity import GRID_POINTS, GRID_RANGE
 from emergence.results import format_tokens
 
 
@@ -28,6 +29,33 @@ def _range(values, fmt) -> str:
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _signed(x) -> str:
+    return "-" if x is None else f"{x:+.3f}"
+
+
+def ablation_floor(sweeps: list[dict]) -> list[str]:
+    """The ablation-floor section: per swept checkpoint, each threshold's circuit and verdict, and T*."""
+    out = ["## Ablation floor (T*)\n",
+           "Each checkpoint's circuit screened at several thresholds, ablated against matched-random sets "
+           "(METHOD section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
+           "is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
+    for sweep in sweeps:
+        bracket = ("none: the highest threshold with a verdict is not causal" if sweep["t_star"] is None else
+                   f"{sweep['t_star']:g}x" + ("" if sweep["below"] is None else f" (in ({sweep['below']:g}x, "
+                                                                              f"{sweep['t_star']:g}x])"))
+        out.append(f"**{sweep['model']} @ {sweep['revision']}** ({format_tokens(sweep['tokens'])} tokens): "
+                   f"T* = {bracket}{'' if sweep['monotone'] else '; the verdicts are not monotone in the threshold'}.\n")
+        out += ["| threshold | circuit | circuit rise | matched-random mean | causal | sequences |",
+                "|---|---|---|---|---|---|"]
+        for p in sweep["points"]:
+            verdict = {True: "yes", False: "no", None: p["note"] or "-"}[p["causal"]]
+            out.append(f"| {p['threshold']:g}x | {', '.join(p['circuit']) or 'empty'} | "
+                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['random_loss_increase_mean'])} | {verdict} | "
+                       f"{p['sequences_used'] if p['sequences_used'] is not None else '-'} |")
+        out.append("")
+    return out
 
 
 def render(findings: dict, conclusions: list[dict], figures: list[str], reference: bool) -> str:
@@ -132,11 +160,16 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
             out.append(f"| {milestone} | {m['reached']}/{len(entry['seeds'])} | {median} | {span} | {per_seed} |")
         out.append("")
     out.append("## Threshold sensitivity\n")
-    out.append("Recomputed from the stored per-head selectivities over BOS/class thresholds "
-               "10-100x and circuit thresholds 20-200x (see `sensitivity.csv`).\n")
-    out += ["| model | conclusion | holds across the grid | detail |", "|---|---|---|---|"]
-    out += [f"| {c['model']} | {c['conclusion']} | {'yes' if c['holds'] else 'no'} | {c['detail']} |"
-            for c in conclusions]
+    out.append(f"Recomputed from the stored per-head selectivities at {GRID_POINTS} x {GRID_POINTS} "
+               f"(class / BOS, circuit) thresholds, log-spaced over {GRID_RANGE[0]:g}-{GRID_RANGE[1]:g}x on both "
+               "axes (`sensitivity.csv`: what each finding gives and concludes at every setting; "
+               "`sensitivity.png`: where each conclusion holds). *Flips*: where the conclusion changes along "
+               "each axis through the report's thresholds.\n")
+    out += ["| model | conclusion | at the report's thresholds | share of the grid | flips |", "|---|---|---|---|---|"]
+    out += [f"| {c['model']} | {c['conclusion']} | {'yes' if c['holds_at_report_thresholds'] else 'no'} | "
+            f"{_pct(c['share'])} | {c['flips']} |" for c in conclusions]
+    if findings.get("ablation_floor"):
+        out += ["", *ablation_floor(findings["ablation_floor"])]
     out.append("\n## Figures\n")
     out += [f"![{name}]({name})" for name in figures]
     return "\n".join(out) + "\n"

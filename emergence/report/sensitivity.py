@@ -1,81 +1,176 @@
-"""Threshold sensitivity: F1-F4 recomputed over a grid of thresholds from the stored
-per-head selectivities (no model is run), and which conclusions hold across the grid."""
+"""Threshold sensitivity: F1-F4 over a dense log-spaced grid of (class, circuit) thresholds,
+recomputed from the stored per-head selectivities (no model is run), and where each
+conclusion flips.
+
+The grid is evaluated at once with numpy broadcasting over thresholds (``dense``), with the
+definitions of ``findings.model_findings`` (the tests check them cell by cell against it):
+a 32 x 32 grid over a 30-checkpoint panel takes well under a second.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from emergence.report.findings import model_findings
+from emergence.report.findings import (ABRUPT_SHARE, FIRST_TOKEN, INDUCTION, ONSET_HEADS, RECALL_MILESTONES)
 from emergence.report.panel import Trajectory
 
-CLASS_GRID = (10.0, 20.0, 30.0, 50.0, 75.0, 100.0)  # BOS / class thresholds (x baseline)
-CIRCUIT_GRID = (20.0, 30.0, 50.0, 100.0, 150.0, 200.0)  # induction-circuit thresholds
+GRID_POINTS = 32  # per axis: 32 x 32 = 1,024 (class, circuit) settings per model
+GRID_RANGE = (2.0, 200.0)  # x baseline, both axes
+GRID = np.geomspace(*GRID_RANGE, GRID_POINTS)
+GAP_CONCLUSION = 10.0  # "induction onset precedes BOS-50% by >= 10x"
+
+# What each finding concludes at one setting (the boolean columns of sensitivity.csv), in words.
+CONCLUSIONS = {
+    "layers_0_1_bos_free": "layers 0 and 1 never hold a BOS head",
+    "gap_at_least_10x": "induction onset precedes BOS-50% by >= 10x",
+    "recall_67_before_bos_50": "2/3 of the final circuit is present before BOS-50%",
+    "abrupt": "BOS emergence is abrupt (largest jump >= half the rise)",
+}
 
 
-def _tokens(milestone):
-    return None if milestone is None else milestone["tokens"]
+@dataclass(frozen=True)
+class Grid:
+    """One model's findings over ``class_grid`` x ``circuit_grid``; arrays [classes, circuits]
+    (a quantity of one axis only is broadcast). Revision indices are -1 where never reached."""
+
+    model: str
+    class_grid: np.ndarray
+    circuit_grid: np.ndarray
+    tokens: np.ndarray  # [revisions]
+    revisions: list[str]
+    zero_bos_layers: np.ndarray  # [classes, layers] bool
+    jump_index: np.ndarray  # [classes]: largest adjacent BOS rise between revisions i and i+1 (-1: none)
+    jump_share: np.ndarray  # [classes] NaN without a rise
+    final_bos_fraction: np.ndarray  # [classes]
+    onset: np.ndarray  # [circuits] first revision with >= 3 induction heads
+    bos_50: np.ndarray  # [classes]
+    recall_67: np.ndarray  # [classes, circuits]
+    circuit_size: np.ndarray  # [circuits]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.class_grid), len(self.circuit_grid)
+
+    def _tokens_at(self, index: np.ndarray) -> np.ndarray:
+        return np.where(index >= 0, self.tokens[np.maximum(index, 0)], np.nan)
+
+    def gap_ratio(self) -> np.ndarray:
+        """tokens(BOS-50%) / tokens(onset); NaN where either is missing."""
+        return self._tokens_at(self.bos_50)[:, None] / self._tokens_at(self.onset)[None, :]
+
+    def gap_lower_bound(self) -> np.ndarray:
+        """Where BOS-50% is never reached but the onset is: last tokens / onset tokens (censored gap)."""
+        censored = (self.bos_50 < 0)[:, None] & (self.onset >= 0)[None, :]
+        return np.where(censored, self.tokens[-1] / self._tokens_at(self.onset)[None, :], np.nan)
+
+    def conclusions(self) -> dict[str, np.ndarray]:
+        """[classes, circuits] bool per entry of ``CONCLUSIONS``."""
+        gap = np.where(np.isnan(self.gap_ratio()), self.gap_lower_bound(), self.gap_ratio())
+        bos_50 = self._tokens_at(self.bos_50)[:, None]
+        recall = self._tokens_at(self.recall_67)
+        full = np.ones(self.shape, dtype=bool)
+        return {
+            "layers_0_1_bos_free": full & self.zero_bos_layers[:, :2].all(axis=1)[:, None],
+            "gap_at_least_10x": np.nan_to_num(gap, nan=0.0) >= GAP_CONCLUSION,
+            # BOS-50% never reached (censored): it comes after the last revision, if ever.
+            "recall_67_before_bos_50": (self.recall_67 >= 0) & (np.isnan(bos_50) | (recall < bos_50)),
+            "abrupt": full & (np.nan_to_num(self.jump_share, nan=0.0) >= ABRUPT_SHARE)[:, None],
+        }
 
 
-def grid(trajectories: dict[str, Trajectory], class_grid=CLASS_GRID, circuit_grid=CIRCUIT_GRID) -> list[dict]:
-    """One row per (model, class threshold, circuit threshold)."""
-    rows = []
-    for model, traj in trajectories.items():
-        for ct in class_grid:
-            for cc in circuit_grid:
-                f = model_findings(traj, ct, cc)
-                onset, bos_50 = _tokens(f["f3"]["induction_onset"]), _tokens(f["f3"]["bos_50"])
-                rows.append({
-                    "model": model, "class_threshold": ct, "circuit_threshold": cc,
-                    "zero_bos_layers": f["f1"]["zero_bos_layers"],
-                    "shape": f["f2"]["shape"], "jump_share": f["f2"]["jump_share"],
-                    "largest_jump": f["f2"]["largest_jump"],
-                    "final_bos_fraction": f["f2"]["final_bos_fraction"],
-                    "onset_tokens": _tokens(f["f3"]["induction_onset"]),
-                    "bos_50_tokens": _tokens(f["f3"]["bos_50"]),
-                    "gap_ratio": f["f3"]["gap_ratio"],
-                    # BOS-50% never reached: the gap is at least last tokens / onset tokens (censored).
-                    "gap_lower_bound": (traj.checkpoints[-1].tokens / onset
-                                        if onset is not None and bos_50 is None else None),
-                    "recall_67_tokens": _tokens(f["f4"]["recall_67"]),
-                    "circuit_size": len(f["f4"]["final_circuit"]),
-                })
-    return rows
+def _first(mask: np.ndarray, axis: int) -> np.ndarray:
+    """Index of the first True along ``axis``, -1 where there is none."""
+    return np.where(mask.any(axis=axis), mask.argmax(axis=axis), -1)
 
 
-def conclusions(rows: list[dict]) -> list[dict]:
-    """Per model, whether each conclusion holds in every grid cell (with the range seen)."""
+def dense(traj: Trajectory, class_grid: np.ndarray = GRID, circuit_grid: np.ndarray = GRID) -> Grid:
+    """F1-F4 of ``traj`` at every (class, circuit) threshold pair, vectorised over both axes."""
+    sel = traj.sel  # [revisions, layers, heads, 6]
+    first, ind = sel[..., FIRST_TOKEN], sel[..., INDUCTION]
+    c = np.asarray(class_grid, dtype=float)
+    k = np.asarray(circuit_grid, dtype=float)
+    bos_members = first[None] >= c[:, None, None, None]  # [classes, revisions, layers, heads]
+    bos = bos_members.mean(axis=(2, 3))  # [classes, revisions]
+    jumps = np.diff(bos, axis=1)
+    rise = bos[:, -1]
+    has_rise = (rise > 0) & (jumps.shape[1] > 0)
+    jump_index = np.where(has_rise, jumps.argmax(axis=1) if jumps.shape[1] else 0, -1)
+    largest = np.take_along_axis(jumps, np.maximum(jump_index, 0)[:, None], axis=1)[:, 0] if jumps.shape[1] \
+        else np.zeros(len(c))
+    n_ind = (ind[None] >= k[:, None, None, None]).sum(axis=(2, 3))  # [circuits, revisions]
+    final = ind[-1].ravel()
+    circuit = final[None, :] >= k[:, None]  # [circuits, heads]
+    size = circuit.sum(axis=1)
+    member = (ind.reshape(len(ind), -1)[:, None, :] >= c[None, :, None]).astype(np.int64)  # [revisions, classes, heads]
+    hits = member @ circuit.T.astype(np.int64)  # [revisions, classes, circuits]: final-circuit heads >= class
+    level = RECALL_MILESTONES["recall_67"]
+    reached = (hits * level.denominator >= level.numerator * size) & (size > 0)  # exact, as the Fractions
+    return Grid(
+        model=traj.model, class_grid=c, circuit_grid=k, tokens=traj.tokens,
+        revisions=[cp.revision for cp in traj.checkpoints],
+        zero_bos_layers=~bos_members.any(axis=(1, 3)),
+        jump_index=jump_index,
+        jump_share=np.where(has_rise, largest / np.where(has_rise, rise, 1.0), np.nan),
+        final_bos_fraction=rise,
+        onset=_first(n_ind >= ONSET_HEADS, axis=1),
+        bos_50=_first(bos >= 0.5 - 1e-12, axis=1),
+        recall_67=_first(reached, axis=0),
+        circuit_size=size,
+    )
+
+
+def rows(grids: list[Grid]) -> list[dict]:
+    """sensitivity.csv: one row per (model, class threshold, circuit threshold), with what each
+    finding gives and concludes there."""
     out = []
-    for model in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == model]
-        shapes = sorted({str(r["shape"]) for r in mine})
-        out.append({"model": model, "conclusion": "BOS shape is the same everywhere",
-                    "holds": len(shapes) == 1, "detail": "shapes seen: " + ", ".join(shapes)})
-        gaps = [r["gap_ratio"] if r["gap_ratio"] is not None else r["gap_lower_bound"] for r in mine]
-        known = [g for g in gaps if g is not None]
-        censored = sum(r["gap_lower_bound"] is not None for r in mine)
-        no_onset = sum(r["onset_tokens"] is None for r in mine)
-        detail = f"gap {min(known):.1f}x .. {max(known):.1f}x" if known else "no gap"
-        if censored:
-            detail += f"; BOS-50% never reached in {censored} cells (gap >= last/onset there)"
-        if no_onset:
-            detail += f"; no induction onset in {no_onset} cells"
-        out.append({"model": model, "conclusion": "induction onset precedes BOS-50% by >= 10x",
-                    "holds": not no_onset and bool(known) and min(known) >= 10, "detail": detail})
-        # Censored cells count as holding: BOS-50% comes after the last revision, if ever.
-        early = [r["recall_67_tokens"] is not None
-                 and (r["bos_50_tokens"] is None or r["recall_67_tokens"] < r["bos_50_tokens"]) for r in mine]
-        out.append({"model": model, "conclusion": "2/3 of the final circuit is present before BOS-50%",
-                    "holds": all(early), "detail": f"{sum(early)}/{len(early)} cells"})
-        floor = [0 in r["zero_bos_layers"] and 1 in r["zero_bos_layers"] for r in mine]
-        out.append({"model": model, "conclusion": "layers 0 and 1 never hold a BOS head",
-                    "holds": all(floor), "detail": f"{sum(floor)}/{len(floor)} cells"})
+    for g in grids:
+        gap, lower = g.gap_ratio(), g.gap_lower_bound()
+        held = g.conclusions()
+        onset, bos_50, recall = g._tokens_at(g.onset), g._tokens_at(g.bos_50), g._tokens_at(g.recall_67)
+        for i, ct in enumerate(g.class_grid):
+            zero = " ".join(str(l) for l in np.flatnonzero(g.zero_bos_layers[i]))
+            jump = g.jump_index[i]
+            shape = None if jump < 0 else ("abrupt" if g.jump_share[i] >= ABRUPT_SHARE else "gradual")
+            for j, cc in enumerate(g.circuit_grid):
+                out.append({
+                    "model": g.model, "class_threshold": round(float(ct), 4), "circuit_threshold": round(float(cc), 4),
+                    "zero_bos_layers": zero, "shape": shape,
+                    "jump_share": _num(g.jump_share[i]),
+                    "largest_jump": None if jump < 0 else f"{g.revisions[jump]} -> {g.revisions[jump + 1]}",
+                    "final_bos_fraction": float(g.final_bos_fraction[i]),
+                    "onset_tokens": _num(onset[j]), "bos_50_tokens": _num(bos_50[i]),
+                    "gap_ratio": _num(gap[i, j]), "gap_lower_bound": _num(lower[i, j]),
+                    "recall_67_tokens": _num(recall[i, j]), "circuit_size": int(g.circuit_size[j]),
+                    **{name: bool(v[i, j]) for name, v in held.items()},
+                })
     return out
 
 
-def gap_matrix(rows: list[dict], model: str, class_grid=CLASS_GRID, circuit_grid=CIRCUIT_GRID) -> np.ndarray:
-    """[class thresholds, circuit thresholds] gap ratios (NaN where undefined)."""
-    m = np.full((len(class_grid), len(circuit_grid)), np.nan)
-    for r in rows:
-        if r["model"] == model and r["gap_ratio"] is not None:
-            m[class_grid.index(r["class_threshold"]), circuit_grid.index(r["circuit_threshold"])] = r["gap_ratio"]
-    return m
+def _num(x) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def conclusions(trajectories: dict[str, Trajectory], grids: list[Grid], class_threshold: float,
+                circuit_threshold: float) -> list[dict]:
+    """Per model and conclusion: whether it holds at the report's thresholds, the share of the
+    grid where it holds, and where it flips along each axis through the report's thresholds."""
+    out = []
+    for g in grids:
+        traj = trajectories[g.model]
+        here = dense(traj, [class_threshold], [circuit_threshold]).conclusions()
+        along_class = dense(traj, g.class_grid, [circuit_threshold]).conclusions()
+        along_circuit = dense(traj, [class_threshold], g.circuit_grid).conclusions()
+        for name, held in g.conclusions().items():
+            where = [f"class {a:.3g}x -> {b:.3g}x" for a, b in _flips(along_class[name][:, 0], g.class_grid)]
+            where += [f"circuit {a:.3g}x -> {b:.3g}x" for a, b in _flips(along_circuit[name][0], g.circuit_grid)]
+            out.append({"model": g.model, "conclusion": CONCLUSIONS[name], "key": name,
+                        "holds_at_report_thresholds": bool(here[name][0, 0]), "share": float(held.mean()),
+                        "holds_everywhere": bool(held.all()), "flips": "; ".join(where) or "none"})
+    return out
+
+
+def _flips(held: np.ndarray, grid: np.ndarray) -> list[tuple[float, float]]:
+    """Adjacent grid thresholds between which ``held`` changes."""
+    return [(grid[i], grid[i + 1]) for i in np.flatnonzero(held[1:] != held[:-1])]
