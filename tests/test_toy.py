@@ -84,7 +84,7 @@ def test_three_training_seeds_keep_their_own_panels_and_are_aggregated_in_the_re
         assert (tmp_path / "cache" / "toy" / "toy_neox" / f"seed{seed}" / MANIFEST).stat().st_mtime_ns == stamps[seed]
 
     trajectories = load_runs([tmp_path / "runs"])
-    assert sorted(trajectories) == ["toy_neox seed0", "toy_neox seed1", "toy_neox seed2"]
+    assert sorted(trajectories) == ["toy_neox-seed0", "toy_neox-seed1", "toy_neox-seed2"]
     # A class threshold low enough that the barely trained models cross the BOS milestones.
     findings = write_report(trajectories, tmp_path / "report", 1.0, 1.5, reference=False)
     seeds = findings["seeds"]["toy_neox"]

@@ -153,7 +153,7 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
         for milestone, m in entry.items():
             if milestone == "seeds":
                 continue
-            per_seed = ", ".join(f"{name.split()[-1]}: {format_tokens(t) if t is not None else 'never'}"
+            per_seed = ", ".join(f"{name.rsplit('-', 1)[-1]}: {format_tokens(t) if t is not None else 'never'}"
                                  for name, t in m["per_seed"].items())
             span = "-" if m["range"] is None else f"{format_tokens(m['range'][0])} to {format_tokens(m['range'][1])}"
             median = "-" if m["median"] is None else format_tokens(m["median"])

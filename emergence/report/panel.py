@@ -38,7 +38,7 @@ class Checkpoint:
 
 @dataclass
 class Trajectory:
-    model: str  # the panel's name: the model key, with " seed<N>" when several training seeds are compared
+    model: str  # the panel's name: the model key, with "-seed<N>" when several training seeds are compared
     checkpoints: list[Checkpoint]  # ordered by tokens
     pr_estimator: str | None  # which spectral estimator ``pr`` holds
     thresholds: tuple[float, float] | None = None  # (class, circuit) the runs were screened with, if one pair
@@ -138,7 +138,7 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
     trajectories = {}
     for (model, seed), cs in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
         several = seeds[model] > 1
-        name = f"{model} seed{seed}" if several else model
+        name = f"{model}-seed{seed}" if several else model
         trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), pr_estimator,
                                         next(iter(used[(model, seed)])) if len(used[(model, seed)]) == 1 else None,
                                         family=model if several else None)
