@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from emergence import capture, revisions
@@ -99,6 +100,10 @@ TESTED_ARCHITECTURES = ("gemma2", "gpt2", "gpt_neox", "llama", "mistral", "olmo"
                         "qwen2", "qwen3")
 
 
+SUPPORTED = ("supported are decoder-only causal LMs whose attention goes through transformers' AttentionInterface "
+             f"(tested: {', '.join(TESTED_ARCHITECTURES)})")
+
+
 def check_attention_support(hf_config, trust_remote_code: bool) -> None:
     """Stop before the weights load if the model class cannot run our attention function.
 
@@ -114,8 +119,7 @@ def check_attention_support(hf_config, trust_remote_code: bool) -> None:
     model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config), None)
     if model_class is None or not model_class._supports_attention_backend:
         raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
-                         f"transformers' AttentionInterface; supported are decoder-only causal LMs that do "
-                         f"(tested: {', '.join(TESTED_ARCHITECTURES)})")
+                         f"transformers' AttentionInterface; {SUPPORTED}")
 
 
 def pick_device(requested: str) -> torch.device:
@@ -194,7 +198,11 @@ def load_config(cfg: Config, src: Source):
     try:
         hf_config = AutoConfig.from_pretrained(src.path, revision=src.revision, local_files_only=src.local_only,
                                                trust_remote_code=cfg.model.trust_remote_code)
-    except (OSError, ValueError) as err:  # unknown repo or branch, bad path, broken download
+    except (OSError, ValueError) as err:  # unknown repo, branch or model type, bad path, broken download
+        unknown = re.search(r"model type `([^`]+)` but Transformers does not recognize", str(err))
+        if unknown:
+            raise UsageError(f"model architecture {unknown.group(1)!r} is not supported: transformers "
+                             f"{transformers.__version__} does not know it; {SUPPORTED}") from None
         raise UsageError(f"model.name_or_path={where!r} cannot be loaded: "
                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)

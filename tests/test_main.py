@@ -143,6 +143,13 @@ def test_panel_index_out_of_range_and_unknown_architecture(tiny_dirs, tmp_path):
     with pytest.raises(UsageError, match="'bloom' is not supported.*AttentionInterface.*llama"):
         analyse(cfg, tmp_path)
     assert not (tmp_path / "summary.json").exists()
+    unknown = tmp_path / "unknown"  # a model type transformers has never heard of
+    unknown.mkdir()
+    (unknown / "config.json").write_text('{"model_type": "zz_new_model", "architectures": ["ZzForCausalLM"]}')
+    cfg = compose_cfg(["model=local", f"model.name_or_path={unknown}", *SMALL])
+    with pytest.raises(UsageError, match="'zz_new_model' is not supported.*does not know it.*tested: .*llama") as err:
+        analyse(cfg, tmp_path)
+    assert "\n" not in str(err.value)
 
 
 def tiny_bloom(path):
