@@ -36,3 +36,40 @@ def test_offline_listing_is_a_one_line_error():
     res = run_cli("olmo", module="emergence.revisions", env={"HF_HUB_OFFLINE": "1"}, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "needs the Hugging Face Hub" in last_line(res.stderr)
+
+
+SMOLLM2_BRANCHES = ["main", *(f"step-{s}" for s in range(0, 2_000_001, 20_000))]
+
+
+def test_a_preset_without_a_panel_proposes_one_from_the_hubs_branches_and_keeps_it(tmp_path, monkeypatch, capsys):
+    from emergence import revisions
+    from emergence.checkpoints import resolve_revision
+    from emergence.config import compose_config
+
+    monkeypatch.setattr(revisions, "list_branches", lambda repo: SMOLLM2_BRANCHES)
+    cfg = compose_config(["model=smollm2", "revision=r0", f"cache_dir={tmp_path}"])
+    first = resolve_revision(cfg)
+    assert (first.name, first.step, first.tokens) == ("step-20000", 20_000, 20_000 * 1_048_576)
+    printed = capsys.readouterr().out
+    assert "proposed panel" in printed and "step-2000000" in printed
+    kept = json.loads(revisions.panel_file(str(tmp_path), cfg.model.name_or_path).read_text())
+    assert len(kept) == 10 and kept[-1]["revision"] == "step-2000000"
+    steps = [e["step"] for e in kept]
+    assert steps == sorted(steps) and max(b / a for a, b in zip(steps, steps[1:])) < 4  # log-spaced
+
+    def offline(repo):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(revisions, "list_branches", offline)  # the kept panel needs no Hub
+    cfg.revision.index = 9
+    assert resolve_revision(cfg).name == "step-2000000"
+
+
+def test_a_preset_without_a_panel_offline_names_the_propose_command(tmp_path, monkeypatch):
+    from emergence.checkpoints import resolve_revision
+    from emergence.config import UsageError, compose_config
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError, match="python -m emergence.revisions olmo2 --propose 10") as err:
+        resolve_revision(compose_config(["model=olmo2", "revision=r3", f"cache_dir={tmp_path}"]))
+    assert "\n" not in str(err.value)
