@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import numpy as np
 
 import emergence
 from emergence import spectral
+from emergence.results import atomic_write_bytes, npz_bytes
 
 # Bump when the capture or the probe changes numerically: old entries then stop matching.
 MEASUREMENT_VERSION = 2  # 2: per-sequence attentions, the null's sums and clean losses of B
@@ -72,7 +71,6 @@ def checkpoint_identity(path: str, revision: str | None) -> list:
     return [path, revision]
 
 
-
 def key(identity: list, probe: dict, null_draws: int, dtype: str) -> str:
     text = json.dumps({"checkpoint": identity, "probe": probe, "null_draws": null_draws, "dtype": dtype,
                        "version": [MEASUREMENT_VERSION, emergence.__version__]}, sort_keys=True)
@@ -93,10 +91,7 @@ def load(cache_dir: str, entry: str) -> Measurements | None:
 
 
 def save(cache_dir: str, entry: str, m: Measurements) -> None:
-    path = _path(cache_dir, entry)
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = {k: v for k, v in asdict(m).items() if k not in ARRAYS}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, **{name: getattr(m, name) for name in ARRAYS}, meta=json.dumps(meta))
-    os.replace(tmp, path)  # atomic: a crash leaves no half entry
+    # atomic: a crash leaves no half entry
+    atomic_write_bytes(_path(cache_dir, entry), npz_bytes(**{name: getattr(m, name) for name in ARRAYS},
+                                                           meta=json.dumps(meta)))

@@ -114,8 +114,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
                                  null["per_head_p99"])
         summary = results.summary(
             cfg, revision, measured, scr, thresholds, intervals, null, low, dtype=dtype_name, device=str(device),
-            weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src), download=download, batch_size=batch_size,
-            probe_fingerprint=batch.fingerprint(), baseline_positions=baseline.tolist(),
+            weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src), download=download,
+            batch_size=batch_size, probe_fingerprint=batch.fingerprint(), baseline_positions=baseline.tolist(),
             reused_measurements=cached is not None, ablation=ablation_result,
             icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
             timings=timings)

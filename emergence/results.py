@@ -11,12 +11,11 @@ import csv
 import io
 import json
 import os
-import tempfile
-from pathlib import Path
-
 import platform
 import re
+import tempfile
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 
@@ -176,12 +175,13 @@ def report_lines(summary: dict, scr: Screen, out_dir: Path) -> list[str]:
     return lines
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all (a temporary file in the same directory, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -190,14 +190,21 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def npz_bytes(**arrays) -> bytes:
+    """An ``.npz`` archive of ``arrays`` in memory, for ``atomic_write_bytes``."""
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
 def write_run(out_dir: Path, rows: list[dict], run_summary: dict, targets: np.ndarray | None = None) -> None:
     """heads.csv, per_sequence.npz (``targets`` [n, layers, heads, 7], if given), then summary.json."""
     if targets is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{PER_SEQUENCE_FILE}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, targets=targets.astype(np.float32))
-        os.replace(tmp, out_dir / PER_SEQUENCE_FILE)
+        atomic_write_bytes(out_dir / PER_SEQUENCE_FILE, npz_bytes(targets=targets.astype(np.float32)))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=HEAD_COLUMNS, lineterminator="\n")
     writer.writeheader()

@@ -48,6 +48,12 @@ def percentile_interval(replicates: np.ndarray, ci: float) -> tuple[np.ndarray, 
     return low, high
 
 
+def interval(replicates: np.ndarray, ci: float) -> list[float]:
+    """The percentile interval of one quantity's replicates [B], as [low, high] for the JSON files."""
+    low, high = percentile_interval(replicates, ci)
+    return [float(low), float(high)]
+
+
 def replicate_selectivity(targets: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """[n, layers, heads, 7] per-sequence attentions -> [B, layers, heads, 6] selectivities."""
     return selectivity(replicate_means(targets, weights))
@@ -125,19 +131,14 @@ def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_thresh
     weights = resample_weights(targets.shape[0], settings.n_boot, settings.seed)
     sel = replicate_selectivity(targets, weights)  # [B, layers, heads, 6]
     rep = screen(sel, thresholds, circuit_threshold)  # the screen is shape-agnostic over leading axes
-
-    def interval(per_replicate: np.ndarray) -> list[float]:
-        low, high = percentile_interval(per_replicate, ci)
-        return [float(low), float(high)]
-
     sel_low, sel_high = percentile_interval(sel, ci)
     heads = (1, 2)
     return ScreenIntervals(
         sel_low=sel_low, sel_high=sel_high, p_member=rep.members.mean(axis=0),
-        bos_fraction=interval(rep.members[..., CLASSES.index("first_token")].mean(axis=heads)),
-        circuit_size=interval(rep.induction_circuit.sum(axis=heads)),
-        class_counts={c: interval((rep.head_class == c).sum(axis=heads)) for c in (*CLASSES, UNCLASSIFIED)},
-        member_counts={c: interval(rep.members[..., i].sum(axis=heads)) for i, c in enumerate(CLASSES)},
+        bos_fraction=interval(rep.members[..., CLASSES.index("first_token")].mean(axis=heads), ci),
+        circuit_size=interval(rep.induction_circuit.sum(axis=heads), ci),
+        class_counts={c: interval((rep.head_class == c).sum(axis=heads), ci) for c in (*CLASSES, UNCLASSIFIED)},
+        member_counts={c: interval(rep.members[..., i].sum(axis=heads), ci) for i, c in enumerate(CLASSES)},
     )
 
 
@@ -154,10 +155,6 @@ def effect_intervals(clean: np.ndarray, circuit: np.ndarray, controls: np.ndarra
     rise = replicate_means(circuit - clean, weights)
     control = replicate_means(controls.mean(axis=0) - clean, weights)
     margin = rise - causal_factor * np.abs(control)
-
-    def interval(values: np.ndarray) -> list[float]:
-        low, high = percentile_interval(values, settings.ci)
-        return [float(low), float(high)]
-
-    return {"ci": settings.ci, "circuit_loss_increase": interval(rise), "random_loss_increase_mean": interval(control),
-            "causal_margin": interval(margin), "p_causal": float((margin > 0).mean())}
+    ci = settings.ci
+    return {"ci": ci, "circuit_loss_increase": interval(rise, ci), "random_loss_increase_mean": interval(control, ci),
+            "causal_margin": interval(margin, ci), "p_causal": float((margin > 0).mean())}

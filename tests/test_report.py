@@ -267,9 +267,9 @@ def noisy_trajectory(bos_selectivity: list[float], noise: float, n: int = 60, se
 
 
 def test_milestone_probabilities_come_from_one_paired_resample(tmp_path):
-    from emergence.report.uncertainty import N_BOOT, SEED
     from emergence.stats import resample_weights
 
+    N_BOOT, SEED = StatsConfig.n_boot, StatsConfig.seed  # the report's bootstrap: the runs' defaults
     traj = noisy_trajectory([1, 20, 32, 80], noise=1.0)
     f = model_findings(traj, 30.0, 50.0, replicates(traj, 30.0, 50.0))
     bos_30 = f["f3"]["bos_30"]

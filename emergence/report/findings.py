@@ -29,10 +29,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from emergence.config import ThresholdConfig
+from emergence.config import StatsConfig, ThresholdConfig
 from emergence.report.panel import Trajectory
-from emergence.report.uncertainty import (CI, N_BOOT, SEED, Replicates, bracket, first_crossing_probability,
-                                          ratio_range, replicates)
+from emergence.report.uncertainty import Replicates, bracket, first_crossing_probability, ratio_range, replicates
 from emergence.screen import CLASSES, head_name
 
 INDUCTION = CLASSES.index("induction")
@@ -265,6 +264,6 @@ def panel_findings(trajectories: dict[str, Trajectory], class_threshold: float =
                                 replicates(t, class_threshold, circuit_threshold) if intervals else None)
               for m, t in trajectories.items()}
     return {"thresholds": {"class": class_threshold, "circuit": circuit_threshold},
-            "intervals": {"n_boot": N_BOOT, "ci": CI, "seed": SEED,
+            "intervals": {"n_boot": StatsConfig.n_boot, "ci": StatsConfig.ci, "seed": StatsConfig.seed,
                           "method": "percentile bootstrap over sequences, one resample matrix for all revisions"},
             "models": models, "seeds": across_seeds(trajectories, models)}

@@ -15,15 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emergence.config import StatsConfig
 from emergence.report.panel import Trajectory
 from emergence.screen import CLASSES
-from emergence.stats import percentile_interval, replicate_selectivity, resample_weights
+from emergence.stats import interval, replicate_selectivity, resample_weights
 
 INDUCTION = CLASSES.index("induction")
 FIRST_TOKEN = CLASSES.index("first_token")
-N_BOOT = 1000
-CI = 0.95
-SEED = 0
 
 
 def bracket(tokens: np.ndarray, index: int) -> list:
@@ -54,25 +52,25 @@ class Replicates:
     ci: float
 
     def interval(self, values: np.ndarray) -> list[float]:
-        low, high = percentile_interval(values, self.ci)
-        return [float(low), float(high)]
+        return interval(values, self.ci)
 
 
-def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: float, n_boot: int = N_BOOT,
-               ci: float = CI, seed: int = SEED) -> Replicates | None:
-    """The bootstrap of a trajectory, or None without per-sequence attentions at every revision
-    (the reference data, old runs) or when revisions were probed with different batch sizes."""
+def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: float,
+               settings: StatsConfig = StatsConfig()) -> Replicates | None:
+    """The bootstrap of a trajectory (``settings``: n_boot, ci, seed; the runs' defaults), or None
+    without per-sequence attentions at every revision (the reference data, old runs) or when
+    revisions were probed with different batch sizes."""
     targets = [c.targets for c in traj.checkpoints]
     if any(t is None for t in targets) or len({t.shape[0] for t in targets}) != 1:
         return None
-    weights = resample_weights(targets[0].shape[0], n_boot, seed)
+    weights = resample_weights(targets[0].shape[0], settings.n_boot, settings.seed)
     bos, n_ind, ind = [], [], []
     for t in targets:  # one revision at a time: [n_boot, layers, heads, 6] is the largest array held
         sel = replicate_selectivity(t, weights)
         bos.append((sel[..., FIRST_TOKEN] >= class_threshold).mean(axis=(1, 2)))
         n_ind.append((sel[..., INDUCTION] >= circuit_threshold).sum(axis=(1, 2)))
         ind.append(sel[..., INDUCTION])
-    return Replicates(np.stack(bos, 1), np.stack(n_ind, 1), np.stack(ind, 1), ci)
+    return Replicates(np.stack(bos, 1), np.stack(n_ind, 1), np.stack(ind, 1), settings.ci)
 
 
 def first_crossing_probability(reached: np.ndarray, revisions: list[str]) -> dict[str, float]:
