@@ -20,9 +20,12 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _tokens_axis(ax, findings: dict):
+def _all_tokens(findings: dict) -> list[float]:
+    return [r["tokens"] for f in findings["models"].values() for r in f["revisions"]]
+
+
+def _tokens_axis(ax, tokens: list[float]):
     """Log tokens; symlog when a revision has no tokens yet (step 0), so that it stays on the axis."""
-    tokens = [r["tokens"] for f in findings["models"].values() for r in f["revisions"]]
     positive = [t for t in tokens if t > 0]
     if positive and len(positive) < len(tokens):
         ax.set_xscale("symlog", linthresh=min(positive))
@@ -44,7 +47,7 @@ def bos_vs_tokens(findings: dict, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for model, f in findings["models"].items():
         _line_with_band(ax, f["revisions"], "bos_fraction", model, scale=100)
-    _tokens_axis(ax, findings)
+    _tokens_axis(ax, _all_tokens(findings))
     ax.set_ylabel("BOS (first-token) heads, % of all heads (band: CI)")
     ax.set_title(f"BOS fraction (first-token selectivity >= {findings['thresholds']['class']:g}x)")
     ax.legend()
@@ -80,7 +83,7 @@ def head_trajectories(model: str, f: dict, out: Path) -> Path | None:
     top.set_title(f"{model}: final induction circuit")
     top.legend(fontsize=7)
     bottom.set_ylabel(f["f5"]["pr_estimator"] or "PR")
-    _tokens_axis(bottom, {"models": {model: f}})
+    _tokens_axis(bottom, tokens)
     return _save(fig, out / f"induction_heads_{model}.png")
 
 
@@ -93,7 +96,7 @@ def recall_vs_tokens(findings: dict, out: Path) -> Path | None:
         ax.plot([r["tokens"] for r in revs], [r["induction_recall"] for r in revs], "o-", label=f"{model} recall")
         ax.plot([r["tokens"] for r in revs], [r["topk_recall"] for r in revs], "x:", label=f"{model} top-k")
     ax.axhline(2 / 3, color="0.6", lw=0.8)
-    _tokens_axis(ax, findings)
+    _tokens_axis(ax, _all_tokens(findings))
     ax.set_ylabel("share of the final induction circuit")
     ax.legend(fontsize=7)
     return _save(fig, out / "recall_vs_tokens.png")
@@ -110,7 +113,7 @@ def trajectories(findings: dict, out: Path) -> Path:
         for model, f in findings["models"].items():
             _line_with_band(ax, [r for r in f["revisions"] if key in r], key, model)
         ax.set_ylabel(label)
-    _tokens_axis(axes[-1], findings)
+    _tokens_axis(axes[-1], _all_tokens(findings))
     axes[0].legend(fontsize=7)
     return _save(fig, out / "trajectories.png")
 
