@@ -257,10 +257,6 @@ class Capture:
     clean_metrics: dict[str, float]  # clean next-token metrics of B at T-1
     null_sums: np.ndarray  # [layers, heads, draws] float64 (draws = 0 without the null)
 
-    def mean_attention(self) -> np.ndarray:
-        """[layers, heads, 7] batch-mean attention to each target."""
-        return self.targets.mean(axis=0)
-
 
 def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: int,
               spectral_n: int, keep_position_means: bool, score, null_positions: np.ndarray | None = None) -> Capture:
