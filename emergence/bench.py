@@ -9,7 +9,8 @@
       stops once the verdict is decided;
   (f) in one process, the probe pass alone (``capture.run_probe``) against the bare SDPA
       forward pass over the same batch, alternated and timed ``--repeats`` times (the
-      fastest of each): the capture's own cost, without start-up and reporting;
+      fastest of each): the capture's own cost, without start-up and reporting; and the
+      probe pass without Gu et al.'s sink metric, which prices it;
   (g) the intervals of a run (bootstrap and null) for a 16 x 16-head model over 2000 sequences;
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
@@ -65,7 +66,8 @@ def make_model(arch: str, path: Path) -> None:
 
 
 def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
-    """(e): seconds of the probe pass and of the bare SDPA forward, fastest of ``repeats`` alternations."""
+    """(f): seconds of the probe pass (with and without the sink metric) and of the bare SDPA forward,
+    fastest of ``repeats`` alternations."""
     from transformers import AutoModelForCausalLM
 
     from emergence.ablation import score_logits
@@ -76,16 +78,20 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
                                                 attn_implementation=ATTN_IMPLEMENTATION).eval()
     arch = Architecture.of(ours)
     batch, baseline, batch_size = paper_probe(n)
-    times: dict[str, list[float]] = {"probe_pass_s": [], "bare_forward_s": []}
+    times: dict[str, list[float]] = {"probe_pass_s": [], "probe_pass_without_sink_metric_s": [],
+                                     "bare_forward_s": []}
     for _ in range(repeats):
-        start = time.perf_counter()
-        run_probe(ours, arch, batch, baseline, batch_size, n, False, score_logits)
-        times["probe_pass_s"].append(time.perf_counter() - start)
+        for sinks, name in ((True, "probe_pass_s"), (False, "probe_pass_without_sink_metric_s")):
+            start = time.perf_counter()
+            run_probe(ours, arch, batch, baseline, batch_size, n, False, score_logits, sink_importance=sinks)
+            times[name].append(time.perf_counter() - start)
         start = time.perf_counter()
         forward(bare, batch, batch_size)
         times["bare_forward_s"].append(time.perf_counter() - start)
     best = {k: round(min(v), 3) for k, v in times.items()}
-    return {**best, "ratio": round(best["probe_pass_s"] / best["bare_forward_s"], 3), "repeats": repeats}
+    return {**best, "ratio": round(best["probe_pass_s"] / best["bare_forward_s"], 3),
+            "sink_metric_ratio": round(best["probe_pass_s"] / best["probe_pass_without_sink_metric_s"], 3),
+            "repeats": repeats}
 
 
 def forward(model, batch, batch_size: int) -> None:
@@ -213,6 +219,7 @@ def main(argv=None) -> None:
         "recipe_all_over_bare_pass": round(sum(d[k] for k in RECIPE) / bare, 3),
         "recipe_adaptive_over_bare_pass": round(sum(e[k] for k in RECIPE) / bare, 3),
         "probe_pass_over_bare_forward": results["f_probe_pass_vs_bare_forward"]["ratio"],
+        "probe_pass_with_over_without_sink_metric": results["f_probe_pass_vs_bare_forward"]["sink_metric_ratio"],
     }
     results["adaptive"] = {k: summaries["e"]["ablation"][k] for k in ("sequences_used", "stopped_early", "interval",
                                                                         "effect")}

@@ -1,7 +1,7 @@
 """Reuse: the per-head measurements of a checkpoint, cached on disk.
 
 Everything the screen, the spectral step and the intervals need (per-sequence attention
-to the targets, the null's sums, both spectral estimators, the clean metrics) depends on
+to the targets and key 0's sink importance, the null's sums, both spectral estimators, the clean metrics) depends on
 the checkpoint, the probe, the null's draws, the dtype and this code, not on the
 thresholds or the bootstrap. Keyed by those, a threshold re-sweep
 (``-m threshold=paper,strict,lenient``) with ablation off runs no model at all.
@@ -23,7 +23,7 @@ from emergence import spectral
 from emergence.results import atomic_write_bytes, npz_bytes
 
 # Bump when the capture or the probe changes numerically: old entries then stop matching.
-MEASUREMENT_VERSION = 2  # 2: per-sequence attentions, the null's sums and clean losses of B
+MEASUREMENT_VERSION = 3  # 2: per-sequence attentions, the null's sums and clean losses of B; 3: sink importance
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Measurements:
     """Per-head results of one probe pass. Arrays are [layers, heads, ...] unless said."""
 
     targets: np.ndarray  # [n, layers, heads, 7] float32: per-sequence attention from T-1 to the targets
+    sink_importance: np.ndarray  # [n, layers, heads] float32: key 0's mean attention over the queries that see it
     null_sums: np.ndarray  # [layers, heads, draws]: the reference null's attention sums
     pr: np.ndarray  # [layers, heads]
     entropy_rank: np.ndarray  # [layers, heads]
@@ -51,14 +52,14 @@ class Measurements:
     def of(cls, cap, arch, clean_loss: np.ndarray) -> "Measurements":
         """Reduce a probe pass (``capture.Capture``, with its per-sequence clean losses) to what
         the screen, spectral, interval and ablation steps keep."""
-        return cls(targets=cap.targets, null_sums=cap.null_sums, clean_loss=clean_loss,
+        return cls(targets=cap.targets, sink_importance=cap.sink_importance, null_sums=cap.null_sums, clean_loss=clean_loss,
                    pr=spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n),
                    entropy_rank=spectral.entropy_rank(cap.gram),
                    spectral_n=cap.spectral_n, clean_metrics=cap.clean_metrics, model_type=arch.model_type,
                    n_layers=arch.n_layers, n_heads=arch.n_heads, head_dim=arch.head_dim)
 
 
-ARRAYS = ("targets", "null_sums", "pr", "entropy_rank", "clean_loss")  # stored as arrays; the rest as JSON
+ARRAYS = ("targets", "sink_importance", "null_sums", "pr", "entropy_rank", "clean_loss")  # stored as arrays; the rest as JSON
 
 
 def checkpoint_identity(path: str, revision: str | None) -> list:

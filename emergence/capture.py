@@ -12,6 +12,9 @@ screen needs (query T-1 against all keys) and keeps only:
 
 * ``targets`` [n, layers, heads, 7]: attention from T-1 to each class's target
   position(s) and to the baseline positions (order: ``screen.CLASSES``, baseline);
+* ``sink_importance`` [n, layers, heads]: key 0's mean attention over every query that
+  sees it (Gu et al.'s sink metric, ``sinks``), from the softmax normaliser the attention
+  kernel computes anyway;
 * ``gram`` [layers, heads, d, d] and ``total`` [layers, heads, d] (float64): running
   sums of x x^T and x over the head outputs x at T-1 (the head's slice of the input to
   the output projection), which is all the spectral estimators need;
@@ -41,6 +44,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from emergence import sinks
 from emergence.config import UsageError
 from emergence.probe import LOCAL_OFFSETS, ProbeBatch
 from emergence.screen import N_TARGETS
@@ -60,21 +64,45 @@ def softcapped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
     return scores if softcap is None else torch.tanh(scores / softcap) * softcap
 
 
-def attend(query, key, value, mask, scaling: float, softcap: float | None) -> torch.Tensor:
-    """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> [b, T, h, d]."""
+def kernel_returns_lse(query: torch.Tensor) -> bool:
+    """Whether the attention kernel we can call directly also returns each query's log-sum-exp
+    (the softmax normaliser): SDPA's flash kernel on a CPU does."""
+    return query.device.type == "cpu"
+
+
+def attend(query, key, value, mask, scaling: float, softcap: float | None,
+           first_key: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> the attention
+    output [b, T, h, d] and, with ``first_key``, every query's attention to key 0 [b, h, T] in
+    float32 (Gu et al.'s sink importance; None without)."""
     n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves n_rep query heads
-    if softcap is None and query.device.type == "cpu":  # the CPU kernel takes GQA with a mask at full speed
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=n_rep > 1)
-    elif softcap is None:  # CUDA kernels with a mask do not all take GQA: expand the KV heads, as transformers does
-        out = F.scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask,
-                                             scale=scaling)
-    else:  # SDPA has no softcap: the eager formula (softmax in float32, as the models' eager path)
+    to_key0 = None
+    if softcap is not None or (first_key and not kernel_returns_lse(query)):
+        # The eager formula (softmax in float32, as the models' eager path): SDPA has no softcap and
+        # returns no softmax normaliser; the score matrix lives for this layer of this minibatch only.
         key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
         scores = softcapped(torch.matmul(query, key.transpose(2, 3)) * scaling, softcap)
         if mask is not None:
             scores = scores + mask
-        out = torch.matmul(scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype), value)
-    return out.transpose(1, 2).contiguous()
+        probs = scores.softmax(dim=-1, dtype=torch.float32)
+        out = torch.matmul(probs.to(query.dtype), value)
+        to_key0 = probs[..., 0] if first_key else None
+    elif first_key:
+        # The kernel SDPA runs on a CPU, called directly because it also returns each query's
+        # log-sum-exp: attention to key 0 is then exp(score(q, k0) - lse), at no extra pass.
+        key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, attn_mask=mask,
+                                                                               scale=scaling)
+        score0 = torch.einsum("bhtd,bhd->bht", query.float(), key[:, :, 0].float()) * scaling
+        if mask is not None:
+            score0 = score0 + mask[..., 0].float()
+        to_key0 = torch.exp(score0 - lse.float())
+    elif query.device.type == "cpu":  # the CPU kernel takes GQA with a mask at full speed
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=n_rep > 1)
+    else:  # CUDA kernels with a mask do not all take GQA: expand the KV heads, as transformers does
+        out = F.scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask,
+                                             scale=scaling)
+    return out.transpose(1, 2).contiguous(), to_key0
 
 
 def last_query_row(query, key, mask, scaling: float, softcap: float | None) -> torch.Tensor:
@@ -94,10 +122,12 @@ class Recorder:
 
     def __init__(self, n: int, layer_of: dict, n_heads: int, head_dim: int, seq_len: int,
                  baseline: np.ndarray, spectral_n: int, keep_position_sums: bool, device: torch.device,
-                 null_positions: np.ndarray | None = None):
+                 null_positions: np.ndarray | None = None, keep_sink_importance: bool = True):
         n_layers = len(layer_of)
         self.layer_of = layer_of  # id(attention module) -> layer index
         self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
+        self.sink_importance = (torch.zeros(n, n_layers, n_heads, dtype=torch.float32)
+                                if keep_sink_importance else None)
         self.gram = torch.zeros(n_layers, n_heads, head_dim, head_dim, dtype=torch.float64, device=device)
         self.total = torch.zeros(n_layers, n_heads, head_dim, dtype=torch.float64, device=device)
         self.position_sum = (
@@ -119,8 +149,9 @@ class Recorder:
         self._start, self._ab, self.calls = start, ab, 0
 
     def __call__(self, module, query, key, attention_mask, scaling: float, softcap: float | None,
-                 out: torch.Tensor) -> None:
-        """query [b, h, T, d], key [b, h_kv, T, d], out [b, T, h, d] (the attention output)."""
+                 out: torch.Tensor, to_key0: torch.Tensor) -> None:
+        """query [b, h, T, d], key [b, h_kv, T, d], out [b, T, h, d] (the attention output),
+        to_key0 [b, h, T] (every query's attention to key 0)."""
         self.calls += 1
         layer = self.layer_of[id(module)]
         row = last_query_row(query, key, attention_mask, scaling, softcap)
@@ -142,6 +173,9 @@ class Recorder:
             dim=-1,
         )
         self.targets[self._start:self._start + b, layer] = stats.cpu()
+        if self.sink_importance is not None:
+            self.sink_importance[self._start:self._start + b, layer] = sinks.first_key_importance(
+                to_key0, None if attention_mask is None else attention_mask[..., 0]).cpu()
         if self.null_positions is not None:
             draws = self.null_positions[:, self._start:self._start + b].T  # [b, draws]
             self.null_sums[layer] += row.gather(2, draws[:, None, :].expand(-1, row.shape[1], -1)).double().sum(0)
@@ -166,9 +200,11 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, s
         raise UsageError(f"model architecture {type(module).__name__} built no attention mask for our attention "
                          "function (it would run non-causally); this model is not supported")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    out = attend(query, key, value, attention_mask, scale, softcap)
+    # only the probe pass measures the sink importance
+    keep_key0 = isinstance(_listener, Recorder) and _listener.sink_importance is not None
+    out, to_key0 = attend(query, key, value, attention_mask, scale, softcap, first_key=keep_key0)
     if _listener is not None:
-        _listener(module, query, key, attention_mask, scale, softcap, out)
+        _listener(module, query, key, attention_mask, scale, softcap, out, to_key0)
     return out, None
 
 
@@ -204,9 +240,12 @@ def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
         if args and isinstance(args[0], torch.Tensor):
             inputs.setdefault(id(module), args[0])
 
+    def keep_call(module, query, key, mask, scaling, softcap, out, to_key0):
+        calls.append((module, out))
+
     hooks = [m.register_forward_pre_hook(keep_input) for m in model.modules()]
     tokens = (torch.arange(n_tokens) % model.config.vocab_size)[None].to(next(model.parameters()).device)
-    _listener = lambda module, query, key, mask, scaling, softcap, out: calls.append((module, out))  # noqa: E731
+    _listener = keep_call
     try:
         with torch.inference_mode():
             model(tokens)
@@ -250,6 +289,8 @@ class Capture:
     """What one probe pass leaves: see the module docstring for shapes."""
 
     targets: np.ndarray  # [n, layers, heads, 7] float32
+    sink_importance: np.ndarray | None  # [n, layers, heads] float32: key 0's mean attention over the queries that
+    # see it (None when not measured)
     gram: np.ndarray  # [layers, heads, d, d] float64
     total: np.ndarray  # [layers, heads, d] float64
     spectral_n: int
@@ -259,12 +300,14 @@ class Capture:
 
 
 def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: int,
-              spectral_n: int, keep_position_means: bool, score, null_positions: np.ndarray | None = None) -> Capture:
+              spectral_n: int, keep_position_means: bool, score, null_positions: np.ndarray | None = None,
+              sink_importance: bool = True) -> Capture:
     """Forward the probe in minibatches under a Recorder.
 
     ``arch`` is the model's ``checkpoints.Architecture``; ``score(logits [b, V], b [b])``
     returns summed next-token metrics, which we accumulate for the clean model;
-    ``null_positions`` [draws, n] are the reference null's random key positions.
+    ``null_positions`` [draws, n] are the reference null's random key positions;
+    ``sink_importance=False`` skips Gu et al.'s metric (the benchmark prices it that way).
     """
     global _listener
     check_loaded_for_capture(model)
@@ -272,7 +315,7 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
     n, spectral_n = batch.n, min(spectral_n, batch.n)
     layer_of = {id(a): i for i, a in enumerate(arch.attentions)}
     rec = Recorder(n, layer_of, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
-                   spectral_n, keep_position_means, device, null_positions)
+                   spectral_n, keep_position_means, device, null_positions, sink_importance)
     sums: dict[str, float] = {}
     _listener = rec
     try:
@@ -292,6 +335,7 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
         _listener = None
     return Capture(
         targets=rec.targets.numpy(),
+        sink_importance=None if rec.sink_importance is None else rec.sink_importance.numpy(),
         gram=rec.gram.cpu().numpy(),
         total=rec.total.cpu().numpy(),
         spectral_n=spectral_n,

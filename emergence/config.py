@@ -149,6 +149,9 @@ class ThresholdConfig:
     class_default: float = 30.0  # selectivity for class assignment and membership
     per_class: PerClassThresholds = field(default_factory=PerClassThresholds)
     circuit: float = 50.0  # induction selectivity for the induction circuit
+    # Gu et al.'s sink metric (emergence/sinks.py): a head is a sink on a sequence when key 0 gets
+    # more than this share of the attention of the queries that see it (absolute, not a ratio)
+    sink_epsilon: float = 0.3
 
 
 @dataclass
@@ -254,6 +257,8 @@ def validate(cfg: Config) -> None:
     for cls, value in t.per_class.overrides().items():
         if value <= 0:
             _fail(f"threshold.per_class.{cls}", value, "must be > 0")
+    if not 0 < t.sink_epsilon < 1:
+        _fail("threshold.sink_epsilon", t.sink_epsilon, "must be in (0, 1): a share of attention")
     if a.mode not in ABLATE_MODES:
         _fail("ablate.mode", a.mode, f"use one of {', '.join(ABLATE_MODES)}")
     for name in a.heads or []:

@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence import ablation, cache, capture, checkpoints, probe, results, screen, stats, sweep, tracking
+from emergence import ablation, cache, capture, checkpoints, probe, results, screen, sinks, stats, sweep, tracking
 from emergence.config import Config, UsageError, config_digest, validate, validate_for_model
 from emergence.toy import train as toy_train
 
@@ -110,17 +110,19 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
                                           cap.position_mean if cap else None, cfg.stats)
         lap("ablate")
 
+        sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
         rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank, intervals,
-                                 null["per_head_p99"])
+                                 null["per_head_p99"], measured.sink_importance.mean(axis=0))
         summary = results.summary(
-            cfg, revision, measured, scr, thresholds, intervals, null, low, dtype=dtype_name, device=str(device),
+            cfg, revision, measured, scr, thresholds, intervals, null, low, sink_metric, dtype=dtype_name, device=str(device),
             weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src), download=download,
             batch_size=batch_size, probe_fingerprint=batch.fingerprint(), baseline_positions=baseline.tolist(),
             reused_measurements=cached is not None, ablation=ablation_result,
             icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
             timings=timings)
         lap("summary")
-        results.write_run(out_dir, rows, summary, measured.targets)
+        results.write_run(out_dir, rows, summary,
+                          {"targets": measured.targets, "sink_importance": measured.sink_importance})
         figure = tracking.class_figure(scr.head_class, name)
         figure.savefig(out_dir / "classes.png", dpi=120)
         tracking.log_checkpoint(run, summary, rows, figure)

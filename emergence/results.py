@@ -41,14 +41,15 @@ HEAD_COLUMNS = (
     + [f"attn_{c}" for c in CLASSES] + ["attn_baseline"]
     + [f"sel_{c}_ci_{end}" for c in CLASSES for end in ("low", "high")]
     + [f"p_{c}_member" for c in CLASSES]
-    + ["null_p99"]
+    + ["null_p99", "sink_importance"]
 )
 
 
 def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_rank: np.ndarray,
-              intervals: ScreenIntervals, null_p99: np.ndarray) -> list[dict]:
+              intervals: ScreenIntervals, null_p99: np.ndarray, sink_importance: np.ndarray) -> list[dict]:
     """One dict per head, keys ``HEAD_COLUMNS``; ``mean_attention`` is [layers, heads, 7],
-    ``null_p99`` [layers, heads] the head's 99th percentile of null selectivity."""
+    ``null_p99`` [layers, heads] the head's 99th percentile of null selectivity,
+    ``sink_importance`` [layers, heads] key 0's importance (``sinks``) averaged over sequences."""
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):
@@ -67,18 +68,20 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
                 row[f"sel_{c}_ci_high"] = float(intervals.sel_high[layer, head, i])
             row.update({f"p_{c}_member": float(intervals.p_member[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["null_p99"] = float(null_p99[layer, head])
+            row["sink_importance"] = float(sink_importance[layer, head])
             rows.append(row)
     return rows
 
 
 def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, intervals: ScreenIntervals,
-            null: dict, below_floor: list[str], **run) -> dict:
+            null: dict, below_floor: list[str], sink_metric: dict, **run) -> dict:
     """``summary.json``: what was analysed, how, and what the screen and ablation found.
 
     ``cfg`` is the run's ``Config``, ``revision`` its ``checkpoints.Revision``,
     ``measured`` the probe pass's ``cache.Measurements``, ``intervals`` and ``null`` the
     screen's bootstrap and null calibration (``stats``), ``below_floor`` the thresholds
-    under the null's floor; ``run`` holds what only the run
+    under the null's floor, ``sink_metric`` the second sink definition's (``sinks.sink_metric``);
+    ``run`` holds what only the run
     knows: dtype, device, weight_bytes, weights_sha256, download, batch_size, probe_fingerprint,
     baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
     import torch
@@ -109,6 +112,7 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
         "bos_fraction": scr.bos_fraction(),
         "bos_fraction_ci": intervals.bos_fraction,
         "bos_per_layer": scr.bos_per_layer(),
+        "sink_metric": sink_metric,
         "induction_circuit": scr.circuit_names(),
         "intervals": {"ci": cfg.stats.ci, "n_boot": cfg.stats.n_boot, "seed": cfg.stats.seed,
                       "method": "percentile bootstrap over sequences (paired numerator and baseline), the "
@@ -201,10 +205,12 @@ def npz_bytes(**arrays) -> bytes:
     return buf.getvalue()
 
 
-def write_run(out_dir: Path, rows: list[dict], run_summary: dict, targets: np.ndarray | None = None) -> None:
-    """heads.csv, per_sequence.npz (``targets`` [n, layers, heads, 7], if given), then summary.json."""
-    if targets is not None:
-        atomic_write_bytes(out_dir / PER_SEQUENCE_FILE, npz_bytes(targets=targets.astype(np.float32)))
+def write_run(out_dir: Path, rows: list[dict], run_summary: dict, per_sequence: dict | None = None) -> None:
+    """heads.csv, per_sequence.npz (if given: the probe's per-sequence arrays by name, e.g.
+    ``targets`` [n, layers, heads, 7] and ``sink_importance`` [n, layers, heads]), then summary.json."""
+    if per_sequence is not None:
+        atomic_write_bytes(out_dir / PER_SEQUENCE_FILE,
+                           npz_bytes(**{name: a.astype(np.float32) for name, a in per_sequence.items()}))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=HEAD_COLUMNS, lineterminator="\n")
     writer.writeheader()

@@ -38,6 +38,20 @@ def eager_targets(model, tokens: torch.Tensor, ab: torch.Tensor, baseline) -> np
     return np.stack(out, 1)
 
 
+def eager_sink_importance(model, tokens: torch.Tensor) -> np.ndarray:
+    """[n, layers, heads]: Gu et al.'s importance of key 0, the mean of column 0 of the full eager
+    pattern over the queries that can see key 0 (those it gets any attention from: a sliding
+    window's far queries give it exactly 0)."""
+    with torch.no_grad():
+        attentions = model(tokens, output_attentions=True).attentions
+    out = []
+    for att in attentions:  # [n, h, T, T]
+        column = att[..., 0].double().numpy()  # [n, h, T]
+        sees = column > 0
+        out.append(np.where(sees, column, 0).sum(-1) / sees.sum(-1))
+    return np.stack(out, 1)
+
+
 def head_outputs_at_last(model, arch: str, tokens: torch.Tensor, n_heads: int) -> np.ndarray:
     """[n, layers, heads, d]: each head's slice of the output projection's input at T-1."""
     grabbed = []

@@ -9,7 +9,9 @@ from emergence.ablation import score_logits
 from emergence.capture import ATTN_IMPLEMENTATION, run_probe
 from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
-from reference_impl import OUT_PROJ, eager_model, eager_targets, head_outputs_at_last
+from emergence.config import StatsConfig
+from emergence.sinks import sink_metric
+from reference_impl import OUT_PROJ, eager_model, eager_sink_importance, eager_targets, head_outputs_at_last
 from tiny_models import ARCHS, VOCAB
 
 T = 64
@@ -38,6 +40,28 @@ def test_captured_attention_equals_eager_output_attentions(arch, tiny_dirs, prob
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kernel_lse", [True, False], ids=["kernel-lse", "score-matrix"])
+def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_dirs, probe_batch, monkeypatch):
+    """Key 0's importance from every query (the kernel's log-sum-exp on a CPU; elsewhere, and with a
+    softcap, a transient score matrix) vs the column of the full eager pattern; the sink fraction
+    agrees to at most one (sequence, layer, head) at an epsilon between the tiny models' importances."""
+    from emergence import capture
+
+    monkeypatch.setattr(capture, "kernel_returns_lse", lambda query: kernel_lse)
+    batch, baseline = probe_batch
+    model = capture_model(tiny_dirs[arch])
+    cap = run_probe(model, Architecture.of(model), batch, baseline, batch_size=5, spectral_n=12,
+                    keep_position_means=False, score=score_logits)
+    expected = eager_sink_importance(eager_model(tiny_dirs[arch]), batch.tokens)
+    assert cap.sink_importance.shape == expected.shape == (12, 2, 4)
+    np.testing.assert_allclose(cap.sink_importance, expected, rtol=1e-5, atol=1e-5)
+    epsilon = float(np.median(expected))  # half the (sequence, layer, head) above: the fraction is not trivial
+    ours = sink_metric(cap.sink_importance, epsilon, StatsConfig(n_boot=50))
+    assert abs(ours["fraction"] - (expected > epsilon).mean()) <= 1 / expected.size
+    assert ours["per_layer"] == pytest.approx((expected > epsilon).mean(axis=(0, 2)), abs=1 / (12 * 4))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, probe_batch, monkeypatch):
     """The whole row T-1, every key, from the tensors the model passes to the attention function."""
     from emergence import capture
@@ -47,7 +71,7 @@ def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, prob
     arch_info = Architecture.of(model)
     rows = {}
 
-    def keep_row(module, query, key, mask, scaling, softcap, out):
+    def keep_row(module, query, key, mask, scaling, softcap, out, to_key0):
         rows[arch_info.attentions.index(module)] = capture.last_query_row(query, key, mask, scaling, softcap)
 
     monkeypatch.setattr(capture, "_listener", keep_row)

@@ -14,7 +14,8 @@ from emergence.probe import baseline_positions, make_probe_batch
 from emergence.results import HEAD_COLUMNS, read_run
 from emergence.screen import CLASSES, selectivity
 from cli import last_line, run_cli
-from reference_impl import eager_model, eager_targets, entropy_rank_svd, head_outputs_at_last, pr_centred_cov
+from reference_impl import (eager_model, eager_sink_importance, eager_targets, entropy_rank_svd, head_outputs_at_last,
+                            pr_centred_cov)
 from tiny_models import ARCHS
 
 SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10",
@@ -36,14 +37,21 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
     model = eager_model(tiny_dirs[arch])
     sel = selectivity(eager_targets(model, batch.tokens, batch.ab.numpy(), baseline_positions(64, 50)).mean(0))
     x = head_outputs_at_last(model, arch, batch.tokens, 4)
+    importance = eager_sink_importance(model, batch.tokens)  # [n, layers, heads]
     for r in rows:
         l, h = r["layer"], r["head"]
         ours = np.array([r[f"sel_{c}"] for c in CLASSES])
         np.testing.assert_allclose(ours, sel[l, h], rtol=2e-3)
+        assert r["sink_importance"] == pytest.approx(importance[:, l, h].mean(), abs=1e-5)
         assert r["pr"] == pytest.approx(pr_centred_cov(x[:, l, h]), rel=2e-2)
         assert r["pr_entropy_rank"] == pytest.approx(entropy_rank_svd(x[:, l, h]), rel=2e-2)
     assert summary["architecture"] == arch
     assert summary["n_layers"] == 2 and summary["n_heads"] == 4 and summary["head_dim"] == x.shape[-1]
+    sinks = summary["sink_metric"]
+    assert sinks["epsilon"] == 0.3
+    assert abs(sinks["fraction"] - (importance > 0.3).mean()) <= 1 / importance.size  # one flip at most
+    assert sinks["fraction_ci"][0] <= sinks["fraction"] <= sinks["fraction_ci"][1]
+    assert len(sinks["per_layer"]) == 2
 
 
 def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):

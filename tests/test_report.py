@@ -83,8 +83,9 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     targets = np.repeat(attention[None], 4, axis=0)
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     pr = c.pr if c.pr is not None else np.full(c.sel.shape[:2], np.nan)
-    rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), pr, intervals, np.zeros(c.sel.shape[:2]))
-    write_run(run_dir, rows, summary, targets)
+    rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), pr, intervals, np.zeros(c.sel.shape[:2]),
+                     np.zeros(c.sel.shape[:2]))
+    write_run(run_dir, rows, summary, {"targets": targets})
 
 
 def as_run_dirs(trajectories: dict, root: Path) -> None:
