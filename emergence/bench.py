@@ -12,6 +12,9 @@
       fastest of each): the capture's own cost, without start-up and reporting; and the
       probe pass without Gu et al.'s sink metric, which prices it;
   (g) the intervals of a run (bootstrap and null) for a 16 x 16-head model over 2000 sequences;
+  (h) in one process, the ablation step over every sequence (the fixed head set and its 5
+      controls) against the path before the shared prefix (every head set through the whole
+      model), alternated ``--repeats`` times, fastest of each, losses equal to 1e-5;
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -94,6 +97,65 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
             "repeats": repeats}
 
 
+def ablation_paths(path: str, n: int, repeats: int) -> dict:
+    """(h): the ablation step over every sequence for the fixed 3-head set and its 5 matched
+    controls: ``ablation.run_ablation`` (layers below the first ablated one shared, the last
+    layer's projection and MLP at T-1 only) against the path before it (every head set through
+    the whole model, ``full_model_ablation``), alternated ``repeats`` times in one process, the
+    fastest of each; the per-sequence losses of B must agree to 1e-5."""
+    from transformers import AutoModelForCausalLM
+
+    from emergence.ablation import matched_random_sets, run_ablation
+    from emergence.capture import ATTN_IMPLEMENTATION
+    from emergence.checkpoints import Architecture
+    from emergence.screen import parse_head_name
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                 attn_implementation=ATTN_IMPLEMENTATION).eval()
+    arch = Architecture.of(model)
+    batch, _, batch_size = paper_probe(n)
+    circuit = [parse_head_name(h) for h in HEADS[0].split("=")[1].strip("[]").split(",")]
+    controls = matched_random_sets(circuit, arch.n_heads, 5, seed=0)
+    conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
+    per_pass = max(1, batch_size // len(conditions))  # as ablation.ablate sizes its minibatches
+    times: dict[str, list[float]] = {"ablation_s": [], "full_model_ablation_s": []}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        ours = run_ablation(model, arch, batch, conditions, per_pass).loss
+        times["ablation_s"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        before = full_model_ablation(model, arch, batch, conditions, per_pass)
+        times["full_model_ablation_s"].append(time.perf_counter() - start)
+    gap = max(float(np.abs(ours[c] - before[c]).max()) for c in conditions)
+    if gap > 1e-5:
+        raise AssertionError(f"the two ablation paths disagree by {gap:.2e} in the loss of B")
+    best = {k: round(min(v), 3) for k, v in times.items()}
+    return {**best, "ratio": round(best["ablation_s"] / best["full_model_ablation_s"], 3), "head_sets": len(conditions),
+            "max_loss_difference": gap, "repeats": repeats}
+
+
+def full_model_ablation(model, arch, batch, conditions: dict, per_pass: int) -> dict[str, np.ndarray]:
+    """The ablation step as it was before the shared prefix: all head sets stacked along the batch
+    through the whole model. Per-sequence loss of B per condition."""
+    import torch.nn.functional as F
+
+    from emergence.ablation import ablating, head_mask
+
+    names = list(conditions)
+    masks = torch.stack([head_mask(conditions[c], arch.n_layers, arch.n_heads) for c in names])
+    losses: dict[str, list] = {c: [] for c in names}
+    with torch.inference_mode():
+        for start in range(0, batch.n, per_pass):
+            tokens = batch.tokens[start:start + per_pass]
+            b = len(tokens)
+            with ablating(arch, masks.repeat_interleave(b, dim=0)):
+                logits = model(tokens.repeat(len(names), 1), logits_to_keep=1, use_cache=False).logits[:, -1]
+            for i, c in enumerate(names):
+                losses[c].append(F.cross_entropy(logits[i * b:(i + 1) * b].float(), batch.b[start:start + b],
+                                                 reduction="none").double())
+    return {c: torch.cat(v).numpy() for c, v in losses.items()}
+
+
 def forward(model, batch, batch_size: int) -> None:
     """The bare forward pass over the batch, logits at the last position only."""
     with torch.inference_mode():
@@ -173,13 +235,20 @@ def measure(cmd: list[str]) -> dict:
             **(json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {})}
 
 
+def setup(args) -> dict:
+    return {"sequences": args.sequences, "seq_len": paper_probe(1)[0].seq_len, "arch": args.arch,
+            "model": SHAPES[args.arch][0], "torch_threads": torch.get_num_threads(), "device": "cpu"}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m emergence.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", choices=sorted(SHAPES), default="gpt_neox", help="the model shape to measure on")
     p.add_argument("--sequences", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=3, help="alternations of (f); the fastest of each counts")
+    p.add_argument("--repeats", type=int, default=3, help="alternations of (f) and (h); the fastest of each counts")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--only", choices=("f", "h"), default=None,
+                   help="run just this in-process comparison (quicker than the whole benchmark)")
     p.add_argument("--floor", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -191,6 +260,9 @@ def main(argv=None) -> None:
     model_dir = Path(default_cache_dir()) / "bench" / f"{args.arch}-shaped"
     make_model(args.arch, model_dir)
     n = args.sequences
+    if args.only:
+        row = (probe_pass_over_forward if args.only == "f" else ablation_paths)(str(model_dir), n, args.repeats)
+        return print(json.dumps({args.only: row, "setup": setup(args)}, indent=2))
     with tempfile.TemporaryDirectory() as tmp:
         ours = [sys.executable, "-m", "emergence", "model=local", f"model.name_or_path={model_dir}",
                 "model.dtype=float32", "probe=paper", f"probe.n_sequences={n}", "wandb.mode=disabled",
@@ -204,6 +276,7 @@ def main(argv=None) -> None:
             "d_emergence_ablation_all": measure([*ours, *HEADS, "ablate.sequences=all", f"hydra.run.dir={tmp}/d"]),
             "e_emergence_adaptive": measure([*ours, *HEADS, f"hydra.run.dir={tmp}/e"]),
             "f_probe_pass_vs_bare_forward": probe_pass_over_forward(str(model_dir), n, args.repeats),
+            "h_ablation_vs_full_model_ablation": ablation_paths(str(model_dir), n, args.repeats),
         }
         summaries = {k: json.loads((Path(tmp) / k / "summary.json").read_text()) for k in ("d", "e")}
     results["g_intervals_16x16_2000_sequences"] = intervals_cost()
@@ -220,12 +293,11 @@ def main(argv=None) -> None:
         "recipe_adaptive_over_bare_pass": round(sum(e[k] for k in RECIPE) / bare, 3),
         "probe_pass_over_bare_forward": results["f_probe_pass_vs_bare_forward"]["ratio"],
         "probe_pass_with_over_without_sink_metric": results["f_probe_pass_vs_bare_forward"]["sink_metric_ratio"],
+        "ablation_over_full_model_ablation": results["h_ablation_vs_full_model_ablation"]["ratio"],
     }
     results["adaptive"] = {k: summaries["e"]["ablation"][k] for k in ("sequences_used", "stopped_early", "interval",
                                                                         "effect")}
-    results["setup"] = {"sequences": n, "seq_len": paper_probe(1)[0].seq_len, "arch": args.arch,
-                        "model": SHAPES[args.arch][0],
-                        "torch_threads": torch.get_num_threads(), "device": "cpu"}
+    results["setup"] = setup(args)
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:

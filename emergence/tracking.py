@@ -108,6 +108,7 @@ def log_checkpoint(run, summary: dict, rows: list[dict], figure) -> None:
     metrics = {
         "tokens": summary["tokens"] if summary["tokens"] is not None else -1,
         "bos_fraction": summary["bos_fraction"],
+        "sink_fraction": summary["sink_metric"]["fraction"],  # Gu et al.'s Sink_0
         "n_induction": len(summary["induction_circuit"]),
         **{f"class_counts/{k}": v for k, v in summary["class_counts"].items()},
     }

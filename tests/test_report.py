@@ -338,3 +338,51 @@ def test_distinct_or_unknown_weights_are_not_flagged():
     for c, digest in zip(traj.checkpoints, "abc"):
         c.extras["weights_sha256"] = digest
     assert identical_weights(traj) == []
+
+
+def test_sinks_two_ways_from_run_directories(tmp_path):
+    """Gu et al.'s Sink_0 from the runs' per-sequence importances: its per-revision share, milestones,
+    per-layer shares and bootstrap against a count by hand; the report names where the BOS fraction
+    (one query, a ratio) and Sink_0 (all queries, an absolute level) disagree."""
+    rng = np.random.default_rng(1)
+    n = 40
+    # BOS fraction (heads 0-3 of layer 1 at 80x) reaches 50% at step2; Sink_0 only at step3: layer 1's
+    # heads get 0.2 of every query at step2 (below 0.3) and 0.6 at step3.
+    traj = noisy_trajectory([1, 1, 80, 80], noise=0.1, n=n)
+    levels = [0.0, 0.05, 0.2, 0.6]
+    root = tmp_path / "runs"
+    for r, c in enumerate(traj.checkpoints):
+        importance = np.full((n, 2, 4), 0.01)
+        importance[:, 1] = np.clip(levels[r] + rng.normal(0, 0.02, size=(n, 4)), 0, 1)
+        importance[:5, 0, 0] = 0.9 if r == 3 else 0.01  # a few sequences with a layer-0 sink at the end
+        c.sink_importance = importance = importance.astype(np.float32)  # as the capture and the files hold it
+        run_dir = root / c.revision
+        scr = screen(c.sel, class_thresholds(30.0), 50.0)
+        intervals = screen_intervals(c.targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=50))
+        zeros = np.zeros(c.sel.shape[:2])
+        write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, importance.mean(0)),
+                  {"model": "two", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2,
+                   "n_heads": 4}, {"targets": c.targets, "sink_importance": importance})
+    loaded = load_runs([root])["two"]
+    assert np.array_equal(loaded.checkpoints[3].sink_importance, traj.checkpoints[3].sink_importance)
+    f = panel_findings({"two": loaded}, 30.0, 50.0)["models"]["two"]
+    g = f["sinks_gu"]
+    by_hand = [(c.sink_importance > 0.3).mean() for c in traj.checkpoints]
+    assert [r["sink_fraction"] for r in g["revisions"]] == pytest.approx(by_hand)
+    assert g["revisions"][3]["sink_per_layer"] == pytest.approx([5 / (n * 4), 1.0])
+    assert g["f1"]["zero_sink_layers"] == [] and f["f1"]["zero_bos_layers"] == [0]
+    assert f["f3"]["bos_50"]["revision"] == "step2" and g["f3"]["sink_50"]["revision"] == "step3"
+    assert g["f3"]["sink_50"]["probability"] == {"step3": 1.0}
+    low, high = g["revisions"][3]["sink_fraction_ci"]
+    assert low <= by_hand[3] <= high and low < high  # the 5 layer-0 sequences vary between replicates
+    assert any("F3: 50% is first reached at step2 by the BOS fraction but at step3 by Sink_0" in d
+               for d in g["disagreements"])
+    assert any(d.startswith("F1:") for d in g["disagreements"])
+
+    out = tmp_path / "report"
+    report_main([str(root), "--out", str(out), "--sink-epsilon", "0.1"])  # step2's 0.2 now counts
+    findings = json.loads((out / "findings.json").read_text())
+    g = findings["models"]["two"]["sinks_gu"]
+    assert g["epsilon"] == 0.1 and g["f3"]["sink_50"]["revision"] == "step2"
+    text = (out / "report.md").read_text()
+    assert "Sinks two ways" in text and "Sink_0 > 0.1" not in text and "key-0 importance > 0.1" in text

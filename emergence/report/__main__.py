@@ -35,6 +35,8 @@ def parse_args(argv=None):
                    help="class / BOS membership threshold (default: the runs' own if they agree, else 30)")
     p.add_argument("--circuit-threshold", type=float, default=None,
                    help="induction circuit threshold (default: the runs' own if they agree, else 50)")
+    p.add_argument("--sink-epsilon", type=float, default=ThresholdConfig.sink_epsilon,
+                   help="Gu et al.'s sink level: key-0 importance above it counts as a sink (default %(default)s)")
     p.add_argument("--pr-estimator", choices=("pr", "pr_entropy_rank"), default="pr_entropy_rank",
                    help="spectral column of run directories used for F5 (the reference used pr_entropy_rank)")
     p.add_argument("--wandb-mode", choices=("offline", "online", "disabled"), default=None,
@@ -46,14 +48,16 @@ def parse_args(argv=None):
         p.error("give run directories or --reference DIR (exactly one of them)")
     if (args.class_threshold or 1) <= 0 or (args.circuit_threshold or 1) <= 0:
         p.error("thresholds must be > 0")
+    if not 0 < args.sink_epsilon < 1:
+        p.error("--sink-epsilon must be in (0, 1): a share of attention")
     return args
 
 
 def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float,
-                 reference: bool, sweeps: list[dict] = ()) -> dict:
+                 reference: bool, sweeps: list[dict] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
     """``sweeps``: ablation-floor sweeps (``floor.load_sweeps``) among the runs, if any."""
     out.mkdir(parents=True, exist_ok=True)
-    findings = panel_findings(trajectories, class_threshold, circuit_threshold)
+    findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon)
     findings["ablation_floor"] = list(sweeps)
     grids = [sensitivity.dense(t) for t in trajectories.values()]
     rows = sensitivity.rows(grids)
@@ -93,8 +97,10 @@ def log_panel(findings: dict, out: Path, cfg: WandbConfig) -> None:
         for model, f in findings["models"].items():
             run.define_metric(f"{model}/tokens")
             run.define_metric(f"{model}/*", step_metric=f"{model}/tokens")
-            for r in f["revisions"]:
+            sinks = (f["sinks_gu"] or {}).get("revisions") or [{}] * len(f["revisions"])
+            for r, s in zip(f["revisions"], sinks):
                 run.log({f"{model}/tokens": r["tokens"], f"{model}/bos_fraction": r["bos_fraction"],
+                         **({f"{model}/sink_fraction": s["sink_fraction"]} if s else {}),
                          f"{model}/n_induction": r["n_induction"],
                          **({f"{model}/induction_recall": r["induction_recall"]}
                             if r["induction_recall"] is not None else {})})
@@ -123,12 +129,14 @@ def main(argv=None) -> None:
     class_threshold = args.class_threshold if args.class_threshold is not None else screened[0]
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
     findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
-                            reference=args.reference is not None, sweeps=sweeps)
+                            reference=args.reference is not None, sweeps=sweeps, sink_epsilon=args.sink_epsilon)
     log_panel(findings, args.out, wandb_cfg)
     for model, f in findings["models"].items():
         f3 = f["f3"]
         print(f"{model}: final BOS {100 * f['f2']['final_bos_fraction']:.1f}% ({f['f2']['shape']}), onset "
-              f"{(f3['induction_onset'] or {}).get('revision')}, BOS-50% {(f3['bos_50'] or {}).get('revision')}")
+              f"{(f3['induction_onset'] or {}).get('revision')}, BOS-50% {(f3['bos_50'] or {}).get('revision')}"
+              + ("" if not f["sinks_gu"] else f"; Sink_0 final {100 * f['sinks_gu']['f2']['final_sink_fraction']:.1f}%, "
+                 f"Sink_0-50% {(f['sinks_gu']['f3']['sink_50'] or {}).get('revision')}"))
     for sweep in findings["ablation_floor"]:
         print(f"{sweep['model']} @ {sweep['revision']}: ablation floor T* = "
               f"{'none' if sweep['t_star'] is None else '%gx' % sweep['t_star']}")

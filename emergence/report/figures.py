@@ -34,37 +34,56 @@ def _tokens_axis(ax, tokens: list[float]):
     ax.set_xlabel("training tokens")
 
 
-def _line_with_band(ax, revs: list[dict], key: str, label: str, scale: float = 1.0) -> None:
-    """``key`` per revision against tokens; its bootstrap interval (``<key>_ci``) as a band when present."""
+def _line_with_band(ax, revs: list[dict], key: str, label: str, scale: float = 1.0, **style) -> str:
+    """``key`` per revision against tokens; its bootstrap interval (``<key>_ci``) as a band when
+    present. Returns the line's colour."""
     tokens = [r["tokens"] for r in revs]
-    line, = ax.plot(tokens, [scale * r[key] for r in revs], "o-", label=label)
+    line, = ax.plot(tokens, [scale * r[key] for r in revs], style.pop("fmt", "o-"), label=label, **style)
     if revs and all(f"{key}_ci" in r for r in revs):
         low, high = np.array([r[f"{key}_ci"] for r in revs]).T * scale
         ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    return line.get_color()
 
 
 def bos_vs_tokens(findings: dict, out: Path) -> Path:
+    """The BOS fraction per model, and beside it (dashed, same colour) Gu et al.'s Sink_0 where measured."""
     fig, ax = plt.subplots(figsize=(6, 4))
+    both = False
     for model, f in findings["models"].items():
-        _line_with_band(ax, f["revisions"], "bos_fraction", model, scale=100)
+        colour = _line_with_band(ax, f["revisions"], "bos_fraction", model, scale=100)
+        if f.get("sinks_gu"):
+            both = True
+            _line_with_band(ax, f["sinks_gu"]["revisions"], "sink_fraction", f"{model}: Sink_0", scale=100,
+                            fmt="s--", color=colour)
     _tokens_axis(ax, _all_tokens(findings))
-    ax.set_ylabel("BOS (first-token) heads, % of all heads (band: CI)")
-    ax.set_title(f"BOS fraction (first-token selectivity >= {findings['thresholds']['class']:g}x)")
-    ax.legend()
+    ax.set_ylabel("sinks, % (band: CI)")
+    th = findings["thresholds"]
+    title = f"BOS fraction (first-token selectivity >= {th['class']:g}x)"
+    if both:
+        title += f"\nand Sink_0 (key-0 importance > {th['sink_epsilon']:g}, dashed)"
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
     return _save(fig, out / "bos_fraction_vs_tokens.png")
 
 
 def bos_heatmap(model: str, f: dict, out: Path) -> Path:
-    counts = np.array([r["bos_per_layer"] for r in f["revisions"]]).T  # [layers, revisions]
-    fig, ax = plt.subplots(figsize=(1 + 0.7 * counts.shape[1], 1 + 0.3 * counts.shape[0]))
-    im = ax.imshow(counts, aspect="auto", cmap="viridis", origin="lower")
-    for (l, r), v in np.ndenumerate(counts):
-        ax.text(r, l, str(v), ha="center", va="center", fontsize=7, color="w" if v < counts.max() / 2 else "k")
-    ax.set_xticks(range(counts.shape[1]), [r["revision"] for r in f["revisions"]], rotation=60, ha="right",
-                  fontsize=7)
-    ax.set_ylabel("layer")
-    ax.set_title(f"{model}: BOS heads per layer")
-    fig.colorbar(im, ax=ax)
+    """Per layer and revision: BOS heads (and, where measured, Sink_0's share beside it)."""
+    panels = [(np.array([r["bos_per_layer"] for r in f["revisions"]]).T, "BOS heads per layer", "{:d}")]
+    if f.get("sinks_gu"):
+        panels.append((np.array([r["sink_per_layer"] for r in f["sinks_gu"]["revisions"]]).T,
+                       f"Sink_0 per layer (eps {f['sinks_gu']['epsilon']:g})", "{:.2f}"))
+    n_layers, n_revs = panels[0][0].shape
+    fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * (1 + 0.7 * n_revs), 1.5 + 0.3 * n_layers),
+                             squeeze=False)
+    for ax, (values, title, fmt) in zip(axes[0], panels):
+        im = ax.imshow(values, aspect="auto", cmap="viridis", origin="lower")
+        top = values.max() or 1
+        for (l, r), v in np.ndenumerate(values):
+            ax.text(r, l, fmt.format(v), ha="center", va="center", fontsize=6, color="w" if v < top / 2 else "k")
+        ax.set_xticks(range(n_revs), [r["revision"] for r in f["revisions"]], rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("layer")
+        ax.set_title(f"{model}: {title}", fontsize=9)
+        fig.colorbar(im, ax=ax)
     return _save(fig, out / f"bos_per_layer_{model}.png")
 
 

@@ -12,6 +12,10 @@ Definitions (thresholds are arguments; the defaults are METHOD.md section 4's):
 * F4: recall of the final induction circuit (heads >= circuit threshold at the last
   revision): share of its heads whose induction selectivity is >= the class threshold.
   First revisions with recall >= 1/3, 2/3, 1; also top-k recall (k = circuit size).
+* Sinks two ways (``sinks_gu``, where the runs measured it): Gu et al.'s Sink_0, the share
+  of (sequence, layer, head) whose key-0 importance exceeds ``sink_epsilon``, per revision
+  and per layer, with F1-F3 recomputed under it and the places where it and the BOS
+  fraction disagree.
 * F5: per final circuit head, the first revision where PR reaches 2x its first-revision
   value and the first where induction selectivity reaches the circuit threshold; the
   lead is the ratio of their token counts.
@@ -33,6 +37,7 @@ from emergence.config import StatsConfig, ThresholdConfig
 from emergence.report.panel import Trajectory
 from emergence.report.uncertainty import Replicates, bracket, first_crossing_probability, ratio_range, replicates
 from emergence.screen import CLASSES, head_name
+from emergence.stats import interval
 
 INDUCTION = CLASSES.index("induction")
 FIRST_TOKEN = CLASSES.index("first_token")
@@ -93,13 +98,15 @@ def recall(traj: Trajectory, class_threshold: float, circuit_threshold: float) -
     return rec, topk
 
 
-def f2_shape(fractions: np.ndarray, revisions: list[str], reps: Replicates | None = None) -> dict:
-    """The shape of the BOS rise; with replicates, "abrupt" needs the share's lower bound >= 1/2."""
+def f2_shape(fractions: np.ndarray, revisions: list[str], replicated: np.ndarray | None = None,
+             ci: float = StatsConfig.ci, name: str = "bos_fraction") -> dict:
+    """The shape of a sink fraction's rise (``name``: which one, for the keys); with its bootstrap
+    replicates ``replicated`` [replicates, revisions], "abrupt" needs the share's lower bound >= 1/2."""
     jumps = np.diff(fractions)
     total_rise = float(fractions[-1])
     if len(jumps) == 0 or total_rise <= 0:  # nothing rose: no jump to speak of
         return {"largest_jump_pp": None, "largest_jump": None, "jump_share": None, "monotonic": True,
-                "shape": None, "final_bos_fraction": total_rise}
+                "shape": None, f"final_{name}": total_rise}
     i = int(np.argmax(jumps))
     share = float(jumps[i] / total_rise)
     out = {
@@ -109,13 +116,13 @@ def f2_shape(fractions: np.ndarray, revisions: list[str], reps: Replicates | Non
         "monotonic": bool((jumps >= 0).all()),
         "largest_drop_pp": 100 * float(min(0.0, jumps.min())),
         "shape": "abrupt" if share >= ABRUPT_SHARE else "gradual",
-        "final_bos_fraction": total_rise,
+        f"final_{name}": total_rise,
     }
-    if reps is not None:
-        bos = reps.bos_fraction
-        shares = (bos[:, i + 1] - bos[:, i]) / np.where(bos[:, -1] > 0, bos[:, -1], np.nan)
-        out["jump_share_ci"] = reps.interval(np.nan_to_num(shares, nan=0.0))  # no final rise: no share
-        out["final_bos_fraction_ci"] = reps.interval(bos[:, -1])
+    if replicated is not None:
+        final = replicated[:, -1]
+        shares = (replicated[:, i + 1] - replicated[:, i]) / np.where(final > 0, final, np.nan)
+        out["jump_share_ci"] = interval(np.nan_to_num(shares, nan=0.0), ci)  # no final rise: no share
+        out[f"final_{name}_ci"] = interval(final, ci)
         if out["shape"] == "abrupt" and out["jump_share_ci"][0] < ABRUPT_SHARE:
             out["shape"] = "gradual"
             out["shape_note"] = (f"the largest rise is {share:.0%} of the total at the point estimate but "
@@ -169,6 +176,60 @@ def pr_integral_ranking(traj: Trajectory, class_threshold: float, top_k: int = 4
             "induction_share": float(np.mean([final[l, h, INDUCTION] >= class_threshold for l, h in top]))}
 
 
+def second_sink_definition(traj: Trajectory, epsilon: float, bos_findings: dict, onset: int | None,
+                           reps: Replicates | None = None) -> dict | None:
+    """Gu et al.'s Sink_0 (``emergence/sinks.py``) beside the BOS fraction: its trajectory, F1-F3
+    under it, and where the two definitions disagree (``bos_findings``: the BOS fraction's f1, f2
+    and f3). None unless every revision measured it (run directories)."""
+    if any(c.sink_importance is None for c in traj.checkpoints):
+        return None
+    above = [c.sink_importance > epsilon for c in traj.checkpoints]  # each [n, layers, heads]
+    fraction = np.array([a.mean() for a in above])
+    per_layer = np.array([a.mean(axis=(0, 2)) for a in above])  # [revisions, layers]
+    rep = None if reps is None else reps.sink_fraction
+    names = [c.revision for c in traj.checkpoints]
+    f3, crossings = {}, {}
+    for pct in BOS_MILESTONES:
+        crossings[pct] = _first(fraction >= pct / 100 - 1e-12)
+        f3[f"sink_{pct}"] = _milestone(traj, crossings[pct], reached=None if rep is None else
+                                       rep >= pct / 100 - 1e-12)
+    f3["gap_ratio"] = (f3["sink_50"]["tokens"] / traj.checkpoints[onset].tokens
+                       if crossings[50] is not None and onset is not None else None)
+    f3["gap_ratio_range"] = ratio_range(crossings[50], onset, traj.tokens, traj.tokens)
+    out = {
+        "epsilon": float(epsilon),
+        "definition": "share of (sequence, layer, head) whose key-0 importance (mean attention to key 0 over "
+                      "every query that sees it) exceeds epsilon (Gu et al. 2024)",
+        "revisions": [{"revision": c.revision, "tokens": c.tokens, "sink_fraction": float(fraction[i]),
+                       "sink_per_layer": per_layer[i].tolist(),
+                       **({} if rep is None else {"sink_fraction_ci": interval(rep[:, i], reps.ci)})}
+                      for i, c in enumerate(traj.checkpoints)],
+        "f1": {"zero_sink_layers": [int(l) for l in np.flatnonzero(per_layer.sum(0) == 0)]},
+        "f2": f2_shape(fraction, names, name="sink_fraction") if rep is None else
+        f2_shape(fraction, names, rep, reps.ci, name="sink_fraction"),
+        "f3": f3,
+    }
+    out["disagreements"] = definitions_disagree(bos_findings, out)
+    return out
+
+
+def definitions_disagree(bos: dict, sink: dict) -> list[str]:
+    """Where the BOS fraction (``bos``: a model's f1-f3) and Sink_0 (``sink``) tell different stories."""
+    out = []
+    if bos["f1"]["zero_bos_layers"] != sink["f1"]["zero_sink_layers"]:
+        out.append(f"F1: layers without sinks at any revision are {bos['f1']['zero_bos_layers'] or 'none'} by the BOS "
+                   f"fraction but {sink['f1']['zero_sink_layers'] or 'none'} by Sink_0")
+    if bos["f2"]["shape"] != sink["f2"]["shape"]:
+        out.append(f"F2: the rise is {bos['f2']['shape'] or 'absent'} by the BOS fraction but "
+                   f"{sink['f2']['shape'] or 'absent'} by Sink_0")
+    for pct in BOS_MILESTONES:
+        at_bos, at_sink = ((m or {}).get("revision") for m in (bos["f3"][f"bos_{pct}"], sink["f3"][f"sink_{pct}"]))
+        if at_bos != at_sink:
+            out.append(f"F3: {pct}% is first reached at {at_bos or 'no revision'} by the BOS fraction but at "
+                       f"{at_sink or 'no revision'} by Sink_0")
+    return out
+
+
 def identical_weights(traj: Trajectory) -> list[list[str]]:
     """Groups of revisions whose weights fingerprints (``weights_sha256``) are equal: at most one
     of each group can be the checkpoint its name says (Pythia-2.8b, BLOOM and OLMo have served such)."""
@@ -180,8 +241,10 @@ def identical_weights(traj: Trajectory) -> list[list[str]]:
 
 
 def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.class_default,
-                   circuit_threshold: float = ThresholdConfig.circuit, reps: Replicates | None = None) -> dict:
-    """F1-F5 of one trajectory; ``reps`` (its bootstrap at these thresholds) adds the intervals."""
+                   circuit_threshold: float = ThresholdConfig.circuit, reps: Replicates | None = None,
+                   sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
+    """F1-F5 of one trajectory, and the sink findings under Gu et al.'s definition where the runs
+    measured it; ``reps`` (its bootstrap at these thresholds) adds the intervals."""
     names = [c.revision for c in traj.checkpoints]
     total_tokens = traj.checkpoints[-1].tokens
     bos = bos_fractions(traj, class_threshold)
@@ -220,11 +283,14 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
     f4["topk_recall_67"] = _milestone(traj, _first([r is not None and r >= Fraction(2, 3) for r in topk]),
                                       total_tokens)
     f4["final_circuit"] = [head_name(l, h) for l, h in circuit]
+    f1 = {"zero_bos_layers": [int(l) for l in np.flatnonzero(per_layer.sum(0) == 0)]}
+    f2 = f2_shape(bos, names) if reps is None else f2_shape(bos, names, reps.bos_fraction, reps.ci)
     return {
         "revisions": revisions,
-        "f1": {"zero_bos_layers": [int(l) for l in np.flatnonzero(per_layer.sum(0) == 0)]},
-        "f2": f2_shape(bos, names, reps),
+        "f1": f1,
+        "f2": f2,
         "f3": f3,
+        "sinks_gu": second_sink_definition(traj, sink_epsilon, {"f1": f1, "f2": f2, "f3": f3}, onset, reps),
         "f4": f4,
         "f5": f5_leads(traj, circuit_threshold, reps),
         "pr_integral_ranking": pr_integral_ranking(traj, class_threshold),
@@ -258,12 +324,14 @@ def across_seeds(trajectories: dict[str, Trajectory], models: dict[str, dict]) -
 
 
 def panel_findings(trajectories: dict[str, Trajectory], class_threshold: float = ThresholdConfig.class_default,
-                   circuit_threshold: float = ThresholdConfig.circuit, intervals: bool = True) -> dict:
+                   circuit_threshold: float = ThresholdConfig.circuit, intervals: bool = True,
+                   sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
     """F1-F5 per trajectory (with the bootstrap where run directories allow it) and across seeds."""
     models = {m: model_findings(t, class_threshold, circuit_threshold,
-                                replicates(t, class_threshold, circuit_threshold) if intervals else None)
+                                replicates(t, class_threshold, circuit_threshold, sink_epsilon) if intervals else None,
+                                sink_epsilon)
               for m, t in trajectories.items()}
-    return {"thresholds": {"class": class_threshold, "circuit": circuit_threshold},
+    return {"thresholds": {"class": class_threshold, "circuit": circuit_threshold, "sink_epsilon": sink_epsilon},
             "intervals": {"n_boot": StatsConfig.n_boot, "ci": StatsConfig.ci, "seed": StatsConfig.seed,
                           "method": "percentile bootstrap over sequences, one resample matrix for all revisions"},
             "models": models, "seeds": across_seeds(trajectories, models)}

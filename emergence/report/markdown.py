@@ -58,11 +58,40 @@ def ablation_floor(sweeps: list[dict]) -> list[str]:
     return out
 
 
+def sinks_two_ways(g: dict, revisions: list[dict]) -> list[str]:
+    """The second sink definition (Gu et al.) beside the BOS fraction: per revision, then F1-F3 under
+    it and where the two disagree."""
+    eps = g["epsilon"]
+    out = [f"- **Sinks two ways**: Sink_0 = {g['definition'].replace('epsilon', f'epsilon = {eps:g}')}; "
+           "the BOS fraction uses the last query only and a ratio to the baseline.", "",
+           "  | revision | BOS % | Sink_0 % | Sink_0 CI | Sink_0 per layer % |", "  |---|---|---|---|---|"]
+    for r, s in zip(revisions, g["revisions"]):
+        ci = _range(s["sink_fraction_ci"], _pct) if "sink_fraction_ci" in s else "-"
+        out.append(f"  | {r['revision']} | {100 * r['bos_fraction']:.1f} | {100 * s['sink_fraction']:.1f} | {ci} | "
+                   + " / ".join(f"{100 * x:.0f}" for x in s["sink_per_layer"]) + " |")
+    f2, f3 = g["f2"], g["f3"]
+    shape = ("no rise" if not f2["largest_jump"] else
+             f"{f2['shape']}, largest adjacent rise {f2['largest_jump_pp']:+.1f} pp ({f2['largest_jump'][0]} -> "
+             f"{f2['largest_jump'][1]}), {_pct(f2['jump_share'])} of the rise to the final "
+             f"{_pct(f2['final_sink_fraction'])}" + (f" (note: {f2['shape_note']})" if "shape_note" in f2 else ""))
+    gap = "-" if f3["gap_ratio"] is None else f"{f3['gap_ratio']:.1f}x"
+    if f3["gap_ratio_range"] is not None:
+        gap += f" (range {_range(f3['gap_ratio_range'], lambda x: f'{x:.1f}x')})"
+    out += ["", f"  Under Sink_0: F1 layers without sinks {g['f1']['zero_sink_layers'] or 'none'}; F2 {shape}; "
+                f"F3 Sink_0 10/30/50/70%: {', '.join(_m(f3[f'sink_{p}']) for p in (10, 30, 50, 70))}; "
+                f"gap Sink_0-50% / induction onset {gap}.",
+            "  Where the two definitions disagree: " + ("; ".join(g["disagreements"]) or "nowhere on this panel")
+            + "."]
+    return out + [""]
+
+
 def render(findings: dict, conclusions: list[dict], figures: list[str], reference: bool) -> str:
     th = findings["thresholds"]
     out = [f"# Panel report\n",
            f"Thresholds: class / BOS membership >= {th['class']:g}x baseline, induction circuit >= "
-           f"{th['circuit']:g}x. Input: {'the reference study data' if reference else 'run directories'}.\n",
+           f"{th['circuit']:g}x" + (f"; Gu et al.'s Sink_0 at key-0 importance > {th['sink_epsilon']:g}"
+                                    if any(f.get("sinks_gu") for f in findings["models"].values()) else "")
+           + f". Input: {'the reference study data' if reference else 'run directories'}.\n",
            "How to read the numbers: a milestone first seen at a revision happened after the revision "
            "before it and by its own, so each comes with that bracket in tokens, `(before, at]`. "
            + ("Intervals need run directories (their per-sequence attentions): on this input only the "
@@ -120,6 +149,8 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
                      f"BOS-50% {format_tokens(published.BOS_50_B[model] * 1e9)}"
                      + (f", gap {gap}x." if gap else " (Pythia: both ~6B, below the panel's resolution)."))
         out.append(text)
+        if f.get("sinks_gu"):
+            out += sinks_two_ways(f["sinks_gu"], f["revisions"])
         frac = lambda m: "" if m is None else f", {100 * m['fraction_of_training']:.1f}% of training"  # noqa: E731
         text = (f"- **F4 early convergence** (final circuit {', '.join(f4['final_circuit']) or 'empty'}; recall = "
                 f"share of it at >= {th['class']:g}x): 1/3 at {_m(f4['recall_33'])}{frac(f4['recall_33'])}; "

@@ -34,6 +34,7 @@ class Checkpoint:
     pr: np.ndarray | None = None
     extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score
     targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
+    sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
 
 
 @dataclass
@@ -128,10 +129,12 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
         panel = (summary["model"], summary.get("training_seed"))
         used.setdefault(panel, set()).add(
             (classes.pop(), summary["thresholds"]["circuit"]) if len(classes) == 1 else None)
-        per_sequence = run_dir / PER_SEQUENCE_FILE
-        targets = np.load(per_sequence)["targets"] if per_sequence.exists() else None
+        arrays = {}
+        if (run_dir / PER_SEQUENCE_FILE).exists():
+            with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
+                arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
         by_model.setdefault(panel, {})[summary["revision"]] = Checkpoint(
-            summary["revision"], float(summary["tokens"]), sel, pr, extras, targets)
+            summary["revision"], float(summary["tokens"]), sel, pr, extras, **arrays)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     seeds = Counter(model for model, _ in by_model)

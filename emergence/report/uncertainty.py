@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emergence.config import StatsConfig
+from emergence.config import StatsConfig, ThresholdConfig
 from emergence.report.panel import Trajectory
 from emergence.screen import CLASSES
-from emergence.stats import interval, replicate_selectivity, resample_weights
+from emergence.stats import interval, replicate_means, replicate_selectivity, resample_weights
 
 INDUCTION = CLASSES.index("induction")
 FIRST_TOKEN = CLASSES.index("first_token")
@@ -50,13 +50,15 @@ class Replicates:
     n_induction: np.ndarray
     induction_sel: np.ndarray  # [replicates, revisions, layers, heads]
     ci: float
+    sink_fraction: np.ndarray | None = None  # Gu et al.'s Sink_0 share, where every revision measured it
 
     def interval(self, values: np.ndarray) -> list[float]:
         return interval(values, self.ci)
 
 
 def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: float,
-               settings: StatsConfig = StatsConfig()) -> Replicates | None:
+               sink_epsilon: float = ThresholdConfig.sink_epsilon, settings: StatsConfig = StatsConfig()
+               ) -> Replicates | None:
     """The bootstrap of a trajectory (``settings``: n_boot, ci, seed; the runs' defaults), or None
     without per-sequence attentions at every revision (the reference data, old runs) or when
     revisions were probed with different batch sizes."""
@@ -70,7 +72,12 @@ def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: floa
         bos.append((sel[..., FIRST_TOKEN] >= class_threshold).mean(axis=(1, 2)))
         n_ind.append((sel[..., INDUCTION] >= circuit_threshold).sum(axis=(1, 2)))
         ind.append(sel[..., INDUCTION])
-    return Replicates(np.stack(bos, 1), np.stack(n_ind, 1), np.stack(ind, 1), settings.ci)
+    sink = None
+    if all(c.sink_importance is not None for c in traj.checkpoints):
+        # a replicate's Sink_0 share is the resampled mean of each sequence's share of sink heads
+        shares = np.stack([(c.sink_importance > sink_epsilon).mean(axis=(1, 2)) for c in traj.checkpoints], 1)
+        sink = replicate_means(shares, weights)  # [n_boot, revisions]
+    return Replicates(np.stack(bos, 1), np.stack(n_ind, 1), np.stack(ind, 1), settings.ci, sink)
 
 
 def first_crossing_probability(reached: np.ndarray, revisions: list[str]) -> dict[str, float]:
