@@ -26,6 +26,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 ABLATE_MODES = ("zero", "mean")
 ABLATE_SEQUENCES = ("adaptive", "all")
 WANDB_MODES = ("offline", "online", "disabled")
+LR_SCHEDULES = ("constant", "cosine")  # the toy recipe's learning-rate schedule after warmup
 
 
 class UsageError(Exception):
@@ -79,6 +80,9 @@ class ToyRecipe:
     repeat_fraction: float = 0.5  # share of each batch that is one span repeated end to end
     skip_offsets: List[int] = field(default_factory=lambda: [2, 3, 4])  # filler tokens repeat the token k back
     skip_prob: float = 0.25  # ... with this probability, for each k
+    trigger_fraction: float = 0.0  # share of the vocabulary whose next token repeats the one before them
+    lr_schedule: str = "constant"  # constant | cosine (after warmup, down to min_lr_ratio x lr at the last step)
+    min_lr_ratio: float = 0.1
     clip_qkv: Optional[float] = None
     n_experts: int = 8  # olmoe only
     experts_per_token: int = 2  # olmoe only
@@ -281,9 +285,20 @@ def validate(cfg: Config) -> None:
     if cfg.stats.n_null < 1:
         _fail("stats.n_null", cfg.stats.n_null, "must be >= 1 null draw (the reference used 500)")
     validate_revision_naming(cfg.model)
+    if cfg.model.toy is not None:
+        validate_toy_recipe(cfg.model.toy)
     if cfg.wandb.mode not in WANDB_MODES:
         _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)} (the default is $WANDB_MODE)")
     check_device(cfg.device)
+
+
+def validate_toy_recipe(recipe: ToyRecipe) -> None:
+    if recipe.lr_schedule not in LR_SCHEDULES:
+        _fail("model.toy.lr_schedule", recipe.lr_schedule, f"use one of {', '.join(LR_SCHEDULES)}")
+    if not 0 <= recipe.min_lr_ratio <= 1:
+        _fail("model.toy.min_lr_ratio", recipe.min_lr_ratio, "must be in [0, 1]: a share of model.toy.lr")
+    if not 0 <= recipe.trigger_fraction < 1:
+        _fail("model.toy.trigger_fraction", recipe.trigger_fraction, "must be in [0, 1): a share of the vocabulary")
 
 
 def check_device(device: str) -> None:

@@ -132,6 +132,18 @@ def test_adaptive_ablation_settings_are_validated_in_one_line(override, message)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("override,message", [
+    ("model.toy.lr_schedule=linear", "model.toy.lr_schedule='linear' is invalid: use one of constant, cosine"),
+    ("model.toy.min_lr_ratio=1.5", "model.toy.min_lr_ratio=1.5 is invalid: must be in [0, 1]"),
+    ("model.toy.trigger_fraction=1.0", "model.toy.trigger_fraction=1.0 is invalid: must be in [0, 1)"),
+])
+def test_toy_recipe_settings_are_validated_in_one_line(override, message):
+    cfg = compose_config(["model=toy_olmo", override])
+    with pytest.raises(UsageError) as err:
+        validate(cfg)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
 def test_adaptive_ablation_is_the_default_and_all_is_an_option():
     assert compose_config([]).ablate.sequences == "adaptive"
     validate(compose_config(["ablate.sequences=all", "ablate.min_sequences=2", "ablate.confidence=0.99"]))

@@ -41,6 +41,48 @@ def test_skips_repeat_the_token_k_back():
     assert 0.45 < share < 0.6  # half of the tokens, plus the chain's own chance repeats
 
 
+def test_the_token_after_a_trigger_repeats_the_token_before_it():
+    corpus = ToyCorpus(256, 128, seed=0, skip_offsets=(2, 3), skip_prob=0.25, trigger_fraction=0.1)
+    assert corpus.is_trigger.sum() == 26  # round(0.1 x 256)
+    chain = corpus._bigram_chain(np.random.default_rng(0), 64)
+    after = corpus.is_trigger[chain[:, 1:-1]]  # after[:, i]: token i + 1 is a trigger
+    assert after.mean() > 0.05
+    assert np.array_equal(chain[:, 2:][after], chain[:, :-2][after])
+    # Elsewhere the token two back is repeated only by the skips (25%) and by chance.
+    assert (chain[:, 2:][~after] == chain[:, :-2][~after]).mean() < 0.4
+    # No triggers: the corpus the toy panel has always been trained on, draw for draw.
+    plain = ToyCorpus(256, 128, seed=0, skip_offsets=(2, 3), skip_prob=0.25)
+    assert torch.equal(plain.batch(3, 8), ToyCorpus(256, 128, seed=0, skip_offsets=(2, 3), skip_prob=0.25,
+                                                   trigger_fraction=0.0).batch(3, 8))
+    assert not plain.is_trigger.any()
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_learning_rate_warms_up_then_holds_or_follows_a_cosine_to_its_floor(schedule):
+    import math
+
+    from emergence.toy.train import lr_schedule
+
+    recipe = compose_config(["model=toy_olmo", f"model.toy.lr_schedule={schedule}"]).model.toy
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=recipe.lr)
+    schedule_ = lr_schedule(optimizer, recipe, steps=1000)
+    rates = []
+    for _ in range(1001):
+        rates.append(optimizer.param_groups[0]["lr"] / recipe.lr)
+        optimizer.step()
+        schedule_.step()
+    warmup = recipe.warmup_steps
+    assert rates[warmup] == pytest.approx(1.0) and all(a < b for a, b in zip(rates[:warmup - 1], rates[1:warmup]))
+    if schedule == "constant":
+        assert rates[warmup:] == [1.0] * (1001 - warmup)
+    else:  # half a cosine from 1 at the end of warmup to min_lr_ratio at the last step
+        floor, middle = recipe.min_lr_ratio, (warmup + 1000) // 2
+        assert rates[1000] == pytest.approx(floor)
+        expected = floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * (middle - warmup) / (1000 - warmup)))
+        assert rates[middle] == pytest.approx(expected)
+        assert all(a >= b for a, b in zip(rates[warmup:], rates[warmup + 1:]))
+
+
 def test_copy_eval_batch_has_one_copied_span():
     tokens, first, second = copy_eval_batch(256, 128, 4, 16, 0)
     assert torch.equal(tokens[:, first:first + 16], tokens[:, second:second + 16])

@@ -7,12 +7,16 @@ arbitrary token, as in the packed documents the real panel models were trained o
   random ordering of the vocabulary) with random spans copied later in the sequence;
   optionally, each token is replaced with probability ``skip_prob`` by the token k back,
   for each k in ``skip_offsets``, which rewards heads that attend to fixed offsets;
+  optionally (``trigger_fraction``), a share of the vocabulary are trigger tokens, and the
+  token after a trigger repeats the token before it (the bigram-backcopy task of Guo et
+  al. 2024): a job that applies only at triggers, so the heads that do it are idle
+  elsewhere and need somewhere to put their attention;
 * repeats: one random span repeated end to end.
 
 Only the copies reward attending back to "the token after the previous occurrence of
 the current token", so induction heads form, and abruptly, as in real pretraining. The
-fixed-offset skips give heads another job, so that not every head becomes an induction
-head.
+fixed-offset skips and the triggers give heads other jobs, so that not every head becomes
+an induction head.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import torch
 class ToyCorpus:
     def __init__(self, vocab_size: int, seq_len: int, seed: int, zipf_exponent: float = 1.1,
                  span_min: int = 8, span_max: int = 24, spans_per_filler: int = 2, repeat_fraction: float = 0.5,
-                 skip_offsets: tuple[int, ...] = (), skip_prob: float = 0.0):
+                 skip_offsets: tuple[int, ...] = (), skip_prob: float = 0.0, trigger_fraction: float = 0.0):
         self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
         self.skip_offsets, self.skip_prob = tuple(skip_offsets), skip_prob
         self.span_min, self.span_max, self.spans_per_filler = span_min, span_max, spans_per_filler
@@ -35,6 +39,8 @@ class ToyCorpus:
         probs = np.empty((vocab_size, vocab_size))
         np.put_along_axis(probs, order, ranks / ranks.sum(), axis=1)
         self.bigram_cdf = np.cumsum(probs, axis=1)
+        self.is_trigger = np.zeros(vocab_size, dtype=bool)  # drawn after the bigrams: they stay as they were
+        self.is_trigger[rng.permutation(vocab_size)[:round(trigger_fraction * vocab_size)]] = True
 
     def batch(self, step: int, size: int) -> torch.Tensor:
         """The training batch of ``step``: [size, seq_len] int64, a pure function of (seed, step)."""
@@ -52,6 +58,9 @@ class ToyCorpus:
                 if t >= k:
                     skip = rng.random(n) < self.skip_prob
                     out[skip, t] = out[skip, t - k]
+            if t >= 2:  # after a trigger, the token before it (last: the triggers' rule always holds)
+                after_trigger = self.is_trigger[out[:, t - 1]]
+                out[after_trigger, t] = out[after_trigger, t - 2]
         return out
 
     def _filler(self, rng, n: int) -> np.ndarray:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeConfig, OlmoeForCausalLM,
-                          OlmoForCausalLM)
+                          OlmoForCausalLM, get_cosine_with_min_lr_schedule_with_warmup)
 from transformers.utils import logging as hf_logging
 
 from emergence.results import atomic_write_text
@@ -66,6 +66,14 @@ def in_context_score(model, recipe) -> float:
     return float(nll[:, first:first + ICL_SPAN - 1].mean() - nll[:, second:second + ICL_SPAN - 1].mean())
 
 
+def lr_schedule(optimizer, recipe, steps: int):
+    """Linear warmup, then a constant rate or transformers' cosine decay to ``min_lr_ratio`` x lr at ``steps``."""
+    if recipe.lr_schedule == "cosine":
+        return get_cosine_with_min_lr_schedule_with_warmup(optimizer, recipe.warmup_steps, steps,
+                                                           min_lr_rate=recipe.min_lr_ratio)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup_steps))
+
+
 def is_complete(root: Path, model_cfg) -> bool:
     manifest = root / MANIFEST
     if not manifest.exists():
@@ -82,11 +90,12 @@ def train(model_cfg, root: Path | None = None) -> dict:
     save_at = {int(p.step): p for p in model_cfg.panel}
     steps = max(save_at)
     corpus = ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, repeat_fraction=recipe.repeat_fraction,
-                        skip_offsets=recipe.skip_offsets, skip_prob=recipe.skip_prob)
+                        skip_offsets=recipe.skip_offsets, skip_prob=recipe.skip_prob,
+                        trigger_fraction=recipe.trigger_fraction)
     model = build_model(recipe)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
                                   weight_decay=recipe.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup_steps))
+    schedule = lr_schedule(optimizer, recipe, steps)
     hf_logging.disable_progress_bar()  # one bar for the training, not one per saved checkpoint
     if root.exists():
         shutil.rmtree(root)  # an incomplete or outdated panel: start over
