@@ -262,7 +262,7 @@ def main(argv=None) -> None:
     n = args.sequences
     if args.only:
         row = (probe_pass_over_forward if args.only == "f" else ablation_paths)(str(model_dir), n, args.repeats)
-        return print(json.dumps({args.only: row, "setup": setup(args)}, indent=2))
+        return write({args.only: row, "setup": setup(args)}, args.out)
     with tempfile.TemporaryDirectory() as tmp:
         ours = [sys.executable, "-m", "emergence", "model=local", f"model.name_or_path={model_dir}",
                 "model.dtype=float32", "probe=paper", f"probe.n_sequences={n}", "wandb.mode=disabled",
@@ -298,10 +298,15 @@ def main(argv=None) -> None:
     results["adaptive"] = {k: summaries["e"]["ablation"][k] for k in ("sequences_used", "stopped_early", "interval",
                                                                         "effect")}
     results["setup"] = setup(args)
+    write(results, args.out)
+
+
+def write(results: dict, out: Path | None) -> None:
+    """Print the results, and write them to ``out`` if given."""
     text = json.dumps(results, indent=2)
     print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    if out:
+        out.write_text(text + "\n")
 
 
 if __name__ == "__main__":
