@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Run a whole panel, then the cross-run report.
-#   ./multirun.sh toy   [extra Hydra overrides]   the 30-run toy panel on a CPU (trains it first)
+#   ./multirun.sh toy   [extra Hydra overrides]   the 40-run toy panel on a CPU (trains it first)
 #   ./multirun.sh paper [extra Hydra overrides]   the reference panel: pythia, olmo, olmoe x r0..r9 (GPU + Hub)
 # Extra arguments are passed to every job, e.g. ./multirun.sh paper wandb.mode=online probe=quick
 set -euo pipefail
 panel="${1:-toy}"
 shift || true
 case "$panel" in
-  toy) models="toy_neox,toy_olmo,toy_olmoe" ;;
+  toy) models="toy_neox,toy_olmo,toy_olmoe,toy_olmo_sinks" ;;
   paper) models="pythia,olmo,olmoe" ;;
   *) echo "usage: $0 toy|paper [hydra overrides...]" >&2; exit 2 ;;
 esac

@@ -15,6 +15,10 @@
   (h) in one process, the ablation step over every sequence (the fixed head set and its 5
       controls) against the path before the shared prefix (every head set through the whole
       model), alternated ``--repeats`` times, fastest of each, losses equal to 1e-5;
+  (i) in one process, the whole recipe where the verdict is clear: ``toy_neox``'s final
+      checkpoint (trained on first use) with its induction head L1H3 and its matched controls,
+      adaptive against ``all`` (same verdict), the recipe's steps over a bare SDPA forward pass
+      over the same probe batch, fastest of ``--repeats``;
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -134,6 +138,50 @@ def ablation_paths(path: str, n: int, repeats: int) -> dict:
             "max_loss_difference": gap, "repeats": repeats}
 
 
+def clear_verdict_recipe(repeats: int) -> dict:
+    """(i): probe pass + screen + intervals + ablation (``summary.json`` timings) on ``toy_neox`` final
+    with ``ablate.heads=[L1H3]``, adaptive and ``all``, against the bare SDPA forward pass over the
+    same probe batch; fastest of ``repeats`` each. The two verdicts must agree."""
+    from transformers import AutoModelForCausalLM
+
+    from emergence.checkpoints import resolve_revision, source
+    from emergence.config import compose_config
+    from emergence.main import analyse
+    from emergence.probe import make_probe_batch
+    from emergence.toy.train import ensure_trained
+
+    def config(sequences: str):
+        return compose_config(["model=toy_neox", "revision=final", "ablate.heads=[L1H3]", "reuse=false",
+                               "wandb.mode=disabled", f"ablate.sequences={sequences}"])
+
+    cfg = config("all")
+    ensure_trained(cfg.model)
+    model = AutoModelForCausalLM.from_pretrained(source(cfg, resolve_revision(cfg)).path, dtype=torch.float32,
+                                                 attn_implementation="sdpa").eval()
+    p = cfg.probe
+    batch = make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
+    recipe: dict[str, list[float]] = {"adaptive": [], "all": []}
+    bare, summaries = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):
+            start = time.perf_counter()
+            forward(model, batch, p.batch_size)
+            bare.append(time.perf_counter() - start)
+            for sequences in recipe:
+                summaries[sequences] = analyse(config(sequences), Path(tmp) / f"{sequences}{i}")
+                recipe[sequences].append(sum(summaries[sequences]["timings"][k] for k in RECIPE))
+    verdicts = {k: summaries[k]["ablation"]["effect"]["causal"] for k in recipe}
+    if verdicts["adaptive"] != verdicts["all"]:
+        raise AssertionError(f"adaptive and all ablation disagree on toy_neox L1H3: {verdicts}")
+    adaptive = summaries["adaptive"]["ablation"]
+    best_bare = min(bare)
+    return {"model": "toy_neox final, ablate.heads=[L1H3]", "bare_forward_s": round(best_bare, 3),
+            **{f"recipe_{k}_s": round(min(v), 3) for k, v in recipe.items()},
+            **{f"recipe_{k}_over_bare_pass": round(min(v) / best_bare, 3) for k, v in recipe.items()},
+            "causal": verdicts["all"], "sequences_used": adaptive["sequences_used"], "sequences": batch.n,
+            "interval": adaptive["interval"], "repeats": repeats}
+
+
 def full_model_ablation(model, arch, batch, conditions: dict, per_pass: int) -> dict[str, np.ndarray]:
     """The ablation step as it was before the shared prefix: all head sets stacked along the batch
     through the whole model. Per-sequence loss of B per condition."""
@@ -240,6 +288,11 @@ def setup(args) -> dict:
             "model": SHAPES[args.arch][0], "torch_threads": torch.get_num_threads(), "device": "cpu"}
 
 
+# The in-process comparisons ``--only`` runs by themselves: (model directory, sequences, repeats) -> row.
+IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths,
+              "i": lambda path, n, repeats: clear_verdict_recipe(repeats)}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m emergence.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -247,7 +300,7 @@ def main(argv=None) -> None:
     p.add_argument("--sequences", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3, help="alternations of (f) and (h); the fastest of each counts")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    p.add_argument("--only", choices=("f", "h"), default=None,
+    p.add_argument("--only", choices=tuple(IN_PROCESS), default=None,
                    help="run just this in-process comparison (quicker than the whole benchmark)")
     p.add_argument("--floor", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
@@ -261,8 +314,8 @@ def main(argv=None) -> None:
     make_model(args.arch, model_dir)
     n = args.sequences
     if args.only:
-        row = (probe_pass_over_forward if args.only == "f" else ablation_paths)(str(model_dir), n, args.repeats)
-        return write({args.only: row, "setup": setup(args)}, args.out)
+        return write({args.only: IN_PROCESS[args.only](str(model_dir), n, args.repeats), "setup": setup(args)},
+                     args.out)
     with tempfile.TemporaryDirectory() as tmp:
         ours = [sys.executable, "-m", "emergence", "model=local", f"model.name_or_path={model_dir}",
                 "model.dtype=float32", "probe=paper", f"probe.n_sequences={n}", "wandb.mode=disabled",
@@ -277,6 +330,7 @@ def main(argv=None) -> None:
             "e_emergence_adaptive": measure([*ours, *HEADS, f"hydra.run.dir={tmp}/e"]),
             "f_probe_pass_vs_bare_forward": probe_pass_over_forward(str(model_dir), n, args.repeats),
             "h_ablation_vs_full_model_ablation": ablation_paths(str(model_dir), n, args.repeats),
+            "i_clear_verdict_recipe": clear_verdict_recipe(args.repeats),
         }
         summaries = {k: json.loads((Path(tmp) / k / "summary.json").read_text()) for k in ("d", "e")}
     results["g_intervals_16x16_2000_sequences"] = intervals_cost()
@@ -294,6 +348,8 @@ def main(argv=None) -> None:
         "probe_pass_over_bare_forward": results["f_probe_pass_vs_bare_forward"]["ratio"],
         "probe_pass_with_over_without_sink_metric": results["f_probe_pass_vs_bare_forward"]["sink_metric_ratio"],
         "ablation_over_full_model_ablation": results["h_ablation_vs_full_model_ablation"]["ratio"],
+        "clear_verdict_recipe_adaptive_over_bare_pass":
+            results["i_clear_verdict_recipe"]["recipe_adaptive_over_bare_pass"],
     }
     results["adaptive"] = {k: summaries["e"]["ablation"][k] for k in ("sequences_used", "stopped_early", "interval",
                                                                         "effect")}

@@ -4,7 +4,8 @@ from emergence.checkpoints import resolve_revision
 from emergence.config import UsageError, compose_config
 from emergence.revisions import check_revision_name, parse_revision_name
 
-PRESETS_WITH_PANELS = ["pythia", "olmo", "olmoe", "amber", "crfm_gpt2", "toy_neox", "toy_olmo", "toy_olmoe"]
+PRESETS_WITH_PANELS = ["pythia", "olmo", "olmoe", "amber", "crfm_gpt2", "toy_neox", "toy_olmo", "toy_olmoe",
+                       "toy_olmo_sinks"]
 
 
 @pytest.mark.parametrize("model,revision,step,tokens", [

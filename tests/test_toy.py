@@ -88,7 +88,7 @@ def test_copy_eval_batch_has_one_copied_span():
     assert torch.equal(tokens[:, first:first + 16], tokens[:, second:second + 16])
 
 
-@pytest.mark.parametrize("key", ["toy_neox", "toy_olmo", "toy_olmoe"])
+@pytest.mark.parametrize("key", ["toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks"])
 def test_reduced_training_is_deterministic_and_loads_like_a_checkpoint(key, tmp_path):
     cfg = reduced(key, tmp_path / "a")
     manifest = train(cfg.model)
@@ -208,5 +208,12 @@ def test_the_real_default_trains_toy_neox_and_finds_its_induction_circuit(tmp_pa
     control_rise = sum(r["loss"] for r in ab["random"]) / len(ab["random"]) - ab["clean"]["loss"]
     assert circuit_rise > 0.5 and circuit_rise > 3 * max(control_rise, 0)  # far more than its controls
     assert ab["effect"]["causal"] is True
+    # One of its heads alone has a clear verdict: adaptive ablation decides it on a quarter of
+    # the probe at most, and agrees with ablation over every sequence.
+    head = f"ablate.heads=[{final['induction_circuit'][-1]}]"
+    adaptive, every = run("adaptive", head)["ablation"], run("all", head, "ablate.sequences=all")["ablation"]
+    assert adaptive["stopped_early"] and adaptive["sequences_used"] <= 0.25 * final["probe"]["n_sequences"]
+    assert every["sequences_used"] == final["probe"]["n_sequences"]
+    assert adaptive["effect"]["causal"] is every["effect"]["causal"] is True
     untrained = run("r0", "revision=r0")
     assert untrained["induction_circuit"] == [] and untrained["member_counts"]["induction"] == 0
