@@ -208,7 +208,7 @@ def forward(model, batch, batch_size: int) -> None:
     """The bare forward pass over the batch, logits at the last position only."""
     with torch.inference_mode():
         for start in range(0, batch.n, batch_size):
-            model(batch.tokens[start:start + batch_size], logits_to_keep=1)
+            model(batch.tokens[start:start + batch_size], logits_to_keep=1, use_cache=False)
 
 
 def paper_probe(n: int):

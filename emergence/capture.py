@@ -323,7 +323,8 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
             for start in tqdm(range(0, n, batch_size), desc="probe", unit="batch", leave=False):
                 stop = min(start + batch_size, n)
                 rec.begin_batch(start, batch.ab[start:stop].to(device))
-                logits = model(batch.tokens[start:stop].to(device), logits_to_keep=1).logits[:, -1]
+                logits = model(batch.tokens[start:stop].to(device), logits_to_keep=1,
+                               use_cache=False).logits[:, -1]  # no KV cache: nothing generates after it
                 if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
                     raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
                                      f"{arch.n_layers} attention layers went through the capture")
