@@ -298,7 +298,7 @@ def main(argv=None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", choices=sorted(SHAPES), default="gpt_neox", help="the model shape to measure on")
     p.add_argument("--sequences", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=3, help="alternations of (f) and (h); the fastest of each counts")
+    p.add_argument("--repeats", type=int, default=3, help="alternations of (f), (h) and (i); the fastest of each counts")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--only", choices=tuple(IN_PROCESS), default=None,
                    help="run just this in-process comparison (quicker than the whole benchmark)")
