@@ -64,8 +64,10 @@ def null_positions(ab: np.ndarray, seq_len: int, n_draws: int, seed: int = NULL_
 
     For each draw (outer) and sequence (inner), ``RandomState(seed).randint(1, T-1)`` is drawn
     until it is none of 0, T-1, T-2, T-6..T-3, ab, ab+1. The stream is drawn in blocks (numpy
-    gives the same values in a block as one at a time) and dealt out to the slots in order,
-    skipping the rejected draws."""
+    gives the same values in a block as one at a time). The fixed special positions are
+    rejected whatever slot a draw would fill, so they are dropped from a block at once; what
+    remains is dealt out to the slots in order, and only a draw equal to its own slot's ab or
+    ab+1 (about one in T/2) is rejected there, one at a time."""
     ab = np.asarray(ab, dtype=np.int64)
     n, T = len(ab), seq_len
     special = np.zeros(T, dtype=bool)
@@ -74,17 +76,17 @@ def null_positions(ab: np.ndarray, seq_len: int, n_draws: int, seed: int = NULL_
     slots = n_draws * n
     out = np.empty(slots, dtype=np.int64)
     filled = 0
-    stream = np.empty(0, dtype=np.int64)
     while filled < slots:
-        if len(stream) < 64:
-            stream = np.concatenate([stream, rng.randint(1, T - 1, size=max(4096, (slots - filled) * 21 // 20))])
-        take = min(len(stream), slots - filled, 256)  # a short window: a rejection comes every ~40 draws
-        seq = (filled + np.arange(take)) % n  # the sequence each draw would serve if none were rejected
-        bad = special[stream[:take]] | (stream[:take] == ab[seq]) | (stream[:take] == ab[seq] + 1)
-        first = int(np.argmax(bad)) if bad.any() else take  # accept everything before the first rejection
-        out[filled:filled + first] = stream[:first]
-        filled += first
-        stream = stream[first + (first < take):]  # drop the rejected draw itself
+        stream = rng.randint(1, T - 1, size=max(4096, (slots - filled) * 21 // 20))
+        stream = stream[~special[stream]]
+        while len(stream) and filled < slots:
+            window = stream[:min(len(stream), slots - filled, T)]  # about two ab rejections per window
+            own = ab[(filled + np.arange(len(window))) % n]  # the sequence each draw would serve
+            bad = (window == own) | (window == own + 1)
+            first = int(np.argmax(bad)) if bad.any() else len(window)  # accept everything before it
+            out[filled:filled + first] = window[:first]
+            filled += first
+            stream = stream[first + (first < len(window)):]  # drop the rejected draw itself
     return out.reshape(n_draws, n)
 
 
