@@ -19,29 +19,32 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from emergence import stats, verdict
+from emergence import capture, stats, verdict
 from emergence.probe import ProbeBatch
 from emergence.screen import head_name, parse_head_name
 
 METRICS = ("loss", "top1", "top5", "logit_b")
 
 
+def metrics_per_sequence(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """logits [b, V] at T-1, target [b] -> [b, 4] float64: each sequence's loss of B, whether B
+    is the top-1 and within the top-5 prediction, and B's logit (order ``METRICS``)."""
+    logits = logits.float()
+    if not torch.isfinite(logits).all():
+        raise FloatingPointError("non-finite logits (NaN or inf): rerun with model.dtype=float32")
+    top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+    return torch.stack([F.cross_entropy(logits, target, reduction="none"), top5[:, 0] == target,
+                        (top5 == target[:, None]).any(-1), logits.gather(1, target[:, None])[:, 0]], dim=-1).double()
+
+
 def score_logits(logits: torch.Tensor, target: torch.Tensor, per_sequence: list | None = None) -> dict[str, float]:
     """logits [b, V] at T-1, target [b] -> metric *sums* over the b sequences. Each sequence's
     loss of B is also appended to ``per_sequence`` when given: adaptive ablation pairs the
     ablated losses with the clean ones sequence by sequence."""
-    logits = logits.float()
-    if not torch.isfinite(logits).all():
-        raise FloatingPointError("non-finite logits (NaN or inf): rerun with model.dtype=float32")
+    rows = metrics_per_sequence(logits, target)
     if per_sequence is not None:
-        per_sequence.append(F.cross_entropy(logits, target, reduction="none").double().cpu())
-    top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
-    return {
-        "loss": F.cross_entropy(logits, target, reduction="sum").item(),
-        "top1": (top5[:, 0] == target).sum().item(),
-        "top5": (top5 == target[:, None]).any(-1).sum().item(),
-        "logit_b": logits.gather(1, target[:, None]).sum().item(),
-    }
+        per_sequence.append(rows[:, 0].cpu())
+    return dict(zip(METRICS, rows.sum(0).tolist()))
 
 
 def _per_layer(circuit: list[tuple[int, int]]) -> Counter:
@@ -148,10 +151,15 @@ def shared_prefix(layers: list, rows: int, copies: int):
     every head set. Each hooked layer repeats, condition-major, every tensor argument with
     ``rows`` rows (the hidden states at the first of them; per-row masks, positions and rotary
     tables at all of them, since the model passes those to each layer afresh). Tensors of one
-    dimension (``cache_position`` [T]) are never per row, so they are left alone."""
+    dimension (``cache_position`` [T]) are never per row, so they are left alone. The context
+    lasts one forward pass, in which a tensor passed to every layer (the mask) is repeated once."""
+    repeated: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (tensor, its repeat); the pair keeps the id
+
     def expand(value):
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == rows:
-            return value.repeat(copies, *[1] * (value.dim() - 1))
+            if id(value) not in repeated:
+                repeated[id(value)] = value, value.repeat(copies, *[1] * (value.dim() - 1))
+            return repeated[id(value)][1]
         return tuple(expand(v) for v in value) if isinstance(value, tuple) else value
 
     def hook(module, args, kwargs):
@@ -166,10 +174,11 @@ def shared_prefix(layers: list, rows: int, copies: int):
 
 
 @contextmanager
-def last_position_only(layer, out_proj):
+def last_position_only(layer, out_proj, attention):
     """Only the last position of the last decoder layer reaches the logits (``logits_to_keep=1``),
-    so that layer's output projection and MLP (``layer.mlp``, where it has one) run on it alone.
-    The residual additions broadcast [rows, 1, hidden] over [rows, T, hidden], so the layer's
+    so that layer attends from its last query alone (``capture.last_query_only``) and its output
+    projection and MLP (``layer.mlp``, where it has one) run on that position alone. The
+    residual additions broadcast [rows, 1, hidden] over [rows, T, hidden], so the layer's
     output is exact at T-1 (the rest is never read). Enter it after ``ablating``: hooks run in
     order, and ablation needs every position (mean ablation fills each from its own mean)."""
     def last(module, args):
@@ -178,7 +187,8 @@ def last_position_only(layer, out_proj):
     modules = [out_proj, *([layer.mlp] if isinstance(getattr(layer, "mlp", None), torch.nn.Module) else [])]
     handles = [m.register_forward_pre_hook(last) for m in modules]
     try:
-        yield
+        with capture.last_query_only(attention):
+            yield
     finally:
         for h in handles:
             h.remove()
@@ -208,8 +218,8 @@ def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tupl
     layers = decoder_layers(model, arch)
     suffix = layers[int(ablated_layers[0]) if len(ablated_layers) else 0:]
     device = next(model.parameters()).device
-    sums = {c: dict.fromkeys(METRICS, 0.0) for c in names}
-    losses: dict[str, list[torch.Tensor]] = {c: [] for c in names}
+    sums = torch.zeros(k, len(METRICS), dtype=torch.float64)
+    losses: list[torch.Tensor] = []  # per minibatch, [k, b]: each condition's loss of B per sequence
     n = 0
     with torch.inference_mode():
         for start in tqdm(range(0, batch.n, batch_size), desc="ablate", unit="batch", leave=False):
@@ -217,18 +227,23 @@ def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tupl
             b = stop_at - start
             row_masks = masks.repeat_interleave(b, dim=0)  # condition-major, as shared_prefix repeats rows
             with shared_prefix(suffix, b, k), ablating(arch, row_masks, position_mean), \
-                    last_position_only(layers[-1], arch.out_projs[-1]):
+                    last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]):
                 logits = model(batch.tokens[start:stop_at].to(device), logits_to_keep=1, use_cache=False).logits[:, -1]
             target = batch.b[start:stop_at].to(device)
-            for i, c in enumerate(names):
-                rows = logits[i * b:(i + 1) * b]
-                for m, v in score_logits(rows, target, losses[c]).items():
-                    sums[c][m] += v
+            rows = metrics_per_sequence(logits, target.repeat(k)).cpu().view(k, b, len(METRICS))
+            sums += rows.sum(1)
+            losses.append(rows[..., 0])
             n = stop_at
-            per_sequence = {c: torch.cat(v).numpy() for c, v in losses.items()}
-            if stop is not None and stop_at < batch.n and stop(per_sequence):
+            if stop is not None and stop_at < batch.n and stop(per_condition(names, losses)):
                 break
-    return Ablated({c: {m: v / n for m, v in s.items()} for c, s in sums.items()}, per_sequence, n)
+    means = (sums / n).tolist()
+    return Ablated({c: dict(zip(METRICS, means[i])) for i, c in enumerate(names)}, per_condition(names, losses), n)
+
+
+def per_condition(names: list[str], losses: list[torch.Tensor]) -> dict[str, np.ndarray]:
+    """The minibatches' [k, b] losses -> condition -> per-sequence loss of B [n]."""
+    joined = torch.cat(losses, dim=1).numpy()
+    return {c: joined[i] for i, c in enumerate(names)}
 
 
 class AdaptiveStop:

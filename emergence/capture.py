@@ -34,6 +34,7 @@ output projection, whose input holds the per-head outputs).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,8 @@ UNSUPPORTED_KWARGS = ("s_aux", "sinks", "position_bias", "indices", "block_indic
 
 # What the attention function reports each call to (a Recorder or a discovery pass), if anything.
 _listener = None
+# The attention modules whose output is read at the last position only (``last_query_only``).
+_last_query_only: set[int] = set()
 
 
 def softcapped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
@@ -93,7 +96,8 @@ def attend(query, key, value, mask, scaling: float, softcap: float | None,
         key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, attn_mask=mask,
                                                                                scale=scaling)
-        score0 = torch.einsum("bhtd,bhd->bht", query.float(), key[:, :, 0].float()) * scaling
+        # key 0 against every query as a row-by-matrix product ([1, d] x [d, T]: BLAS's fast orientation)
+        score0 = torch.matmul(key[:, :, :1].float(), query.float().transpose(2, 3))[:, :, 0] * scaling
         if mask is not None:
             score0 = score0 + mask[..., 0].float()
         to_key0 = torch.exp(score0 - lse.float())
@@ -111,14 +115,19 @@ def last_query_row(query, key, mask, scaling: float, softcap: float | None) -> t
     b, h, T, d = query.shape
     # query head i reads KV head i // n_rep (grouped-query attention), without copying the keys
     q_last = query[:, :, -1, :].float().reshape(b, key.shape[1], -1, d)
-    scores = softcapped(torch.einsum("bgrd,bgtd->bgrt", q_last, key.float()).reshape(b, h, -1) * scaling, softcap)
+    scores = softcapped(torch.matmul(q_last, key.float().transpose(2, 3)).reshape(b, h, -1) * scaling, softcap)
     if mask is not None:
         scores = scores + mask[:, :, -1, :].float()
     return scores.softmax(dim=-1)
 
 
 class Recorder:
-    """Accumulates the reductions of one probe pass (see the module docstring)."""
+    """Accumulates the reductions of one probe pass (see the module docstring).
+
+    Each layer's call keeps only what needs that layer's queries, keys and output: its last
+    query row [b, h, T], its head outputs at T-1 and its key-0 importances. ``end_batch``
+    then reduces all layers of the minibatch at once (one gather for every target and null
+    position), so the fixed cost of the reductions is paid once per minibatch, not per layer."""
 
     def __init__(self, n: int, layer_of: dict, n_heads: int, head_dim: int, seq_len: int,
                  baseline: np.ndarray, spectral_n: int, keep_position_sums: bool, device: torch.device,
@@ -138,15 +147,29 @@ class Recorder:
         self.null_sums = torch.zeros(n_layers, n_heads, 0 if null_positions is None else len(null_positions),
                                      dtype=torch.float64, device=device)
         self.spectral_n = spectral_n
-        self.baseline = torch.as_tensor(baseline, device=device)
-        self.local = torch.tensor([seq_len - o for o in LOCAL_OFFSETS], device=device)
+        # The key positions read off every T-1 row besides ab + 1 and ab (induction, duplicate token):
+        # previous token, self, first token, then the local window and the baseline, each averaged.
+        self.fixed = torch.tensor([seq_len - 2, seq_len - 1, 0, *(seq_len - o for o in LOCAL_OFFSETS),
+                                   *np.asarray(baseline).tolist()], device=device)
+        # Columns of the gathered rows (``end_batch``): 0-4 the single positions, then the local
+        # window, the baseline and the null's draws.
+        self.local = slice(5, 5 + len(LOCAL_OFFSETS))
+        self.baseline = slice(self.local.stop, 2 + len(self.fixed))
+        self.draws = slice(self.baseline.stop, None)
         self._start = 0
-        self._ab: torch.Tensor | None = None
+        self._read_at: torch.Tensor | None = None  # [b, positions]: where each sequence's rows are read
+        self._rows: list = [None] * n_layers  # this minibatch's per-layer pieces, reduced by end_batch
+        self._last_out: list = [None] * n_layers
+        self._importance: list = [None] * n_layers
         self.calls = 0  # attention calls in this minibatch: one per layer, or a layer escaped us
         self.finite = torch.ones((), dtype=torch.bool, device=device)  # checked once per minibatch
 
     def begin_batch(self, start: int, ab: torch.Tensor) -> None:
-        self._start, self._ab, self.calls = start, ab, 0
+        self._start, self.calls = start, 0
+        b = len(ab)
+        draws = (torch.empty(b, 0, dtype=torch.long, device=ab.device) if self.null_positions is None
+                 else self.null_positions[:, start:start + b].T)  # [b, draws]
+        self._read_at = torch.cat([ab[:, None] + 1, ab[:, None], self.fixed.expand(b, -1), draws], dim=1)
 
     def __call__(self, module, query, key, attention_mask, scaling: float, softcap: float | None,
                  out: torch.Tensor, to_key0: torch.Tensor) -> None:
@@ -154,39 +177,37 @@ class Recorder:
         to_key0 [b, h, T] (every query's attention to key 0)."""
         self.calls += 1
         layer = self.layer_of[id(module)]
-        row = last_query_row(query, key, attention_mask, scaling, softcap)
-        b, _, T = row.shape
-        self.finite &= torch.isfinite(row).all() & torch.isfinite(out).all()
-
-        ab = self._ab
-        idx = torch.arange(b, device=row.device)
-        stats = torch.stack(
-            [
-                row[idx, :, ab + 1],  # induction: the B after the first A
-                row[idx, :, ab],  # duplicate token: the first A
-                row[:, :, T - 2],  # previous token
-                row[:, :, T - 1],  # self
-                row[:, :, 0],  # first token ("BOS")
-                row[:, :, self.local].mean(-1),  # local
-                row[:, :, self.baseline].mean(-1),  # baseline
-            ],
-            dim=-1,
-        )
-        self.targets[self._start:self._start + b, layer] = stats.cpu()
+        self._rows[layer] = last_query_row(query, key, attention_mask, scaling, softcap)
+        take = max(0, min(len(out), self.spectral_n - self._start))
+        self._last_out[layer] = out[:take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
         if self.sink_importance is not None:
-            self.sink_importance[self._start:self._start + b, layer] = sinks.first_key_importance(
-                to_key0, None if attention_mask is None else attention_mask[..., 0]).cpu()
-        if self.null_positions is not None:
-            draws = self.null_positions[:, self._start:self._start + b].T  # [b, draws]
-            self.null_sums[layer] += row.gather(2, draws[:, None, :].expand(-1, row.shape[1], -1)).double().sum(0)
-
-        take = max(0, min(b, self.spectral_n - self._start))
-        if take:
-            x = out[:take, -1].double()  # [take, h, d]
-            self.gram[layer] += torch.einsum("bhd,bhe->hde", x, x)
-            self.total[layer] += x.sum(0)
+            self._importance[layer] = sinks.first_key_importance(
+                to_key0, None if attention_mask is None else attention_mask[..., 0])
         if self.position_sum is not None:
             self.position_sum[layer] += out.double().sum(0)
+            self.finite &= torch.isfinite(out).all()  # the mean ablation reads every position
+
+    def end_batch(self) -> None:
+        """Reduce this minibatch's layers into the accumulators (after its forward pass)."""
+        rows = torch.stack(self._rows, dim=1)  # [b, layers, heads, T]
+        b, n_layers, n_heads, _ = rows.shape
+        last_out = torch.stack(self._last_out, dim=1)  # [take, layers, heads, d]
+        # Everything we keep is computed from these two: a non-finite value anywhere upstream reaches them.
+        self.finite &= torch.isfinite(rows).all() & torch.isfinite(last_out).all()
+        read = rows.gather(3, self._read_at[:, None, None, :].expand(b, n_layers, n_heads, -1))
+        targets = torch.cat([read[..., :5],  # induction, duplicate token, previous token, self, first token
+                             read[..., self.local].mean(-1, keepdim=True),
+                             read[..., self.baseline].mean(-1, keepdim=True)], dim=-1)  # order: screen.CLASSES
+        self.targets[self._start:self._start + b] = targets.cpu()
+        self.null_sums += read[..., self.draws].sum(0, dtype=torch.float64)
+        if self.sink_importance is not None:
+            importance = torch.stack(self._importance, dim=1)  # [b, layers, heads]
+            self.finite &= torch.isfinite(importance).all()
+            self.sink_importance[self._start:self._start + b] = importance.cpu()
+        if len(last_out):
+            self.gram += torch.einsum("blhd,blhe->lhde", last_out, last_out)
+            self.total += last_out.sum(0)
+        self._rows, self._last_out, self._importance = ([None] * n_layers for _ in range(3))
 
 
 def capture_attention(module, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs):
@@ -200,12 +221,30 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, s
         raise UsageError(f"model architecture {type(module).__name__} built no attention mask for our attention "
                          "function (it would run non-causally); this model is not supported")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if id(module) in _last_query_only:
+        # Only T-1 is read: attend from it alone (its mask row keeps any sliding window) and give
+        # every position its output, the shape the layer expects.
+        out, _ = attend(query[:, :, -1:], key, value, None if attention_mask is None else attention_mask[:, :, -1:],
+                        scale, softcap)
+        return out.expand(-1, query.shape[2], -1, -1), None
     # only the probe pass measures the sink importance
     keep_key0 = isinstance(_listener, Recorder) and _listener.sink_importance is not None
     out, to_key0 = attend(query, key, value, attention_mask, scale, softcap, first_key=keep_key0)
     if _listener is not None:
         _listener(module, query, key, attention_mask, scale, softcap, out, to_key0)
     return out, None
+
+
+@contextmanager
+def last_query_only(module):
+    """While active, ``module`` (an attention layer) attends from its last query alone, and
+    every position of its output holds that query's output: for a layer of which nothing but
+    the last position is read (the last layer in ablation, ``ablation.last_position_only``)."""
+    _last_query_only.add(id(module))
+    try:
+        yield
+    finally:
+        _last_query_only.discard(id(module))
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention)
@@ -328,6 +367,7 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
                 if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
                     raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
                                      f"{arch.n_layers} attention layers went through the capture")
+                rec.end_batch()
                 if not rec.finite:
                     raise non_finite(model.dtype)
                 for k, v in score(logits, batch.b[start:stop].to(device)).items():

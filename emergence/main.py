@@ -76,6 +76,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     name = f"{cfg.model.key}@{revision.name or 'as-is'}"
     run_config = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": revision.step, "tokens": revision.tokens}
     with tracking.tracked_run(cfg.wandb, name, run_config, out_dir, tags=[cfg.model.key, revision.name]) as run:
+        lap("tracker")  # starting W&B is bookkeeping, not the recipe's first step
         # Step 1: the probe pass, reduced on the fly (skipped when the measurements are cached).
         cap = None
         if cached is None or mean_ablation:
