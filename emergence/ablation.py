@@ -152,18 +152,23 @@ def shared_prefix(layers: list, rows: int, copies: int):
     ``rows`` rows (the hidden states at the first of them; per-row masks, positions and rotary
     tables at all of them, since the model passes those to each layer afresh). Tensors of one
     dimension (``cache_position`` [T]) are never per row, so they are left alone. The context
-    lasts one forward pass, in which a tensor passed to every layer (the mask) is repeated once."""
+    lasts one forward pass, in which a tensor passed to every layer (the mask, the rotary
+    tables) is repeated once; the hidden states are repeated without being kept."""
     repeated: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (tensor, its repeat); the pair keeps the id
 
-    def expand(value):
+    def expand(value, keep: bool = True):
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == rows:
+            if not keep:
+                return value.repeat(copies, *[1] * (value.dim() - 1))
             if id(value) not in repeated:
                 repeated[id(value)] = value, value.repeat(copies, *[1] * (value.dim() - 1))
             return repeated[id(value)][1]
         return tuple(expand(v) for v in value) if isinstance(value, tuple) else value
 
     def hook(module, args, kwargs):
-        return expand(args), {k: expand(v) for k, v in kwargs.items()}
+        # the hidden states (the first argument) reach only the first hooked layer with ``rows`` rows
+        return ((*(expand(v, keep=False) for v in args[:1]), *expand(args[1:])),
+                {k: expand(v, keep=k != "hidden_states") for k, v in kwargs.items()})
 
     handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in layers] if copies > 1 else []
     try:
@@ -208,7 +213,8 @@ def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tupl
     """Metrics of B at T-1 for each named head set ablated, all sets sharing each pass.
 
     Layers below the lowest ablated one run once per minibatch (``shared_prefix``), and the
-    last layer's output projection and MLP only at the last position (``last_position_only``);
+    last layer's attention, output projection and MLP only at the last position
+    (``last_position_only``);
     each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses
     so far, may end the run after any minibatch (adaptive ablation)."""
     names = list(conditions)

@@ -24,7 +24,10 @@ screen needs (query T-1 against all keys) and keeps only:
   reference null (``stats.null_positions``), the attention from T-1 to that draw's random
   position, summed over sequences.
 
-The full attention pattern [n, layers, heads, T, T] is never materialised.
+The full attention pattern [n, layers, heads, T, T] is never materialised; each layer's
+pieces wait in the Recorder until the minibatch's forward pass ends and are then reduced
+for all layers at once. During ablation, ``last_query_only`` has the last layer attend
+from T-1 alone (the only position its output is read at).
 
 ``discover`` finds the layout by capability, not by a table of names: one short forward
 pass lists the modules that call the attention function (the attention layers, in call
@@ -153,9 +156,9 @@ class Recorder:
                                    *np.asarray(baseline).tolist()], device=device)
         # Columns of the gathered rows (``end_batch``): 0-4 the single positions, then the local
         # window, the baseline and the null's draws.
-        self.local = slice(5, 5 + len(LOCAL_OFFSETS))
-        self.baseline = slice(self.local.stop, 2 + len(self.fixed))
-        self.draws = slice(self.baseline.stop, None)
+        self._local_cols = slice(5, 5 + len(LOCAL_OFFSETS))
+        self._baseline_cols = slice(self._local_cols.stop, 2 + len(self.fixed))
+        self._draw_cols = slice(self._baseline_cols.stop, None)
         self._start = 0
         self._read_at: torch.Tensor | None = None  # [b, positions]: where each sequence's rows are read
         self._rows: list = [None] * n_layers  # this minibatch's per-layer pieces, reduced by end_batch
@@ -189,29 +192,32 @@ class Recorder:
 
     def end_batch(self) -> None:
         """Reduce this minibatch's layers into the accumulators (after its forward pass)."""
+        n_layers = len(self._rows)
         rows = torch.stack(self._rows, dim=1)  # [b, layers, heads, T]
-        b, n_layers, n_heads, _ = rows.shape
         last_out = torch.stack(self._last_out, dim=1)  # [take, layers, heads, d]
-        # Everything we keep is computed from these two: a non-finite value anywhere upstream reaches them.
+        importance = None if self.sink_importance is None else torch.stack(self._importance, dim=1)  # [b, layers, heads]
+        self._rows, self._last_out, self._importance = ([None] * n_layers for _ in range(3))  # the stacks hold them
+        # The targets, null sums and spectral sums come from the rows and the T-1 outputs: a non-finite
+        # value anywhere upstream (an earlier layer's output, at any position) reaches them.
         self.finite &= torch.isfinite(rows).all() & torch.isfinite(last_out).all()
+        b, _, n_heads, _ = rows.shape
         read = rows.gather(3, self._read_at[:, None, None, :].expand(b, n_layers, n_heads, -1))
         targets = torch.cat([read[..., :5],  # induction, duplicate token, previous token, self, first token
-                             read[..., self.local].mean(-1, keepdim=True),
-                             read[..., self.baseline].mean(-1, keepdim=True)], dim=-1)  # order: screen.CLASSES
+                             read[..., self._local_cols].mean(-1, keepdim=True),
+                             read[..., self._baseline_cols].mean(-1, keepdim=True)], dim=-1)  # order: screen.CLASSES
         self.targets[self._start:self._start + b] = targets.cpu()
-        self.null_sums += read[..., self.draws].sum(0, dtype=torch.float64)
-        if self.sink_importance is not None:
-            importance = torch.stack(self._importance, dim=1)  # [b, layers, heads]
+        self.null_sums += read[..., self._draw_cols].sum(0, dtype=torch.float64)
+        if importance is not None:
             self.finite &= torch.isfinite(importance).all()
             self.sink_importance[self._start:self._start + b] = importance.cpu()
         if len(last_out):
             self.gram += torch.einsum("blhd,blhe->lhde", last_out, last_out)
             self.total += last_out.sum(0)
-        self._rows, self._last_out, self._importance = ([None] * n_layers for _ in range(3))
 
 
 def capture_attention(module, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs):
-    """The layer's attention output (see ``attend``), reported to the active listener (if any)."""
+    """The layer's attention output (see ``attend``), reported to the active listener (if any);
+    under ``last_query_only``, T-1's output at every position, reported to no one."""
     refused = [k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None]
     if refused:
         raise UsageError(f"model architecture {type(module).__name__} passes {refused[0]!r} to its attention, "
