@@ -158,11 +158,12 @@ def shared_prefix(layers: list, rows: int, copies: int):
 
     def expand(value, keep: bool = True):
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == rows:
-            if not keep:
-                return value.repeat(copies, *[1] * (value.dim() - 1))
-            if id(value) not in repeated:
-                repeated[id(value)] = value, value.repeat(copies, *[1] * (value.dim() - 1))
-            return repeated[id(value)][1]
+            if keep and id(value) in repeated:
+                return repeated[id(value)][1]
+            copy = value.repeat(copies, *[1] * (value.dim() - 1))
+            if keep:
+                repeated[id(value)] = value, copy
+            return copy
         return tuple(expand(v) for v in value) if isinstance(value, tuple) else value
 
     def hook(module, args, kwargs):

@@ -161,6 +161,7 @@ class Recorder:
         self._draw_cols = slice(self._baseline_cols.stop, None)
         self._start = 0
         self._read_at: torch.Tensor | None = None  # [b, positions]: where each sequence's rows are read
+        self._take = 0  # this minibatch's sequences that enter the spectral sums (the first spectral_n overall)
         self._rows: list = [None] * n_layers  # this minibatch's per-layer pieces, reduced by end_batch
         self._last_out: list = [None] * n_layers
         self._importance: list = [None] * n_layers
@@ -170,6 +171,7 @@ class Recorder:
     def begin_batch(self, start: int, ab: torch.Tensor) -> None:
         self._start, self.calls = start, 0
         b = len(ab)
+        self._take = max(0, min(b, self.spectral_n - start))
         draws = (torch.empty(b, 0, dtype=torch.long, device=ab.device) if self.null_positions is None
                  else self.null_positions[:, start:start + b].T)  # [b, draws]
         self._read_at = torch.cat([ab[:, None] + 1, ab[:, None], self.fixed.expand(b, -1), draws], dim=1)
@@ -181,8 +183,7 @@ class Recorder:
         self.calls += 1
         layer = self.layer_of[id(module)]
         self._rows[layer] = last_query_row(query, key, attention_mask, scaling, softcap)
-        take = max(0, min(len(out), self.spectral_n - self._start))
-        self._last_out[layer] = out[:take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
+        self._last_out[layer] = out[:self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
         if self.sink_importance is not None:
             self._importance[layer] = sinks.first_key_importance(
                 to_key0, None if attention_mask is None else attention_mask[..., 0])
