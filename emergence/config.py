@@ -86,6 +86,10 @@ class ToyRecipe:
     clip_qkv: Optional[float] = None
     n_experts: int = 8  # olmoe only
     experts_per_token: int = 2  # olmoe only
+    # Also save a checkpoint every this many steps (folders step{N}, beside the panel's), so that a
+    # milestone can be refined between panel revisions (python -m emergence.refine). Not part of
+    # what the weights are: a panel trained with it serves runs without it, bit for bit.
+    save_every: Optional[int] = None
 
 
 @dataclass
@@ -299,6 +303,8 @@ def validate_toy_recipe(recipe: ToyRecipe) -> None:
         _fail("model.toy.min_lr_ratio", recipe.min_lr_ratio, "must be in [0, 1]: a share of model.toy.lr")
     if not 0 <= recipe.trigger_fraction < 1:
         _fail("model.toy.trigger_fraction", recipe.trigger_fraction, "must be in [0, 1): a share of the vocabulary")
+    if recipe.save_every is not None and recipe.save_every < 1:
+        _fail("model.toy.save_every", recipe.save_every, "must be >= 1 step, or null (only the panel's checkpoints)")
 
 
 def check_device(device: str) -> None:

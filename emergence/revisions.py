@@ -114,6 +114,22 @@ def between(entries: list[PanelEntry], first: str, last: str) -> list[PanelEntry
     return [e for e in entries if lo < e.step < hi]
 
 
+def existing_checkpoints(cfg) -> list[PanelEntry]:
+    """Every checkpoint of ``cfg``'s model, ordered by step: a toy panel's saved checkpoints (its
+    manifest), a Hub repo's branches named in the family's ``revision_pattern``."""
+    if cfg.model.toy is not None:
+        from emergence.toy.train import saved_checkpoints
+
+        return saved_checkpoints(cfg.model)
+    try:
+        names = list_branches(cfg.model.name_or_path)
+    except Exception as err:  # offline, no route, unknown repo: one line
+        raise UsageError(f"the checkpoints of {cfg.model.name_or_path} cannot be listed ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else 'no network'}); run where the Hub is reachable"
+                         ) from None
+    return parse_branches(names, cfg.model.revision_pattern, cfg.model.tokens_per_step)
+
+
 def list_branches(repo: str) -> list[str]:
     from emergence.checkpoints import hub_reachable  # checkpoints imports this module
 

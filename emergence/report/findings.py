@@ -98,6 +98,30 @@ def recall(traj: Trajectory, class_threshold: float, circuit_threshold: float) -
     return rec, topk
 
 
+def sink_fractions(traj: Trajectory, epsilon: float) -> np.ndarray | None:
+    """Gu et al.'s Sink_0 share per revision, or None unless every revision measured key-0 importance."""
+    if any(c.sink_importance is None for c in traj.checkpoints):
+        return None
+    return np.array([(c.sink_importance > epsilon).mean() for c in traj.checkpoints])
+
+
+def milestone_reached(traj: Trajectory, class_threshold: float, circuit_threshold: float,
+                      sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict[str, np.ndarray]:
+    """Per milestone (F3's ``induction_onset`` and ``bos_<p>``, F4's ``recall_<p>``, and Gu et al.'s
+    ``sink_<p>`` where measured): whether each revision has reached it, [revisions] bool. A
+    milestone is the first revision where this is true."""
+    bos = bos_fractions(traj, class_threshold)
+    rec, _ = recall(traj, class_threshold, circuit_threshold)
+    reached = {"induction_onset": induction_counts(traj, circuit_threshold) >= ONSET_HEADS}
+    reached.update({f"bos_{pct}": bos >= pct / 100 - 1e-12 for pct in BOS_MILESTONES})
+    reached.update({name: np.array([r is not None and r >= level for r in rec], dtype=bool)
+                    for name, level in RECALL_MILESTONES.items()})
+    sink = sink_fractions(traj, sink_epsilon)
+    if sink is not None:
+        reached.update({f"sink_{pct}": sink >= pct / 100 - 1e-12 for pct in BOS_MILESTONES})
+    return reached
+
+
 def f2_shape(fractions: np.ndarray, revisions: list[str], replicated: np.ndarray | None = None,
              ci: float = StatsConfig.ci, name: str = "bos_fraction") -> dict:
     """The shape of a sink fraction's rise (``name``: which one, for the keys); with its bootstrap
@@ -181,11 +205,10 @@ def second_sink_definition(traj: Trajectory, epsilon: float, bos_findings: dict,
     """Gu et al.'s Sink_0 (``emergence/sinks.py``) beside the BOS fraction: its trajectory, F1-F3
     under it, and where the two definitions disagree (``bos_findings``: the BOS fraction's f1, f2
     and f3). None unless every revision measured it (run directories)."""
-    if any(c.sink_importance is None for c in traj.checkpoints):
+    fraction = sink_fractions(traj, epsilon)
+    if fraction is None:
         return None
-    above = [c.sink_importance > epsilon for c in traj.checkpoints]  # each [n, layers, heads]
-    fraction = np.array([a.mean() for a in above])
-    per_layer = np.array([a.mean(axis=(0, 2)) for a in above])  # [revisions, layers]
+    per_layer = np.array([(c.sink_importance > epsilon).mean(axis=(0, 2)) for c in traj.checkpoints])  # [revisions, layers]
     rep = None if reps is None else reps.sink_fraction
     names = [c.revision for c in traj.checkpoints]
     f3, crossings = {}, {}
@@ -266,18 +289,19 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         # Recall of the final circuit in each replicate: the share of its heads above the class threshold.
         rep_recall = (np.stack([reps.induction_sel[:, :, l, h] for l, h in circuit], -1) >= class_threshold
                       ).mean(-1) if circuit else None
-    onset = _first(n_ind >= ONSET_HEADS)
+    reached = milestone_reached(traj, class_threshold, circuit_threshold, sink_epsilon)
+    onset = _first(reached["induction_onset"])
     f3 = {"induction_onset": _milestone(traj, onset, reached=None if reps is None else
                                         reps.n_induction >= ONSET_HEADS)}
     crossings = {}
     for pct in BOS_MILESTONES:
-        crossings[pct] = _first(bos >= pct / 100 - 1e-12)
+        crossings[pct] = _first(reached[f"bos_{pct}"])
         f3[f"bos_{pct}"] = _milestone(traj, crossings[pct], reached=None if reps is None else
                                       reps.bos_fraction >= pct / 100 - 1e-12)
     f3["gap_ratio"] = (f3["bos_50"]["tokens"] / f3["induction_onset"]["tokens"]
                        if crossings[50] is not None and onset is not None else None)
     f3["gap_ratio_range"] = ratio_range(crossings[50], onset, traj.tokens, traj.tokens)
-    f4 = {name: _milestone(traj, _first([r is not None and r >= level for r in rec]), total_tokens,
+    f4 = {name: _milestone(traj, _first(reached[name]), total_tokens,
                            reached=None if reps is None or not circuit else rep_recall >= float(level) - 1e-12)
           for name, level in RECALL_MILESTONES.items()}
     f4["topk_recall_67"] = _milestone(traj, _first([r is not None and r >= Fraction(2, 3) for r in topk]),

@@ -22,6 +22,7 @@ REFERENCE_PREFIXES = {"pythia1b": "pythia", "olmo": "olmo", "olmoe": "olmoe"}
 REFERENCE_PR_FILES = {"pythia": "pythia_1b_phase1_trajectory.json", "olmo": "olmo_phase1_trajectory.json",
                       "olmoe": "olmoe_phase1_trajectory.json"}
 PYTHIA_TOKENS_PER_STEP = 2_097_152
+REFINE_FOLDER = "refine"  # python -m emergence.refine writes its runs to <sweep>/refine/<model>/<revision>/
 
 
 @dataclass
@@ -35,6 +36,8 @@ class Checkpoint:
     extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score
     targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
     sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
+    run_dir: Path | None = None  # the run directory it was read from (run directories only)
+    refined: bool = False  # analysed by ``python -m emergence.refine`` (a run under <sweep>/refine/), not the panel
 
 
 @dataclass
@@ -98,12 +101,15 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
     return trajectories
 
 
-def find_runs(paths: list[Path]) -> list[Path]:
-    """Complete run directories (with a summary) at or under the given paths."""
-    found = []
+def find_runs(paths: list[Path]) -> dict[Path, bool]:
+    """Complete run directories (with a summary) at or under the given paths, each with whether
+    it is a refinement run (under a ``refine/`` folder of the path it was found in)."""
+    found = {}
     for path in map(Path, paths):
-        found += [p.parent for p in sorted(path.rglob(SUMMARY_FILE))] if path.is_dir() else []
-    return sorted(set(found))
+        for summary in sorted(path.rglob(SUMMARY_FILE)) if path.is_dir() else []:
+            run_dir = summary.parent
+            found[run_dir] = found.get(run_dir, False) or REFINE_FOLDER in run_dir.relative_to(path).parts[:1]
+    return dict(sorted(found.items()))
 
 
 def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
@@ -112,7 +118,7 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
     once: the selectivities do not depend on it."""
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
-    for run_dir in find_runs(paths):
+    for run_dir, refined in find_runs(paths).items():
         summary, rows = read_run(run_dir)
         if summary["tokens"] is None:
             raise ValueError(f"{run_dir}: run has no token count (revision {summary['revision']!r}); "
@@ -134,7 +140,7 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
         by_model.setdefault(panel, {})[summary["revision"]] = Checkpoint(
-            summary["revision"], float(summary["tokens"]), sel, pr, extras, **arrays)
+            summary["revision"], float(summary["tokens"]), sel, pr, extras, **arrays, run_dir=run_dir, refined=refined)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     seeds = Counter(model for model, _ in by_model)

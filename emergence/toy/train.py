@@ -21,6 +21,7 @@ from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeCo
                           OlmoForCausalLM, get_cosine_with_min_lr_schedule_with_warmup)
 from transformers.utils import logging as hf_logging
 
+from emergence.config import PanelEntry
 from emergence.results import atomic_write_text
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 
@@ -74,20 +75,46 @@ def lr_schedule(optimizer, recipe, steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup_steps))
 
 
+def checkpoints_to_save(model_cfg) -> list[PanelEntry]:
+    """The panel's revisions and, with ``save_every``, one ``step{N}`` every that many steps up to
+    the panel's last step; ordered by step."""
+    recipe = model_cfg.toy
+    entries = {int(p.step): PanelEntry(p.revision, int(p.step), int(p.tokens)) for p in model_cfg.panel}
+    if recipe.save_every:
+        for step in range(0, max(entries) + 1, recipe.save_every):
+            entries.setdefault(step, PanelEntry(f"step{step}", step, step * recipe.batch_size * recipe.seq_len))
+    return [entries[s] for s in sorted(entries)]
+
+
+def weights_recipe(recipe: dict) -> dict:
+    """What determines the weights: a recipe (as a dict) without ``save_every``, which only adds checkpoints."""
+    return {k: v for k, v in recipe.items() if k != "save_every"}
+
+
 def is_complete(root: Path, model_cfg) -> bool:
+    """The manifest is from this recipe and lists every checkpoint the config asks for (a panel
+    trained with ``save_every`` also serves the same recipe without it)."""
     manifest = root / MANIFEST
     if not manifest.exists():
         return False
     saved = json.loads(manifest.read_text())
-    return saved.get("recipe") == asdict(model_cfg.toy) and \
-        [c["revision"] for c in saved["checkpoints"]] == [p.revision for p in model_cfg.panel]
+    return weights_recipe(saved.get("recipe") or {}) == weights_recipe(asdict(model_cfg.toy)) and \
+        {e.revision for e in checkpoints_to_save(model_cfg)} <= {c["revision"] for c in saved["checkpoints"]}
+
+
+def saved_checkpoints(model_cfg) -> list[PanelEntry]:
+    """Every checkpoint the trained toy panel holds (its manifest), ordered by step; empty if untrained."""
+    manifest = Path(model_cfg.name_or_path).expanduser() / MANIFEST
+    if not manifest.exists():
+        return []
+    return [PanelEntry(c["revision"], c["step"], c["tokens"]) for c in json.loads(manifest.read_text())["checkpoints"]]
 
 
 def train(model_cfg, root: Path | None = None) -> dict:
     """Train the toy model of ``model_cfg`` and save its panel; returns the manifest."""
     recipe = model_cfg.toy
     root = Path(root or model_cfg.name_or_path).expanduser()
-    save_at = {int(p.step): p for p in model_cfg.panel}
+    save_at = {e.step: e for e in checkpoints_to_save(model_cfg)}
     steps = max(save_at)
     corpus = ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, repeat_fraction=recipe.repeat_fraction,
                         skip_offsets=recipe.skip_offsets, skip_prob=recipe.skip_prob,

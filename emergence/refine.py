@@ -1,0 +1,378 @@
+"""``python -m emergence.refine SWEEP_DIR``: locate each milestone of a panel sweep to one
+interval between adjacent existing checkpoints.
+
+    python -m emergence.refine outputs/multirun/toy_2026-12-01                 # bisection
+    python -m emergence.refine SWEEP --milestones induction_onset bos_50 --parallel 3
+    python -m emergence.refine SWEEP --scan                                    # every checkpoint
+    python -m emergence.refine SWEEP hydra/launcher=slurm                      # rounds as cluster jobs
+
+A panel places a milestone (the induction onset, a BOS-fraction level, a recall level) in a
+bracket: after the panel revision before it, by the one where it is first seen. Many published
+checkpoints may lie inside (OLMo publishes one every 1,000 steps). Refinement analyses K of
+them per round, evenly spaced by count (K=1: bisection, the middle one), and keeps the part
+whose ends disagree, until the bracket is one interval between adjacent checkpoints: at most
+floor(log2(n)) + 1 analyses for n checkpoints inside, instead of n. One analysed checkpoint
+serves every milestone whose bracket holds it.
+
+Each round is one Hydra multirun of ``python -m emergence`` per model, with the panel runs' own
+overrides (plus the command line's), into ``SWEEP_DIR/refine/<model>/<revision>/``, ablation off
+unless the command line turns it on (the milestones come from the screen). The report, resume and
+the measurement cache see these runs like any other. The state is what the sweep directory
+holds: a killed refinement, run again, continues from the runs that finished and analyses
+nothing twice.
+
+Writes ``SWEEP_DIR/refined.json``: ``{model: {milestone: answer}}`` (``Refinement``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from emergence.config import PanelEntry, ThresholdConfig, UsageError, compose_config
+from emergence.report.findings import BOS_MILESTONES, RECALL_MILESTONES, milestone_reached, model_findings
+from emergence.report.panel import REFINE_FOLDER, Trajectory, load_runs
+from emergence.report.uncertainty import replicates
+from emergence.results import SUMMARY_FILE, atomic_write_text
+from emergence.revisions import existing_checkpoints
+from emergence.sweep import FAILED_FILE
+
+REFINED_FILE = "refined.json"
+MILESTONES = ("induction_onset", *(f"bos_{p}" for p in BOS_MILESTONES), *RECALL_MILESTONES,
+              *(f"sink_{p}" for p in BOS_MILESTONES))
+DEFAULT_MILESTONES = ("induction_onset", *(f"bos_{p}" for p in BOS_MILESTONES), "recall_67",
+                      *(f"sink_{p}" for p in BOS_MILESTONES))
+
+
+# --- the search: pure functions of names and what the analysed ones showed -------------------
+
+@dataclass(frozen=True)
+class Narrowing:
+    """Where one milestone's search stands. Positions index ``[panel low, *inside, panel high]``."""
+
+    low: int  # the last position known not to have reached the milestone
+    high: int  # the first position known to have reached it (within the bracket)
+    evaluated: list[str]  # the checkpoints inside the bracket this search has analysed, in order
+    pending: list[str]  # the checkpoints it needs next (empty: done, or nothing inside)
+    rounds: int  # rounds of analyses it took (or has taken so far)
+
+
+def spaced(candidates: list[int], per_round: int) -> list[int]:
+    """``per_round`` of the candidates cutting them into per_round + 1 parts of nearly equal count
+    (one: the middle one); all of them when there are no more than that."""
+    n = len(candidates)
+    if n <= per_round:
+        return list(candidates)
+    return sorted({candidates[(j * (n + 1)) // (per_round + 1) - 1] for j in range(1, per_round + 1)})
+
+
+def narrow(inside: list[str], reached: dict[str, bool], per_round: int = 1, scan: bool = False) -> Narrowing:
+    """Replay the search over the checkpoints ``inside`` a panel bracket (ordered by step), given
+    which analysed checkpoints have reached the milestone (``reached``: name -> bool; the panel's
+    ends are known: the low one has not, the high one has). Each round analyses ``per_round``
+    evenly spaced checkpoints of the current bracket (``scan``: all of them) and keeps the part
+    from the last one below to the first one reached. The replay is a function of the names and
+    the analysed values only, so a search resumed from a sweep directory asks for exactly what a
+    search that had not stopped would have asked for."""
+    low, high = 0, len(inside) + 1
+    evaluated: list[str] = []
+    rounds = 0
+    while high - low > 1:
+        candidates = list(range(low + 1, high))
+        picks = candidates if scan else spaced(candidates, per_round)
+        names = [inside[p - 1] for p in picks]
+        missing = [n for n in names if n not in reached]
+        if missing:
+            return Narrowing(low, high, evaluated, missing, rounds)
+        evaluated += names
+        rounds += 1
+        hits = [p for p in picks if reached[inside[p - 1]]]
+        if hits:
+            high = hits[0]
+            low = max([p for p in picks if p < high], default=low)
+        else:
+            low = picks[-1]
+    return Narrowing(low, high, evaluated, [], rounds)
+
+
+def monotone(values: list[bool]) -> bool:
+    """False...False True...True: the milestone, once reached, stays reached."""
+    return all(a <= b for a, b in zip(values, values[1:]))
+
+
+# --- one milestone's answer ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Refinement:
+    """One milestone of one model: its panel bracket and the interval the refinement narrowed it to.
+
+    ``interval`` [revision before, revision of the first crossing] and ``tokens`` their token
+    counts; ``evaluations`` checkpoints analysed for it out of ``inside_bracket`` that exist
+    strictly inside the panel bracket; ``probability`` the bootstrap share of replicates whose
+    first crossing (over every analysed revision) is the interval's upper end;
+    ``first_crossing_guaranteed`` holds when every checkpoint of the bracket below that end was
+    analysed (``--scan``), so no earlier crossing can hide between analysed points; ``monotone``
+    whether the analysed points of the bracket, once reached, stay reached (bisection assumes it).
+    ``reason`` says why a milestone has no bracket to refine (never reached, or at the first revision)."""
+
+    milestone: str
+    panel_bracket: list[str] | None
+    panel_bracket_tokens: list[float] | None
+    interval: list[str] | None
+    tokens: list[float] | None
+    evaluations: int
+    evaluated: list[str]
+    inside_bracket: int
+    rounds: int
+    method: str
+    complete: bool
+    monotone: bool | None = None
+    first_crossing_guaranteed: bool | None = None
+    probability: float | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """A model's milestones in one round: their answers so far and the checkpoints still needed."""
+
+    refinements: dict[str, Refinement]
+    pending: list[str]  # revision names, ordered by step
+
+
+def method_name(per_round: int, scan: bool) -> str:
+    return "scan" if scan else "bisection" if per_round == 1 else f"{per_round} per round"
+
+
+def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[str], per_round: int, scan: bool,
+               thresholds: tuple[float, float], sink_epsilon: float) -> ModelPlan:
+    """Each milestone's search on ``traj`` (panel and refinement runs together) over the checkpoints
+    that exist (``existing``, ordered by step)."""
+    step_of = {e.revision: e.step for e in existing}
+    panel = dataclasses.replace(traj, checkpoints=[c for c in traj.checkpoints if not c.refined])
+    unknown = [c.revision for c in panel.checkpoints if c.revision not in step_of]
+    if unknown:
+        raise UsageError(f"{traj.model}: panel revision {unknown[0]!r} is not among the model's existing checkpoints "
+                         f"({len(existing)} listed); refine needs the panel's revisions to exist")
+    reached_panel = milestone_reached(panel, *thresholds, sink_epsilon)
+    reached_all = milestone_reached(traj, *thresholds, sink_epsilon)
+    index_of = {c.revision: i for i, c in enumerate(traj.checkpoints)}
+    method = method_name(per_round, scan)
+    refinements, pending = {}, set()
+    for name in milestones:
+        if name not in reached_panel:  # sink_* without key-0 importances in the runs
+            refinements[name] = Refinement(name, None, None, None, None, 0, [], 0, 0, method, True,
+                                           reason="not measured by these runs")
+            continue
+        hits = np.flatnonzero(reached_panel[name])
+        if len(hits) == 0 or hits[0] == 0:
+            why = "not reached by the panel's last revision" if len(hits) == 0 else \
+                "reached at the panel's first revision: nothing before it brackets the crossing"
+            refinements[name] = Refinement(name, None, None, None, None, 0, [], 0, 0, method, True, reason=why)
+            continue
+        lo, hi = panel.checkpoints[hits[0] - 1], panel.checkpoints[hits[0]]
+        inside = [e.revision for e in existing if step_of[lo.revision] < e.step < step_of[hi.revision]]
+        analysed = {r: bool(reached_all[name][index_of[r]]) for r in inside if r in index_of}
+        search = narrow(inside, analysed, per_round, scan)
+        ends = [lo.revision, *inside, hi.revision]
+        tokens_of = {c.revision: c.tokens for c in traj.checkpoints}
+        done = not search.pending
+        seen = [False, *[analysed[r] for r in inside if r in analysed], True]
+        refinements[name] = Refinement(
+            name, [lo.revision, hi.revision], [lo.tokens, hi.tokens],
+            interval=[ends[search.low], ends[search.high]] if done else None,
+            tokens=[tokens_of[ends[search.low]], tokens_of[ends[search.high]]] if done else None,
+            evaluations=len(search.evaluated), evaluated=search.evaluated, inside_bracket=len(inside),
+            rounds=search.rounds, method=method, complete=done, monotone=monotone(seen),
+            first_crossing_guaranteed=all(r in analysed for r in inside[:search.high - 1]) and done)
+        pending.update(search.pending)
+    return ModelPlan(refinements, [e.revision for e in existing if e.revision in pending])
+
+
+def with_probabilities(traj: Trajectory, plan: ModelPlan, thresholds: tuple[float, float],
+                       sink_epsilon: float) -> ModelPlan:
+    """The finished answers with the bootstrap probability of their interval (one shared resample
+    over every analysed revision, as the report's milestone probabilities)."""
+    reps = replicates(traj, *thresholds, sink_epsilon)
+    if reps is None:
+        return plan
+    findings = model_findings(traj, *thresholds, reps, sink_epsilon)
+    by_name = {**findings["f3"], **findings["f4"], **((findings["sinks_gu"] or {}).get("f3") or {})}
+    out = {}
+    for name, r in plan.refinements.items():
+        probability = (by_name.get(name) or {}).get("probability") if r.interval else None
+        out[name] = dataclasses.replace(r, probability=None if probability is None
+                                        else float(probability.get(r.interval[1], 0.0)))
+    return ModelPlan(out, plan.pending)
+
+
+# --- the rounds: multiruns of python -m emergence into the sweep directory --------------------
+
+def override_key(override: str) -> str:
+    """The key an override sets (``ablate.enabled``, ``model``, ``hydra/launcher``), by Hydra's own parser."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_override(override).get_key_element().lstrip("+~")
+
+
+def merge_overrides(*groups: list[str]) -> list[str]:
+    """Overrides in order, a later one replacing an earlier one of the same key."""
+    merged: dict[str, str] = {}
+    for group in groups:
+        for override in group:
+            merged.pop(override_key(override), None)
+            merged[override_key(override)] = override
+    return list(merged.values())
+
+
+def is_revision(key: str) -> bool:
+    return key == "revision" or key.startswith("revision.")
+
+
+def is_hydra(key: str) -> bool:
+    return key.startswith(("hydra.", "hydra/"))
+
+
+def run_overrides(run_dir: Path) -> tuple[list[str], list[str]]:
+    """(task overrides without the revision, Hydra overrides without the sweep's own folders) that
+    ``run_dir``'s job was started with (its ``.hydra/``)."""
+    hydra_dir = run_dir / ".hydra"
+    if not (hydra_dir / "overrides.yaml").exists():
+        raise UsageError(f"{run_dir}: no .hydra/overrides.yaml; refine needs runs written by python -m emergence")
+    task = [o for o in OmegaConf.load(hydra_dir / "overrides.yaml") if not is_revision(override_key(o))]
+    launch = list(OmegaConf.load(hydra_dir / "hydra.yaml").hydra.overrides.hydra)
+    own = ("hydra.sweep.", "hydra.run.", "hydra.mode", "hydra.job.num")
+    return task, [o for o in launch if not override_key(o).startswith(own)]
+
+
+def panel_overrides(traj: Trajectory) -> tuple[list[str], list[str]]:
+    """The one configuration the panel runs of ``traj`` share (bar the revision)."""
+    found = {}
+    for c in traj.checkpoints:
+        if not c.refined:
+            task, launch = run_overrides(c.run_dir)
+            found.setdefault(tuple(task), (task, launch))
+    if len(found) != 1:
+        raise UsageError(f"{traj.model}: the panel runs differ in their settings ({' | '.join(' '.join(t) for t in found)}); "
+                         "refine one configuration at a time: give a sweep directory of one configuration per model")
+    return next(iter(found.values()))
+
+
+def launch_round(sweep_dir: Path, traj: Trajectory, revisions: list[str], extra: list[str]) -> None:
+    """One multirun of ``python -m emergence`` over ``revisions`` with the panel runs' configuration."""
+    task, launch = panel_overrides(traj)
+    user_task = [o for o in extra if not is_hydra(override_key(o))]
+    user_launch = [o for o in extra if is_hydra(override_key(o))]
+    asks_for_ablation = any(override_key(o).startswith("ablate.") for o in user_task)
+    overrides = merge_overrides(
+        task, [] if asks_for_ablation else ["ablate.enabled=false"],
+        ["revision=custom", f"revision.name={','.join(revisions)}"], user_task,
+        launch, user_launch,
+        [f"hydra.sweep.dir={sweep_dir}", f"hydra.sweep.subdir={REFINE_FOLDER}/{traj.model}/${{revision.name}}"])
+    subprocess.run([sys.executable, "-m", "emergence", "-m", *overrides], check=False)
+
+
+def failures(sweep_dir: Path, model: str, revisions: list[str]) -> list[str]:
+    """Why each of ``revisions`` has no complete run after its round (its FAILED file, if any)."""
+    out = []
+    for revision in revisions:
+        run_dir = sweep_dir / REFINE_FOLDER / model / revision
+        if not (run_dir / SUMMARY_FILE).exists():
+            failed = run_dir / FAILED_FILE
+            out.append(f"{revision}: {failed.read_text().strip() if failed.exists() else 'no results written'}")
+    return out
+
+
+def write_refined(sweep_dir: Path, plans: dict[str, ModelPlan]) -> dict:
+    refined = {model: {name: r.to_dict() for name, r in plan.refinements.items()} for model, plan in plans.items()}
+    atomic_write_text(sweep_dir / REFINED_FILE, json.dumps(refined, indent=2) + "\n")
+    return refined
+
+
+def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: bool = False,
+           overrides: list[str] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
+    """Rounds until every milestone of every model is one interval (or has no bracket); returns
+    and writes ``refined.json``."""
+    sweep_dir = Path(sweep_dir).resolve()
+    existing: dict[str, list[PanelEntry]] = {}
+    for round_number in range(1, 10_000):
+        trajectories = load_runs([sweep_dir])
+        plans = {}
+        for model, traj in trajectories.items():
+            if model not in existing:
+                task, _ = panel_overrides(traj)
+                cfg = compose_config(merge_overrides(task, [o for o in overrides if not is_hydra(override_key(o))]))
+                existing[model] = existing_checkpoints(cfg)
+            plans[model] = plan_model(traj, existing[model], milestones, per_round, scan,
+                                      thresholds_of(traj), sink_epsilon)
+        if not any(plan.pending for plan in plans.values()):
+            break
+        write_refined(sweep_dir, plans)  # what is known so far, marked incomplete
+        for model, plan in plans.items():
+            if plan.pending:
+                needed = {n: r.milestone for n, r in plan.refinements.items() if not r.complete}
+                print(f"refine round {round_number}: {model}: analysing {', '.join(plan.pending)} "
+                      f"for {', '.join(needed)}", flush=True)
+                launch_round(sweep_dir, trajectories[model], plan.pending, list(overrides))
+                failed = failures(sweep_dir, model, plan.pending)
+                if failed:
+                    raise RuntimeError(f"{model}: {len(failed)} refinement job(s) failed ({'; '.join(failed)}); "
+                                       "fix the cause and run refine again (finished jobs are kept)")
+    plans = {m: with_probabilities(trajectories[m], plan, thresholds_of(trajectories[m]), sink_epsilon)
+             for m, plan in plans.items()}
+    return write_refined(sweep_dir, plans)
+
+
+def thresholds_of(traj: Trajectory) -> tuple[float, float]:
+    """The (class, circuit) thresholds the runs were screened with (the schema's defaults if they differ)."""
+    return traj.thresholds or (ThresholdConfig.class_default, ThresholdConfig.circuit)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m emergence.refine", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sweep_dir", type=Path, help="a panel sweep directory (hydra.sweep.dir of python -m emergence -m)")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for the refinement jobs (e.g. hydra/launcher=slurm)")
+    p.add_argument("--milestones", nargs="+", choices=MILESTONES, default=list(DEFAULT_MILESTONES), metavar="NAME",
+                   help=f"milestones to refine (default: {' '.join(DEFAULT_MILESTONES)}; any of {' '.join(MILESTONES)})")
+    p.add_argument("--parallel", type=int, default=1, metavar="K",
+                   help="checkpoints analysed per milestone per round (default 1: bisection)")
+    p.add_argument("--scan", action="store_true",
+                   help="analyse every checkpoint of each bracket: the first crossing is then certain")
+    p.add_argument("--sink-epsilon", type=float, default=ThresholdConfig.sink_epsilon,
+                   help="Gu et al.'s sink level for the sink_* milestones (default %(default)s)")
+    args = p.parse_args(argv)
+    if args.parallel < 1:
+        p.error("--parallel must be >= 1")
+    if not args.sweep_dir.is_dir():
+        p.error(f"{args.sweep_dir} is not a directory: give the sweep directory of a panel multirun")
+    try:
+        refined = refine(args.sweep_dir, args.milestones, args.parallel, args.scan, args.overrides, args.sink_epsilon)
+    except (UsageError, FileNotFoundError, ValueError, ConnectionError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2 if not isinstance(err, RuntimeError) else 1)
+    for model, answers in refined.items():
+        for name, r in answers.items():
+            if r["interval"]:
+                print(f"{model} {name}: {r['panel_bracket'][0]}..{r['panel_bracket'][1]} -> "
+                      f"{r['interval'][0]}..{r['interval'][1]} ({r['evaluations']} of {r['inside_bracket']} "
+                      f"checkpoints inside analysed" + ("" if r["probability"] is None else
+                                                         f", P = {r['probability']:.2f}") + ")")
+            elif r["reason"]:
+                print(f"{model} {name}: {r['reason']}")
+    print(f"refined: {args.sweep_dir / REFINED_FILE}")
+
+
+if __name__ == "__main__":
+    main()
