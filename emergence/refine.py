@@ -39,13 +39,12 @@ from omegaconf import OmegaConf
 
 from emergence.config import PanelEntry, ThresholdConfig, UsageError, compose_config
 from emergence.report.findings import BOS_MILESTONES, RECALL_MILESTONES, milestone_reached, model_findings
-from emergence.report.panel import REFINE_FOLDER, Trajectory, load_runs
+from emergence.report.panel import REFINE_FOLDER, REFINED_FILE, Trajectory, load_runs
 from emergence.report.uncertainty import replicates
 from emergence.results import SUMMARY_FILE, atomic_write_text
 from emergence.revisions import existing_checkpoints
 from emergence.sweep import FAILED_FILE
 
-REFINED_FILE = "refined.json"
 MILESTONES = ("induction_onset", *(f"bos_{p}" for p in BOS_MILESTONES), *RECALL_MILESTONES,
               *(f"sink_{p}" for p in BOS_MILESTONES))
 DEFAULT_MILESTONES = ("induction_onset", *(f"bos_{p}" for p in BOS_MILESTONES), "recall_67",
@@ -276,10 +275,12 @@ def launch_round(sweep_dir: Path, traj: Trajectory, revisions: list[str], extra:
     user_launch = [o for o in extra if is_hydra(override_key(o))]
     asks_for_ablation = any(override_key(o).startswith("ablate.") for o in user_task)
     overrides = merge_overrides(
+        [f"wandb.group={sweep_dir.name}"],  # one W&B group with the panel's runs (unless the runs name another)
         task, [] if asks_for_ablation else ["ablate.enabled=false"],
         ["revision=custom", f"revision.name={','.join(revisions)}"], user_task,
         launch, user_launch,
-        [f"hydra.sweep.dir={sweep_dir}", f"hydra.sweep.subdir={REFINE_FOLDER}/{traj.model}/${{revision.name}}"])
+        # The jobs' own folder (with its multirun.yaml and list of failures) inside the sweep's.
+        [f"hydra.sweep.dir={sweep_dir / REFINE_FOLDER / traj.model}", "hydra.sweep.subdir=${revision.name}"])
     subprocess.run([sys.executable, "-m", "emergence", "-m", *overrides], check=False)
 
 

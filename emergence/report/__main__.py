@@ -19,10 +19,9 @@ from omegaconf import OmegaConf
 from emergence.config import ThresholdConfig, UsageError, WandbConfig
 from emergence.report import figures, floor, markdown, sensitivity
 from emergence.report.findings import panel_findings
-from emergence.report.panel import load_reference, load_runs, shared_thresholds
+from emergence.report.panel import load_reference, load_refined, load_runs, shared_thresholds
 from emergence.results import atomic_write_text
 from emergence.tracking import check_login, tracked_run
-
 
 
 def parse_args(argv=None):
@@ -54,10 +53,14 @@ def parse_args(argv=None):
 
 
 def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float,
-                 reference: bool, sweeps: list[dict] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
-    """``sweeps``: ablation-floor sweeps (``floor.load_sweeps``) among the runs, if any."""
+                 reference: bool, sweeps: list[dict] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon,
+                 refined: dict | None = None) -> dict:
+    """``sweeps``: ablation-floor sweeps (``floor.load_sweeps``) among the runs, if any; ``refined``:
+    the milestones ``python -m emergence.refine`` narrowed (``panel.load_refined``), per model."""
     out.mkdir(parents=True, exist_ok=True)
     findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon)
+    for model, f in findings["models"].items():
+        f["refined"] = (refined or {}).get(model)
     findings["ablation_floor"] = list(sweeps)
     grids = [sensitivity.dense(t) for t in trajectories.values()]
     rows = sensitivity.rows(grids)
@@ -121,6 +124,7 @@ def main(argv=None) -> None:
         trajectories = (load_reference(args.reference) if args.reference
                         else load_runs(args.runs, args.pr_estimator))
         sweeps = [] if args.reference else floor.load_sweeps(args.runs)
+        refined = {} if args.reference else load_refined(args.runs)
     except (FileNotFoundError, ValueError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -129,7 +133,8 @@ def main(argv=None) -> None:
     class_threshold = args.class_threshold if args.class_threshold is not None else screened[0]
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
     findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
-                            reference=args.reference is not None, sweeps=sweeps, sink_epsilon=args.sink_epsilon)
+                            reference=args.reference is not None, sweeps=sweeps, sink_epsilon=args.sink_epsilon,
+                            refined=refined)
     log_panel(findings, args.out, wandb_cfg)
     for model, f in findings["models"].items():
         f3 = f["f3"]

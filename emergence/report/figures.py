@@ -42,7 +42,22 @@ def _line_with_band(ax, revs: list[dict], key: str, label: str, scale: float = 1
     if revs and all(f"{key}_ci" in r for r in revs):
         low, high = np.array([r[f"{key}_ci"] for r in revs]).T * scale
         ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    _refined_points(ax, revs, lambda r: scale * r[key], line.get_color())
     return line.get_color()
+
+
+def _refined_note(findings: dict) -> str:
+    """What hollow markers mean, for a title, where a model has refinement points."""
+    refined = any(r.get("refined") for f in findings["models"].values() for r in f["revisions"])
+    return "hollow: checkpoints analysed by refinement" if refined else ""
+
+
+def _refined_points(ax, revs: list[dict], value, colour) -> None:
+    """Revisions analysed by ``python -m emergence.refine`` drawn hollow over a line of the panel's."""
+    refined = [r for r in revs if r.get("refined")]
+    if refined:
+        ax.plot([r["tokens"] for r in refined], [value(r) for r in refined], "o", mfc="w", color=colour,
+                label="_refined")  # no legend entry of its own: the axis title says what hollow is
 
 
 def bos_vs_tokens(findings: dict, out: Path) -> Path:
@@ -61,6 +76,8 @@ def bos_vs_tokens(findings: dict, out: Path) -> Path:
     title = f"BOS fraction (first-token selectivity >= {th['class']:g}x)"
     if both:
         title += f"\nand Sink_0 (key-0 importance > {th['sink_epsilon']:g}, dashed)"
+    if _refined_note(findings):
+        title += f"\n{_refined_note(findings)}"
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
     return _save(fig, out / "bos_fraction_vs_tokens.png")
@@ -112,11 +129,14 @@ def recall_vs_tokens(findings: dict, out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for model, f in findings["models"].items():
         revs = [r for r in f["revisions"] if r["induction_recall"] is not None]
-        ax.plot([r["tokens"] for r in revs], [r["induction_recall"] for r in revs], "o-", label=f"{model} recall")
+        line, = ax.plot([r["tokens"] for r in revs], [r["induction_recall"] for r in revs], "o-",
+                        label=f"{model} recall")
+        _refined_points(ax, revs, lambda r: r["induction_recall"], line.get_color())
         ax.plot([r["tokens"] for r in revs], [r["topk_recall"] for r in revs], "x:", label=f"{model} top-k")
     ax.axhline(2 / 3, color="0.6", lw=0.8)
     _tokens_axis(ax, _all_tokens(findings))
     ax.set_ylabel("share of the final induction circuit")
+    ax.set_title(_refined_note(findings), fontsize=8)
     ax.legend(fontsize=7)
     return _save(fig, out / "recall_vs_tokens.png")
 
@@ -133,6 +153,7 @@ def trajectories(findings: dict, out: Path) -> Path:
             _line_with_band(ax, [r for r in f["revisions"] if key in r], key, model)
         ax.set_ylabel(label)
     _tokens_axis(axes[-1], _all_tokens(findings))
+    axes[0].set_title(_refined_note(findings), fontsize=8)
     axes[0].legend(fontsize=7)
     return _save(fig, out / "trajectories.png")
 

@@ -278,7 +278,7 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         {"revision": c.revision, "tokens": c.tokens, "bos_fraction": float(bos[i]),
          "bos_per_layer": per_layer[i].tolist(), "n_induction": int(n_ind[i]),
          "induction_recall": None if rec[i] is None else float(rec[i]),
-         "topk_recall": None if topk[i] is None else float(topk[i]), **c.extras}
+         "topk_recall": None if topk[i] is None else float(topk[i]), "refined": c.refined, **c.extras}
         for i, c in enumerate(traj.checkpoints)
     ]
     circuit = final_circuit(traj, circuit_threshold)

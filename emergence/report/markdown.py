@@ -85,6 +85,28 @@ def sinks_two_ways(g: dict, revisions: list[dict]) -> list[str]:
     return out + [""]
 
 
+def refined_milestones(refined: dict) -> list[str]:
+    """The milestones ``python -m emergence.refine`` narrowed: panel bracket -> refined interval."""
+    out = ["- **Refined milestones** (`refined.json`): each panel bracket narrowed by analysing checkpoints "
+           "inside it; the answer is one interval between adjacent existing checkpoints.", "",
+           "  | milestone | panel bracket | refined interval | tokens | evaluations / checkpoints inside | P | "
+           "first crossing |", "  |---|---|---|---|---|---|---|"]
+    for name, r in refined.items():
+        if r["panel_bracket"] is None:
+            out.append(f"  | {name} | - | - | - | - | - | {r['reason']} |")
+            continue
+        interval = "in progress" if not r["complete"] else f"{r['interval'][0]} -> {r['interval'][1]}"
+        tokens = "-" if not r["complete"] else f"({format_tokens(r['tokens'][0])}, {format_tokens(r['tokens'][1])}]"
+        certainty = ("certain (every checkpoint below it analysed)" if r["first_crossing_guaranteed"] else
+                     f"assumed ({r['method']}: the metric taken not to cross and fall back)")
+        if r["monotone"] is False:
+            certainty += "; the analysed points are not monotone"
+        probability = "-" if r["probability"] is None else f"{r['probability']:.2f}"
+        out.append(f"  | {name} | {r['panel_bracket'][0]} -> {r['panel_bracket'][1]} | {interval} | {tokens} | "
+                   f"{r['evaluations']} / {r['inside_bracket']} | {probability} | {certainty} |")
+    return out + [""]
+
+
 def render(findings: dict, conclusions: list[dict], figures: list[str], reference: bool) -> str:
     th = findings["thresholds"]
     out = [f"# Panel report\n",
@@ -112,7 +134,7 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
             sep += "---|"
         out += [head, sep]
         for i, r in enumerate(f["revisions"]):
-            row = (f"| {r['revision']} | {format_tokens(r['tokens'])} | {100 * r['bos_fraction']:.1f} | {r['n_induction']} | "
+            row = (f"| {r['revision']}{' (refinement)' if r['refined'] else ''} | {format_tokens(r['tokens'])} | {100 * r['bos_fraction']:.1f} | {r['n_induction']} | "
                    f"{_pct(r['induction_recall'])} | {_pct(r['topk_recall'])} |")
             if pub and i < len(published.BOS_FRACTION[model]):
                 row += f" {published.BOS_FRACTION[model][i]} | {published.N_INDUCTION[model][i]} |"
@@ -151,6 +173,8 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
         out.append(text)
         if f.get("sinks_gu"):
             out += sinks_two_ways(f["sinks_gu"], f["revisions"])
+        if f.get("refined"):
+            out += refined_milestones(f["refined"])
         frac = lambda m: "" if m is None else f", {100 * m['fraction_of_training']:.1f}% of training"  # noqa: E731
         text = (f"- **F4 early convergence** (final circuit {', '.join(f4['final_circuit']) or 'empty'}; recall = "
                 f"share of it at >= {th['class']:g}x): 1/3 at {_m(f4['recall_33'])}{frac(f4['recall_33'])}; "

@@ -23,6 +23,7 @@ REFERENCE_PR_FILES = {"pythia": "pythia_1b_phase1_trajectory.json", "olmo": "olm
                       "olmoe": "olmoe_phase1_trajectory.json"}
 PYTHIA_TOKENS_PER_STEP = 2_097_152
 REFINE_FOLDER = "refine"  # python -m emergence.refine writes its runs to <sweep>/refine/<model>/<revision>/
+REFINED_FILE = "refined.json"  # ... and its answers to <sweep>/refined.json
 
 
 @dataclass
@@ -152,6 +153,17 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
                                         next(iter(used[(model, seed)])) if len(used[(model, seed)]) == 1 else None,
                                         family=model if several else None)
     return trajectories
+
+
+def load_refined(paths: list[Path]) -> dict[str, dict]:
+    """The refinement answers (``python -m emergence.refine``) kept in the given sweep directories:
+    {model: {milestone: answer}}."""
+    refined: dict[str, dict] = {}
+    for path in map(Path, paths):
+        if (path / REFINED_FILE).is_file():
+            for model, answers in read_json(path / REFINED_FILE).items():
+                refined.setdefault(model, {}).update(answers)
+    return refined
 
 
 def shared_thresholds(trajectories: dict[str, Trajectory]) -> tuple[float, float] | None:
