@@ -1,0 +1,260 @@
+"""Refinement (``python -m emergence.refine``): the search on its own, the plan on hand-made
+trajectories, and end to end on toy_neox trained with a checkpoint every 32 steps."""
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from emergence.config import PanelEntry
+from emergence.refine import merge_overrides, narrow, plan_model, spaced
+from emergence.report.findings import INDUCTION, FIRST_TOKEN, model_findings
+from emergence.report.panel import Checkpoint, Trajectory
+
+
+def search(inside: list[str], first_reached: int, per_round: int = 1, scan: bool = False):
+    """Run the search to its end against a metric reached from ``inside[first_reached]`` on (the
+    panel's high end when first_reached == len(inside)); returns the last Narrowing and the rounds."""
+    reached: dict[str, bool] = {}
+    rounds = 0
+    while True:
+        state = narrow(inside, reached, per_round, scan)
+        if not state.pending:
+            return state, rounds
+        rounds += 1
+        reached.update({name: inside.index(name) >= first_reached for name in state.pending})
+
+
+def test_spaced_picks_the_middle_or_even_parts_by_count():
+    assert spaced([1, 2, 3, 4, 5], 1) == [3]
+    assert spaced([1, 2, 3, 4], 1) == [2]
+    assert spaced(list(range(1, 12)), 3) == [3, 6, 9]
+    assert spaced([4, 5], 3) == [4, 5]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 31, 70])
+def test_bisection_finds_the_interval_a_scan_finds_within_log2_n_plus_1_analyses(n):
+    inside = [f"step{i}" for i in range(n)]
+    for first in range(n + 1):
+        state, rounds = search(inside, first)
+        # positions: 0 is the panel's low end, i + 1 is inside[i], n + 1 the high end
+        assert (state.low, state.high) == (first, first + 1)
+        scanned, _ = search(inside, first, scan=True)
+        assert (scanned.low, scanned.high) == (state.low, state.high)
+        assert len(scanned.evaluated) == n
+        assert len(state.evaluated) == len(set(state.evaluated)) == rounds
+        assert len(state.evaluated) <= (math.ceil(math.log2(n)) + 1 if n else 0)
+
+
+@pytest.mark.parametrize("n", [3, 8, 31, 70])
+def test_three_per_round_give_the_same_interval_in_fewer_rounds(n):
+    inside = [f"step{i}" for i in range(n)]
+    fewer = 0
+    for first in range(n + 1):
+        one, one_rounds = search(inside, first)
+        three, three_rounds = search(inside, first, per_round=3)
+        assert (three.low, three.high) == (one.low, one.high)
+        assert three_rounds <= one_rounds and three.rounds == three_rounds
+        fewer += three_rounds < one_rounds
+    assert fewer > (n + 1) // 2
+
+
+def test_a_metric_that_crosses_and_falls_back_misleads_bisection_not_a_scan():
+    inside = ["a", "b", "c", "d", "e"]
+    values = {"a": False, "b": True, "c": False, "d": True, "e": True}  # b crosses, c falls back
+    reached = {}
+    while (state := narrow(inside, reached)).pending:
+        reached.update({n: values[n] for n in state.pending})
+    assert inside[state.high - 1] == "d"  # bisection: c below, d above; b never looked at
+    scan = narrow(inside, values, scan=True)
+    assert inside[scan.high - 1] == "b" and scan.low == 1
+
+
+def test_later_overrides_replace_earlier_ones_of_the_same_key():
+    merged = merge_overrides(["model=toy_neox", "revision=r3", "ablate.enabled=False"], ["ablate.enabled=false"],
+                             ["+wandb.tags=[a]", "hydra/launcher=slurm"], ["wandb.tags=[b]"])
+    assert merged == ["model=toy_neox", "revision=r3", "ablate.enabled=false", "hydra/launcher=slurm",
+                      "wandb.tags=[b]"]
+
+
+# --- the plan, on hand-made trajectories -----------------------------------------------------
+
+TOKENS_PER_STEP = 1000
+
+
+def checkpoint(step: int, n_induction: int, bos_heads: int, refined: bool = False) -> Checkpoint:
+    """4 layers x 4 heads: ``n_induction`` heads at 100x induction, ``bos_heads`` at 100x first-token."""
+    sel = np.ones((4, 4, 6))
+    sel.reshape(16, 6)[:n_induction, INDUCTION] = 100.0
+    sel.reshape(16, 6)[16 - bos_heads:, FIRST_TOKEN] = 100.0
+    return Checkpoint(f"step{step}", float(step * TOKENS_PER_STEP), sel, refined=refined)
+
+
+def onset_at(step: int) -> int:  # induction heads: 0 before step 30 (3 at the onset), 4 from step 40
+    return 0 if step < 30 else 3 if step < 40 else 4
+
+
+def bos_at(step: int) -> int:  # BOS heads (of 16) grow by one every 2 steps from step 20
+    return min(16, max(0, (step - 20) // 2))
+
+
+def trajectory(panel_steps, refined_steps=()) -> Trajectory:
+    steps = sorted([(s, False) for s in panel_steps] + [(s, True) for s in refined_steps])
+    return Trajectory("m", [checkpoint(s, onset_at(s), bos_at(s), r) for s, r in steps], None)
+
+
+EXISTING = [PanelEntry(f"step{s}", s, s * TOKENS_PER_STEP) for s in range(0, 101)]
+PANEL = (0, 10, 50, 100)
+
+
+def test_one_analysed_checkpoint_serves_every_milestone_whose_bracket_holds_it():
+    plan = plan_model(trajectory(PANEL), EXISTING, ["induction_onset", "bos_10", "recall_67"], 1, False,
+                      (30.0, 50.0), 0.3)
+    onset, bos = plan.refinements["induction_onset"], plan.refinements["bos_10"]
+    assert onset.panel_bracket == bos.panel_bracket == ["step10", "step50"]
+    assert onset.inside_bracket == 39 and not onset.complete
+    assert plan.pending == ["step30"]  # the middle of 11..49, asked for once for all three
+    done = []
+    while plan.pending:
+        done += [int(r.removeprefix("step")) for r in plan.pending]
+        plan = plan_model(trajectory(PANEL, done), EXISTING, ["induction_onset", "bos_10", "recall_67"], 1, False,
+                          (30.0, 50.0), 0.3)
+    onset, bos = plan.refinements["induction_onset"], plan.refinements["bos_10"]
+    assert onset.interval == ["step29", "step30"] and onset.tokens == [29_000.0, 30_000.0]
+    assert bos.interval == ["step23", "step24"]  # 2 of 16 BOS heads (12.5%) from step 24
+    recall = plan.refinements["recall_67"]  # final circuit: 4 heads; 3 of them (75%) from step 30
+    assert recall.interval == ["step29", "step30"]
+    for r in (onset, bos, recall):
+        assert r.complete and r.monotone and r.evaluations <= math.ceil(math.log2(39)) + 1
+    assert set(onset.evaluated) | set(bos.evaluated) == {f"step{s}" for s in done}  # each analysed one was used
+    assert len(done) == len(set(done))
+
+
+def test_milestones_without_a_bracket_say_why():
+    plan = plan_model(trajectory((0, 10, 30)), EXISTING, ["bos_50", "sink_10"], 1, False, (30.0, 50.0), 0.3)
+    assert plan.refinements["bos_50"].reason == "not reached by the panel's last revision"  # 5 of 16 heads at step30
+    assert plan.refinements["sink_10"].reason == "not measured by these runs"
+    early = plan_model(trajectory((30, 50, 100)), EXISTING, ["induction_onset"], 1, False, (30.0, 50.0), 0.3)
+    assert "first revision" in early.refinements["induction_onset"].reason and not early.pending
+
+
+def test_the_report_takes_brackets_and_the_gap_from_the_refined_points():
+    panel = model_findings(trajectory(PANEL), 30.0, 50.0)
+    assert panel["f3"]["induction_onset"]["bracket_tokens"] == [10_000.0, 50_000.0]
+    assert panel["f3"]["gap_ratio_range"] == pytest.approx([10 / 50, 50 / 10])  # both in (step10, step50]
+    refined = model_findings(trajectory(PANEL, [29, 30, 35, 36]), 30.0, 50.0)
+    onset, bos_50 = refined["f3"]["induction_onset"], refined["f3"]["bos_50"]
+    assert onset["bracket_tokens"] == [29_000.0, 30_000.0]
+    assert bos_50["revision"] == "step36" and bos_50["bracket_tokens"] == [35_000.0, 36_000.0]  # 8 of 16 heads
+    assert refined["f3"]["gap_ratio_range"] == pytest.approx([35 / 30, 36 / 29])
+    assert [r["refined"] for r in refined["revisions"]] == [False, False, True, True, True, True, False, False]
+
+
+# --- end to end on toy_neox ---------------------------------------------------------------------
+
+MILESTONES = ["--milestones", "induction_onset", "recall_67"]
+
+
+@pytest.fixture(scope="module")
+def toy_panel(tmp_path_factory):
+    """toy_neox trained with a checkpoint every 32 steps (65 in all) and swept over its 10-revision panel."""
+    from cli import run_cli
+
+    root = tmp_path_factory.mktemp("refine")
+    env = {"EMERGENCE_CACHE": str(root / "cache"), "WANDB_MODE": "disabled"}
+    sweep = root / "panel"
+    res = run_cli("-m", "model=toy_neox", "revision=glob(r*)", "model.toy.save_every=32", "ablate.enabled=false",
+                  f"hydra.sweep.dir={sweep}", env=env, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((root / "cache" / "toy" / "toy_neox" / "seed0" / "manifest.json").read_text())
+    assert len(manifest["checkpoints"]) == 65  # step0 .. step2048, the panel's 10 among them
+    return sweep, env
+
+
+def refine_copy(toy_panel, tmp_path, name, *args):
+    from cli import run_cli
+
+    sweep, env = toy_panel
+    copy = tmp_path / name
+    shutil.copytree(sweep, copy)
+    res = run_cli(copy, *MILESTONES, *args, module="emergence.refine", env=env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return copy, json.loads((copy / "refined.json").read_text())["toy_neox"], res
+
+
+@pytest.mark.slow
+def test_refinement_of_the_toy_matches_a_scan_of_every_saved_checkpoint(toy_panel, tmp_path):
+    from cli import run_cli
+
+    bisected_dir, bisected, _ = refine_copy(toy_panel, tmp_path, "bisection")
+    _, scanned, _ = refine_copy(toy_panel, tmp_path, "scan", "--scan")
+    _, parallel, _ = refine_copy(toy_panel, tmp_path, "parallel", "--parallel", "3")
+    step = lambda name: int(name.removeprefix("step"))  # noqa: E731
+    for milestone in ("induction_onset", "recall_67"):
+        b, s, p = bisected[milestone], scanned[milestone], parallel[milestone]
+        assert b["complete"] and b["inside_bracket"] > 0
+        lo, hi = b["panel_bracket"]
+        assert b["inside_bracket"] == (step(hi) - step(lo)) // 32 - 1  # the saved checkpoints strictly inside
+        assert step(b["interval"][1]) - step(b["interval"][0]) == 32  # adjacent saved checkpoints
+        assert b["evaluations"] <= math.ceil(math.log2(b["inside_bracket"])) + 1
+        assert s["interval"] == b["interval"] == p["interval"]
+        assert s["evaluations"] == s["inside_bracket"] and s["first_crossing_guaranteed"] is True
+        assert p["rounds"] < b["rounds"]
+        assert 0 < b["probability"] <= 1
+    # Each analysed checkpoint is one normal run in the sweep, of the run's own configuration, ablation off.
+    runs = sorted((bisected_dir / "refine" / "toy_neox").glob("*/summary.json"))
+    analysed = {r for m in bisected.values() for r in m["evaluated"]}
+    assert {p.parent.name for p in runs} == analysed
+    for path in runs:
+        summary = json.loads(path.read_text())
+        assert summary["ablation"]["enabled"] is False and summary["ablation"]["circuit"] is None
+    overrides = (runs[0].parent / ".hydra" / "overrides.yaml").read_text()
+    assert "model.toy.save_every=32" in overrides and "revision=custom" in overrides
+    # The report reads them like any other run, and takes its F3 bracket from the refined points.
+    out = tmp_path / "report"
+    res = run_cli(bisected_dir, "--out", out, module="emergence.report", env=toy_panel[1], timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    findings = json.loads((out / "findings.json").read_text())["models"]["toy_neox"]
+    assert findings["refined"] == bisected
+    assert findings["f3"]["induction_onset"]["revision"] == bisected["induction_onset"]["interval"][1]
+    assert findings["f3"]["induction_onset"]["bracket_tokens"] == bisected["induction_onset"]["tokens"]
+    report = (out / "report.md").read_text()
+    lo, hi = bisected["induction_onset"]["interval"]
+    assert f"| induction_onset | {' -> '.join(bisected['induction_onset']['panel_bracket'])} | {lo} -> {hi} |" in report
+
+
+@pytest.mark.slow
+def test_a_killed_refinement_resumes_without_analysing_anything_twice(toy_panel, tmp_path):
+    sweep, env = toy_panel
+    copy = tmp_path / "killed"
+    shutil.copytree(sweep, copy)
+    command = [sys.executable, "-m", "emergence.refine", str(copy), *MILESTONES, "--scan"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **env}, start_new_session=True)
+    deadline = time.time() + 600
+    while not list(copy.glob("refine/toy_neox/*/summary.json")) and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the refinement and its multirun, mid-round
+    proc.wait()
+    done = {p.parent.name: p.stat().st_mtime_ns for p in copy.glob("refine/toy_neox/*/summary.json")}
+    assert done, "killed before any job finished: nothing to resume"
+    before = json.loads((copy / "refined.json").read_text())["toy_neox"]  # written before the round started
+    assert not all(m["complete"] for m in before.values())
+
+    res = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env}, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    launched = {name for line in res.stdout.splitlines() if line.startswith("refine round")
+                for name in line.split("analysing ")[1].split(" for ")[0].split(", ")}
+    refined = json.loads((copy / "refined.json").read_text())["toy_neox"]
+    inside = {r for m in refined.values() for r in m["evaluated"]}
+    assert launched and not launched & set(done) and launched | set(done) == inside
+    assert {p.parent.name: p.stat().st_mtime_ns for p in copy.glob("refine/toy_neox/*/summary.json")
+            if p.parent.name in done} == done  # the finished ones were not run again
+    assert all(m["complete"] and m["evaluations"] == m["inside_bracket"] for m in refined.values())
