@@ -195,7 +195,9 @@ def test_refinement_of_the_toy_matches_a_scan_of_every_saved_checkpoint(toy_pane
 
     bisected_dir, bisected, _ = refine_copy(toy_panel, tmp_path, "bisection")
     _, scanned, _ = refine_copy(toy_panel, tmp_path, "scan", "--scan")
-    _, parallel, _ = refine_copy(toy_panel, tmp_path, "parallel", "--parallel", "3")
+    # Three per round, each round's jobs through another launcher (as hydra/launcher=slurm would).
+    parallel_dir, parallel, _ = refine_copy(toy_panel, tmp_path, "parallel", "--parallel", "3",
+                                            "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10")
     step = lambda name: int(name.removeprefix("step"))  # noqa: E731
     for milestone in ("induction_onset", "recall_67"):
         b, s, p = bisected[milestone], scanned[milestone], parallel[milestone]
@@ -207,6 +209,7 @@ def test_refinement_of_the_toy_matches_a_scan_of_every_saved_checkpoint(toy_pane
         assert s["interval"] == b["interval"] == p["interval"]
         assert s["evaluations"] == s["inside_bracket"] and s["first_crossing_guaranteed"] is True
         assert p["rounds"] < b["rounds"]
+    assert list((parallel_dir / "refine" / "toy_neox" / ".submitit").iterdir())  # the launcher ran them
         assert 0 < b["probability"] <= 1
     # Each analysed checkpoint is one normal run in the sweep, of the run's own configuration, ablation off.
     runs = sorted((bisected_dir / "refine" / "toy_neox").glob("*/summary.json"))

@@ -146,6 +146,29 @@ def test_three_training_seeds_keep_their_own_panels_and_are_aggregated_in_the_re
     assert "Across training seeds" in text and "toy_neox" in text
 
 
+def test_save_every_adds_checkpoints_without_changing_the_panel(tmp_path):
+    plain = reduced("toy_neox", tmp_path / "plain")
+    train(plain.model)
+    dense = reduced("toy_neox", tmp_path / "dense", "model.toy.save_every=1")
+    manifest = train(dense.model)
+    assert [c["revision"] for c in manifest["checkpoints"]] == ["step0", "step1", "step2", "step3", "step4"]
+    assert [c["tokens"] for c in manifest["checkpoints"]] == [s * 32 * 128 for s in range(5)]
+    dense_root, plain_root = (tmp_path / d / "toy" / "toy_neox" / "seed0" for d in ("dense", "plain"))
+    for revision in ("step0", "step2", "step4"):  # the panel's checkpoints, bit for bit
+        assert (dense_root / revision / "model.safetensors").read_bytes() == \
+            (plain_root / revision / "model.safetensors").read_bytes()
+    # A dense panel serves the recipe without save_every; a plain one does not serve a dense request.
+    plain.model.name_or_path = str(dense_root)
+    assert is_complete(dense_root, plain.model)
+    dense.model.name_or_path = str(plain_root)
+    assert not is_complete(plain_root, dense.model)
+    dense.revision.index, dense.revision.name = None, "step3"  # revision=custom revision.name=step3
+    dense.model.name_or_path = str(dense_root)
+    summary = analyse(dense, tmp_path / "run")
+    assert (summary["revision"], summary["step"], summary["tokens"]) == ("step3", 3, 3 * 32 * 128)
+    assert summary["icl_score"] == manifest["checkpoints"][3]["icl_score"]
+
+
 def test_missing_or_outdated_panel_is_retrained(tmp_path):
     cfg = reduced("toy_neox", tmp_path)
     root = tmp_path / "toy" / "toy_neox" / "seed0"
