@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
@@ -120,7 +121,8 @@ class Refinement:
     ``first_crossing_guaranteed`` holds when every checkpoint of the bracket below that end was
     analysed (``--scan``), so no earlier crossing can hide between analysed points; ``monotone``
     whether the analysed points of the bracket, once reached, stay reached (bisection assumes it).
-    ``reason`` says why a milestone has no bracket to refine (never reached, or at the first revision)."""
+    ``reason`` says why a milestone has no bracket to refine (never reached, or at the first revision)
+    or nothing inside it to analyse."""
 
     milestone: str
     panel_bracket: list[str] | None
@@ -137,6 +139,10 @@ class Refinement:
     first_crossing_guaranteed: bool | None = None
     probability: float | None = None
     reason: str | None = None
+
+    @classmethod
+    def without_bracket(cls, milestone: str, method: str, reason: str) -> "Refinement":
+        return cls(milestone, None, None, None, None, 0, [], 0, 0, method, True, reason=reason)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -167,25 +173,24 @@ def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[st
     reached_panel = milestone_reached(panel, *thresholds, sink_epsilon)
     reached_all = milestone_reached(traj, *thresholds, sink_epsilon)
     index_of = {c.revision: i for i, c in enumerate(traj.checkpoints)}
+    tokens_of = {c.revision: c.tokens for c in traj.checkpoints}
     method = method_name(per_round, scan)
     refinements, pending = {}, set()
     for name in milestones:
         if name not in reached_panel:  # sink_* without key-0 importances in the runs
-            refinements[name] = Refinement(name, None, None, None, None, 0, [], 0, 0, method, True,
-                                           reason="not measured by these runs")
+            refinements[name] = Refinement.without_bracket(name, method, "not measured by these runs")
             continue
         hits = np.flatnonzero(reached_panel[name])
         if len(hits) == 0 or hits[0] == 0:
-            why = "not reached by the panel's last revision" if len(hits) == 0 else \
-                "reached at the panel's first revision: nothing before it brackets the crossing"
-            refinements[name] = Refinement(name, None, None, None, None, 0, [], 0, 0, method, True, reason=why)
+            refinements[name] = Refinement.without_bracket(
+                name, method, "not reached by the panel's last revision" if len(hits) == 0 else
+                "reached at the panel's first revision: nothing before it brackets the crossing")
             continue
         lo, hi = panel.checkpoints[hits[0] - 1], panel.checkpoints[hits[0]]
         inside = [e.revision for e in existing if step_of[lo.revision] < e.step < step_of[hi.revision]]
         analysed = {r: bool(reached_all[name][index_of[r]]) for r in inside if r in index_of}
         search = narrow(inside, analysed, per_round, scan)
         ends = [lo.revision, *inside, hi.revision]
-        tokens_of = {c.revision: c.tokens for c in traj.checkpoints}
         done = not search.pending
         seen = [False, *[analysed[r] for r in inside if r in analysed], True]
         refinements[name] = Refinement(
@@ -194,7 +199,9 @@ def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[st
             tokens=[tokens_of[ends[search.low]], tokens_of[ends[search.high]]] if done else None,
             evaluations=len(search.evaluated), evaluated=search.evaluated, inside_bracket=len(inside),
             rounds=search.rounds, method=method, complete=done, monotone=monotone(seen),
-            first_crossing_guaranteed=all(r in analysed for r in inside[:search.high - 1]) and done)
+            first_crossing_guaranteed=all(r in analysed for r in inside[:search.high - 1]) and done,
+            reason=None if inside else "no checkpoint exists inside the panel bracket: it is one interval already "
+                                       "(a toy saves more with model.toy.save_every=N)")
         pending.update(search.pending)
     return ModelPlan(refinements, [e.revision for e in existing if e.revision in pending])
 
@@ -307,7 +314,7 @@ def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: boo
     and writes ``refined.json``."""
     sweep_dir = Path(sweep_dir).resolve()
     existing: dict[str, list[PanelEntry]] = {}
-    for round_number in range(1, 10_000):
+    for round_number in itertools.count(1):
         trajectories = load_runs([sweep_dir])
         plans = {}
         for model, traj in trajectories.items():
@@ -322,9 +329,9 @@ def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: boo
         write_refined(sweep_dir, plans)  # what is known so far, marked incomplete
         for model, plan in plans.items():
             if plan.pending:
-                needed = {n: r.milestone for n, r in plan.refinements.items() if not r.complete}
+                open_milestones = [name for name, r in plan.refinements.items() if not r.complete]
                 print(f"refine round {round_number}: {model}: analysing {', '.join(plan.pending)} "
-                      f"for {', '.join(needed)}", flush=True)
+                      f"for {', '.join(open_milestones)}", flush=True)
                 launch_round(sweep_dir, trajectories[model], plan.pending, list(overrides))
                 failed = failures(sweep_dir, model, plan.pending)
                 if failed:
@@ -345,7 +352,7 @@ def main(argv=None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep_dir", type=Path, help="a panel sweep directory (hydra.sweep.dir of python -m emergence -m)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the refinement jobs (e.g. hydra/launcher=slurm)")
-    p.add_argument("--milestones", nargs="+", choices=MILESTONES, default=list(DEFAULT_MILESTONES), metavar="NAME",
+    p.add_argument("--milestones", nargs="+", default=list(DEFAULT_MILESTONES), metavar="NAME",
                    help=f"milestones to refine (default: {' '.join(DEFAULT_MILESTONES)}; any of {' '.join(MILESTONES)})")
     p.add_argument("--parallel", type=int, default=1, metavar="K",
                    help="checkpoints analysed per milestone per round (default 1: bisection)")
@@ -353,7 +360,13 @@ def main(argv=None) -> None:
                    help="analyse every checkpoint of each bracket: the first crossing is then certain")
     p.add_argument("--sink-epsilon", type=float, default=ThresholdConfig.sink_epsilon,
                    help="Gu et al.'s sink level for the sink_* milestones (default %(default)s)")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # overrides may come before or after the options
+    # A Hydra override right after --milestones is read as one more milestone: give it back.
+    args.overrides += [m for m in args.milestones if "=" in m]
+    args.milestones = [m for m in args.milestones if "=" not in m]
+    unknown = sorted(set(args.milestones) - set(MILESTONES))
+    if unknown:
+        p.error(f"unknown milestone(s) {', '.join(unknown)}: choose from {' '.join(MILESTONES)}")
     if args.parallel < 1:
         p.error("--parallel must be >= 1")
     if not args.sweep_dir.is_dir():

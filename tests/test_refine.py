@@ -209,8 +209,8 @@ def test_refinement_of_the_toy_matches_a_scan_of_every_saved_checkpoint(toy_pane
         assert s["interval"] == b["interval"] == p["interval"]
         assert s["evaluations"] == s["inside_bracket"] and s["first_crossing_guaranteed"] is True
         assert p["rounds"] < b["rounds"]
-    assert list((parallel_dir / "refine" / "toy_neox" / ".submitit").iterdir())  # the launcher ran them
         assert 0 < b["probability"] <= 1
+    assert list((parallel_dir / "refine" / "toy_neox" / ".submitit").iterdir())  # the launcher ran them
     # Each analysed checkpoint is one normal run in the sweep, of the run's own configuration, ablation off.
     runs = sorted((bisected_dir / "refine" / "toy_neox").glob("*/summary.json"))
     analysed = {r for m in bisected.values() for r in m["evaluated"]}
@@ -261,3 +261,16 @@ def test_a_killed_refinement_resumes_without_analysing_anything_twice(toy_panel,
     assert {p.parent.name: p.stat().st_mtime_ns for p in copy.glob("refine/toy_neox/*/summary.json")
             if p.parent.name in done} == done  # the finished ones were not run again
     assert all(m["complete"] and m["evaluations"] == m["inside_bracket"] for m in refined.values())
+
+
+def test_overrides_may_follow_the_options(monkeypatch, tmp_path):
+    import emergence.refine as refine
+
+    seen = {}
+    monkeypatch.setattr(refine, "refine", lambda sweep, milestones, per_round, scan, overrides, eps:
+                        seen.update(milestones=milestones, per_round=per_round, overrides=sorted(overrides)) or {})
+    refine.main([str(tmp_path), "--milestones", "bos_50", "hydra/launcher=slurm", "--parallel", "3", "probe=quick"])
+    assert seen == {"milestones": ["bos_50"], "per_round": 3, "overrides": ["hydra/launcher=slurm", "probe=quick"]}
+    with pytest.raises(SystemExit) as exit_:
+        refine.main([str(tmp_path), "--milestones", "bos_55"])
+    assert exit_.value.code == 2
