@@ -99,3 +99,23 @@ def test_an_unknown_branch_ends_in_one_line(hub_server, placeholder, tmp_path):
     last = last_line(res.stderr)
     assert OLMO2 in last and missing in last, last
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("endpoint,address", [("http://mirror.invalid", ("mirror.invalid", 80)),
+                                              ("https://mirror.invalid", ("mirror.invalid", 443)),
+                                              ("http://127.0.0.1:8090", ("127.0.0.1", 8090))])
+def test_hub_reachable_connects_to_the_endpoints_own_port(endpoint, address, monkeypatch):
+    import huggingface_hub.constants
+
+    from emergence import checkpoints
+
+    tried = []
+
+    def refuse(addr, timeout):
+        tried.append(addr)
+        raise ConnectionRefusedError(addr)
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(checkpoints.socket, "create_connection", refuse)
+    assert not checkpoints.hub_reachable()
+    assert tried == [address]
