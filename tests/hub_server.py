@@ -95,7 +95,8 @@ class HubServer:
     def env(self, cache: Path | None = None) -> dict[str, str]:
         """Environment for a subprocess that talks to this server. Downloads go to ``cache``
         (default: a fresh directory each call; pass the same one to reuse what a run fetched).
-        HF_HUB_OFFLINE=0 overrides the HF_HUB_OFFLINE=1 that .ci/run sets for the suite."""
+        HF_HUB_OFFLINE=0 overrides the HF_HUB_OFFLINE=1 that .ci/run sets for the suite; no
+        telemetry requests in the server's log, which tests read to count downloads."""
         cache = cache or Path(tempfile.mkdtemp(prefix="hub-cache-", dir=self.root))
         return {"HF_ENDPOINT": self.endpoint, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache),
                 "HF_HUB_DISABLE_TELEMETRY": "1"}

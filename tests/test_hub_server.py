@@ -2,6 +2,7 @@
 ``python -m emergence.revisions``, and a run that downloads, fingerprints and then reuses a
 checkpoint, under the OLMo-2 preset's real repo id and branch naming."""
 
+import hashlib
 import json
 import os
 import re
@@ -35,6 +36,20 @@ def list_refs(env: dict, repo: str) -> subprocess.CompletedProcess:
                           env={**os.environ, **env})
 
 
+def test_publish_lays_out_lfs_objects_and_deterministic_commits(tmp_path, placeholder):
+    oids = [publish(tmp_path / m, "EleutherAI/pythia-14m", {"step1000": placeholder}) for m in ("one", "two")]
+    oid = hashlib.sha256(b"not weights").hexdigest()
+    assert oids == [{"step1000": oid}] * 2
+    repos = [tmp_path / m / "models" / "EleutherAI" / "pythia-14m" for m in ("one", "two")]
+    commits = {subprocess.run(["git", "rev-parse", "step1000"], cwd=r, capture_output=True, text=True,
+                              check=True).stdout for r in repos}
+    assert len(commits) == 1  # fixed author and dates: the same files give the same commit
+    pointer = subprocess.run(["git", "show", "step1000:model.safetensors"], cwd=repos[0], capture_output=True,
+                             text=True, check=True).stdout
+    assert pointer == f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize 11\n"
+    assert (repos[0] / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid).read_bytes() == b"not weights"
+
+
 def test_list_repo_refs_sees_exactly_the_published_branches(hub_server, placeholder):
     publish(hub_server.mirrors, "EleutherAI/pythia-14m", {"main": placeholder, "step1000": placeholder})
     res = list_refs(hub_server.env(), "EleutherAI/pythia-14m")
@@ -48,7 +63,7 @@ def test_list_repo_refs_sees_exactly_the_published_branches(hub_server, placehol
 
 
 @pytest.mark.slow
-def test_revisions_lists_the_branches_with_step_and_tokens(hub_server, placeholder):
+def test_revisions_lists_the_branches_with_step_and_tokens_and_those_between(hub_server, placeholder):
     publish(hub_server.mirrors, OLMO2, {b: placeholder for b in (
         "main", "stage1-step1000-tokens3B", "stage1-step20000-tokens42B", "stage1-step300-tokens1B")})
     res = run_cli("olmo2", module="emergence.revisions", env=hub_server.env(), timeout=120)
@@ -58,6 +73,11 @@ def test_revisions_lists_the_branches_with_step_and_tokens(hub_server, placehold
         "  - {revision: stage1-step300-tokens1B, step: 300, tokens: 1000000000}",
         "  - {revision: stage1-step1000-tokens3B, step: 1000, tokens: 3000000000}",
         "  - {revision: stage1-step20000-tokens42B, step: 20000, tokens: 42000000000}"]
+    res = run_cli("olmo2", "--between", "stage1-step20000-tokens42B", "stage1-step300-tokens1B",
+                  module="emergence.revisions", env=hub_server.env(), timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines()[-1] == ("python -m emergence -m model=olmo2 revision=custom "
+                                           "revision.name=stage1-step1000-tokens3B")
 
 
 @pytest.mark.slow
