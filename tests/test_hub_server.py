@@ -1,6 +1,6 @@
 """The online path against a real Hub server (olah, ``tests/hub_server.py``): branch listing,
 ``python -m emergence.revisions``, and a run that downloads, fingerprints and then reuses a
-checkpoint, under the OLMo-2 preset's real repo id and branch naming."""
+checkpoint, under the OLMo-2 preset's real repo id and branch naming; an unknown branch."""
 
 import hashlib
 import json
@@ -116,6 +116,8 @@ def test_an_unknown_branch_ends_in_one_line(hub_server, placeholder, tmp_path):
     res = run_cli("model=olmo2", "revision=custom", f"revision.name={missing}", *QUICK,
                   f"hydra.run.dir={tmp_path / 'run'}", env={**hub_server.env(), "WANDB_MODE": "disabled"}, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    # olah answers an unknown revision with 401 where the Hub answers 404 RevisionNotFound, so
+    # transformers words it as an unknown repo; the line still names the repo and the branch
     last = last_line(res.stderr)
     assert OLMO2 in last and missing in last, last
     assert not (tmp_path / "run").exists()
