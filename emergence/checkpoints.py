@@ -159,8 +159,9 @@ def hub_reachable(timeout: float = 5.0) -> bool:
     from huggingface_hub import constants
 
     url = urlparse(constants.ENDPOINT)
+    port = url.port or (80 if url.scheme == "http" else 443)  # a mirror at http://host listens on 80
     try:
-        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
         return True
     except OSError:
         return False

@@ -6,6 +6,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from hub_server import hub_server  # noqa: E402,F401  (the fixture, for every test module)
 from tiny_models import ARCHS, save_tiny_model  # noqa: E402
 
 

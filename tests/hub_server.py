@@ -1,0 +1,166 @@
+"""A Hugging Face Hub server on localhost for the online tests: olah (a self-hosted Hub
+mirror) serving git repositories the tests lay out under real repo ids.
+
+    def test_something(hub_server, tmp_path):
+        save_tiny_model("olmo2", tmp_path / "ckpt")
+        oids = publish(hub_server.mirrors, "allenai/OLMo-2-0425-1B", {"stage1-step1000-tokens3B": tmp_path / "ckpt"})
+        run_cli(..., env=hub_server.env())
+
+The client must read ``HF_ENDPOINT`` before ``huggingface_hub`` is imported (its constants
+are read at import), so the checks run in subprocesses started with ``hub_server.env()``.
+olah opens the local repositories on every request: a repo published after the server
+started is served at once. This module imports nothing from the Hugging Face stack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Fixed identity and dates: publishing the same files gives the same commit ids on every run.
+GIT_ENV = {"GIT_AUTHOR_NAME": "emergence tests", "GIT_AUTHOR_EMAIL": "tests@emergence.invalid",
+           "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z", "GIT_COMMITTER_NAME": "emergence tests",
+           "GIT_COMMITTER_EMAIL": "tests@emergence.invalid", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}  # no user config (hooks, signing)
+
+
+def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True, check=True,
+                          env={**os.environ, **GIT_ENV})
+    return done.stdout.decode().strip()
+
+
+def _lfs_pointer(oid: str, size: int) -> bytes:
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n".encode()
+
+
+def publish(mirrors: Path, repo_id: str, branches: dict[str, Path]) -> dict[str, str]:
+    """Lay out ``repo_id`` as olah serves it: a git repository at ``<mirrors>/models/<org>/<name>``
+    with one commit per branch holding the files of ``branches[branch]`` (a checkpoint
+    directory). Safetensors files are committed as git-LFS pointers, their content under
+    ``.git/lfs/objects/``, as the Hub keeps them: the client's cache then names each blob by
+    the content's sha256, which is what ``weights_sha256`` reports. Publishing to an existing
+    repo adds (or moves) branches. Returns {branch: sha256 of its model.safetensors}.
+
+    Written with git plumbing (hash-object, mktree, commit-tree, update-ref): no checkout,
+    no working-tree state between branches, and no git-lfs binary."""
+    repo = mirrors / "models" / repo_id
+    if not (repo / ".git").exists():
+        repo.mkdir(parents=True)
+        _git(repo, "init", "--quiet", "--initial-branch=main")
+    oids = {}
+    for branch, checkpoint in branches.items():
+        entries = []
+        for f in sorted(p for p in checkpoint.iterdir() if p.is_file()):
+            content = f.read_bytes()
+            if f.suffix == ".safetensors":
+                oid = hashlib.sha256(content).hexdigest()
+                stored = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+                stored.parent.mkdir(parents=True, exist_ok=True)
+                stored.write_bytes(content)
+                content = _lfs_pointer(oid, stored.stat().st_size)
+                if f.name == "model.safetensors":
+                    oids[branch] = oid
+            blob = _git(repo, "hash-object", "-w", "--stdin", input=content)
+            entries.append(f"100644 blob {blob}\t{f.name}\n")
+        tree = _git(repo, "mktree", input="".join(entries).encode())
+        commit = _git(repo, "commit-tree", tree, "-m", f"checkpoint {branch}")
+        _git(repo, "update-ref", f"refs/heads/{branch}", commit)
+    return oids
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 nobody listens on now (the OS picks it for a bound socket)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class HubServer:
+    endpoint: str  # http://127.0.0.1:PORT
+    mirrors: Path  # where tests ``publish`` their repos
+    root: Path  # the server's temporary directory (config, logs, olah's own cache)
+
+    def env(self, cache: Path | None = None) -> dict[str, str]:
+        """Environment for a subprocess that talks to this server. Downloads go to ``cache``
+        (default: a fresh directory each call; pass the same one to reuse what a run fetched).
+        HF_HUB_OFFLINE=0 overrides the HF_HUB_OFFLINE=1 that .ci/run sets for the suite; no
+        telemetry requests in the server's log, which tests read to count downloads."""
+        cache = cache or Path(tempfile.mkdtemp(prefix="hub-cache-", dir=self.root))
+        return {"HF_ENDPOINT": self.endpoint, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache),
+                "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+    def log_tail(self, lines: int = 30) -> str:
+        logs = [self.root / "olah.out", self.root / "logs" / "olah.log"]
+        return "\n".join(f"--- {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
+                         for p in logs if p.exists())
+
+
+CONFIG = """\
+[basic]
+host = "127.0.0.1"
+port = {port}
+repos-path = "{root}/olah-cache"
+mirrors-path = ["{root}/mirrors"]
+mirror-url = "http://127.0.0.1:{port}"
+mirror-lfs-url = "http://127.0.0.1:{port}"
+
+[accessibility]
+offline = true
+"""
+
+
+def _wait_until_listening(proc: subprocess.Popen, server: HubServer, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"olah exited with code {proc.returncode} before serving {server.endpoint}:\n"
+                        f"{server.log_tail()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"olah did not accept connections on {server.endpoint} within {timeout:.0f} s:\n{server.log_tail()}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def hub_server(tmp_path_factory):
+    """An olah server on a free port of 127.0.0.1 with empty mirrors, for one test: each test
+    sees only the repos it publishes (under the real repo ids, which tests share)."""
+    if shutil.which("git") is None:
+        pytest.fail("the Hub server tests need git on PATH")
+    root = tmp_path_factory.mktemp("hub-server")
+    (root / "mirrors").mkdir()
+    port = free_port()
+    config = root / "olah.toml"
+    config.write_text(CONFIG.format(port=port, root=root.as_posix()))
+    server = HubServer(f"http://127.0.0.1:{port}", root / "mirrors", root)
+    with open(root / "olah.out", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "olah.server", "-c", str(config), "--log-path",
+                                 str(root / "logs")], cwd=root, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_until_listening(proc, server, port, timeout=60)
+        yield server
+    finally:
+        _stop(proc)
