@@ -1,6 +1,7 @@
 """Refinement (``python -m emergence.refine``): the search on its own, the plan on hand-made
 trajectories, and end to end on toy_neox trained with a checkpoint every 32 steps."""
 
+import hashlib
 import json
 import math
 import os
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -274,3 +276,45 @@ def test_overrides_may_follow_the_options(monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as exit_:
         refine.main([str(tmp_path), "--milestones", "bos_55"])
     assert exit_.value.code == 2
+
+
+# The smollm2 preset names its branches step-{N} and states no panel: revision=r0..r9 proposes
+# one from the repo's branches. Its probe and thresholds are set to the toy's below.
+HUB_REPO = "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"
+HUB_MODEL = ["model=smollm2", "model.architecture=gpt_neox", "model.tokens_per_step=4096", "threshold=toy",
+             "model.probe_fit.seq_len=128", "model.probe_fit.vocab_low=0", "model.probe_fit.vocab_high=256",
+             "model.probe_fit.n_sequences=500", "ablate.enabled=false"]
+
+
+@pytest.mark.slow
+def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, hub_server, tmp_path):
+    """The toy's 65 checkpoints as branches of a Hub repo: the panel is proposed from the branches,
+    refine lists them with list_repo_refs, and every analysis downloads its revision."""
+    from cli import run_cli
+    from hub_server import publish
+
+    sweep, env = toy_panel
+    toy = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"
+    saved = json.loads((toy / "manifest.json").read_text())["checkpoints"]
+    publish(hub_server.mirrors, HUB_REPO, {f"step-{c['step']}": toy / c["revision"] for c in saved})
+    hub_env = {**env, **hub_server.env(), "EMERGENCE_CACHE": str(tmp_path / "cache")}
+    hub_sweep = tmp_path / "hub"
+    res = run_cli("-m", *HUB_MODEL, "revision=glob(r*)", f"hydra.sweep.dir={hub_sweep}", env=hub_env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli(hub_sweep, *MILESTONES, module="emergence.refine", env=hub_env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    refined = json.loads((hub_sweep / "refined.json").read_text())["smollm2"]
+    _, toy_refined, _ = refine_copy(toy_panel, tmp_path, "toy")
+    step = lambda name: int(name.removeprefix("step").removeprefix("-"))  # noqa: E731
+    for milestone in ("induction_onset", "recall_67"):
+        r = refined[milestone]
+        lo, hi = map(step, r["panel_bracket"])
+        assert r["inside_bracket"] == (hi - lo) // 32 - 1 > 3  # the proposed panel is sparser than the toy's
+        assert r["evaluations"] <= math.ceil(math.log2(r["inside_bracket"])) + 1
+        assert [step(x) for x in r["interval"]] == [step(x) for x in toy_refined[milestone]["interval"]]
+        assert r["tokens"] == [4096.0 * step(x) for x in r["interval"]]
+    for path in hub_sweep.glob("refine/smollm2/*/summary.json"):
+        summary = json.loads(path.read_text())
+        assert summary["name_or_path"] == HUB_REPO and summary["download"]["bytes_downloaded"] > 0
+        assert summary["weights_sha256"] == hashlib.sha256(
+            (toy / f"step{summary['step']}" / "model.safetensors").read_bytes()).hexdigest()
