@@ -121,6 +121,9 @@ def existing_checkpoints(cfg) -> list[PanelEntry]:
         from emergence.toy.train import saved_checkpoints
 
         return saved_checkpoints(cfg.model)
+    if Path(cfg.model.name_or_path).expanduser().is_dir():
+        raise UsageError(f"model.name_or_path={cfg.model.name_or_path!r} is a local directory: one checkpoint, "
+                         "no revisions between which to refine; use a Hub repo or a toy model")
     try:
         names = list_branches(cfg.model.name_or_path)
     except Exception as err:  # offline, no route, unknown repo: one line

@@ -318,3 +318,11 @@ def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, hub_
         assert summary["name_or_path"] == HUB_REPO and summary["download"]["bytes_downloaded"] > 0
         assert summary["weights_sha256"] == hashlib.sha256(
             (toy / f"step{summary['step']}" / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_a_local_directory_has_no_checkpoints_to_refine_between(tmp_path):
+    from emergence.config import UsageError, compose_config
+    from emergence.revisions import existing_checkpoints
+
+    with pytest.raises(UsageError, match="is a local directory"):
+        existing_checkpoints(compose_config(["model=local", f"model.name_or_path={tmp_path}"]))
