@@ -113,7 +113,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
 
         sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
         rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank, intervals,
-                                 null["per_head_p99"], measured.sink_importance.mean(axis=0))
+                                 null["per_head_p99"], measured.mean_sink_importance)
         summary = results.summary(
             cfg, revision, measured, scr, thresholds, intervals, null, low, sink_metric, dtype=dtype_name, device=str(device),
             weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src), download=download,

@@ -15,6 +15,10 @@ import numpy as np
 
 # The six target classes, in the order of the last axis of every per-class array.
 CLASSES = ("induction", "duplicate_token", "previous_token", "self", "first_token", "local")
+# The reference study's class order, which decides the best class at an exact tie (its first
+# class wins); CLASSES keeps the arrays' and files' column order.
+TIE_ORDER = ("induction", "previous_token", "duplicate_token", "first_token", "self", "local")
+_TIE_COLUMNS = np.array([CLASSES.index(c) for c in TIE_ORDER])  # CLASSES index of each TIE_ORDER class
 N_TARGETS = len(CLASSES) + 1  # the six classes, then the baseline
 BASELINE = len(CLASSES)  # index of the baseline in a [..., N_TARGETS] array
 UNCLASSIFIED = "unclassified"
@@ -91,7 +95,7 @@ class Screen:
 
 def screen(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float) -> Screen:
     """Classify heads from their [layers, heads, 6] selectivities."""
-    best = np.argmax(sel, axis=-1)
+    best = _TIE_COLUMNS[np.argmax(sel[..., _TIE_COLUMNS], axis=-1)]  # argmax keeps the first of equal values
     best_sel = np.take_along_axis(sel, best[..., None], axis=-1)[..., 0]
     best_names = np.array(CLASSES, dtype=object)[best]
     above = best_sel >= thresholds[best]
