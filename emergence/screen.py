@@ -23,6 +23,12 @@ N_TARGETS = len(CLASSES) + 1  # the six classes, then the baseline
 BASELINE = len(CLASSES)  # index of the baseline in a [..., N_TARGETS] array
 UNCLASSIFIED = "unclassified"
 BASELINE_FLOOR = 1e-8  # selectivity = attention / max(baseline, floor)
+# How far the run's dtype can move a selectivity, relative (its float32 value as the truth):
+# the largest error measured by ``python -m emergence.bench --only dtype`` (docs/dtype_error_cpu.json:
+# float16 4.8e-3, bfloat16 1.5e-2 over gpt_neox, olmo, olmoe, llama), rounded up; float16 also
+# covers the 5.6e-3 seen on the real OLMo/OLMoE checkpoints, float32 the 5e-5 by which float32
+# kernels (ours, the study's eager path) differ.
+DTYPE_RELATIVE_ERROR = {"float32": 5e-5, "float16": 6e-3, "bfloat16": 2e-2}
 
 
 def head_name(layer: int, head: int) -> str:
@@ -91,6 +97,18 @@ class Screen:
     def member_counts(self) -> dict[str, int]:
         """Heads per class membership (multi-label)."""
         return {c: int(self.members[..., i].sum()) for i, c in enumerate(CLASSES)}
+
+
+def near_threshold(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float,
+                   relative_error: float) -> np.ndarray:
+    """[..., 6] selectivities -> [...] bool: a rounding of ``relative_error`` could flip the head,
+    i.e. some class's selectivity (its membership, and its class where it is the best) or the
+    induction selectivity (the circuit) lies within ``relative_error`` of its threshold."""
+    def near(values, threshold):
+        return np.abs(values - threshold) <= relative_error * values
+
+    induction = sel[..., CLASSES.index("induction")]
+    return near(sel, thresholds).any(axis=-1) | near(induction, circuit_threshold)
 
 
 def screen(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float) -> Screen:
