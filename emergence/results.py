@@ -84,9 +84,9 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
     ``measured`` the probe pass's ``cache.Measurements``, ``intervals`` and ``null`` the
     screen's bootstrap and null calibration (``stats``), ``below_floor`` the thresholds
     under the null's floor, ``sink_metric`` the second sink definition's (``sinks.sink_metric``);
-    ``run`` holds what only the run
-    knows: dtype, near_threshold ([layers, heads] bool), device, weight_bytes, weights_sha256, download, batch_size, probe_fingerprint,
-    baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
+    ``run`` holds what only the run knows: dtype, near_threshold ([layers, heads] bool: heads the
+    dtype's rounding could flip), device, weight_bytes, weights_sha256, download, batch_size,
+    probe_fingerprint, baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
     import torch
     import transformers
 
