@@ -19,6 +19,10 @@
       checkpoint (trained on first use) with its induction head L1H3 and its matched controls,
       adaptive against ``all`` (same verdict), the recipe's steps over a bare SDPA forward pass
       over the same probe batch, fastest of ``--repeats``;
+  (dtype) the error of each dtype (``--only dtype``, ``dtype_error``): small random models of
+      the panel's architectures and llama, each run through the probe pass in float32, float16
+      and bfloat16; the relative error of the selectivities, PR and key-0 importances against
+      float32 and the memberships that flip (``docs/dtype_error_cpu.json``);
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -33,6 +37,7 @@ intervals + ablation) and the ablation step alone, over the bare pass.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -182,6 +187,119 @@ def clear_verdict_recipe(repeats: int) -> dict:
             "interval": adaptive["interval"], "repeats": repeats}
 
 
+# (dtype): small random models, 4 layers x 8 heads (head_dim 16), OLMo's clip_qkv as OLMo-1B-0724.
+DTYPE_ARCHS = {
+    "gpt_neox": ("GPTNeoXConfig", dict(rotary_pct=0.25)),
+    "olmo": ("OlmoConfig", dict(clip_qkv=8.0)),
+    "olmoe": ("OlmoeConfig", dict(clip_qkv=8.0, num_experts=8, num_experts_per_tok=2)),
+    "llama": ("LlamaConfig", dict(num_key_value_heads=4)),
+}
+DTYPE_VOCAB, DTYPE_SEQ_LEN, DTYPE_HEAD_DIM = 512, 64, 16
+# The default init (std 0.02) gives near-uniform attention, every selectivity about 1, and random
+# tokens give a random head nothing to single out. "sharp" ties each layer's key weights to its
+# query weights (a token then attends to itself and its earlier copy: self and duplicate-token
+# heads) and scales both by this (the scores by its square): scores of several units and
+# selectivities from 1x to beyond 30x, as in trained checkpoints, whose larger scores carry larger
+# absolute rounding errors than a uniform head's.
+SHARP_SCALE = 6.0
+COMPARED_DTYPES = ("float16", "bfloat16")  # each against float32
+
+
+def dtype_model(arch: str, sharp: bool, seed: int = 0):
+    """A random ``arch`` model in float32 for the capture; ``sharp``: key weights = query weights, both
+    (and q/k norms) x SHARP_SCALE."""
+    import transformers
+
+    from emergence.capture import ATTN_IMPLEMENTATION
+
+    config_class, kwargs = DTYPE_ARCHS[arch]
+    config = getattr(transformers, config_class)(
+        vocab_size=DTYPE_VOCAB, hidden_size=8 * DTYPE_HEAD_DIM, num_hidden_layers=4, num_attention_heads=8, intermediate_size=256,
+        max_position_embeddings=2 * DTYPE_SEQ_LEN, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kwargs)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    if sharp:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("k_proj.weight"):  # each KV head := the first query head of its group
+                    q = model.get_parameter(name.replace("k_proj", "q_proj"))
+                    p.copy_(q.view(p.shape[0] // DTYPE_HEAD_DIM, -1, DTYPE_HEAD_DIM, q.shape[1])[:, 0].reshape(p.shape))
+                elif name.endswith(("query_key_value.weight", "query_key_value.bias")):
+                    # GPTNeoX's fused rows are [heads, (q, k, v), head_dim]: k := q in each head
+                    rows = p.view(config.num_attention_heads, 3, -1, *p.shape[1:])
+                    rows[:, 1] = rows[:, 0]
+                    rows[:, :2] *= SHARP_SCALE
+            for name, p in model.named_parameters():
+                if name.endswith(("q_proj.weight", "k_proj.weight")):
+                    p.mul_(SHARP_SCALE)
+                elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                    # OLMoE normalises q and k, which undoes the projections' scale: its norms give q and k
+                    # the size the scaled projections give them elsewhere (init std x sqrt(hidden) x scale)
+                    p.mul_(SHARP_SCALE * config.initializer_range * config.hidden_size ** 0.5)
+    return model
+
+
+def probe_measurements(model, n: int):
+    """``cache.Measurements`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
+    from emergence.ablation import score_logits
+    from emergence.cache import Measurements
+    from emergence.capture import run_probe
+    from emergence.checkpoints import Architecture
+    from emergence.probe import baseline_positions, make_probe_batch
+
+    batch = make_probe_batch(n, DTYPE_SEQ_LEN, 10, DTYPE_VOCAB, 42)
+    arch = Architecture.of(model)
+    cap = run_probe(model, arch, batch, baseline_positions(DTYPE_SEQ_LEN, 50), 50, n, False, score_logits)
+    return Measurements.of(cap, arch, np.zeros(n))
+
+
+def relative_error(value: np.ndarray, reference: np.ndarray) -> dict:
+    """max and median of |value / reference - 1| over every element."""
+    rel = np.abs(np.asarray(value, dtype=np.float64) / reference - 1)
+    return {"max": float(f"{rel.max():.3g}"), "median": float(f"{np.median(rel):.3g}")}
+
+
+def screen_of(m, class_threshold: float = 30.0, circuit_threshold: float = 50.0):
+    from emergence.screen import class_thresholds, screen, selectivity
+
+    return screen(selectivity(m.mean_attention), class_thresholds(class_threshold), circuit_threshold)
+
+
+def dtype_error(n: int) -> dict:
+    """(dtype): per architecture, attention sharpness and dtype, the relative error against float32
+    of the selectivities (every head and class), PR (both estimators) and the mean key-0 importance,
+    and the flips at the paper thresholds (30x class membership, 50x circuit, the assigned class);
+    ``worst``: per dtype, the largest of each over every model."""
+    rows = []
+    for arch in DTYPE_ARCHS:
+        for sharp in (False, True):
+            model = dtype_model(arch, sharp)
+            reference = probe_measurements(model, n)
+            ref_screen = screen_of(reference)
+            for dtype in COMPARED_DTYPES:
+                m = probe_measurements(copy.deepcopy(model).to(getattr(torch, dtype)), n)
+                scr = screen_of(m)
+                rows.append({
+                    "arch": arch, "attention": "sharp" if sharp else "default init", "dtype": dtype,
+                    "selectivity": relative_error(scr.sel, ref_screen.sel),
+                    "pr": relative_error(m.pr, reference.pr),
+                    "pr_entropy_rank": relative_error(m.entropy_rank, reference.entropy_rank),
+                    "sink_importance": relative_error(m.mean_sink_importance, reference.mean_sink_importance),
+                    "member_flips": int((scr.members != ref_screen.members).sum()),
+                    "members_float32": int(ref_screen.members.sum()),
+                    "circuit_flips": int((scr.induction_circuit != ref_screen.induction_circuit).sum()),
+                    "class_flips": int((scr.head_class != ref_screen.head_class).sum()),
+                    "heads": int(ref_screen.sel[..., 0].size),
+                    "max_selectivity_float32": float(f"{ref_screen.sel.max():.3g}"),
+                })
+    worst = {dtype: {k: max(r[k]["max"] for r in rows if r["dtype"] == dtype)
+                     for k in ("selectivity", "pr", "pr_entropy_rank", "sink_importance")}
+             for dtype in COMPARED_DTYPES}
+    return {"rows": rows, "worst": worst, "sequences": n, "seq_len": DTYPE_SEQ_LEN,
+            "models": "4 layers x 8 heads, hidden 128, vocabulary 512, random init (seed 0); sharp: query and key "
+                      f"weights x{SHARP_SCALE:g}", "reference": "float32"}
+
+
 def full_model_ablation(model, arch, batch, conditions: dict, per_pass: int) -> dict[str, np.ndarray]:
     """The ablation step as it was before the shared prefix: all head sets stacked along the batch
     through the whole model. Per-sequence loss of B per condition."""
@@ -284,13 +402,17 @@ def measure(cmd: list[str]) -> dict:
 
 
 def setup(args) -> dict:
-    return {"sequences": args.sequences, "seq_len": paper_probe(1)[0].seq_len, "arch": args.arch,
-            "model": SHAPES[args.arch][0], "torch_threads": torch.get_num_threads(), "device": "cpu"}
+    shape = {} if args.only in SELF_CONTAINED else {"seq_len": paper_probe(1)[0].seq_len, "arch": args.arch,
+                                                     "model": SHAPES[args.arch][0]}
+    return {"sequences": args.sequences, **shape, "torch_threads": torch.get_num_threads(), "device": "cpu",
+            "torch": torch.__version__}
 
 
 # The in-process comparisons ``--only`` runs by themselves: (model directory, sequences, repeats) -> row.
 IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths,
-              "i": lambda path, n, repeats: clear_verdict_recipe(repeats)}
+              "i": lambda path, n, repeats: clear_verdict_recipe(repeats),
+              "dtype": lambda path, n, repeats: dtype_error(n)}
+SELF_CONTAINED = ("i", "dtype")  # build their own models: no random stand-in of --arch's shape needed
 
 
 def main(argv=None) -> None:
@@ -311,7 +433,8 @@ def main(argv=None) -> None:
         return study(args.study, args.sequences)
 
     model_dir = Path(default_cache_dir()) / "bench" / f"{args.arch}-shaped"
-    make_model(args.arch, model_dir)
+    if args.only not in SELF_CONTAINED:
+        make_model(args.arch, model_dir)
     n = args.sequences
     if args.only:
         return write({args.only: IN_PROCESS[args.only](str(model_dir), n, args.repeats), "setup": setup(args)},

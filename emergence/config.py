@@ -97,7 +97,8 @@ class ModelConfig:
     key: str = MISSING  # the config name (pythia, olmo, ...): how results are grouped
     name_or_path: str = MISSING  # Hub repo id or local directory
     architecture: Optional[str] = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
-    dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU
+    dtype: str = "auto"  # auto: float32 (README, "Precision")
+    reference_dtype: Optional[str] = None  # the dtype the reference study ran this family in; None: not in it
     tokens_per_step: Optional[int] = None  # tokens = step x this, unless the branch name states them
     # How the family names its checkpoint branches: a regular expression (full match) with a named
     # group `step` and optionally `tokens` (in billions); null: any name (step/tokens read from
@@ -244,6 +245,8 @@ def validate(cfg: Config) -> None:
     p, t, a = cfg.probe, cfg.threshold, cfg.ablate
     if cfg.model.dtype not in DTYPES:
         _fail("model.dtype", cfg.model.dtype, f"use one of {', '.join(DTYPES)}")
+    if cfg.model.reference_dtype not in (None, *DTYPES[1:]):
+        _fail("model.reference_dtype", cfg.model.reference_dtype, f"use one of {', '.join(DTYPES[1:])} or null")
     if cfg.model.dtype == "float16" and cfg.model.fp16_unsafe and not cfg.model.force_dtype:
         _fail("model.dtype", cfg.model.dtype, f"{cfg.model.key} underflows in float16 on early checkpoints; "
               "use float32 or bfloat16 (or model.force_dtype=true)")

@@ -45,7 +45,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     tracking.check_login(cfg.wandb)
     revision = checkpoints.resolve_revision(cfg)
     device = checkpoints.pick_device(cfg.device)
-    dtype = checkpoints.pick_dtype(cfg.model.dtype, device)
+    dtype = checkpoints.pick_dtype(cfg.model.dtype)
     if cfg.model.toy is not None:
         toy_train.ensure_trained(cfg.model)
     src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
@@ -94,6 +94,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         # Steps 2 and 3: the selectivity screen; the spectral estimators came with the pass.
         thresholds = screen.class_thresholds(cfg.threshold.class_default, cfg.threshold.per_class.overrides())
         scr = screen.screen(screen.selectivity(measured.mean_attention), thresholds, cfg.threshold.circuit)
+        near = screen.near_threshold(scr.sel, thresholds, cfg.threshold.circuit,
+                                     screen.DTYPE_RELATIVE_ERROR[dtype_name])  # heads the dtype's rounding could flip
         lap("screen_spectral")
 
         # Their uncertainty, from the same pass: a bootstrap over sequences and the null's floor.
@@ -113,9 +115,9 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
 
         sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
         rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank, intervals,
-                                 null["per_head_p99"], measured.sink_importance.mean(axis=0))
+                                 null["per_head_p99"], measured.mean_sink_importance, near)
         summary = results.summary(
-            cfg, revision, measured, scr, thresholds, intervals, null, low, sink_metric, dtype=dtype_name, device=str(device),
+            cfg, revision, measured, scr, thresholds, intervals, null, low, sink_metric, dtype=dtype_name, near_threshold=near, device=str(device),
             weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src), download=download,
             batch_size=batch_size, probe_fingerprint=batch.fingerprint(), baseline_positions=baseline.tolist(),
             reused_measurements=cached is not None, ablation=ablation_result,

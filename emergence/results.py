@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import emergence
-from emergence.screen import BASELINE, CLASSES, UNCLASSIFIED, Screen
+from emergence.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
 from emergence.stats import ScreenIntervals
 
 HEADS_FILE = "heads.csv"
@@ -41,15 +41,17 @@ HEAD_COLUMNS = (
     + [f"attn_{c}" for c in CLASSES] + ["attn_baseline"]
     + [f"sel_{c}_ci_{end}" for c in CLASSES for end in ("low", "high")]
     + [f"p_{c}_member" for c in CLASSES]
-    + ["null_p99", "sink_importance"]
+    + ["null_p99", "sink_importance", "near_threshold"]
 )
 
 
 def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_rank: np.ndarray,
-              intervals: ScreenIntervals, null_p99: np.ndarray, sink_importance: np.ndarray) -> list[dict]:
+              intervals: ScreenIntervals, null_p99: np.ndarray, sink_importance: np.ndarray,
+              near_threshold: np.ndarray) -> list[dict]:
     """One dict per head, keys ``HEAD_COLUMNS``; ``mean_attention`` is [layers, heads, 7],
     ``null_p99`` [layers, heads] the head's 99th percentile of null selectivity,
-    ``sink_importance`` [layers, heads] key 0's importance (``sinks``) averaged over sequences."""
+    ``sink_importance`` [layers, heads] key 0's importance (``sinks``) averaged over sequences,
+    ``near_threshold`` [layers, heads] whether the run's dtype could flip it (``screen.near_threshold``)."""
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):
@@ -69,6 +71,7 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
             row.update({f"p_{c}_member": float(intervals.p_member[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["null_p99"] = float(null_p99[layer, head])
             row["sink_importance"] = float(sink_importance[layer, head])
+            row["near_threshold"] = bool(near_threshold[layer, head])
             rows.append(row)
     return rows
 
@@ -81,9 +84,9 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
     ``measured`` the probe pass's ``cache.Measurements``, ``intervals`` and ``null`` the
     screen's bootstrap and null calibration (``stats``), ``below_floor`` the thresholds
     under the null's floor, ``sink_metric`` the second sink definition's (``sinks.sink_metric``);
-    ``run`` holds what only the run
-    knows: dtype, device, weight_bytes, weights_sha256, download, batch_size, probe_fingerprint,
-    baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
+    ``run`` holds what only the run knows: dtype, near_threshold ([layers, heads] bool: heads the
+    dtype's rounding could flip), device, weight_bytes, weights_sha256, download, batch_size,
+    probe_fingerprint, baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
     import torch
     import transformers
 
@@ -99,6 +102,10 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
         "n_heads": measured.n_heads,
         "head_dim": measured.head_dim,
         "dtype": run["dtype"],
+        "reference_dtype": cfg.model.reference_dtype,
+        "near_threshold": {"relative_error": DTYPE_RELATIVE_ERROR[run["dtype"]],
+                           "count": int(run["near_threshold"].sum()),
+                           "heads": [head_name(l, h) for l, h in np.argwhere(run["near_threshold"])]},
         "device": run["device"],
         "weight_bytes": run["weight_bytes"],
         "weights_sha256": run["weights_sha256"],
@@ -165,6 +172,12 @@ def report_lines(summary: dict, scr: Screen, out_dir: Path) -> list[str]:
     low, high = summary["bos_fraction_ci"]
     lines.append(f"BOS fraction: {summary['bos_fraction']:.1%} ({summary['intervals']['ci']:.0%} CI "
                  f"{low:.1%}-{high:.1%})   induction circuit: {', '.join(summary['induction_circuit']) or '(empty)'}")
+    near = summary["near_threshold"]
+    lines.append(f"near a threshold (within {summary['dtype']}'s {100 * near['relative_error']:.2g}%): "
+                 f"{', '.join(near['heads']) or 'none'}")
+    if dtype_differs(summary):
+        lines.append(f"dtype {summary['dtype']}, the reference study's {summary['reference_dtype']}: "
+                     "compare with its published numbers only up to both dtypes' rounding")
     lines.append(f"null (reference, {summary['null']['draws']} draws): p99 {summary['null']['p99']:.2f}x, "
                  f"floor {summary['null']['floor']:.2f}x")
     ab = summary["ablation"]
@@ -177,6 +190,11 @@ def report_lines(summary: dict, scr: Screen, out_dir: Path) -> list[str]:
                      f"(+{e['circuit_loss_increase']:.3f}); {controls}")
     lines.append(f"results: {out_dir}")
     return lines
+
+
+def dtype_differs(summary: dict) -> bool:
+    """The run's dtype is not the one the reference study ran its model in (a family it ran)."""
+    return summary.get("reference_dtype") not in (None, summary["dtype"])
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -15,10 +15,20 @@ import numpy as np
 
 # The six target classes, in the order of the last axis of every per-class array.
 CLASSES = ("induction", "duplicate_token", "previous_token", "self", "first_token", "local")
+# The reference study's class order, which decides the best class at an exact tie (its first
+# class wins); CLASSES keeps the arrays' and files' column order.
+TIE_ORDER = ("induction", "previous_token", "duplicate_token", "first_token", "self", "local")
+_TIE_COLUMNS = np.array([CLASSES.index(c) for c in TIE_ORDER])  # CLASSES index of each TIE_ORDER class
 N_TARGETS = len(CLASSES) + 1  # the six classes, then the baseline
 BASELINE = len(CLASSES)  # index of the baseline in a [..., N_TARGETS] array
 UNCLASSIFIED = "unclassified"
 BASELINE_FLOOR = 1e-8  # selectivity = attention / max(baseline, floor)
+# How far the run's dtype can move a selectivity, relative (its float32 value as the truth):
+# the largest error measured by ``python -m emergence.bench --only dtype`` (docs/dtype_error_cpu.json:
+# float16 4.8e-3, bfloat16 1.5e-2 over gpt_neox, olmo, olmoe, llama), rounded up; float16 also
+# covers the 5.6e-3 seen on the real OLMo/OLMoE checkpoints, float32 the 5e-5 by which float32
+# kernels (ours, the study's eager path) differ.
+DTYPE_RELATIVE_ERROR = {"float32": 5e-5, "float16": 6e-3, "bfloat16": 2e-2}
 
 
 def head_name(layer: int, head: int) -> str:
@@ -89,9 +99,21 @@ class Screen:
         return {c: int(self.members[..., i].sum()) for i, c in enumerate(CLASSES)}
 
 
+def near_threshold(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float,
+                   relative_error: float) -> np.ndarray:
+    """[..., 6] selectivities -> [...] bool: a rounding of ``relative_error`` could flip the head,
+    i.e. some class's selectivity (its membership, and its class where it is the best) or the
+    induction selectivity (the circuit) lies within ``relative_error`` of its threshold."""
+    def near(values, threshold):
+        return np.abs(values - threshold) <= relative_error * values
+
+    induction = sel[..., CLASSES.index("induction")]
+    return near(sel, thresholds).any(axis=-1) | near(induction, circuit_threshold)
+
+
 def screen(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float) -> Screen:
     """Classify heads from their [layers, heads, 6] selectivities."""
-    best = np.argmax(sel, axis=-1)
+    best = _TIE_COLUMNS[np.argmax(sel[..., _TIE_COLUMNS], axis=-1)]  # argmax keeps the first of equal values
     best_sel = np.take_along_axis(sel, best[..., None], axis=-1)[..., 0]
     best_names = np.array(CLASSES, dtype=object)[best]
     above = best_sel >= thresholds[best]

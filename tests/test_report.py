@@ -84,7 +84,7 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     pr = c.pr if c.pr is not None else np.full(c.sel.shape[:2], np.nan)
     rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), pr, intervals, np.zeros(c.sel.shape[:2]),
-                     np.zeros(c.sel.shape[:2]))
+                     np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool))
     write_run(run_dir, rows, summary, {"targets": targets})
 
 
@@ -151,6 +151,9 @@ def test_cli_writes_all_outputs(tmp_path):
     assert set(findings["models"]) == {"pythia", "olmo", "olmoe"}
     text = (out / "report.md").read_text()
     assert "+62.9 pp" in text and "Published" in text
+    olmo_section = text.split("## olmo\n")[1]
+    assert "- **Dtype**: the study's numbers, computed in float16" in olmo_section  # model.reference_dtype
+    assert findings["models"]["pythia"]["dtype"]["reference_dtype"] == "float32"
     assert not re.search(r"\d[eE][+-]\d", text), "token counts without exponent notation"
     assert "tokens264B (264B; in (117B, 264B])" in text and "step3000 (6.29B; in (1.07B, 6.29B])" in text
     assert "| step256 | 537M |" in text and "only the brackets apply" in text
@@ -360,7 +363,8 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
         scr = screen(c.sel, class_thresholds(30.0), 50.0)
         intervals = screen_intervals(c.targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=50))
         zeros = np.zeros(c.sel.shape[:2])
-        write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, importance.mean(0)),
+        write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, importance.mean(0),
+                                         zeros.astype(bool)),
                   {"model": "two", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2,
                    "n_heads": 4}, {"targets": c.targets, "sink_importance": importance})
     loaded = load_runs([root])["two"]

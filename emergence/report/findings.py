@@ -36,7 +36,7 @@ import numpy as np
 from emergence.config import StatsConfig, ThresholdConfig
 from emergence.report.panel import Trajectory
 from emergence.report.uncertainty import Replicates, bracket, first_crossing_probability, ratio_range, replicates
-from emergence.screen import CLASSES, head_name
+from emergence.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, head_name, near_threshold
 from emergence.stats import interval
 
 INDUCTION = CLASSES.index("induction")
@@ -263,6 +263,27 @@ def identical_weights(traj: Trajectory) -> list[list[str]]:
     return [revisions for revisions in groups.values() if len(revisions) > 1]
 
 
+def near_threshold_heads(c, class_threshold: float, circuit_threshold: float) -> list[str] | None:
+    """The heads of checkpoint ``c`` that its dtype's rounding could flip at these thresholds
+    (``screen.near_threshold``); None when its dtype is not known."""
+    if c.extras.get("dtype") not in DTYPE_RELATIVE_ERROR:
+        return None
+    near = near_threshold(c.sel, class_thresholds(class_threshold), circuit_threshold,
+                          DTYPE_RELATIVE_ERROR[c.extras["dtype"]])
+    return [head_name(l, h) for l, h in np.argwhere(near)]
+
+
+def dtype_note(revisions: list[dict]) -> dict | None:
+    """The dtypes the revisions ran in against the study's (None: neither known)."""
+    used = sorted({r["dtype"] for r in revisions if "dtype" in r})
+    reference = sorted({r["reference_dtype"] for r in revisions if "reference_dtype" in r})
+    if not used and not reference:
+        return None
+    return {"dtypes": used, "reference_dtype": reference[0] if len(reference) == 1 else None,
+            "differs": bool(reference) and used != reference,
+            "relative_error": {d: DTYPE_RELATIVE_ERROR[d] for d in used if d in DTYPE_RELATIVE_ERROR}}
+
+
 def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.class_default,
                    circuit_threshold: float = ThresholdConfig.circuit, reps: Replicates | None = None,
                    sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
@@ -278,7 +299,8 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         {"revision": c.revision, "tokens": c.tokens, "bos_fraction": float(bos[i]),
          "bos_per_layer": per_layer[i].tolist(), "n_induction": int(n_ind[i]),
          "induction_recall": None if rec[i] is None else float(rec[i]),
-         "topk_recall": None if topk[i] is None else float(topk[i]), "refined": c.refined, **c.extras}
+         "topk_recall": None if topk[i] is None else float(topk[i]), "refined": c.refined,
+         "near_threshold": near_threshold_heads(c, class_threshold, circuit_threshold), **c.extras}
         for i, c in enumerate(traj.checkpoints)
     ]
     circuit = final_circuit(traj, circuit_threshold)
@@ -320,6 +342,7 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         "pr_integral_ranking": pr_integral_ranking(traj, class_threshold),
         "intervals": reps is not None,
         "identical_weights": identical_weights(traj),
+        "dtype": dtype_note(revisions),
     }
 
 

@@ -107,6 +107,24 @@ def refined_milestones(refined: dict) -> list[str]:
     return out + [""]
 
 
+def _heads(names: list[str] | None) -> str:
+    return "-" if names is None else ", ".join(names) or "none"
+
+
+def dtype_line(d: dict, published_here: bool) -> str:
+    """Which dtype the numbers come from, against the study's, and what rounding can move."""
+    errors = "; ".join(f"{dtype} moves a selectivity by up to {100 * e:.2g}%" for dtype, e in d["relative_error"].items())
+    near = (f" ({errors}: heads within that of a threshold are listed as near a threshold, docs/dtype_error_cpu.json)"
+            if errors else "")
+    if published_here:
+        return f"- **Dtype**: the study's numbers, computed in {d['reference_dtype']}{near}."
+    if d["differs"]:
+        return (f"- **Dtype**: these runs used {', '.join(d['dtypes'])}, the study {d['reference_dtype']}: they match "
+                f"its published numbers only up to both dtypes' rounding{near}.")
+    return f"- **Dtype**: {', '.join(d['dtypes']) or 'unknown'}" + (
+        f", as the study ran it{near}." if d["reference_dtype"] else f"{near}.")
+
+
 def render(findings: dict, conclusions: list[dict], figures: list[str], reference: bool) -> str:
     th = findings["thresholds"]
     out = [f"# Panel report\n",
@@ -132,6 +150,10 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
         if any("icl_score" in r for r in f["revisions"]):
             head += " in-context score |"
             sep += "---|"
+        near = any(r["near_threshold"] is not None for r in f["revisions"])
+        if near:
+            head += " near a threshold |"
+            sep += "---|"
         out += [head, sep]
         for i, r in enumerate(f["revisions"]):
             row = (f"| {r['revision']}{' (refinement)' if r['refined'] else ''} | {format_tokens(r['tokens'])} | {100 * r['bos_fraction']:.1f} | {r['n_induction']} | "
@@ -140,9 +162,13 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
                 row += f" {published.BOS_FRACTION[model][i]} | {published.N_INDUCTION[model][i]} |"
             if "icl_score" in r:
                 row += f" {r['icl_score']:.2f} |"
+            if near:
+                row += f" {_heads(r['near_threshold'])} |"
             out.append(row)
         f1, f2, f3, f4 = f["f1"], f["f2"], f["f3"], f["f4"]
         out.append("")
+        if f["dtype"]:
+            out.append(dtype_line(f["dtype"], pub))
         for same in f["identical_weights"]:
             out.append(f"- **Identical weights**: {' = '.join(same)} have the same weights (weights_sha256): "
                        "at most one of them is the checkpoint its name says; check the repo before reading trends.")

@@ -34,7 +34,7 @@ class Checkpoint:
     tokens: float
     sel: np.ndarray
     pr: np.ndarray | None = None
-    extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score
+    extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score, the dtype it ran in
     targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
     sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
     run_dir: Path | None = None  # the run directory it was read from (run directories only)
@@ -65,6 +65,13 @@ def reference_tokens(model: str, revision: str) -> float:
     return int(re.search(r"tokens(\d+)B", revision).group(1)) * 1e9
 
 
+def reference_dtype(model: str) -> str | None:
+    """The dtype the study ran ``model`` in: its preset's ``model.reference_dtype``."""
+    from emergence.config import compose_config
+
+    return compose_config([f"model={model}"]).model.reference_dtype
+
+
 def _head_grid(per_head: dict, value) -> np.ndarray:
     """{"L3_H7": x} -> [layers, heads, ...] array of value(x)."""
     index = {tuple(map(int, re.fullmatch(r"L(\d+)_H(\d+)", k).groups())): v for k, v in per_head.items()}
@@ -86,7 +93,9 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
         data = read_json(path)
         sel = _head_grid(data["all_head_selectivity"],
                          lambda d: [d[c.replace("_", "-")] for c in CLASSES])
-        by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel))
+        dtype = reference_dtype(model)  # the study's own numbers: computed in the dtype it ran
+        by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel,
+                                                         extras={"dtype": dtype, "reference_dtype": dtype}))
     trajectories = {}
     for model, checkpoints in by_model.items():
         checkpoints.sort(key=lambda c: c.tokens)
@@ -131,7 +140,8 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             pr[r["layer"], r["head"]] = r[pr_estimator]
-        extras = {k: summary[k] for k in ("icl_score", "weights_sha256") if summary.get(k) is not None}
+        extras = {k: summary[k] for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype")
+                  if summary.get(k) is not None}
         classes = set(summary.get("thresholds", {}).get("classes", {}).values())
         panel = (summary["model"], summary.get("training_seed"))
         used.setdefault(panel, set()).add(
