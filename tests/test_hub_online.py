@@ -67,7 +67,8 @@ def test_olmo2_proposes_a_panel_from_its_branches_keeps_it_and_uses_it_with_the_
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"proposed panel of {OLMO2} (13 branches" in first.stdout
     kept = json.loads((tmp_path / "emergence" / "panels" / f"{OLMO2.replace('/', '--')}.json").read_text())
-    assert len(kept) == 10 and kept[0] == {"revision": BRANCHES[0], "step": 100, "tokens": 10**9}
+    # up to 10: among 12 branches, two log-spaced targets can have the same nearest branch
+    assert len(kept) == 9 and kept[0] == {"revision": BRANCHES[0], "step": 100, "tokens": 10**9}
     assert kept[-1]["revision"] == BRANCHES[-1] and {e["revision"] for e in kept} <= set(BRANCHES)
     summary = json.loads((tmp_path / "first" / "summary.json").read_text())
     assert (summary["revision"], summary["step"], summary["tokens"]) == (BRANCHES[0], 100, 10**9)
@@ -80,10 +81,10 @@ def test_olmo2_proposes_a_panel_from_its_branches_keeps_it_and_uses_it_with_the_
     summary = json.loads((tmp_path / "again" / "summary.json").read_text())
     assert (summary["revision"], summary["download"]["bytes_downloaded"]) == (BRANCHES[0], 0)
     # a revision of the kept panel that is not cached says so, naming the endpoint
-    missing = run_cli("model=olmo2", "revision=r9", *QUICK, f"hydra.run.dir={tmp_path / 'missing'}", env=online,
+    missing = run_cli("model=olmo2", "revision=r8", *QUICK, f"hydra.run.dir={tmp_path / 'missing'}", env=online,
                       timeout=120)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr[-3000:]
-    assert f"{OLMO2}@{kept[9]['revision']}" in last_line(missing.stderr)
+    assert f"{OLMO2}@{kept[8]['revision']}" in last_line(missing.stderr)
     assert f"the Hub endpoint {hub_server.endpoint} is not reachable" in last_line(missing.stderr)
 
 
@@ -163,7 +164,7 @@ def test_a_sweep_survives_the_server_stopping_and_a_relaunch_completes_only_the_
     hub_server.stop(kill=True)  # gone at once, as a mirror that crashes
     stopped = time.monotonic()
     _, stderr = proc.communicate(timeout=300)
-    assert time.monotonic() - stopped < 60  # the rest fails at once: no minutes of retries
+    assert time.monotonic() - stopped < 30  # the rest fails at once: no minutes of retries
     assert proc.returncode == 1, stderr[-3000:]
     assert "Traceback" not in stderr
     finished = (jobs[0] / "summary.json").read_bytes()
