@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import socket
@@ -145,26 +146,55 @@ class Source:
 
 
 def _cached_snapshot(repo: str, revision: str | None) -> Path | None:
-    """The cache's snapshot directory of ``repo@revision``, if its config.json is cached."""
+    """The cache's snapshot directory of ``repo@revision`` if it holds the whole checkpoint:
+    config.json and every safetensors file of the weights. A download cut short leaves
+    config.json without the weights (huggingface_hub writes each file to a temporary name and
+    moves it in place only when complete): such a revision is not cached, it is fetched again."""
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(repo, "config.json", revision=revision)
-    return Path(found).parent if isinstance(found, str) else None
+    if not isinstance(found, str):
+        return None
+    snapshot = Path(found).parent
+    index = snapshot / "model.safetensors.index.json"
+    shards = set(json.loads(index.read_text())["weight_map"].values()) if index.exists() else {"model.safetensors"}
+    return snapshot if all((snapshot / shard).exists() for shard in shards) else None
+
+
+def hub_endpoint() -> str:
+    """The Hub the client talks to: https://huggingface.co, or the mirror ``HF_ENDPOINT`` names."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
 
 
 def hub_reachable(timeout: float = 5.0) -> bool:
     """One quick connection to the Hub endpoint, instead of minutes of retries when there is no route."""
     from urllib.parse import urlparse
 
-    from huggingface_hub import constants
-
-    url = urlparse(constants.ENDPOINT)
+    url = urlparse(hub_endpoint())
     port = url.port or (80 if url.scheme == "http" else 443)  # a mirror at http://host listens on 80
     try:
         socket.create_connection((url.hostname, port), timeout=timeout).close()
         return True
     except OSError:
         return False
+
+
+def connection_lost(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) is a connection refused, reset or timed out: the
+    server went away. transformers rewords such a failure as a file the repo lacks, and the
+    HTTP client's own exception types differ between huggingface_hub releases; the OS-level
+    error at the bottom of the chain does not."""
+    return _caused_by(err, (ConnectionError, TimeoutError))
+
+
+def _caused_by(err: BaseException | None, types: tuple) -> bool:
+    while err is not None:
+        if isinstance(err, types):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def source(cfg: Config, revision: Revision) -> Source:
@@ -185,17 +215,54 @@ def source(cfg: Config, revision: Revision) -> Source:
     return Source(path, revision.name, cached, cached)
 
 
+def _where(src: Source) -> str:
+    return f"{src.path}@{src.revision}" if src.revision else src.path
+
+
 def _fetch_hint(src: Source) -> str:
-    return (f"it is not in the local Hugging Face cache and the Hub is not reachable; fetch it where there is a "
-            f"network: huggingface-cli download {src.path} --revision {src.revision or 'main'}")
+    return f"huggingface-cli download {src.path} --revision {src.revision or 'main'}"
+
+
+def check_hub(src: Source) -> None:
+    """Stop in one line when a checkpoint that is not cached cannot be fetched, before
+    huggingface_hub retries each request for half a minute."""
+    if src.local_only:
+        return
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        why = "HF_HUB_OFFLINE=1"
+    elif not hub_reachable():
+        why = f"the Hub endpoint {hub_endpoint()} is not reachable"
+    else:
+        return
+    raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: it is not in the local Hugging Face "
+                     f"cache and {why}; run again when the Hub is reachable, or fetch it where there is a network: "
+                     f"{_fetch_hint(src)}")
+
+
+def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None:
+    """A one-line UsageError for a Hub checkpoint whose download failed for a reason the user
+    can act on: the server went away, or it has no such repo or revision. None otherwise."""
+    if src.local_only:
+        return None
+    if connection_lost(err) or not hub_reachable():
+        return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: the Hub endpoint {hub_endpoint()} "
+                          "stopped answering during the download; run again when it is reachable (a sweep: relaunch "
+                          "it, finished jobs are kept)")
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    if not _caused_by(err, (RepositoryNotFoundError,)):
+        return None
+    # The Hub says "repository not found" for a missing revision too (olah, gated repos): the
+    # repo's branches tell which one is missing.
+    branches = revisions.list_branches(src.path)  # a UsageError if the repo does not exist
+    return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {src.path} on {hub_endpoint()} has no "
+                      f"revision {src.revision!r} ({len(branches)} branches); list them: python -m emergence.revisions "
+                      f"{cfg.model.key} --repo {src.path}")
 
 
 def load_config(cfg: Config, src: Source):
     """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
-    where = f"{src.path}@{src.revision}" if src.revision else src.path
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-    if not src.local_only and (offline or not hub_reachable()):
-        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: {_fetch_hint(src)}")
+    check_hub(src)
     try:
         hf_config = AutoConfig.from_pretrained(src.path, revision=src.revision, local_files_only=src.local_only,
                                                trust_remote_code=cfg.model.trust_remote_code)
@@ -204,7 +271,10 @@ def load_config(cfg: Config, src: Source):
         if unknown:
             raise UsageError(f"model architecture {unknown.group(1)!r} is not supported: transformers "
                              f"{transformers.__version__} does not know it; {SUPPORTED}") from None
-        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: "
+        hub_error = _download_error(cfg, src, err) if isinstance(err, OSError) else None
+        if hub_error:
+            raise hub_error from None
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: "
                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)
     return hf_config
@@ -305,7 +375,7 @@ def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype
 def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtype):
     from safetensors import SafetensorError
 
-    where = f"{src.path}@{src.revision}" if src.revision else src.path
+    check_hub(src)  # again: the server may have gone since the config was fetched
     try:
         model = AutoModelForCausalLM.from_pretrained(
             src.path,
@@ -318,10 +388,10 @@ def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtyp
         )
     except SafetensorError as err:  # a download cut short, a disk error
         fix = ("replace the file" if Path(src.path).expanduser().is_dir() else
-               f"fetch it again: huggingface-cli download {src.path} --revision {src.revision or 'main'} "
-               "--force-download")
-        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: its safetensors weights are truncated "
+               f"fetch it again: {_fetch_hint(src)} --force-download")
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its safetensors weights are truncated "
                          f"or corrupt ({str(err).splitlines()[0]}); {fix}") from None
-    except OSError as err:  # no safetensors weights (only pickled ones), a missing shard
-        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: {str(err).splitlines()[0]}") from None
+    except OSError as err:  # no safetensors weights (only pickled ones), a missing shard, the server gone
+        raise (_download_error(cfg, src, err) or
+               UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}")) from None
     return model.to(device).eval()

@@ -164,6 +164,8 @@ def main(dict_cfg: DictConfig) -> None:
         if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
             log.info(f"already done (resume=true): {out_dir}")
             return
+        if in_sweep:  # a relaunched sweep runs its failed jobs again: their old FAILED must not list them
+            sweep.clear_failure(out_dir)
         analyse(cfg, out_dir)
     except KeyboardInterrupt:
         log.error(f"interrupted: no results written{'' if in_sweep else ' (run directory removed)'}")

@@ -5,7 +5,8 @@ and the checkpoints between two revisions (to locate a milestone to one interval
     python -m emergence.revisions olmo --propose 10 --from 1e9 --to 3e12
     python -m emergence.revisions olmo --between step56000-tokens117B step126000-tokens264B
 
-Listing needs the Hub (``huggingface_hub.list_repo_refs``); offline it says so and stops.
+Listing needs the Hub (``huggingface_hub.list_repo_refs``, at ``HF_ENDPOINT``); offline, or for a
+repo the Hub does not have, it says so in one line and stops.
 
 Also the revision naming of a family, as its preset states it (``revision_pattern``,
 ``published_steps``): reading step and tokens from a branch name, refusing names that cannot
@@ -126,23 +127,41 @@ def existing_checkpoints(cfg) -> list[PanelEntry]:
                          "no revisions between which to refine; use a Hub repo or a toy model")
     try:
         names = list_branches(cfg.model.name_or_path)
-    except Exception as err:  # offline, no route, unknown repo: one line
-        raise UsageError(f"the checkpoints of {cfg.model.name_or_path} cannot be listed ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else 'no network'}); run where the Hub is reachable"
-                         ) from None
+    except HubUnavailable as err:
+        raise UsageError(f"the checkpoints of {cfg.model.name_or_path} cannot be listed: {err}; run where the Hub "
+                         "is reachable") from None
     return parse_branches(names, cfg.model.revision_pattern, cfg.model.tokens_per_step)
 
 
+class HubUnavailable(UsageError):
+    """The Hub cannot be asked at all (offline, endpoint unreachable): the fix is a network,
+    unlike a repo the Hub says does not exist."""
+
+
 def list_branches(repo: str) -> list[str]:
-    from emergence.checkpoints import hub_reachable  # checkpoints imports this module
+    """The repo's branch names. A UsageError says why not: HubUnavailable when the endpoint
+    cannot be asked, else what the endpoint answered (a repo that does not exist there)."""
+    from emergence.checkpoints import connection_lost, hub_endpoint, hub_reachable  # checkpoints imports this module
 
     if os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise ConnectionError("HF_HUB_OFFLINE=1")
+        raise HubUnavailable("HF_HUB_OFFLINE=1")
     if not hub_reachable():
-        raise ConnectionError("the Hub is not reachable")
+        raise HubUnavailable(f"the Hub endpoint {hub_endpoint()} is not reachable")
     from huggingface_hub import list_repo_refs
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
-    return [b.name for b in list_repo_refs(repo).branches]
+    try:
+        return [b.name for b in list_repo_refs(repo).branches]
+    except HfHubHTTPError as err:
+        # the Hub answers an unknown repo with RepositoryNotFoundError, olah with a plain 404
+        if isinstance(err, RepositoryNotFoundError) or err.response.status_code == 404:
+            raise UsageError(f"repo {repo} does not exist on {hub_endpoint()} (or is private); check the repo id "
+                             "(model.name_or_path)") from None
+        raise UsageError(f"{hub_endpoint()} answered {str(err).splitlines()[0]}") from None
+    except Exception as err:
+        if connection_lost(err):  # the server went away since hub_reachable
+            raise HubUnavailable(f"the Hub endpoint {hub_endpoint()} is not reachable") from None
+        raise UsageError(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no answer'}") from None
 
 
 def panel_file(cache_dir: str, repo: str) -> Path:
@@ -157,10 +176,13 @@ def discovered_panel(model: ModelConfig, cache_dir: str, n: int = 10) -> list[Pa
         return [PanelEntry(**e) for e in json.loads(path.read_text())]
     try:
         names = list_branches(model.name_or_path)
-    except Exception as err:  # offline, no route, unknown repo: one line
+    except HubUnavailable as err:
         raise UsageError(f"revision=r0..r{n - 1} is unavailable: model {model.key!r} states no panel and its branches "
-                         f"cannot be listed ({type(err).__name__}); run python -m emergence.revisions {model.key} "
-                         f"--propose {n} where the Hub is reachable and add the panel to the preset") from None
+                         f"cannot be listed ({err}); run python -m emergence.revisions {model.key} --propose {n} where "
+                         "the Hub is reachable and add the panel to the preset") from None
+    except UsageError as err:  # the Hub answered: a panel cannot help
+        raise UsageError(f"revision=r0..r{n - 1} is unavailable: the branches of model {model.key!r} cannot be "
+                         f"listed: {err}") from None
     panel = propose_panel(parse_branches(names, model.revision_pattern, model.tokens_per_step), n)
     if not panel:
         raise UsageError(f"model.revision_pattern={model.revision_pattern!r} matches no branch of "
@@ -191,10 +213,12 @@ def main(argv=None) -> None:
     repo = cfg.model.name_or_path
     try:
         entries = parse_branches(list_branches(repo), cfg.model.revision_pattern, cfg.model.tokens_per_step)
-    except Exception as err:  # no route, offline, unknown repo: one line, not a traceback
-        print(f"error: listing the revisions of {repo} needs the Hugging Face Hub ({type(err).__name__}: "
-              f"{str(err).splitlines()[0] if str(err) else 'no network'}); run it where the Hub is reachable",
-              file=sys.stderr)
+    except HubUnavailable as err:
+        print(f"error: listing the revisions of {repo} needs the Hugging Face Hub ({err}); run it where the Hub is "
+              "reachable", file=sys.stderr)
+        sys.exit(2)
+    except UsageError as err:  # the Hub answered, e.g. no such repo
+        print(f"error: the revisions of {repo} cannot be listed: {err}", file=sys.stderr)
         sys.exit(2)
     if args.between:
         try:

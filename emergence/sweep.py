@@ -22,6 +22,11 @@ def record_failure(out_dir: Path, message: str) -> None:
     atomic_write_text(out_dir / FAILED_FILE, message.strip() + "\n")
 
 
+def clear_failure(out_dir: Path) -> None:
+    """Forget the failure of an earlier launch of this job: it is being run again."""
+    (out_dir / FAILED_FILE).unlink(missing_ok=True)
+
+
 class ReportFailures(Callback):
     """At the end of a multirun: print the jobs that failed and exit non-zero if any did."""
 

@@ -24,6 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -91,6 +92,7 @@ class HubServer:
     endpoint: str  # http://127.0.0.1:PORT
     mirrors: Path  # where tests ``publish`` their repos
     root: Path  # the server's temporary directory (config, logs, olah's own cache)
+    proc: subprocess.Popen | None = None  # the running olah, None while stopped
 
     def env(self, cache: Path | None = None) -> dict[str, str]:
         """Environment for a subprocess that talks to this server. Downloads go to ``cache``
@@ -105,6 +107,30 @@ class HubServer:
         logs = [self.root / "olah.out", self.root / "logs" / "olah.log"]
         return "\n".join(f"--- {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
                          for p in logs if p.exists())
+
+    def start(self) -> None:
+        """Start olah on the endpoint's port (again, after ``stop``: the same port and mirrors,
+        as a mirror that comes back after an outage) and wait until it accepts connections."""
+        with open(self.root / "olah.out", "ab") as out:  # appended: a restart keeps the earlier access log
+            self.proc = subprocess.Popen([sys.executable, "-m", "olah.server", "-c", str(self.root / "olah.toml"),
+                                          "--log-path", str(self.root / "logs")], cwd=self.root, stdout=out,
+                                         stderr=subprocess.STDOUT)
+        _wait_until_listening(self, timeout=60)
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop olah by its pid: terminated (``kill``: SIGKILL, a server that vanishes mid-answer)."""
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
 
 
 CONFIG = """\
@@ -121,11 +147,12 @@ offline = true
 """
 
 
-def _wait_until_listening(proc: subprocess.Popen, server: HubServer, port: int, timeout: float) -> None:
+def _wait_until_listening(server: HubServer, timeout: float) -> None:
+    port = urlparse(server.endpoint).port
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"olah exited with code {proc.returncode} before serving {server.endpoint}:\n"
+        if server.proc.poll() is not None:
+            pytest.fail(f"olah exited with code {server.proc.returncode} before serving {server.endpoint}:\n"
                         f"{server.log_tail()}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
@@ -135,32 +162,20 @@ def _wait_until_listening(proc: subprocess.Popen, server: HubServer, port: int, 
     pytest.fail(f"olah did not accept connections on {server.endpoint} within {timeout:.0f} s:\n{server.log_tail()}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture
 def hub_server(tmp_path_factory):
     """An olah server on a free port of 127.0.0.1 with empty mirrors, for one test: each test
-    sees only the repos it publishes (under the real repo ids, which tests share)."""
+    sees only the repos it publishes (under the real repo ids, which tests share). A test may
+    ``stop()`` and ``start()`` it again on the same port."""
     if shutil.which("git") is None:
         pytest.fail("the Hub server tests need git on PATH")
     root = tmp_path_factory.mktemp("hub-server")
     (root / "mirrors").mkdir()
     port = free_port()
-    config = root / "olah.toml"
-    config.write_text(CONFIG.format(port=port, root=root.as_posix()))
+    (root / "olah.toml").write_text(CONFIG.format(port=port, root=root.as_posix()))
     server = HubServer(f"http://127.0.0.1:{port}", root / "mirrors", root)
-    with open(root / "olah.out", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "olah.server", "-c", str(config), "--log-path",
-                                 str(root / "logs")], cwd=root, stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait_until_listening(proc, server, port, timeout=60)
+        server.start()
         yield server
     finally:
-        _stop(proc)
+        server.stop()
