@@ -220,7 +220,7 @@ def _where(src: Source) -> str:
 
 
 def _fetch_hint(src: Source) -> str:
-    return f"huggingface-cli download {src.path} --revision {src.revision or 'main'}"
+    return f"hf download {src.path} --revision {src.revision or 'main'}"
 
 
 def check_hub(src: Source) -> None:

@@ -58,7 +58,7 @@ def test_a_revision_missing_from_the_cache_fails_fast_with_one_line(tmp_path):
     res = run_cli("model=pythia", "revision=r4", f"hydra.run.dir={tmp_path / 'run'}", env=env, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     last = last_line(res.stderr)
-    assert "EleutherAI/pythia-1b" in last and "step256" in last and "huggingface-cli download" in last
+    assert "EleutherAI/pythia-1b" in last and "step256" in last and "hf download" in last
 
 
 @pytest.mark.slow
