@@ -84,7 +84,7 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     pr = c.pr if c.pr is not None else np.full(c.sel.shape[:2], np.nan)
     rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), pr, intervals, np.zeros(c.sel.shape[:2]),
-                     np.zeros(c.sel.shape[:2]))
+                     np.zeros(c.sel.shape[:2], dtype=bool), np.zeros(c.sel.shape[:2]))
     write_run(run_dir, rows, summary, {"targets": targets})
 
 
