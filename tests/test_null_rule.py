@@ -185,3 +185,29 @@ def test_the_warnings_name_the_heads_admitted_under_the_floor(sink_model, tmp_pa
         assert found[name].keys() == heads.keys()
         for head, value in heads.items():
             assert found[name][head] == pytest.approx(value, rel=5e-3)
+
+
+def test_the_panel_report_states_the_null_rule_the_runs_used(tmp_path):
+    from emergence.report.__main__ import write_report
+    from emergence.report.panel import load_runs
+    from test_report import toy_trajectory, write_checkpoint
+
+    null_sums, baseline, n, seq_len = hand_made_null()
+    made = {"r0": null_calibration(null_sums, baseline, n, seq_len, "nondegenerate").as_summary(),
+            "r1": null_calibration(null_sums[:, :1], baseline[:, :1], n, seq_len, "nondegenerate").as_summary(),
+            "r2": null_calibration(null_sums, baseline, n, seq_len, "reference").as_summary()}
+    traj = toy_trajectory()
+    for c in traj.checkpoints:
+        write_checkpoint(tmp_path / "runs" / c.revision, c, {
+            "model": "toy", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2, "n_heads": 2,
+            "null": made[c.revision]})
+    findings = write_report(load_runs([tmp_path / "runs"]), tmp_path / "report", 30.0, 50.0, reference=False)
+    f = findings["models"]["toy"]["null_floor"]
+    assert {rule: r["revisions"] for rule, r in f["rules"].items()} == {"nondegenerate": ["r0", "r1"],
+                                                                       "reference": ["r2"]}
+    floors = [made[r]["floor"] for r in ("r0", "r1", "r2")]
+    assert f["floor_range"] == [min(floors), max(floors)] and f["set_aside"] == {"L0H1": ["r0"]}
+    text = (tmp_path / "report" / "report.md").read_text()
+    line = next(l for l in text.splitlines() if l.startswith("- **Null floor**"))
+    assert "`nondegenerate` at 2 of 3 revisions (floor = max(2," in line and "`reference` at 1 of 3 revisions" in line
+    assert f"floors {min(floors):.2f}x to {max(floors):.2f}x" in line and line.endswith(": L0H1 at r0.")
