@@ -27,8 +27,9 @@ NULL_FLOOR_MIN = 2.0  # floor = max(2, pooled null p99)
 # Below a thousandth of uniform attention (1/T) on the baseline positions, the T-1 row gives all
 # ordinary positions together about 0.1% of its attention or less: the baseline, and every null
 # draw, is the far tail of the softmax, and a ratio over it measures how far that tail lies, not
-# where the head attends. On the toy panel the one such head sits at 1e-6 to 6e-4 of uniform with
-# null p99s of 370x to 64,000x, every other head at 0.014 or more with null p99s of 10.5x or less.
+# where the head attends. On the toy panel the one head that becomes so sits at 1e-6 to 6e-4 of
+# uniform with null p99s of 370x to 64,000x; every other head at every revision at 0.014 or more,
+# with null p99s of 10.5x or less.
 DEGENERATE_BASELINE_SHARE = 1e-3
 NULL_RULES = {
     "nondegenerate": "floor = max(2, p99 of the null selectivities pooled over the draws of the heads whose "
