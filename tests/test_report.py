@@ -359,8 +359,9 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
         run_dir = root / c.revision
         scr = screen(c.sel, class_thresholds(30.0), 50.0)
         intervals = screen_intervals(c.targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=50))
-        zeros = np.zeros(c.sel.shape[:2])
-        write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, importance.mean(0)),
+        zeros, degenerate = np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool)
+        write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, degenerate,
+                                     importance.mean(0)),
                   {"model": "two", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2,
                    "n_heads": 4}, {"targets": c.targets, "sink_importance": importance})
     loaded = load_runs([root])["two"]
