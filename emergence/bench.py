@@ -382,7 +382,7 @@ def intervals_cost(n: int = 2000, n_layers: int = 16, n_heads: int = 16) -> dict
     stats.screen_intervals(targets, class_thresholds(30.0), 50.0, s)
     positions = stats.null_positions(batch.ab.numpy(), batch.seq_len, s.n_null)
     null_sums = rng.random((n_layers, n_heads, s.n_null))  # the capture's sums: a gather per layer, in the pass
-    stats.null_calibration(null_sums, targets.mean(0)[..., -1], n)
+    stats.null_calibration(null_sums, targets.mean(0)[..., -1], n, batch.seq_len, s.null_rule)
     return {"seconds": round(time.perf_counter() - start, 2), "sequences": n, "heads": f"{n_layers}x{n_heads}",
             "n_boot": s.n_boot, "null_draws": len(positions)}
 

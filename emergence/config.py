@@ -21,6 +21,7 @@ from omegaconf import MISSING, OmegaConf
 
 from emergence.probe import min_seq_len
 from emergence.screen import CLASSES, parse_head_name
+from emergence.stats import NULL_RULES
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ABLATE_MODES = ("zero", "mean")
@@ -186,6 +187,9 @@ class StatsConfig:
     ci: float = 0.95  # interval coverage
     seed: int = 0  # the resample matrix: one seed keeps the replicates paired across a panel
     n_null: int = 500  # draws of the reference null (the target replaced by a random position)
+    # which heads' null draws make the floor: nondegenerate (every head but those with a degenerate
+    # baseline) | reference (every head, the study's rule); see stats.NULL_RULES
+    null_rule: str = "nondegenerate"
 
 
 @dataclass
@@ -291,6 +295,8 @@ def validate(cfg: Config) -> None:
         _fail("stats.ci", cfg.stats.ci, "must be a coverage between 0 and 1, e.g. 0.95")
     if cfg.stats.n_null < 1:
         _fail("stats.n_null", cfg.stats.n_null, "must be >= 1 null draw (the reference used 500)")
+    if cfg.stats.null_rule not in NULL_RULES:
+        _fail("stats.null_rule", cfg.stats.null_rule, f"use one of {', '.join(NULL_RULES)}")
     validate_revision_naming(cfg.model)
     if cfg.model.toy is not None:
         validate_toy_recipe(cfg.model.toy)

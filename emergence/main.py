@@ -100,11 +100,15 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
 
         # Their uncertainty, from the same pass: a bootstrap over sequences and the null's floor.
         intervals = stats.screen_intervals(measured.targets, thresholds, cfg.threshold.circuit, cfg.stats)
-        null = stats.null_calibration(measured.null_sums, measured.mean_attention[..., screen.BASELINE], p.n_sequences)
-        low = stats.below_floor(thresholds, cfg.threshold.circuit, null["floor"])
+        null = stats.null_calibration(measured.null_sums, measured.mean_attention[..., screen.BASELINE], p.n_sequences,
+                                      p.seq_len, cfg.stats.null_rule)
+        low = stats.below_floor(scr, thresholds, cfg.threshold.circuit, null.floor)
+        if null.floor is None:
+            log.warning(f"warning: no null floor: every head's baseline attention is degenerate (under "
+                        f"{null.degenerate_below:.3g} = {stats.DEGENERATE_BASELINE_SHARE:g}/T)")
         if low:
-            log.warning(f"warning: thresholds below the null floor {null['floor']:.2f}x (a head there is not told "
-                        f"apart from chance): {', '.join(low)}")
+            log.warning(f"warning: thresholds below the null floor {null.floor:.2f}x admit heads not told apart "
+                        f"from chance: {'; '.join(low)}")
         lap("intervals")
 
         # Step 4: group ablation of the circuit against matched-random controls.
@@ -115,7 +119,7 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
 
         sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
         rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank, intervals,
-                                 null["per_head_p99"], measured.mean_sink_importance, near)
+                                 null.per_head_p99, null.degenerate, measured.mean_sink_importance, near)
         summary = results.summary(
             cfg, revision, measured, scr, thresholds, intervals, null, low, sink_metric, dtype=dtype_name, near_threshold=near, device=str(device),
             weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src), download=download,

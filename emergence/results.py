@@ -21,7 +21,7 @@ import numpy as np
 
 import emergence
 from emergence.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
-from emergence.stats import ScreenIntervals
+from emergence.stats import DEGENERATE_BASELINE_SHARE, NullCalibration, ScreenIntervals
 
 HEADS_FILE = "heads.csv"
 SUMMARY_FILE = "summary.json"
@@ -41,15 +41,17 @@ HEAD_COLUMNS = (
     + [f"attn_{c}" for c in CLASSES] + ["attn_baseline"]
     + [f"sel_{c}_ci_{end}" for c in CLASSES for end in ("low", "high")]
     + [f"p_{c}_member" for c in CLASSES]
-    + ["null_p99", "sink_importance", "near_threshold"]
+    + ["null_p99", "degenerate_baseline", "sink_importance", "near_threshold"]
 )
 
 
 def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_rank: np.ndarray,
-              intervals: ScreenIntervals, null_p99: np.ndarray, sink_importance: np.ndarray,
-              near_threshold: np.ndarray) -> list[dict]:
+              intervals: ScreenIntervals, null_p99: np.ndarray, degenerate_baseline: np.ndarray,
+              sink_importance: np.ndarray, near_threshold: np.ndarray) -> list[dict]:
     """One dict per head, keys ``HEAD_COLUMNS``; ``mean_attention`` is [layers, heads, 7],
     ``null_p99`` [layers, heads] the head's 99th percentile of null selectivity,
+    ``degenerate_baseline`` [layers, heads] whether its baseline attention is degenerate
+    (``stats.degenerate_baseline``: its selectivities are ratios over the softmax's far tail),
     ``sink_importance`` [layers, heads] key 0's importance (``sinks``) averaged over sequences,
     ``near_threshold`` [layers, heads] whether the run's dtype could flip it (``screen.near_threshold``)."""
     rows = []
@@ -70,6 +72,7 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
                 row[f"sel_{c}_ci_high"] = float(intervals.sel_high[layer, head, i])
             row.update({f"p_{c}_member": float(intervals.p_member[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["null_p99"] = float(null_p99[layer, head])
+            row["degenerate_baseline"] = bool(degenerate_baseline[layer, head])
             row["sink_importance"] = float(sink_importance[layer, head])
             row["near_threshold"] = bool(near_threshold[layer, head])
             rows.append(row)
@@ -77,16 +80,17 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
 
 
 def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, intervals: ScreenIntervals,
-            null: dict, below_floor: list[str], sink_metric: dict, **run) -> dict:
+            null: NullCalibration, below_floor: list[str], sink_metric: dict, **run) -> dict:
     """``summary.json``: what was analysed, how, and what the screen and ablation found.
 
     ``cfg`` is the run's ``Config``, ``revision`` its ``checkpoints.Revision``,
     ``measured`` the probe pass's ``cache.Measurements``, ``intervals`` and ``null`` the
     screen's bootstrap and null calibration (``stats``), ``below_floor`` the thresholds
-    under the null's floor, ``sink_metric`` the second sink definition's (``sinks.sink_metric``);
-    ``run`` holds what only the run knows: dtype, near_threshold ([layers, heads] bool: heads the
-    dtype's rounding could flip), device, weight_bytes, weights_sha256, download, batch_size,
-    probe_fingerprint, baseline_positions, reused_measurements, ablation, icl_score, config_digest, timings."""
+    under the null's floor that admit heads (``stats.below_floor``), ``sink_metric`` the second sink
+    definition's (``sinks.sink_metric``); ``run`` holds what only the run knows: dtype, near_threshold
+    ([layers, heads] bool: heads the dtype's rounding could flip), device, weight_bytes, weights_sha256,
+    download, batch_size, probe_fingerprint, baseline_positions, reused_measurements, ablation,
+    icl_score, config_digest, timings."""
     import torch
     import transformers
 
@@ -126,8 +130,8 @@ def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, interv
                                 "classification recomputed in each replicate",
                       "circuit_size": intervals.circuit_size, "class_counts": intervals.class_counts,
                       "member_counts": intervals.member_counts},
-        "null": {k: v for k, v in null.items() if k != "per_head_p99"},
-        "threshold_warnings": [f"below the null floor {null['floor']:.2f}x: {t}" for t in below_floor],
+        "null": null.as_summary(),
+        "threshold_warnings": [f"below the null floor {null.floor:.2f}x: {t}" for t in below_floor],
         "spectral": {"pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
                      "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred "
                                         "(the reference code's estimator)",
@@ -178,8 +182,13 @@ def report_lines(summary: dict, scr: Screen, out_dir: Path) -> list[str]:
     if dtype_differs(summary):
         lines.append(f"dtype {summary['dtype']}, the reference study's {summary['reference_dtype']}: "
                      "compare with its published numbers only up to both dtypes' rounding")
-    lines.append(f"null (reference, {summary['null']['draws']} draws): p99 {summary['null']['p99']:.2f}x, "
-                 f"floor {summary['null']['floor']:.2f}x")
+    null = summary["null"]
+    floor = ("none: every head set aside" if null["floor"] is None
+             else f"p99 {null['p99']:.2f}x, floor {null['floor']:.2f}x")
+    lines.append(f"null ({null['rule']} rule, {null['draws']} draws of {null['pooled_heads']} heads): {floor}"
+                 + (f"; set aside, baseline attention under {null['degenerate_below']:.3g} "
+                    f"({DEGENERATE_BASELINE_SHARE:g}/T): "
+                    f"{', '.join(null['set_aside'])}" if null["set_aside"] else ""))
     ab = summary["ablation"]
     if ab["effect"]:
         e = ab["effect"]

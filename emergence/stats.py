@@ -7,7 +7,10 @@
 * The reference study's null: the target replaced by a random non-special position, drawn
   with its generator draw for draw; the capture sums the attention to those positions
   (``capture.Recorder``), and ``null_calibration`` turns the sums into the floor below
-  which a threshold cannot tell a head from chance.
+  which a threshold cannot tell a head from chance. Which heads' draws make the floor is
+  the rule (``NULL_RULES``): the reference pools every head; ``nondegenerate`` sets aside
+  the heads whose baseline attention is degenerate (``degenerate_baseline``), whose null
+  selectivities are ratios of two near-zero attentions and, pooled, would set the floor alone.
 """
 
 from __future__ import annotations
@@ -17,10 +20,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from emergence.probe import LOCAL_OFFSETS
-from emergence.screen import CLASSES, UNCLASSIFIED, screen, selectivity
+from emergence.screen import CLASSES, UNCLASSIFIED, Screen, head_name, screen, selectivity
 
 NULL_SEED = 2026  # the reference calibration's generator
 NULL_FLOOR_MIN = 2.0  # floor = max(2, pooled null p99)
+# Below a thousandth of uniform attention (1/T) on the baseline positions, the T-1 row gives all
+# ordinary positions together about 0.1% of its attention or less: the baseline, and every null
+# draw, is the far tail of the softmax, and a ratio over it measures how far that tail lies, not
+# where the head attends. On the toy panel the one head that becomes so sits at 1e-6 to 6e-4 of
+# uniform with null p99s of 370x to 64,000x; every other head at every revision at 0.014 or more,
+# with null p99s of 10.5x or less.
+DEGENERATE_BASELINE_SHARE = 1e-3
+NULL_RULES = {
+    "nondegenerate": "floor = max(2, p99 of the null selectivities pooled over the draws of the heads whose "
+                     f"baseline attention is at least {DEGENERATE_BASELINE_SHARE:g}/T, T the probe's length (uniform "
+                     "attention is 1/T)); the heads below it are set aside, since their null selectivities are "
+                     "ratios of two near-zero attentions",
+    "reference": "floor = max(2, p99 of the null selectivities pooled over every head x draw), the reference "
+                 "study's rule",
+}
 
 
 def resample_weights(n: int, n_boot: int, seed: int) -> np.ndarray:
@@ -93,25 +111,74 @@ def null_positions(ab: np.ndarray, seq_len: int, n_draws: int, seed: int = NULL_
     return out.reshape(n_draws, n)
 
 
-def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int) -> dict:
+def degenerate_baseline(baseline_mean: np.ndarray, seq_len: int) -> np.ndarray:
+    """[layers, heads] bool: the head's mean attention to the baseline positions is under
+    ``DEGENERATE_BASELINE_SHARE`` of uniform attention over the ``seq_len`` keys of T-1."""
+    return baseline_mean < DEGENERATE_BASELINE_SHARE / seq_len
+
+
+@dataclass(frozen=True)
+class NullCalibration:
+    """The null's floor under one rule (``NULL_RULES``). The pooled numbers are over the draws of
+    the heads the rule keeps; None (no floor) when it keeps none."""
+
+    rule: str
+    draws: int
+    pooled_heads: int
+    p95: float | None
+    p99: float | None
+    floor: float | None
+    per_head_p99: np.ndarray  # [layers, heads], whatever the rule
+    degenerate: np.ndarray  # [layers, heads] bool (``degenerate_baseline``), whatever the rule
+    degenerate_below: float  # the baseline attention under which a head is degenerate
+    set_aside: dict[str, float]  # head name -> its baseline attention, for each head the rule set aside
+
+    def as_summary(self) -> dict:
+        """``summary.json`` ``null``: the rule and what it pooled, set aside and gave."""
+        return {"rule": self.rule, "definition": NULL_RULES[self.rule], "draws": self.draws,
+                "pooled_heads": self.pooled_heads, "p95": self.p95, "p99": self.p99, "floor": self.floor,
+                "degenerate_below": self.degenerate_below, "set_aside": self.set_aside}
+
+
+def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int, seq_len: int,
+                     rule: str) -> NullCalibration:
     """The reference null from the capture's sums.
 
     ``null_sums`` [layers, heads, draws] (attention to each draw's positions, summed over the
-    n sequences), ``baseline_mean`` [layers, heads] -> pooled p95 / p99 over heads x draws,
-    per-head p99 [layers, heads] and ``floor = max(2, pooled p99)``."""
+    n sequences of ``seq_len`` tokens), ``baseline_mean`` [layers, heads] -> pooled p95 / p99
+    over the heads ``rule`` keeps x draws, per-head p99 and ``floor = max(2, pooled p99)``."""
     null_sel = (null_sums / n) / np.maximum(baseline_mean, 1e-8)[..., None]
-    p95, p99 = np.percentile(null_sel, [95, 99])
-    return {"draws": int(null_sums.shape[-1]), "p95": float(p95), "p99": float(p99),
-            "per_head_p99": np.percentile(null_sel, 99, axis=-1),
-            "floor": float(max(NULL_FLOOR_MIN, p99))}
+    degenerate = degenerate_baseline(baseline_mean, seq_len)
+    set_aside = degenerate if rule == "nondegenerate" else np.zeros_like(degenerate)
+    pooled = null_sel[~set_aside]  # [kept heads, draws]
+    p95, p99 = (float(q) for q in np.percentile(pooled, [95, 99])) if pooled.size else (None, None)
+    return NullCalibration(
+        rule=rule, draws=int(null_sums.shape[-1]), pooled_heads=len(pooled), p95=p95, p99=p99,
+        floor=None if p99 is None else max(NULL_FLOOR_MIN, p99),
+        per_head_p99=np.percentile(null_sel, 99, axis=-1), degenerate=degenerate,
+        degenerate_below=DEGENERATE_BASELINE_SHARE / seq_len,
+        set_aside={head_name(l, h): float(baseline_mean[l, h]) for l, h in np.argwhere(set_aside)})
 
 
-def below_floor(class_thresholds: np.ndarray, circuit_threshold: float, floor: float) -> list[str]:
-    """The class thresholds ([6], order ``CLASSES``) and circuit threshold below the null's
-    floor, named (a warning, not an error)."""
-    named = {**dict(zip(CLASSES, class_thresholds)), "circuit": circuit_threshold}
-    return [f"{name}={value:g}x" for name, value in named.items() if value < floor]
-
+def below_floor(scr: Screen, class_thresholds: np.ndarray, circuit_threshold: float, floor: float | None) -> list[str]:
+    """The class thresholds ([6], order ``CLASSES``) and the circuit threshold below the null's
+    floor that admit a head the floor would not (a member, or a circuit head, whose selectivity
+    is under the floor): each named with those heads and their selectivities (a warning, not an
+    error). A threshold below the floor that admits no such head changes nothing in this screen
+    and is not named."""
+    if floor is None:
+        return []
+    induction = CLASSES.index("induction")
+    checks = [(name, value, scr.members[..., i], scr.sel[..., i])
+              for i, (name, value) in enumerate(zip(CLASSES, class_thresholds))]
+    checks.append(("circuit", circuit_threshold, scr.induction_circuit, scr.sel[..., induction]))
+    out = []
+    for name, value, admitted, sel in checks:
+        under = np.argwhere(admitted & (sel < floor))  # empty unless the threshold is under the floor
+        if len(under):
+            heads = ", ".join(f"{head_name(l, h)} ({sel[l, h]:.3g}x)" for l, h in under)
+            out.append(f"{name}={value:g}x admits {heads}")
+    return out
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     pr = c.pr if c.pr is not None else np.full(c.sel.shape[:2], np.nan)
     rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), pr, intervals, np.zeros(c.sel.shape[:2]),
-                     np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool))
+                     np.zeros(c.sel.shape[:2], dtype=bool), np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool))
     write_run(run_dir, rows, summary, {"targets": targets})
 
 
@@ -362,9 +362,9 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
         run_dir = root / c.revision
         scr = screen(c.sel, class_thresholds(30.0), 50.0)
         intervals = screen_intervals(c.targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=50))
-        zeros = np.zeros(c.sel.shape[:2])
-        write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, importance.mean(0),
-                                         zeros.astype(bool)),
+        zeros, degenerate = np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool)
+        write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, degenerate,
+                                     importance.mean(0), degenerate),
                   {"model": "two", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2,
                    "n_heads": 4}, {"targets": c.targets, "sink_importance": importance})
     loaded = load_runs([root])["two"]

@@ -111,16 +111,6 @@ def test_the_null_equals_an_independent_implementation(run):
         assert r["null_p99"] == pytest.approx(np.percentile(null_sel[r["layer"], r["head"]], 99), rel=1e-4)
 
 
-
-def test_thresholds_below_the_null_floor_are_warned_about(tiny_dirs, tmp_path):
-    cfg = compose_config(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL,
-                          "threshold.class_default=1.5", "threshold.per_class.induction=40", "threshold.circuit=1.2"])
-    summary = analyse(cfg, tmp_path)
-    warned = " ".join(summary["threshold_warnings"])
-    assert summary["null"]["floor"] >= 2 and "circuit=1.2x" in warned and "first_token=1.5x" in warned
-    assert "induction=" not in warned
-
-
 def test_ablation_effect_intervals_agree_with_an_independent_paired_bootstrap():
     from emergence.config import StatsConfig
     from emergence.stats import effect_intervals

@@ -65,3 +65,24 @@ def tiny_model(arch: str, seed: int = 0, attn_implementation: str = "eager", voc
 
 def save_tiny_model(arch: str, path, seed: int = 0, vocab_size: int = VOCAB) -> None:
     tiny_model(arch, seed, vocab_size=vocab_size).save_pretrained(path, safe_serialization=True)
+
+
+def save_tiny_model_with_a_sink_head(path, layer: int = 0, head: int = 1, sharpness: float = 13.0) -> None:
+    """The tiny GPT-2 with one hand-made sink: ``L{layer}H{head}``'s query is a constant and its key
+    reads one residual direction that position 0's embedding is pushed far along, so every query
+    gives key 0 all but ~1e-8 of that head's attention (at T=64, ``sharpness`` 13: a baseline of
+    ~4e-8, whose null draws are the far tail of the softmax, as a sharp trained head's are)."""
+    model = tiny_model("gpt2")
+    n_embd, head_dim = model.config.n_embd, model.config.n_embd // model.config.n_head
+    direction = torch.zeros(n_embd)
+    direction[0] = 1.0
+    with torch.no_grad():
+        c_attn = model.transformer.h[layer].attn.c_attn  # Conv1D: x @ weight + bias, columns q | k | v
+        q = slice(head * head_dim, (head + 1) * head_dim)
+        k = slice(n_embd + head * head_dim, n_embd + (head + 1) * head_dim)
+        c_attn.weight[:, q] = 0.0
+        c_attn.bias[q] = sharpness / head_dim ** 0.5
+        c_attn.weight[:, k] = torch.outer(direction, torch.ones(head_dim)) / head_dim ** 0.5
+        c_attn.bias[k] = 0.0
+        model.transformer.wpe.weight[0] += 50.0 * direction
+    model.save_pretrained(path, safe_serialization=True)

@@ -37,7 +37,7 @@ from emergence.config import StatsConfig, ThresholdConfig
 from emergence.report.panel import Trajectory
 from emergence.report.uncertainty import Replicates, bracket, first_crossing_probability, ratio_range, replicates
 from emergence.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, head_name, near_threshold
-from emergence.stats import interval
+from emergence.stats import NULL_RULES, interval
 
 INDUCTION = CLASSES.index("induction")
 FIRST_TOKEN = CLASSES.index("first_token")
@@ -284,6 +284,25 @@ def dtype_note(revisions: list[dict]) -> dict | None:
             "relative_error": {d: DTYPE_RELATIVE_ERROR[d] for d in used if d in DTYPE_RELATIVE_ERROR}}
 
 
+def null_floors(traj: Trajectory) -> dict | None:
+    """The null floors the runs report (``summary.json`` ``null``; the panel computes none): per
+    rule its definition and revisions, the floors' range, and each set-aside head's revisions.
+    None without runs' nulls (the reference study's data)."""
+    nulls = {c.revision: c.extras["null"] for c in traj.checkpoints if "null" in c.extras}
+    if not nulls:
+        return None
+    rules: dict[str, list[str]] = {}
+    set_aside: dict[str, list[str]] = {}
+    for revision, null in nulls.items():
+        # a summary without a rule was written before stats.null_rule: the reference rule made its floor
+        rules.setdefault(null.get("rule", "reference"), []).append(revision)
+        for head in null.get("set_aside", {}):
+            set_aside.setdefault(head, []).append(revision)
+    floors = [null["floor"] for null in nulls.values() if null["floor"] is not None]
+    return {"rules": {rule: {"definition": NULL_RULES[rule], "revisions": revisions} for rule, revisions in rules.items()},
+            "floor_range": [min(floors), max(floors)] if floors else None, "set_aside": set_aside}
+
+
 def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.class_default,
                    circuit_threshold: float = ThresholdConfig.circuit, reps: Replicates | None = None,
                    sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
@@ -343,6 +362,7 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         "intervals": reps is not None,
         "identical_weights": identical_weights(traj),
         "dtype": dtype_note(revisions),
+        "null_floor": null_floors(traj),
     }
 
 

@@ -58,6 +58,16 @@ def ablation_floor(sweeps: list[dict]) -> list[str]:
     return out
 
 
+def null_floor(f: dict, n_revisions: int) -> str:
+    """The null floor the runs used (each run's ``summary.json`` ``null``): its rule, range and set-aside heads."""
+    rules = "; ".join(f"`{rule}` at {len(r['revisions'])} of {n_revisions} revisions ({r['definition']})"
+                      for rule, r in f["rules"].items())
+    floors = "none" if f["floor_range"] is None else _range(f["floor_range"], lambda x: f"{x:.2f}x")
+    set_aside = "; ".join(f"{head} at {', '.join(revisions)}" for head, revisions in f["set_aside"].items())
+    return (f"- **Null floor** (from the runs; the report computes none): rule {rules}; floors {floors}; "
+            f"heads set aside for a degenerate baseline: {set_aside or 'none'}.")
+
+
 def sinks_two_ways(g: dict, revisions: list[dict]) -> list[str]:
     """The second sink definition (Gu et al.) beside the BOS fraction: per revision, then F1-F3 under
     it and where the two disagree."""
@@ -172,6 +182,8 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
         for same in f["identical_weights"]:
             out.append(f"- **Identical weights**: {' = '.join(same)} have the same weights (weights_sha256): "
                        "at most one of them is the checkpoint its name says; check the repo before reading trends.")
+        if f["null_floor"]:
+            out.append(null_floor(f["null_floor"], len(f["revisions"])))
         out.append(f"- **F1 zero-BOS floor**: layers with no BOS head at any revision: "
                    f"{f1['zero_bos_layers'] or 'none'}.")
         if f2["largest_jump"]:

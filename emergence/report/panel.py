@@ -140,7 +140,7 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             pr[r["layer"], r["head"]] = r[pr_estimator]
-        extras = {k: summary[k] for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype")
+        extras = {k: summary[k] for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null")
                   if summary.get(k) is not None}
         classes = set(summary.get("thresholds", {}).get("classes", {}).values())
         panel = (summary["model"], summary.get("training_seed"))
