@@ -126,3 +126,21 @@ def test_the_panel_report_states_the_dtypes_and_lists_near_threshold_heads(tmp_p
     assert "| r0 | 1M | 50.0 | 1 | 100.0% | 100.0% | none |" in text
     assert "| r1 | 10M | 50.0 | 1 | 100.0% | 100.0% | L0H0, L0H1 |" in text
     assert "these runs used bfloat16, the study float16" in text and "bfloat16 moves a selectivity by up to 2%" in text
+
+
+def test_a_milestone_next_to_near_threshold_heads_says_it_depends_on_them(tmp_path):
+    from emergence.report.findings import model_findings
+    from emergence.report.panel import Trajectory
+
+    def revision(name, tokens, first_token):  # two heads: L0H0's first-token selectivity varies
+        return Checkpoint(name, tokens, hand_made_sel({(0, "first_token"): first_token, (1, "self"): 2.0}),
+                          extras={"dtype": "bfloat16"})
+    # BOS-50% (L0H0 a BOS head) is first reached at r1, 30.3x: within bfloat16's 2% of 30x.
+    near = model_findings(Trajectory("m", [revision("r0", 1e6, 5.0), revision("r1", 1e7, 30.3),
+                                           revision("r2", 1e8, 90.0)], None), 30.0, 50.0)
+    assert near["f3"]["bos_50"]["revision"] == "r1"
+    assert near["f3"]["bos_50"]["near_threshold_heads"] == ["L0H0"]
+    far = model_findings(Trajectory("m", [revision("r0", 1e6, 5.0), revision("r1", 1e7, 60.0)], None), 30.0, 50.0)
+    assert far["f3"]["bos_50"]["revision"] == "r1" and "near_threshold_heads" not in far["f3"]["bos_50"]
+    from emergence.report.markdown import _m
+    assert "depends on heads near a threshold: L0H0" in _m(near["f3"]["bos_50"])

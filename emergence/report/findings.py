@@ -303,6 +303,19 @@ def null_floors(traj: Trajectory) -> dict | None:
             "floor_range": [min(floors), max(floors)] if floors else None, "set_aside": set_aside}
 
 
+def mark_near_threshold(milestone: dict | None, revisions: list[dict]) -> None:
+    """Add to a milestone the heads near a threshold (``near_threshold``, by the runs' dtypes) at its
+    revision or the one before: a rounding of them could move it by a revision. Nothing where
+    the milestone was not reached or the dtypes are not known."""
+    if not milestone or milestone["revision"] is None:
+        return
+    k = next(i for i, r in enumerate(revisions) if r["revision"] == milestone["revision"])
+    near = [r["near_threshold"] for r in revisions[max(k - 1, 0):k + 1] if r["near_threshold"] is not None]
+    heads = sorted(set().union(*near))
+    if heads:
+        milestone["near_threshold_heads"] = heads
+
+
 def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.class_default,
                    circuit_threshold: float = ThresholdConfig.circuit, reps: Replicates | None = None,
                    sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
@@ -348,6 +361,8 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
     f4["topk_recall_67"] = _milestone(traj, _first([r is not None and r >= Fraction(2, 3) for r in topk]),
                                       total_tokens)
     f4["final_circuit"] = [head_name(l, h) for l, h in circuit]
+    for milestone in [*(f3[k] for k in f3 if not k.startswith("gap")), *(f4[k] for k in RECALL_MILESTONES)]:
+        mark_near_threshold(milestone, revisions)
     f1 = {"zero_bos_layers": [int(l) for l in np.flatnonzero(per_layer.sum(0) == 0)]}
     f2 = f2_shape(bos, names) if reps is None else f2_shape(bos, names, reps.bos_fraction, reps.ci)
     return {

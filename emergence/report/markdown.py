@@ -19,6 +19,8 @@ def _m(milestone) -> str:
                 f"{'[0' if low is None else '(' + format_tokens(low)}, {format_tokens(high)}])")
     if "probability" in milestone:
         text += f" [P = {milestone['probability'].get(milestone['revision'] or 'never', 0):.2f}]"
+    if milestone.get("near_threshold_heads"):
+        text += f" (depends on heads near a threshold: {', '.join(milestone['near_threshold_heads'])})"
     return text
 
 
