@@ -29,6 +29,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
+from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +90,23 @@ def fetch(repo: str, revision: str) -> bool:
 
     if not hub_reachable():
         return False
-    info = HfApi().model_info(repo, revision=revision, files_metadata=True)
-    size = sum(f.size or 0 for f in info.siblings if any(fnmatch.fnmatch(f.rfilename, p) for p in WEIGHTS))
+    files = HfApi().list_repo_tree(repo, revision=revision)  # with their sizes (a mirror's model_info has none)
+    size = sum(f.size for f in files if any(fnmatch.fnmatch(f.path, p) for p in WEIGHTS))
     cache = Path(constants.HF_HUB_CACHE)
     cache.mkdir(parents=True, exist_ok=True)
     if size > shutil.disk_usage(cache).free:
         log.debug(f"prefetch of {repo}@{revision} skipped: {size} bytes, more than the free disk")
         return False
-    snapshot_download(repo, revision=revision, allow_patterns=WEIGHTS)
-    hf_hub_download(repo, MARKER, revision=revision)
+    snapshot_download(repo, revision=revision, allow_patterns=WEIGHTS, tqdm_class=_Quiet)
+    hf_hub_download(repo, MARKER, revision=revision, tqdm_class=_Quiet)
     return True
+
+
+class _Quiet(tqdm):
+    """No progress bars from the background: they would cut through the running job's output."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "disable": True})
 
 
 _downloader: Downloader | None = None  # the sweep's, once a job asked for a prefetch

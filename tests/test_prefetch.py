@@ -70,7 +70,7 @@ def test_cleanup_removes_the_revisions_the_sweep_prefetched(hub_server, tmp_path
     assert [s["download"]["prefetched"] for s in summaries] == [False, True, True]
     assert all(s["download"]["bytes_downloaded"] > 0 for s in summaries)
     repo = cache / f"models--{OLMO2.replace('/', '--')}"
-    assert not list((repo / "snapshots").iterdir()) and not list((repo / "blobs").iterdir())
+    assert not list(repo.glob("snapshots/*")) and not list(repo.glob("blobs/*"))  # all three removed
 
 
 def test_a_revision_larger_than_the_free_disk_is_not_prefetched(monkeypatch, tmp_path):
@@ -78,11 +78,11 @@ def test_a_revision_larger_than_the_free_disk_is_not_prefetched(monkeypatch, tmp
 
     from emergence import checkpoints
 
-    files = [SimpleNamespace(rfilename="model.safetensors", size=10 * 2**30),
-             SimpleNamespace(rfilename="optimizer.pt", size=100 * 2**30)]  # not fetched: not counted
+    files = [SimpleNamespace(path="model.safetensors", size=10 * 2**30),
+             SimpleNamespace(path="optimizer.pt", size=100 * 2**30)]  # not fetched: not counted
     monkeypatch.setattr(checkpoints, "hub_reachable", lambda: True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, *a, **k: SimpleNamespace(siblings=files))
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_tree", lambda self, *a, **k: iter(files))
     downloads = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: downloads.append(a))
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: downloads.append(a))
