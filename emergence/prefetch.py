@@ -4,9 +4,11 @@ jobs' checkpoints are fetched into the Hugging Face cache (``hub.prefetch`` of t
 ``Prefetch`` is a Hydra callback (registered in ``conf/config.yaml``). Under the basic
 launcher a multirun's jobs run one after another in this process, so at each job's start it
 knows the jobs still to come: it composes them from the sweep's overrides as the basic
-sweeper does. One background thread downloads the Hub revisions, one at a time and in job
-order: the starting job's own (if no earlier job fetched it; the job waits for it) and then
-the next ones, while the job runs. Other launchers run jobs elsewhere: nothing is prefetched
+sweeper does. One background thread has the Hub revisions downloaded, one at a time and in
+job order: the starting job's own (if no earlier job fetched it; the job waits for it) and
+then the next ones, while the job runs. Each download is a child process
+(``python -m emergence.prefetch REPO REVISION``), so that it does not compete with the
+analysis for this process's interpreter lock. Other launchers run jobs elsewhere: nothing is prefetched
 and each job downloads its own checkpoint, as with ``hub.prefetch=0``.
 
 A prefetch never raises: a revision it could not fetch (unreachable server, too big for the
@@ -22,6 +24,8 @@ import logging
 import os
 import queue
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -29,7 +33,6 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
-from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ Key = tuple[str, str]  # (repo id, revision)
 
 
 class Downloader:
-    """One background thread that fetches Hub revisions into the cache, one at a time (the
+    """One background thread that has Hub revisions fetched into the cache, one at a time (the
     whole bandwidth for the one a job needs next), in the order they are asked for."""
 
     def __init__(self) -> None:
@@ -61,52 +64,45 @@ class Downloader:
             self._finished[key] = threading.Event()
             self._queue.put(key)
 
-    def finished(self, key: Key) -> bool:
-        return key in self._finished and self._finished[key].is_set()
+    def asked(self, key: Key) -> bool:
+        return key in self._finished
 
     def wait(self, key: Key) -> None:
         if key in self._finished:
             self._finished[key].wait()
 
     def _work(self) -> None:
+        from emergence.checkpoints import hub_reachable  # here, not at the top: the child needs no torch
+
         while True:
             key = self._queue.get()
             with self.busy:
-                try:
-                    if fetch(*key):
+                # a failure is the job's to report: it downloads the revision itself
+                if hub_reachable():
+                    repo, revision = key
+                    done = subprocess.run([sys.executable, "-m", __name__, repo, revision or "main"],
+                                          capture_output=True, text=True)  # its progress bars stay out of the job's output
+                    if done.returncode == 0 and done.stdout.strip() == "fetched":
                         self.fetched.add(key)
-                except Exception as err:  # the job downloads it itself and reports what goes wrong
-                    log.debug(f"prefetch of {key[0]}@{key[1]} failed: {type(err).__name__}: {err}")
-                finally:
-                    self._finished[key].set()
+                    else:
+                        log.debug(f"prefetch of {repo}@{revision}: {(done.stdout + done.stderr).strip()[-500:]}")
+                self._finished[key].set()
 
 
 def fetch(repo: str, revision: str) -> bool:
-    """Download ``repo@revision``'s weights and config into the Hugging Face cache, if the Hub
-    answers and the free disk holds them; True if it did."""
+    """Download ``repo@revision``'s weights and config into the Hugging Face cache if the free
+    disk holds them; True if it did."""
     from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 
-    from emergence.checkpoints import hub_reachable
-
-    if not hub_reachable():
-        return False
     files = HfApi().list_repo_tree(repo, revision=revision)  # with their sizes (a mirror's model_info has none)
     size = sum(f.size for f in files if any(fnmatch.fnmatch(f.path, p) for p in WEIGHTS))
     cache = Path(constants.HF_HUB_CACHE)
     cache.mkdir(parents=True, exist_ok=True)
     if size > shutil.disk_usage(cache).free:
-        log.debug(f"prefetch of {repo}@{revision} skipped: {size} bytes, more than the free disk")
         return False
-    snapshot_download(repo, revision=revision, allow_patterns=WEIGHTS, tqdm_class=_Quiet)
-    hf_hub_download(repo, MARKER, revision=revision, tqdm_class=_Quiet)
+    snapshot_download(repo, revision=revision, allow_patterns=WEIGHTS)
+    hf_hub_download(repo, MARKER, revision=revision)
     return True
-
-
-class _Quiet(tqdm):
-    """No progress bars from the background: they would cut through the running job's output."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **{**kwargs, "disable": True})
 
 
 _downloader: Downloader | None = None  # the sweep's, once a job asked for a prefetch
@@ -114,9 +110,9 @@ _started: dict[Key, dict] = {}  # per revision, how its job found it: {"prefetch
 
 
 def arrival(repo: str, revision: str | None) -> dict:
-    """How the job of ``repo@revision`` found its files (``summary.download``): ``prefetched``,
-    in the cache at its start because the sweep fetched them during an earlier job, and
-    ``wait_seconds`` it waited for them at its start."""
+    """How the job of ``repo@revision`` got its files (``summary.download``): ``prefetched``,
+    fetched by the sweep during an earlier job, and ``wait_seconds`` it still waited for them
+    at its start (the whole download for a job whose revision no earlier job fetched)."""
     return _started.get((repo, revision), {"prefetched": False, "wait_seconds": 0.0})
 
 
@@ -158,14 +154,14 @@ class Prefetch(Callback):
         _downloader = _downloader or Downloader()
         num = config.hydra.job.num
         wanted = [self.revision(j) for j in range(num, min(num + 1 + config.hub.prefetch, len(self.jobs)))]
+        mine = wanted[0]
+        ahead = mine is not None and _downloader.asked(mine)  # by an earlier job
         for key in filter(None, wanted):
             _downloader.ask(key)
-        mine = wanted[0]
         if mine is not None:
-            ready = _downloader.finished(mine)
             start = time.perf_counter()
             _downloader.wait(mine)
-            _started[mine] = {"prefetched": ready and mine in _downloader.fetched,
+            _started[mine] = {"prefetched": ahead and mine in _downloader.fetched,
                               "wait_seconds": round(time.perf_counter() - start, 3)}
 
     def revision(self, num: int) -> Key | None:
@@ -215,3 +211,7 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
     finally:
         HydraConfig.instance().cfg = current
     return None if src.local_only else (src.path, src.revision)
+
+
+if __name__ == "__main__":  # the downloader's child process: python -m emergence.prefetch REPO REVISION
+    print("fetched" if fetch(sys.argv[1], sys.argv[2]) else "skipped: larger than the free disk")
