@@ -23,6 +23,10 @@
       the panel's architectures and llama, each run through the probe pass in float32, float16
       and bfloat16; the relative error of the selectivities, PR and key-0 importances against
       float32 and the memberships that flip (``docs/dtype_error_cpu.json``);
+  (j) prefetching (``hub.prefetch``): a sweep over ``--revisions`` OLMo-2-shaped checkpoints
+      (distinct random weights, ``model.cleanup=true``) served by a local Hub server (olah)
+      through a proxy that caps its bandwidth so that one revision downloads in about the time
+      one job analyses it; wall time with ``hub.prefetch=1`` over ``hub.prefetch=0``, one run;
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -32,18 +36,25 @@ compared with (b)'s own forward loop (without loading): the recipe (probe pass +
 intervals + ablation) and the ablation step alone, over the bare pass.
 
     python -m emergence.bench [--arch llama] [--sequences 256] [--out bench.json]
+
+(j) runs from a source checkout: it serves the checkpoints with the tests' Hub server helpers
+(``tests/hub_server.py``) and needs olah (``pip install -e .[test]``) and git.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -300,6 +311,132 @@ def dtype_error(n: int) -> dict:
                       f"weights x{SHARP_SCALE:g}", "reference": "float32"}
 
 
+# (j): the panel's shape is chosen so that one job's analysis takes a few seconds on a CPU.
+PREFETCH_REPO = "allenai/OLMo-2-0425-1B"  # conf/model/olmo2.yaml: branches stage1-step{N}-tokens{M}B
+PREFETCH_SHAPE = dict(vocab_size=10240, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=1024, max_position_embeddings=512)
+PREFETCH_RUN = ["model=olmo2", "model.dtype=float32", "probe=quick", "ablate.enabled=false", "reuse=false",
+                "resume=false", "model.cleanup=true", "wandb.mode=disabled"]
+
+
+class Throttle:
+    """One link's bandwidth, shared by all its connections: each chunk waits for its turn."""
+
+    def __init__(self, bytes_per_second: float) -> None:
+        self.rate = bytes_per_second
+        self.free_at = time.monotonic()
+
+    async def pace(self, n: int) -> None:
+        now = time.monotonic()
+        self.free_at = max(self.free_at, now) + n / self.rate
+        await asyncio.sleep(self.free_at - now)
+
+
+@contextmanager
+def throttled_proxy(upstream_port: int, throttle: Throttle):
+    """A TCP proxy on 127.0.0.1 (in a thread of this process) whose downloads from
+    ``upstream_port`` share ``throttle``'s bandwidth; yields its port. trickle (Debian's
+    bandwidth shaper) is the usual tool, but it does not slow olah's responses here, so the
+    cap lives in this proxy."""
+
+    async def pipe(reader, writer, paced: bool) -> None:
+        try:
+            while data := await reader.read(1 << 16):
+                if paced:
+                    await throttle.pace(len(data))
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def connect(client_reader, client_writer) -> None:
+        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
+        await asyncio.gather(pipe(client_reader, server_writer, False), pipe(server_reader, client_writer, True),
+                             return_exceptions=True)  # a connection closed on one side ends both directions
+
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(connect, "127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+
+
+@contextmanager
+def olah_serving(root: Path):
+    """olah on a free port serving the repos published under ``root / "mirrors"``; yields its port."""
+    from hub_server import CONFIG, free_port
+
+    port = free_port()
+    (root / "olah.toml").write_text(CONFIG.format(port=port, root=root.as_posix()))
+    with open(root / "olah.out", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "olah.server", "-c", str(root / "olah.toml"), "--log-path",
+                                 str(root / "logs")], cwd=root, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"olah did not start: {(root / 'olah.out').read_text()[-2000:]}") from None
+                time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def prefetch_sweeps(n_revisions: int) -> dict:
+    """(j): the same sweep without and with prefetching, each from an empty Hugging Face cache,
+    against a server whose bandwidth makes one revision's download last about one job's
+    analysis (measured first by the same sweep unthrottled). Jobs' wall time: from the first
+    job's start (its ``.hydra/``) to the last job's ``summary.json``; the process's wall time
+    adds Python's start-up and Hydra's composing the sweep, the same in both."""
+    import transformers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' Hub server helpers
+    from hub_server import publish
+
+    branches = [f"stage1-step{1000 * (i + 1)}-tokens{2 * (i + 1)}B" for i in range(n_revisions)]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        checkpoints = {}
+        for seed, branch in enumerate(branches):  # distinct weights: no revision shares a blob with another
+            torch.manual_seed(seed)
+            checkpoints[branch] = root / "checkpoints" / branch
+            model = transformers.AutoModelForCausalLM.from_config(transformers.Olmo2Config(**PREFETCH_SHAPE))
+            model.save_pretrained(checkpoints[branch], safe_serialization=True)
+        publish(root / "mirrors", PREFETCH_REPO, checkpoints)
+        revision_bytes = sum(f.stat().st_size for f in checkpoints[branches[0]].iterdir())
+        throttle = Throttle(float("inf"))
+        with olah_serving(root) as olah_port, throttled_proxy(olah_port, throttle) as port:
+            def sweep(name: str, prefetch: int) -> dict:
+                env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_OFFLINE": "0",
+                       "HF_HUB_CACHE": str(root / name / "hub"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+                result = measure([sys.executable, "-m", "emergence", "-m", *PREFETCH_RUN, "revision=custom",
+                                  f"revision.name={','.join(branches)}", f"hub.prefetch={prefetch}",
+                                  f"hydra.sweep.dir={root / name / 'sweep'}"], env)
+                jobs = sorted((root / name / "sweep" / "olmo2").iterdir(), key=lambda d: int(d.name.rsplit("_")[-1]))
+                starts = [(d / ".hydra" / "config.yaml").stat().st_mtime for d in jobs]
+                ends = [(d / "summary.json").stat().st_mtime for d in jobs]
+                return {**result, "jobs_wall_s": round(ends[-1] - starts[0], 2),
+                        "job_s": [round(e - s, 2) for s, e in zip(starts, ends)]}
+
+            analysis_s = float(np.median(sweep("unthrottled", 0)["job_s"]))  # full-speed downloads: next to nothing
+            throttle.rate = revision_bytes / analysis_s
+            without, with_prefetch = sweep("without", 0), sweep("with", 1)
+    return {"revisions": n_revisions, "revision_mib": round(revision_bytes / 2**20, 1),
+            "analysis_s": round(analysis_s, 2), "bandwidth_mib_s": round(throttle.rate / 2**20, 2),
+            "without_prefetch": without, "with_prefetch": with_prefetch,
+            "ratio_jobs_wall": round(with_prefetch["jobs_wall_s"] / without["jobs_wall_s"], 3),
+            "ratio_process_wall": round(with_prefetch["wall_s"] / without["wall_s"], 3)}
+
+
 def full_model_ablation(model, arch, batch, conditions: dict, per_pass: int) -> dict[str, np.ndarray]:
     """The ablation step as it was before the shared prefix: all head sets stacked along the batch
     through the whole model. Per-sequence loss of B per condition."""
@@ -387,10 +524,10 @@ def intervals_cost(n: int = 2000, n_layers: int = 16, n_heads: int = 16) -> dict
             "n_boot": s.n_boot, "null_draws": len(positions)}
 
 
-def measure(cmd: list[str]) -> dict:
+def measure(cmd: list[str], env: dict | None = None) -> dict:
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:  # files: a full pipe would block
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         out.seek(0), err.seek(0)
@@ -413,6 +550,8 @@ IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths,
               "i": lambda path, n, repeats: clear_verdict_recipe(repeats),
               "dtype": lambda path, n, repeats: dtype_error(n)}
 SELF_CONTAINED = ("i", "dtype")  # build their own models: no random stand-in of --arch's shape needed
+# The sweeps ``--only`` runs by themselves: ``--revisions`` -> row (no model directory of their own).
+SWEEPS = {"j": prefetch_sweeps}
 
 
 def main(argv=None) -> None:
@@ -422,8 +561,9 @@ def main(argv=None) -> None:
     p.add_argument("--sequences", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3, help="alternations of (f), (h) and (i); the fastest of each counts")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    p.add_argument("--only", choices=tuple(IN_PROCESS), default=None,
-                   help="run just this in-process comparison (quicker than the whole benchmark)")
+    p.add_argument("--revisions", type=int, default=6, help="the sweep of (j): revisions served by the Hub server")
+    p.add_argument("--only", choices=(*IN_PROCESS, *SWEEPS), default=None,
+                   help="run just this comparison (quicker than the whole benchmark)")
     p.add_argument("--floor", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -432,6 +572,8 @@ def main(argv=None) -> None:
     if args.study:
         return study(args.study, args.sequences)
 
+    if args.only in SWEEPS:
+        return write({args.only: SWEEPS[args.only](args.revisions), "setup": setup(args)}, args.out)
     model_dir = Path(default_cache_dir()) / "bench" / f"{args.arch}-shaped"
     if args.only not in SELF_CONTAINED:
         make_model(args.arch, model_dir)
@@ -454,6 +596,7 @@ def main(argv=None) -> None:
             "f_probe_pass_vs_bare_forward": probe_pass_over_forward(str(model_dir), n, args.repeats),
             "h_ablation_vs_full_model_ablation": ablation_paths(str(model_dir), n, args.repeats),
             "i_clear_verdict_recipe": clear_verdict_recipe(args.repeats),
+            "j_prefetch_sweep": prefetch_sweeps(args.revisions),
         }
         summaries = {k: json.loads((Path(tmp) / k / "summary.json").read_text()) for k in ("d", "e")}
     results["g_intervals_16x16_2000_sequences"] = intervals_cost()
@@ -473,6 +616,7 @@ def main(argv=None) -> None:
         "ablation_over_full_model_ablation": results["h_ablation_vs_full_model_ablation"]["ratio"],
         "clear_verdict_recipe_adaptive_over_bare_pass":
             results["i_clear_verdict_recipe"]["recipe_adaptive_over_bare_pass"],
+        "sweep_with_over_without_prefetch": results["j_prefetch_sweep"]["ratio_jobs_wall"],
     }
     results["adaptive"] = {k: summaries["e"]["ablation"][k] for k in ("sequences_used", "stopped_early", "interval",
                                                                         "effect")}

@@ -205,6 +205,15 @@ class WandbConfig:
 
 
 @dataclass
+class HubConfig:
+    """Reading checkpoints from the Hugging Face Hub (or the mirror ``HF_ENDPOINT`` names)."""
+
+    # In a sweep run by the basic launcher: fetch the next jobs' checkpoints while the current
+    # one is analysed, this many ahead (emergence/prefetch.py); 0: each job downloads its own.
+    prefetch: int = 1
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     revision: RevisionConfig = MISSING
@@ -213,6 +222,7 @@ class Config:
     ablate: AblateConfig = field(default_factory=AblateConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    hub: HubConfig = field(default_factory=HubConfig)
     device: str = "auto"  # auto: cuda if available, else cpu
     cache_dir: str = "${emergence_cache_dir:}"  # toy panels and cached measurements live here
     # Per-head measurements are cached under ${cache_dir}/measurements (delete it to clear): a
@@ -302,6 +312,8 @@ def validate(cfg: Config) -> None:
         validate_toy_recipe(cfg.model.toy)
     if cfg.wandb.mode not in WANDB_MODES:
         _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)} (the default is $WANDB_MODE)")
+    if cfg.hub.prefetch < 0:
+        _fail("hub.prefetch", cfg.hub.prefetch, "must be >= 0 checkpoints ahead (0: no prefetching)")
     check_device(cfg.device)
 
 
@@ -374,9 +386,9 @@ def validate_for_model(cfg: Config, hf_config) -> None:
 
 
 def config_digest(cfg: Config) -> str:
-    """Names what a run computes: its config without the W&B and resume settings."""
+    """Names what a run computes: its config without the W&B, resume and download settings."""
     content = OmegaConf.to_container(OmegaConf.structured(cfg))
-    for key in ("wandb", "resume"):
+    for key in ("wandb", "resume", "hub"):
         content.pop(key, None)
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

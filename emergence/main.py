@@ -7,6 +7,7 @@ failing job, Ctrl-C without a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import shutil
@@ -22,7 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence import ablation, cache, capture, checkpoints, probe, results, screen, sinks, stats, sweep, tracking
+from emergence import (ablation, cache, capture, checkpoints, prefetch, probe, results, screen, sinks, stats, sweep,
+                       tracking)
 from emergence.config import Config, UsageError, config_digest, validate, validate_for_model
 from emergence.toy import train as toy_train
 
@@ -49,6 +51,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     if cfg.model.toy is not None:
         toy_train.ensure_trained(cfg.model)
     src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
+    if prefetch.fetched_by_sweep(src.path, src.revision):  # the sweep downloaded it: count it, and clean it up
+        src = dataclasses.replace(src, cached_before=False)
     hf_config = checkpoints.load_config(cfg, src)
     validate_for_model(cfg, hf_config)
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
@@ -71,7 +75,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
     if need_model and device.type == "cuda" and p.auto_batch:
         batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), p.seq_len, hf_config, dtype)
     lap("load")
-    download = {"bytes_downloaded": checkpoints.downloaded_bytes(src), "load_seconds": timings["load"]}
+    download = {"bytes_downloaded": checkpoints.downloaded_bytes(src), "load_seconds": timings["load"],
+                **prefetch.arrival(src.path, src.revision)}
 
     name = f"{cfg.model.key}@{revision.name or 'as-is'}"
     run_config = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": revision.step, "tokens": revision.tokens}
@@ -135,7 +140,8 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         tracking.log_checkpoint(run, summary, rows, figure)
         tracking.plt.close(figure)
     if cfg.model.cleanup:  # the results are written: the weights can go
-        freed = checkpoints.remove_from_cache(src)
+        with prefetch.no_download_running():
+            freed = checkpoints.remove_from_cache(src)
         log.info(f"cleanup: removed {src.path}@{src.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
     for line in results.report_lines(summary, scr, out_dir):
         log.info(line)

@@ -1,0 +1,217 @@
+"""Downloads overlapped with analysis: while a sweep's job analyses its checkpoint, the next
+jobs' checkpoints are fetched into the Hugging Face cache (``hub.prefetch`` of them ahead).
+
+``Prefetch`` is a Hydra callback (registered in ``conf/config.yaml``). Under the basic
+launcher a multirun's jobs run one after another in this process, so at each job's start it
+knows the jobs still to come: it composes them from the sweep's overrides as the basic
+sweeper does. One background thread has the Hub revisions downloaded, one at a time and in
+job order: the starting job's own (if no earlier job fetched it; the job waits for it) and
+then the next ones, while the job runs. Each download is a child process
+(``python -m emergence.prefetch REPO REVISION``), so that it does not compete with the
+analysis for this process's interpreter lock. Other launchers run jobs elsewhere: nothing is prefetched
+and each job downloads its own checkpoint, as with ``hub.prefetch=0``.
+
+A prefetch never raises: a revision it could not fetch (unreachable server, too big for the
+free disk, an error) is downloaded, and its errors reported, by its own job as without it.
+A revision this sweep fetched counts as downloaded by the sweep (``summary.download``, and
+``model.cleanup`` removes it once its results are written).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+# What ``checkpoints.load_model`` reads of a revision: safetensors only, never pickles.
+WEIGHTS = ["*.safetensors", "*.safetensors.index.json", "generation_config.json"]
+# The cache's config.json is what marks a revision as there (``checkpoints.source``); it is
+# fetched last, so that a download cut short is not mistaken for a complete one.
+MARKER = "config.json"
+
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+Key = tuple[str, str]  # (repo id, revision)
+
+
+class Downloader:
+    """One background thread that has Hub revisions fetched into the cache, one at a time (the
+    whole bandwidth for the one a job needs next), in the order they are asked for."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Key] = queue.Queue()
+        self._finished: dict[Key, threading.Event] = {}
+        self.fetched: set[Key] = set()  # revisions this sweep put in the cache
+        self.busy = threading.Lock()  # held during a download
+        threading.Thread(target=self._work, name="prefetch", daemon=True).start()
+
+    def ask(self, key: Key) -> None:
+        if key not in self._finished:  # asked again (or already fetched): nothing to do
+            self._finished[key] = threading.Event()
+            self._queue.put(key)
+
+    def asked(self, key: Key) -> bool:
+        return key in self._finished
+
+    def wait(self, key: Key) -> None:
+        if key in self._finished:
+            self._finished[key].wait()
+
+    def _work(self) -> None:
+        from emergence.checkpoints import hub_reachable  # here, not at the top: the child needs no torch
+
+        while True:
+            key = self._queue.get()
+            with self.busy:
+                # a failure is the job's to report: it downloads the revision itself
+                if hub_reachable():
+                    repo, revision = key
+                    done = subprocess.run([sys.executable, "-m", __name__, repo, revision or "main"],
+                                          capture_output=True, text=True)  # its progress bars stay out of the job's output
+                    if done.returncode == 0 and done.stdout.strip() == "fetched":
+                        self.fetched.add(key)
+                    else:
+                        log.debug(f"prefetch of {repo}@{revision}: {(done.stdout + done.stderr).strip()[-500:]}")
+                self._finished[key].set()
+
+
+def fetch(repo: str, revision: str) -> bool:
+    """Download ``repo@revision``'s weights and config into the Hugging Face cache if the free
+    disk holds them; True if it did."""
+    from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
+
+    files = HfApi().list_repo_tree(repo, revision=revision)  # with their sizes (a mirror's model_info has none)
+    size = sum(f.size for f in files if any(fnmatch.fnmatch(f.path, p) for p in WEIGHTS))
+    cache = Path(constants.HF_HUB_CACHE)
+    cache.mkdir(parents=True, exist_ok=True)
+    if size > shutil.disk_usage(cache).free:
+        return False
+    snapshot_download(repo, revision=revision, allow_patterns=WEIGHTS)
+    hf_hub_download(repo, MARKER, revision=revision)
+    return True
+
+
+_downloader: Downloader | None = None  # the sweep's, once a job asked for a prefetch
+_started: dict[Key, dict] = {}  # per revision, how its job found it: {"prefetched", "wait_seconds"}
+
+
+def arrival(repo: str, revision: str | None) -> dict:
+    """How the job of ``repo@revision`` got its files (``summary.download``): ``prefetched``,
+    fetched by the sweep during an earlier job, and ``wait_seconds`` it still waited for them
+    at its start (the whole download for a job whose revision no earlier job fetched)."""
+    return _started.get((repo, revision), {"prefetched": False, "wait_seconds": 0.0})
+
+
+def fetched_by_sweep(repo: str, revision: str | None) -> bool:
+    """In the cache because this sweep's prefetch downloaded it (so not "cached before")."""
+    return _downloader is not None and (repo, revision) in _downloader.fetched
+
+
+@contextmanager
+def no_download_running():
+    """Removing a revision from the cache while a download links a blob both share would leave
+    that link dangling: cleanup waits for the download in progress, if any."""
+    if _downloader is None:
+        yield
+    else:
+        with _downloader.busy:
+            yield
+
+
+class Prefetch(Callback):
+    """The Hydra callback: at each job's start, fetch its revision and the next ``hub.prefetch``."""
+
+    def __init__(self) -> None:
+        self.master: DictConfig | None = None  # the multirun's config, from which jobs are composed
+        self.jobs: list[list[str]] = []  # every job's overrides, in launch order
+        self.revisions: dict[int, Key | None] = {}  # job number -> what it downloads (None: nothing)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            return  # no network: nothing can be fetched
+        hydra = config.hydra
+        if hydra.launcher._target_ == BASIC_LAUNCHER and hydra.sweeper._target_ == BASIC_SWEEPER:
+            self.master, self.jobs = config, job_overrides(config)
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        global _downloader
+        if not self.jobs or config.hub.prefetch == 0:
+            return
+        _downloader = _downloader or Downloader()
+        num = config.hydra.job.num
+        wanted = [self.revision(j) for j in range(num, min(num + 1 + config.hub.prefetch, len(self.jobs)))]
+        mine = wanted[0]
+        ahead = mine is not None and _downloader.asked(mine)  # by an earlier job
+        for key in filter(None, wanted):
+            _downloader.ask(key)
+        if mine is not None:
+            start = time.perf_counter()
+            _downloader.wait(mine)
+            _started[mine] = {"prefetched": ahead and mine in _downloader.fetched,
+                              "wait_seconds": round(time.perf_counter() - start, 3)}
+
+    def revision(self, num: int) -> Key | None:
+        if num not in self.revisions:
+            self.revisions[num] = hub_download_of(self.master, self.jobs[num], num)
+        return self.revisions[num]
+
+
+def job_overrides(config: DictConfig) -> list[list[str]]:
+    """Every job's overrides in launch order, as ``BasicSweeper.sweep`` computes them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key | None:
+    """The Hub revision job ``num`` will download: None for a local checkpoint, one already in
+    the cache, a job resume will skip, or one whose config does not resolve (the job itself
+    then says why)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from emergence import checkpoints, results
+    from emergence.config import UsageError, config_digest
+
+    current = HydraConfig.instance().cfg
+    try:
+        job = GlobalHydra.instance().config_loader().load_sweep_config(master, overrides)
+        with open_dict(job):
+            job.hydra.job.num = job.hydra.job.id = num
+        HydraConfig.instance().set_config(job)  # the job's own ${hydra:...} values, as run_job sets them
+        out_dir = Path(job.hydra.sweep.dir) / str(job.hydra.sweep.subdir)  # where run_job puts it
+        with open_dict(job):
+            del job["hydra"]  # what the task function gets (run_job's task_cfg)
+        cfg = OmegaConf.to_object(job)
+        if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
+            return None
+        src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
+    except (UsageError, ValueError) as err:
+        log.debug(f"no prefetch for job {num}: {err}")
+        return None
+    finally:
+        HydraConfig.instance().cfg = current
+    return None if src.local_only else (src.path, src.revision)
+
+
+if __name__ == "__main__":  # the downloader's child process: python -m emergence.prefetch REPO REVISION
+    print("fetched" if fetch(sys.argv[1], sys.argv[2]) else "skipped: larger than the free disk")
