@@ -275,9 +275,11 @@ def panel_overrides(traj: Trajectory) -> tuple[list[str], list[str]]:
     return next(iter(found.values()))
 
 
-def launch_round(sweep_dir: Path, traj: Trajectory, revisions: list[str], extra: list[str]) -> None:
-    """One multirun of ``python -m emergence`` over ``revisions`` with the panel runs' configuration."""
-    task, launch = panel_overrides(traj)
+def launch_round(sweep_dir: Path, model: str, panel: tuple[list[str], list[str]], revisions: list[str],
+                 extra: list[str]) -> None:
+    """One multirun of ``python -m emergence`` over ``revisions`` with the panel runs' configuration
+    (``panel``: their task and launcher overrides, ``panel_overrides``)."""
+    task, launch = panel
     user_task = [o for o in extra if not is_hydra(override_key(o))]
     user_launch = [o for o in extra if is_hydra(override_key(o))]
     asks_for_ablation = any(override_key(o).startswith("ablate.") for o in user_task)
@@ -287,7 +289,7 @@ def launch_round(sweep_dir: Path, traj: Trajectory, revisions: list[str], extra:
         ["revision=custom", f"revision.name={','.join(revisions)}"], user_task,
         launch, user_launch,
         # The jobs' own folder (with its multirun.yaml and list of failures) inside the sweep's.
-        [f"hydra.sweep.dir={sweep_dir / REFINE_FOLDER / traj.model}", "hydra.sweep.subdir=${revision.name}"])
+        [f"hydra.sweep.dir={sweep_dir / REFINE_FOLDER / model}", "hydra.sweep.subdir=${revision.name}"])
     subprocess.run([sys.executable, "-m", "emergence", "-m", *overrides], check=False)
 
 
@@ -313,13 +315,16 @@ def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: boo
     """Rounds until every milestone of every model is one interval (or has no bracket); returns
     and writes ``refined.json``."""
     sweep_dir = Path(sweep_dir).resolve()
+    # Per model, read once: the panel runs' overrides and the checkpoints that exist.
+    configuration: dict[str, tuple[list[str], list[str]]] = {}
     existing: dict[str, list[PanelEntry]] = {}
     for round_number in itertools.count(1):
         trajectories = load_runs([sweep_dir])
         plans = {}
         for model, traj in trajectories.items():
             if model not in existing:
-                task, _ = panel_overrides(traj)
+                configuration[model] = panel_overrides(traj)
+                task = configuration[model][0]
                 cfg = compose_config(merge_overrides(task, [o for o in overrides if not is_hydra(override_key(o))]))
                 existing[model] = existing_checkpoints(cfg)
             plans[model] = plan_model(traj, existing[model], milestones, per_round, scan,
@@ -332,7 +337,7 @@ def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: boo
                 open_milestones = [name for name, r in plan.refinements.items() if not r.complete]
                 print(f"refine round {round_number}: {model}: analysing {', '.join(plan.pending)} "
                       f"for {', '.join(open_milestones)}", flush=True)
-                launch_round(sweep_dir, trajectories[model], plan.pending, list(overrides))
+                launch_round(sweep_dir, model, configuration[model], plan.pending, list(overrides))
                 failed = failures(sweep_dir, model, plan.pending)
                 if failed:
                     raise RuntimeError(f"{model}: {len(failed)} refinement job(s) failed ({'; '.join(failed)}); "
