@@ -2,9 +2,10 @@
 
 An ablated head has its slice of the input to the output projection replaced: by zero
 (``zero``, the reference) or by its batch mean at that position (``mean``). We score
-the prediction of B at T-1 for the induction circuit ablated and for matched-random
-control sets (same number of heads from the same layers). Conditions are stacked along
-the batch dimension, so all control sets share each forward pass.
+the prediction of B at T-1 for the induction circuit ablated and for control sets (as
+many heads from the same layers, drawn from the heads outside the circuit: "matched-random
+controls", or "controls"). Conditions are stacked along the batch dimension, so all
+control sets share each forward pass. The step's result is an ``AblationResult``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -21,9 +22,63 @@ from tqdm.auto import tqdm
 
 from emergence import capture, stats, verdict
 from emergence.probe import ProbeBatch
+from emergence.record import Record
 from emergence.screen import head_name, parse_head_name
 
 METRICS = ("loss", "top1", "top5", "logit_b")
+
+
+@dataclass
+class Metrics(Record):
+    """Next-token metrics of B at T-1, means over the sequences scored."""
+
+    loss: float  # cross-entropy of B (nats)
+    top1: float  # share of sequences whose top-1 prediction is B
+    top5: float  # share whose top-5 predictions hold B
+    logit_b: float  # B's logit
+
+    @classmethod
+    def of(cls, means: dict[str, float]) -> "Metrics":
+        return cls(**{m: float(means[m]) for m in METRICS})
+
+
+@dataclass
+class ControlSet(Record):
+    """One control set: its heads ablated together, and the metrics of B then."""
+
+    heads: list[str]  # "L4H4", ...
+    metrics: Metrics
+
+
+@dataclass
+class Effect(Record):
+    """How much the circuit's ablation raises the loss of B, against the controls' mean rise (nats)."""
+
+    circuit_loss_increase: float
+    controls_loss_increase_mean: float | None  # None without controls
+    ratio: float | None  # circuit rise / controls' rise; None unless the controls raised the loss
+    causal: bool | None  # the circuit's rise exceeds causal_factor x |controls' rise|; None without controls
+    intervals: dict | None = None  # ``stats.effect_intervals``: paired bootstrap over the sequences used
+
+
+@dataclass
+class AblationResult(Record):
+    """The ablation step's record (``summary.json`` ``ablation``): clean vs the circuit ablated vs controls."""
+
+    enabled: bool
+    mode: str  # zero | mean
+    causal_factor: float
+    sequences: str  # adaptive | all
+    clean: Metrics  # the probe pass's clean metrics, over every sequence
+    heads: list[str] | None = None  # the user's head set (ablate.heads), ablated instead of the screened circuit
+    circuit: Metrics | None = None  # None: not ablated (disabled, or an empty circuit)
+    controls: list[ControlSet] = field(default_factory=list)
+    effect: Effect | None = None
+    sequences_used: int | None = None  # the first n probe sequences ablated (adaptive runs stop early)
+    stopped_early: bool | None = None
+    clean_loss_used: float | None = None  # the clean loss of B over the sequences used: the effect's baseline
+    interval: dict | None = None  # the causal criterion's interval (``verdict.interval``)
+    note: str | None = None  # why there is no verdict or no ratio
 
 
 def metrics_per_sequence(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -37,16 +92,6 @@ def metrics_per_sequence(logits: torch.Tensor, target: torch.Tensor) -> torch.Te
                         (top5 == target[:, None]).any(-1), logits.gather(1, target[:, None])[:, 0]], dim=-1).double()
 
 
-def score_logits(logits: torch.Tensor, target: torch.Tensor, per_sequence: list | None = None) -> dict[str, float]:
-    """logits [b, V] at T-1, target [b] -> metric *sums* over the b sequences. Each sequence's
-    loss of B is also appended to ``per_sequence`` when given: adaptive ablation pairs the
-    ablated losses with the clean ones sequence by sequence."""
-    rows = metrics_per_sequence(logits, target)
-    if per_sequence is not None:
-        per_sequence.append(rows[:, 0].cpu())
-    return dict(zip(METRICS, rows.sum(0).tolist()))
-
-
 def _per_layer(circuit: list[tuple[int, int]]) -> Counter:
     return Counter(layer for layer, _ in circuit)
 
@@ -55,10 +100,10 @@ def control_shortfall(circuit: list[tuple[int, int]], n_heads: int) -> str | Non
     """Why no matched control exists (a layer with fewer non-circuit heads than circuit heads), or None."""
     short = [f"L{layer} ({k} circuit heads, {n_heads - k} others)"
              for layer, k in sorted(_per_layer(circuit).items()) if n_heads - k < k]
-    return None if not short else "no matched-random control: too few non-circuit heads in " + ", ".join(short)
+    return None if not short else "no control set: too few non-circuit heads in " + ", ".join(short)
 
 
-def matched_random_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: int,
+def control_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: int,
                         seed: int) -> list[list[tuple[int, int]]]:
     """Up to ``n_sets`` distinct head sets with as many heads per layer as the circuit, drawn
     without replacement from that layer's non-circuit heads (check ``control_shortfall``
@@ -77,7 +122,7 @@ def matched_random_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: in
     return sets
 
 
-def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], causal_factor: float) -> dict:
+def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], causal_factor: float) -> Effect:
     """How much the circuit's ablation raises the loss of B, against the controls' mean rise.
 
     The ratio is only defined over a positive control rise: over zero or a fall it would
@@ -86,13 +131,10 @@ def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], 
     by its size, so that noise around zero does not pass; None without controls."""
     circuit_rise = circuit_loss - clean_loss
     if not control_losses:
-        return {"circuit_loss_increase": circuit_rise, "random_loss_increase_mean": None, "ratio": None,
-                "causal": None}
+        return Effect(circuit_rise, None, None, None)
     control_rise = float(np.mean(control_losses) - clean_loss)
-    return {"circuit_loss_increase": circuit_rise,
-            "random_loss_increase_mean": control_rise,
-            "ratio": circuit_rise / control_rise if control_rise > 0 else None,
-            "causal": bool(circuit_rise > causal_factor * abs(control_rise))}
+    return Effect(circuit_rise, control_rise, circuit_rise / control_rise if control_rise > 0 else None,
+                  bool(circuit_rise > causal_factor * abs(control_rise)))
 
 
 def head_mask(heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> torch.Tensor:
@@ -202,37 +244,37 @@ def last_position_only(layer, out_proj, attention):
 
 @dataclass
 class Ablated:
-    """What ``run_ablation`` measured over the ``n`` sequences it used (the first ``n`` of the probe)."""
+    """What ``run_ablation`` measured over the ``n`` sequences it used (the first ``n`` of the probe),
+    for each head set in the order given."""
 
-    scores: dict[str, dict[str, float]]  # condition -> mean metrics of B at T-1
-    loss: dict[str, np.ndarray]  # condition -> per-sequence loss of B [n]
+    scores: list[Metrics]  # per head set: mean metrics of B at T-1
+    loss: np.ndarray  # [head sets, n] per-sequence loss of B
     n: int
 
 
-def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tuple[int, int]]],
+def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int, int]]],
                  batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
-    """Metrics of B at T-1 for each named head set ablated, all sets sharing each pass.
+    """Metrics of B at T-1 for each head set ablated, all sets sharing each pass.
 
     Layers below the lowest ablated one run once per minibatch (``shared_prefix``), and the
     last layer's attention, output projection and MLP only at the last position
     (``last_position_only``);
     each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses
-    so far, may end the run after any minibatch (adaptive ablation)."""
-    names = list(conditions)
-    masks = torch.stack([head_mask(conditions[c], arch.n_layers, arch.n_heads) for c in names])
-    k = len(names)
+    so far ([head sets, sequences]), may end the run after any minibatch (adaptive ablation)."""
+    masks = torch.stack([head_mask(heads, arch.n_layers, arch.n_heads) for heads in head_sets])
+    k = len(head_sets)
     ablated_layers = masks.any(dim=(0, 2)).nonzero()
     layers = decoder_layers(model, arch)
     suffix = layers[int(ablated_layers[0]) if len(ablated_layers) else 0:]
     device = next(model.parameters()).device
     sums = torch.zeros(k, len(METRICS), dtype=torch.float64)
-    losses: list[torch.Tensor] = []  # per minibatch, [k, b]: each condition's loss of B per sequence
+    losses: list[torch.Tensor] = []  # per minibatch, [k, b]: each head set's loss of B per sequence
     n = 0
     with torch.inference_mode():
         for start in tqdm(range(0, batch.n, batch_size), desc="ablate", unit="batch", leave=False):
             stop_at = min(start + batch_size, batch.n)
             b = stop_at - start
-            row_masks = masks.repeat_interleave(b, dim=0)  # condition-major, as shared_prefix repeats rows
+            row_masks = masks.repeat_interleave(b, dim=0)  # head-set-major, as shared_prefix repeats rows
             with shared_prefix(suffix, b, k), ablating(arch, row_masks, position_mean), \
                     last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]):
                 logits = model(batch.tokens[start:stop_at].to(device), logits_to_keep=1, use_cache=False).logits[:, -1]
@@ -241,98 +283,88 @@ def run_ablation(model, arch, batch: ProbeBatch, conditions: dict[str, list[tupl
             sums += rows.sum(1)
             losses.append(rows[..., 0])
             n = stop_at
-            if stop is not None and stop_at < batch.n and stop(per_condition(names, losses)):
+            if stop is not None and stop_at < batch.n and stop(torch.cat(losses, dim=1).numpy()):
                 break
     means = (sums / n).tolist()
-    return Ablated({c: dict(zip(METRICS, means[i])) for i, c in enumerate(names)}, per_condition(names, losses), n)
-
-
-def per_condition(names: list[str], losses: list[torch.Tensor]) -> dict[str, np.ndarray]:
-    """The minibatches' [k, b] losses -> condition -> per-sequence loss of B [n]."""
-    joined = torch.cat(losses, dim=1).numpy()
-    return {c: joined[i] for i, c in enumerate(names)}
+    return Ablated([Metrics.of(dict(zip(METRICS, m))) for m in means], torch.cat(losses, dim=1).numpy(), n)
 
 
 class AdaptiveStop:
-    """``run_ablation``'s ``stop`` for ``ablate.sequences=adaptive``: from ``min_sequences`` on,
-    every minibatch is a look; stop once the look's interval of the causal criterion
-    (``verdict``) excludes zero. ``last`` is the interval of the last look."""
+    """``run_ablation``'s ``stop`` for ``ablate.sequences=adaptive`` (head set 0 the circuit, the
+    rest its controls): from ``min_sequences`` on, every minibatch is a look; stop once the look's
+    interval of the causal criterion (``verdict``) excludes zero. ``last`` is the interval of the last look."""
 
-    def __init__(self, settings, clean_loss: np.ndarray, n_controls: int):
-        self.settings, self.clean_loss, self.n_controls = settings, clean_loss, n_controls
+    def __init__(self, settings, clean_loss: np.ndarray):
+        self.settings, self.clean_loss = settings, clean_loss
         self.looks = 0
         self.last: dict | None = None
 
-    def __call__(self, loss: dict[str, np.ndarray]) -> bool:
-        if len(loss["circuit"]) < self.settings.min_sequences:
+    def __call__(self, loss: np.ndarray) -> bool:
+        if loss.shape[1] < self.settings.min_sequences:
             return False
         self.looks += 1
-        values = criterion_values(self.clean_loss, loss, self.n_controls, self.settings.causal_factor)
-        self.last = verdict.interval(values, self.settings.confidence, self.looks)
+        self.last = verdict.interval(criterion_values(self.clean_loss, loss, self.settings.causal_factor),
+                                     self.settings.confidence, self.looks)
         return verdict.decided(self.last)
 
 
-def criterion_values(clean_loss: np.ndarray, loss: dict[str, np.ndarray], n_controls: int,
-                     causal_factor: float) -> np.ndarray:
-    """The causal criterion's two per-sequence branches (``verdict.branches``) over the sequences measured."""
-    n = len(loss["circuit"])
-    controls = np.stack([loss[f"random_{i}"] for i in range(n_controls)])
-    return verdict.branches(clean_loss[:n], loss["circuit"], controls, causal_factor)
+def criterion_values(clean_loss: np.ndarray, loss: np.ndarray, causal_factor: float) -> np.ndarray:
+    """The causal criterion's two per-sequence branches (``verdict.branches``) over the sequences
+    measured; ``loss`` [head sets, n]: the circuit's row first, then its controls'."""
+    n = loss.shape[1]
+    return verdict.branches(clean_loss[:n], loss[0], loss[1:], causal_factor)
 
 
 def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: list[tuple[int, int]],
            clean_metrics: dict, clean_loss: np.ndarray, position_mean: torch.Tensor | None,
-           stats_settings) -> dict:
-    """The ablation step's record: clean vs ``circuit`` ablated vs matched-random controls.
-
-    ``stats_settings`` (the run's ``StatsConfig``) sizes the effect's paired bootstrap.
+           stats_settings) -> AblationResult:
+    """The ablation step: clean vs ``circuit`` ablated vs its controls.
 
     ``settings`` is the run's ``AblateConfig``; with ``settings.heads`` set, those heads
     (validated against the model's shape before the probe pass) replace the screened
     ``circuit``. ``clean_metrics`` and the per-sequence ``clean_loss`` [n] come from the
-    probe pass, ``position_mean`` (mean ablation) from its capture. With
+    probe pass, ``position_mean`` (mean ablation) from its capture; ``stats_settings`` (the
+    run's ``StatsConfig``) sizes the effect's paired bootstrap. With
     ``settings.sequences == "adaptive"`` the run stops once the verdict is decided; the
     metrics are then means over the sequences used, and the effect is against the clean
     loss of the same sequences."""
-    result: dict = {"enabled": settings.enabled, "mode": settings.mode, "causal_factor": settings.causal_factor,
-                    "sequences": settings.sequences, "clean": clean_metrics, "circuit": None, "random": [],
-                    "effect": None}
+    result = AblationResult(enabled=settings.enabled, mode=settings.mode, causal_factor=settings.causal_factor,
+                            sequences=settings.sequences, clean=Metrics.of(clean_metrics))
     if settings.heads is not None:  # the user's head set instead of the screened circuit
         circuit = [parse_head_name(h) for h in settings.heads]
-        result["heads"] = list(settings.heads)
+        result.heads = list(settings.heads)
     if not settings.enabled:
         return result
     if not circuit:
-        result["note"] = "empty induction circuit: nothing to ablate"
+        result.note = "empty induction circuit: nothing to ablate"
         return result
     shortfall = control_shortfall(circuit, arch.n_heads)
-    controls = [] if shortfall else matched_random_sets(circuit, arch.n_heads, settings.n_random, settings.seed)
-    conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
-    # Rows above the shared prefix are len(conditions) x the sequences: as many as a clean pass of batch_size.
-    per_pass = max(1, batch_size // len(conditions))
-    stop = AdaptiveStop(settings, clean_loss, len(controls)) if settings.sequences == "adaptive" and controls else None
-    run = run_ablation(model, arch, batch, conditions, per_pass, position_mean, stop)
+    controls = [] if shortfall else control_sets(circuit, arch.n_heads, settings.n_controls, settings.seed)
+    head_sets = [circuit, *controls]
+    # Rows above the shared prefix are len(head_sets) x the sequences: as many as a clean pass of batch_size.
+    per_pass = max(1, batch_size // len(head_sets))
+    stop = AdaptiveStop(settings, clean_loss) if settings.sequences == "adaptive" and controls else None
+    run = run_ablation(model, arch, batch, head_sets, per_pass, position_mean, stop)
     # Over the whole probe, the probe pass's own mean (today's numbers exactly); else the same sequences' mean.
     clean_used = clean_metrics["loss"] if run.n == batch.n else float(clean_loss[:run.n].mean())
-    result["circuit"] = run.scores["circuit"]
-    result["random"] = [{**run.scores[f"random_{i}"], "heads": [head_name(*h) for h in heads]}
-                        for i, heads in enumerate(controls)]
-    result["effect"] = effect(clean_used, run.scores["circuit"]["loss"],
-                              [s["loss"] for s in result["random"]], settings.causal_factor)
-    result["sequences_used"] = run.n
-    result["stopped_early"] = run.n < batch.n
-    result["clean_loss_used"] = clean_used
+    result.circuit = run.scores[0]
+    result.controls = [ControlSet([head_name(*h) for h in heads], scores)
+                       for heads, scores in zip(controls, run.scores[1:])]
+    result.effect = effect(clean_used, result.circuit.loss, [c.metrics.loss for c in result.controls],
+                           settings.causal_factor)
+    result.sequences_used = run.n
+    result.stopped_early = run.n < batch.n
+    result.clean_loss_used = clean_used
     if controls:
         # The effect's paired bootstrap over the sequences used; then the decisive look's interval of
         # the criterion, or one interval over every sequence used.
-        control_loss = np.stack([run.loss[f"random_{i}"] for i in range(len(controls))])
-        result["effect"]["intervals"] = stats.effect_intervals(clean_loss[:run.n], run.loss["circuit"], control_loss,
-                                                               settings.causal_factor, stats_settings)
-        result["interval"] = (stop.last if stop is not None and run.n < batch.n else verdict.interval(
-            criterion_values(clean_loss, run.loss, len(controls), settings.causal_factor), settings.confidence))
+        result.effect.intervals = stats.effect_intervals(clean_loss[:run.n], run.loss[0], run.loss[1:],
+                                                         settings.causal_factor, stats_settings)
+        result.interval = (stop.last if stop is not None and run.n < batch.n else verdict.interval(
+            criterion_values(clean_loss, run.loss, settings.causal_factor), settings.confidence))
     if shortfall:
-        result["note"] = shortfall
-    elif result["effect"]["ratio"] is None:
-        result["note"] = (f"the matched-random controls did not raise the loss of B "
-                          f"(mean {result['effect']['random_loss_increase_mean']:+.4f}): no ratio")
+        result.note = shortfall
+    elif result.effect.ratio is None:
+        result.note = (f"the controls did not raise the loss of B "
+                       f"(mean {result.effect.controls_loss_increase_mean:+.4f}): no ratio")
     return result

@@ -1,7 +1,7 @@
 """``python -m emergence.bench``: whole-process wall time and peak memory of
 
   (a) ``python -m emergence ... ablate.enabled=false`` (our capture, one pass);
-  (b) the floor: a bare SDPA forward over the same batch, logits at the last position only;
+  (b) the bare forward pass: a bare SDPA forward over the same batch, logits at the last position only;
   (c) the study's approach: eager attention, ``output_attentions=True``, batch 4, every
       [n, layers, heads, T] attention row kept, full logits;
   (d) ``python -m emergence`` with ablation of every probe sequence (``ablate.sequences=all``);
@@ -93,7 +93,7 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     fastest of ``repeats`` alternations."""
     from transformers import AutoModelForCausalLM
 
-    from emergence.ablation import score_logits
+    from emergence.ablation import metrics_per_sequence
     from emergence.capture import ATTN_IMPLEMENTATION, run_probe
     from emergence.checkpoints import Architecture
     bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -106,7 +106,7 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     for _ in range(repeats):
         for sinks, name in ((True, "probe_pass_s"), (False, "probe_pass_without_sink_metric_s")):
             start = time.perf_counter()
-            run_probe(ours, arch, batch, baseline, batch_size, n, False, score_logits, sink_importance=sinks)
+            run_probe(ours, arch, batch, baseline, batch_size, n, False, metrics_per_sequence, sink_importance=sinks)
             times[name].append(time.perf_counter() - start)
         start = time.perf_counter()
         forward(bare, batch, batch_size)
@@ -125,7 +125,7 @@ def ablation_paths(path: str, n: int, repeats: int) -> dict:
     fastest of each; the per-sequence losses of B must agree to 1e-5."""
     from transformers import AutoModelForCausalLM
 
-    from emergence.ablation import matched_random_sets, run_ablation
+    from emergence.ablation import control_sets, run_ablation
     from emergence.capture import ATTN_IMPLEMENTATION
     from emergence.checkpoints import Architecture
     from emergence.screen import parse_head_name
@@ -135,22 +135,21 @@ def ablation_paths(path: str, n: int, repeats: int) -> dict:
     arch = Architecture.of(model)
     batch, _, batch_size = paper_probe(n)
     circuit = [parse_head_name(h) for h in HEADS[0].split("=")[1].strip("[]").split(",")]
-    controls = matched_random_sets(circuit, arch.n_heads, 5, seed=0)
-    conditions = {"circuit": circuit, **{f"random_{i}": heads for i, heads in enumerate(controls)}}
-    per_pass = max(1, batch_size // len(conditions))  # as ablation.ablate sizes its minibatches
+    head_sets = [circuit, *control_sets(circuit, arch.n_heads, 5, seed=0)]
+    per_pass = max(1, batch_size // len(head_sets))  # as ablation.ablate sizes its minibatches
     times: dict[str, list[float]] = {"ablation_s": [], "full_model_ablation_s": []}
     for _ in range(repeats):
         start = time.perf_counter()
-        ours = run_ablation(model, arch, batch, conditions, per_pass).loss
+        ours = run_ablation(model, arch, batch, head_sets, per_pass).loss
         times["ablation_s"].append(time.perf_counter() - start)
         start = time.perf_counter()
-        before = full_model_ablation(model, arch, batch, conditions, per_pass)
+        before = full_model_ablation(model, arch, batch, head_sets, per_pass)
         times["full_model_ablation_s"].append(time.perf_counter() - start)
-    gap = max(float(np.abs(ours[c] - before[c]).max()) for c in conditions)
+    gap = float(np.abs(ours - before).max())
     if gap > 1e-5:
         raise AssertionError(f"the two ablation paths disagree by {gap:.2e} in the loss of B")
     best = {k: round(min(v), 3) for k, v in times.items()}
-    return {**best, "ratio": round(best["ablation_s"] / best["full_model_ablation_s"], 3), "head_sets": len(conditions),
+    return {**best, "ratio": round(best["ablation_s"] / best["full_model_ablation_s"], 3), "head_sets": len(head_sets),
             "max_loss_difference": gap, "repeats": repeats}
 
 
@@ -185,17 +184,17 @@ def clear_verdict_recipe(repeats: int) -> dict:
             bare.append(time.perf_counter() - start)
             for sequences in recipe:
                 summaries[sequences] = analyse(config(sequences), Path(tmp) / f"{sequences}{i}")
-                recipe[sequences].append(sum(summaries[sequences]["timings"][k] for k in RECIPE))
-    verdicts = {k: summaries[k]["ablation"]["effect"]["causal"] for k in recipe}
+                recipe[sequences].append(sum(summaries[sequences].timings[k] for k in RECIPE))
+    verdicts = {k: summaries[k].ablation.effect.causal for k in recipe}
     if verdicts["adaptive"] != verdicts["all"]:
         raise AssertionError(f"adaptive and all ablation disagree on toy_neox L1H3: {verdicts}")
-    adaptive = summaries["adaptive"]["ablation"]
+    adaptive = summaries["adaptive"].ablation
     best_bare = min(bare)
     return {"model": "toy_neox final, ablate.heads=[L1H3]", "bare_forward_s": round(best_bare, 3),
             **{f"recipe_{k}_s": round(min(v), 3) for k, v in recipe.items()},
             **{f"recipe_{k}_over_bare_pass": round(min(v) / best_bare, 3) for k, v in recipe.items()},
-            "causal": verdicts["all"], "sequences_used": adaptive["sequences_used"], "sequences": batch.n,
-            "interval": adaptive["interval"], "repeats": repeats}
+            "causal": verdicts["all"], "sequences_used": adaptive.sequences_used, "sequences": batch.n,
+            "interval": adaptive.interval, "repeats": repeats}
 
 
 # (dtype): small random models, 4 layers x 8 heads (head_dim 16), OLMo's clip_qkv as OLMo-1B-0724.
@@ -252,7 +251,7 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
 
 def probe_measurements(model, n: int):
     """``cache.Measurements`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
-    from emergence.ablation import score_logits
+    from emergence.ablation import metrics_per_sequence
     from emergence.cache import Measurements
     from emergence.capture import run_probe
     from emergence.checkpoints import Architecture
@@ -260,8 +259,8 @@ def probe_measurements(model, n: int):
 
     batch = make_probe_batch(n, DTYPE_SEQ_LEN, 10, DTYPE_VOCAB, 42)
     arch = Architecture.of(model)
-    cap = run_probe(model, arch, batch, baseline_positions(DTYPE_SEQ_LEN, 50), 50, n, False, score_logits)
-    return Measurements.of(cap, arch, np.zeros(n))
+    cap = run_probe(model, arch, batch, baseline_positions(DTYPE_SEQ_LEN, 50), 50, n, False, metrics_per_sequence)
+    return Measurements.of(cap, arch)
 
 
 def relative_error(value: np.ndarray, reference: np.ndarray) -> dict:
@@ -437,26 +436,25 @@ def prefetch_sweeps(n_revisions: int) -> dict:
             "ratio_process_wall": round(with_prefetch["wall_s"] / without["wall_s"], 3)}
 
 
-def full_model_ablation(model, arch, batch, conditions: dict, per_pass: int) -> dict[str, np.ndarray]:
-    """The ablation step as it was before the shared prefix: all head sets stacked along the batch
-    through the whole model. Per-sequence loss of B per condition."""
+def full_model_ablation(model, arch, batch, head_sets: list, per_pass: int) -> np.ndarray:
+    """The ablation step without the shared prefix: all head sets stacked along the batch through
+    the whole model. Per-sequence loss of B [head sets, n]."""
     import torch.nn.functional as F
 
     from emergence.ablation import ablating, head_mask
 
-    names = list(conditions)
-    masks = torch.stack([head_mask(conditions[c], arch.n_layers, arch.n_heads) for c in names])
-    losses: dict[str, list] = {c: [] for c in names}
+    masks = torch.stack([head_mask(heads, arch.n_layers, arch.n_heads) for heads in head_sets])
+    losses: list[list] = [[] for _ in head_sets]
     with torch.inference_mode():
         for start in range(0, batch.n, per_pass):
             tokens = batch.tokens[start:start + per_pass]
             b = len(tokens)
             with ablating(arch, masks.repeat_interleave(b, dim=0)):
-                logits = model(tokens.repeat(len(names), 1), logits_to_keep=1, use_cache=False).logits[:, -1]
-            for i, c in enumerate(names):
-                losses[c].append(F.cross_entropy(logits[i * b:(i + 1) * b].float(), batch.b[start:start + b],
+                logits = model(tokens.repeat(len(head_sets), 1), logits_to_keep=1, use_cache=False).logits[:, -1]
+            for i in range(len(head_sets)):
+                losses[i].append(F.cross_entropy(logits[i * b:(i + 1) * b].float(), batch.b[start:start + b],
                                                  reduction="none").double())
-    return {c: torch.cat(v).numpy() for c, v in losses.items()}
+    return np.stack([torch.cat(v).numpy() for v in losses])
 
 
 def forward(model, batch, batch_size: int) -> None:
@@ -477,7 +475,7 @@ def paper_probe(n: int):
             baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), p.batch_size)
 
 
-def floor(path: str, n: int) -> None:
+def bare_forward(path: str, n: int) -> None:
     """(b): the same batch through the model's own SDPA path, logits at T-1 only."""
     from transformers import AutoModelForCausalLM
 
@@ -564,11 +562,11 @@ def main(argv=None) -> None:
     p.add_argument("--revisions", type=int, default=6, help="the sweep of (j): revisions served by the Hub server")
     p.add_argument("--only", choices=(*IN_PROCESS, *SWEEPS), default=None,
                    help="run just this comparison (quicker than the whole benchmark)")
-    p.add_argument("--floor", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--bare", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.floor:
-        return floor(args.floor, args.sequences)
+    if args.bare:
+        return bare_forward(args.bare, args.sequences)
     if args.study:
         return study(args.study, args.sequences)
 
@@ -587,7 +585,7 @@ def main(argv=None) -> None:
                 "reuse=false", "resume=false"]
         results = {
             "a_emergence_no_ablation": measure([*ours, "ablate.enabled=false", f"hydra.run.dir={tmp}/a"]),
-            "b_floor_sdpa_last_logits": measure([sys.executable, "-m", "emergence.bench", "--floor",
+            "b_bare_forward_sdpa_last_logits": measure([sys.executable, "-m", "emergence.bench", "--bare",
                                                  str(model_dir), "--sequences", str(n)]),
             "c_study_eager_all_rows": measure([sys.executable, "-m", "emergence.bench", "--study",
                                                str(model_dir), "--sequences", str(n)]),
@@ -600,7 +598,7 @@ def main(argv=None) -> None:
         }
         summaries = {k: json.loads((Path(tmp) / k / "summary.json").read_text()) for k in ("d", "e")}
     results["g_intervals_16x16_2000_sequences"] = intervals_cost()
-    a, b, c = (results[k] for k in ("a_emergence_no_ablation", "b_floor_sdpa_last_logits", "c_study_eager_all_rows"))
+    a, b, c = (results[k] for k in ("a_emergence_no_ablation", "b_bare_forward_sdpa_last_logits", "c_study_eager_all_rows"))
     bare = b["forward_s"]
     d, e = (summaries[k]["timings"] for k in ("d", "e"))
     results["ratios"] = {

@@ -20,10 +20,11 @@ import numpy as np
 
 import emergence
 from emergence import spectral
+from emergence.ablation import METRICS
 from emergence.results import atomic_write_bytes, npz_bytes
 
-# Bump when the capture or the probe changes numerically: old entries then stop matching.
-MEASUREMENT_VERSION = 3  # 2: per-sequence attentions, the null's sums and clean losses of B; 3: sink importance
+# Bump when the capture, the probe or what an entry holds changes: old entries then stop matching.
+MEASUREMENT_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Measurements:
     pr: np.ndarray  # [layers, heads]
     entropy_rank: np.ndarray  # [layers, heads]
     spectral_n: int
-    clean_metrics: dict
+    clean_metrics: dict  # the clean model's metrics of B at T-1 (``ablation.METRICS``), means over sequences
     clean_loss: np.ndarray  # [n] per-sequence clean loss of B, in probe order
     model_type: str
     n_layers: int
@@ -54,13 +55,15 @@ class Measurements:
         return sequence_mean(self.sink_importance)
 
     @classmethod
-    def of(cls, cap, arch, clean_loss: np.ndarray) -> "Measurements":
-        """Reduce a probe pass (``capture.Capture``, with its per-sequence clean losses) to what
-        the screen, spectral, interval and ablation steps keep."""
-        return cls(targets=cap.targets, sink_importance=cap.sink_importance, null_sums=cap.null_sums, clean_loss=clean_loss,
+    def of(cls, cap, arch) -> "Measurements":
+        """Reduce a probe pass (``capture.Capture``, scored with ``ablation.metrics_per_sequence``) to
+        what the screen, spectral, interval and ablation steps keep."""
+        clean_metrics = dict(zip(METRICS, cap.scores.mean(axis=0).tolist()))
+        return cls(targets=cap.targets, sink_importance=cap.sink_importance, null_sums=cap.null_sums,
+                   clean_loss=cap.scores[:, METRICS.index("loss")],
                    pr=spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n),
                    entropy_rank=spectral.entropy_rank(cap.gram),
-                   spectral_n=cap.spectral_n, clean_metrics=cap.clean_metrics, model_type=arch.model_type,
+                   spectral_n=cap.spectral_n, clean_metrics=clean_metrics, model_type=arch.model_type,
                    n_layers=arch.n_layers, n_heads=arch.n_heads, head_dim=arch.head_dim)
 
 

@@ -341,7 +341,7 @@ class Capture:
     total: np.ndarray  # [layers, heads, d] float64
     spectral_n: int
     position_mean: torch.Tensor | None  # [layers, T, heads, d] head outputs averaged over the batch
-    clean_metrics: dict[str, float]  # clean next-token metrics of B at T-1
+    scores: np.ndarray  # [n, metrics] float64: ``score`` of each sequence's clean logits at T-1
     null_sums: np.ndarray  # [layers, heads, draws] float64 (draws = 0 without the null)
 
 
@@ -351,7 +351,8 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
     """Forward the probe in minibatches under a Recorder.
 
     ``arch`` is the model's ``checkpoints.Architecture``; ``score(logits [b, V], b [b])``
-    returns summed next-token metrics, which we accumulate for the clean model;
+    returns each sequence's next-token metrics [b, metrics] (``ablation.metrics_per_sequence``),
+    kept for the clean model;
     ``null_positions`` [draws, n] are the reference null's random key positions;
     ``sink_importance=False`` skips Gu et al.'s metric (the benchmark prices it that way).
     """
@@ -362,7 +363,7 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
     layer_of = {id(a): i for i, a in enumerate(arch.attentions)}
     rec = Recorder(n, layer_of, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
                    spectral_n, keep_position_means, device, null_positions, sink_importance)
-    sums: dict[str, float] = {}
+    scores: list[torch.Tensor] = []  # per minibatch, [b, metrics]
     _listener = rec
     try:
         with torch.inference_mode():
@@ -377,8 +378,7 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
                 rec.end_batch()
                 if not rec.finite:
                     raise non_finite(model.dtype)
-                for k, v in score(logits, batch.b[start:stop].to(device)).items():
-                    sums[k] = sums.get(k, 0.0) + v
+                scores.append(score(logits, batch.b[start:stop].to(device)).cpu())
     finally:
         _listener = None
     return Capture(
@@ -388,6 +388,6 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
         total=rec.total.cpu().numpy(),
         spectral_n=spectral_n,
         position_mean=None if rec.position_sum is None else (rec.position_sum / n).to(model.dtype),
-        clean_metrics={k: v / n for k, v in sums.items()},
+        scores=torch.cat(scores).double().numpy(),
         null_sums=rec.null_sums.cpu().numpy(),
     )

@@ -147,7 +147,7 @@ class PerClassThresholds:
     duplicate_token: Optional[float] = None
     previous_token: Optional[float] = None
     self: Optional[float] = None
-    first_token: Optional[float] = None
+    bos: Optional[float] = None
     local: Optional[float] = None
 
     def overrides(self) -> Dict[str, float]:
@@ -168,7 +168,7 @@ class ThresholdConfig:
 class AblateConfig:
     enabled: bool = True
     mode: str = "zero"  # zero (the reference) | mean (the batch mean of the head's output at each position)
-    n_random: int = 5  # matched-random control sets (same number of heads from the same layers)
+    n_controls: int = 5  # control sets (as many heads from the same layers, outside the circuit)
     causal_factor: float = 3.0  # causal: circuit's loss-of-B rise > this x the size of the controls' mean change
     seed: int = 0
     heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
@@ -289,8 +289,8 @@ def validate(cfg: Config) -> None:
     for name in a.heads or []:
         if parse_head_name(name) is None:
             _fail("ablate.heads", name, "name heads like L4H4 (layer 4, head 4)")
-    if a.n_random < 5:
-        _fail("ablate.n_random", a.n_random, "must be >= 5 matched-random control sets")
+    if a.n_controls < 5:
+        _fail("ablate.n_controls", a.n_controls, "must be >= 5 control sets")
     if not a.causal_factor > 0:
         _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
     if a.sequences not in ABLATE_SEQUENCES:

@@ -8,7 +8,6 @@ failing job, Ctrl-C without a traceback.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import shutil
 import sys
@@ -31,7 +30,7 @@ from emergence.toy import train as toy_train
 log = logging.getLogger(__name__)
 
 
-def analyse(cfg: Config, out_dir: Path) -> dict:
+def analyse(cfg: Config, out_dir: Path) -> results.RunSummary:
     """Run the recipe on the checkpoint ``cfg`` names; write and return its summary."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -86,12 +85,10 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
         cap = None
         if cached is None or mean_ablation:
             log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {name}")
-            clean_loss: list = []  # per sequence, for adaptive ablation's paired interval
             null_positions = stats.null_positions(batch.ab.numpy(), p.seq_len, cfg.stats.n_null)
             cap = capture.run_probe(model, arch, batch, baseline, batch_size, p.spectral_sequences or p.n_sequences,
-                                    mean_ablation, functools.partial(ablation.score_logits, per_sequence=clean_loss),
-                                    null_positions)
-        measured = cached or cache.Measurements.of(cap, arch, torch.cat(clean_loss).numpy())
+                                    mean_ablation, ablation.metrics_per_sequence, null_positions)
+        measured = cached or cache.Measurements.of(cap, arch)
         if cached is None and cfg.reuse:
             cache.save(cfg.cache_dir, entry, measured)
         lap("capture")
@@ -116,22 +113,34 @@ def analyse(cfg: Config, out_dir: Path) -> dict:
                         f"from chance: {'; '.join(low)}")
         lap("intervals")
 
-        # Step 4: group ablation of the circuit against matched-random controls.
-        ablation_result = ablation.ablate(cfg.ablate, model, arch, batch, batch_size, scr.circuit_heads(),
-                                          measured.clean_metrics, measured.clean_loss,
-                                          cap.position_mean if cap else None, cfg.stats)
+        # Step 4: group ablation of the circuit against its controls.
+        ablated = ablation.ablate(cfg.ablate, model, arch, batch, batch_size, scr.circuit_heads(),
+                                  measured.clean_metrics, measured.clean_loss, cap.position_mean if cap else None,
+                                  cfg.stats)
         lap("ablate")
 
+        # The run's record: heads.csv (one row per head), per_sequence.npz, then summary.json.
         sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
         rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank, intervals,
                                  null.per_head_p99, null.degenerate, measured.mean_sink_importance, near)
-        summary = results.summary(
-            cfg, revision, measured, scr, thresholds, intervals, null, low, sink_metric, dtype=dtype_name, near_threshold=near, device=str(device),
-            weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src), download=download,
-            batch_size=batch_size, probe_fingerprint=batch.fingerprint(), baseline_positions=baseline.tolist(),
-            reused_measurements=cached is not None, ablation=ablation_result,
+        summary = results.RunSummary(
+            schema_version=results.SCHEMA_VERSION, model=cfg.model.key, name_or_path=cfg.model.name_or_path,
+            training_seed=results.training_seed(cfg.model), revision=revision.name, step=revision.step,
+            tokens=revision.tokens, architecture=measured.model_type, n_layers=measured.n_layers,
+            n_heads=measured.n_heads, head_dim=measured.head_dim, dtype=dtype_name,
+            reference_dtype=cfg.model.reference_dtype, near_threshold=results.near_threshold_record(near, dtype_name),
+            device=str(device), weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src),
+            download=download, batch_size=batch_size,
+            probe={**asdict(p), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},
+            thresholds={"classes": dict(zip(screen.CLASSES, thresholds.tolist())), "circuit": cfg.threshold.circuit},
+            class_counts=scr.class_counts(), member_counts=scr.member_counts(), bos_fraction=scr.bos_fraction(),
+            bos_fraction_ci=intervals.bos_fraction, bos_per_layer=scr.bos_per_layer(), sink_metric=sink_metric,
+            induction_circuit=scr.circuit_names(), intervals=results.intervals_summary(intervals, cfg.stats),
+            null=null.as_summary(), threshold_warnings=[f"below the null floor {null.floor:.2f}x: {t}" for t in low],
+            spectral={**results.SPECTRAL_ESTIMATORS, "n_sequences": measured.spectral_n},
+            reused_measurements=cached is not None, ablation=ablated,
             icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
-            timings=timings)
+            timings=timings, versions=results.versions())
         lap("summary")
         results.write_run(out_dir, rows, summary,
                           {"targets": measured.targets, "sink_importance": measured.sink_importance})

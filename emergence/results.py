@@ -1,5 +1,5 @@
-"""A run's files: ``heads.csv`` (one row per head) and ``summary.json`` (its schema is
-``summary`` below), and the lines a run reports.
+"""A run's files: ``heads.csv`` (one row per head, ``HEAD_COLUMNS``) and ``summary.json`` (its
+schema is ``RunSummary``), and the lines a run reports.
 
 Both files are written atomically (temporary file in the same directory, then rename),
 and ``summary.json`` last: a run directory with a summary is a complete run.
@@ -14,29 +14,27 @@ import os
 import platform
 import re
 import tempfile
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 import emergence
+from emergence.ablation import AblationResult
+from emergence.record import Record
 from emergence.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
-from emergence.stats import DEGENERATE_BASELINE_SHARE, NullCalibration, ScreenIntervals
+from emergence.stats import DEGENERATE_BASELINE_SHARE, ScreenIntervals
 
 HEADS_FILE = "heads.csv"
 SUMMARY_FILE = "summary.json"
 PER_SEQUENCE_FILE = "per_sequence.npz"  # the probe's per-sequence attentions: intervals in the panel report
 
 
-def member_column(cls: str) -> str:
-    return "bos_member" if cls == "first_token" else f"{cls}_member"
-
-
 HEAD_COLUMNS = (
     ["layer", "head"]
     + [f"sel_{c}" for c in CLASSES]
     + ["best_class", "class"]
-    + [member_column(c) for c in CLASSES]
+    + [f"{c}_member" for c in CLASSES]
     + ["induction_circuit", "pr", "pr_entropy_rank"]
     + [f"attn_{c}" for c in CLASSES] + ["attn_baseline"]
     + [f"sel_{c}_ci_{end}" for c in CLASSES for end in ("low", "high")]
@@ -61,7 +59,7 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
             row.update({f"sel_{c}": float(scr.sel[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["best_class"] = str(scr.best_class[layer, head])
             row["class"] = str(scr.head_class[layer, head])
-            row.update({member_column(c): bool(scr.members[layer, head, i]) for i, c in enumerate(CLASSES)})
+            row.update({f"{c}_member": bool(scr.members[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["induction_circuit"] = bool(scr.induction_circuit[layer, head])
             row["pr"] = float(pr[layer, head])
             row["pr_entropy_rank"] = float(entropy_rank[layer, head])
@@ -79,71 +77,104 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
     return rows
 
 
-def summary(cfg, revision, measured, scr: Screen, thresholds: np.ndarray, intervals: ScreenIntervals,
-            null: NullCalibration, below_floor: list[str], sink_metric: dict, **run) -> dict:
+SCHEMA_VERSION = 2  # summary.json's layout: bump when a field is renamed or changes meaning
+
+
+@dataclass
+class NearThreshold(Record):
+    """Heads whose screen the run's dtype could flip (``screen.near_threshold``)."""
+
+    relative_error: float  # the dtype's relative error on a selectivity (``screen.DTYPE_RELATIVE_ERROR``)
+    count: int
+    heads: list[str]
+
+
+@dataclass
+class RunSummary(Record):
     """``summary.json``: what was analysed, how, and what the screen and ablation found.
 
-    ``cfg`` is the run's ``Config``, ``revision`` its ``checkpoints.Revision``,
-    ``measured`` the probe pass's ``cache.Measurements``, ``intervals`` and ``null`` the
-    screen's bootstrap and null calibration (``stats``), ``below_floor`` the thresholds
-    under the null's floor that admit heads (``stats.below_floor``), ``sink_metric`` the second sink
-    definition's (``sinks.sink_metric``); ``run`` holds what only the run knows: dtype, near_threshold
-    ([layers, heads] bool: heads the dtype's rounding could flip), device, weight_bytes, weights_sha256,
-    download, batch_size, probe_fingerprint, baseline_positions, reused_measurements, ablation,
-    icl_score, config_digest, timings."""
+    Token counts are training tokens seen; fractions are in [0, 1]; intervals are [low, high]."""
+
+    schema_version: int
+    model: str  # the preset's key (``model=...``)
+    name_or_path: str
+    training_seed: int | None  # which training run of the family (``training_seed``)
+    revision: str | None
+    step: int | None
+    tokens: int | None
+    architecture: str  # the checkpoint's model_type
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    dtype: str
+    reference_dtype: str | None  # the dtype the reference study ran this family in
+    near_threshold: NearThreshold
+    device: str
+    weight_bytes: int
+    weights_sha256: str | None
+    download: dict  # bytes_downloaded, load_seconds, and the prefetch's arrival (``prefetch.arrival``)
+    batch_size: int
+    probe: dict  # the probe's settings, its batch's fingerprint and the baseline positions
+    thresholds: dict  # classes: {class: threshold}, circuit
+    class_counts: dict[str, int]  # single label (best class above its threshold), unclassified included
+    member_counts: dict[str, int]  # multi-label membership
+    bos_fraction: float  # share of heads that are bos members
+    bos_fraction_ci: list[float]
+    bos_per_layer: list[int]
+    sink_metric: dict  # Gu et al.'s Sink_0 (``sinks.sink_metric``)
+    induction_circuit: list[str]
+    intervals: dict  # the bootstrap's settings and the intervals of the counts
+    null: dict  # the null calibration (``stats.NullCalibration.as_summary``)
+    threshold_warnings: list[str]  # thresholds below the null floor that admit heads
+    spectral: dict  # what ``pr`` and ``pr_entropy_rank`` in heads.csv are, over how many sequences
+    reused_measurements: bool  # the probe's measurements came from the cache
+    ablation: AblationResult
+    icl_score: float | None  # toy models: the training's in-context score at this checkpoint
+    config_digest: str
+    timings: dict[str, float]  # seconds per step
+    versions: dict[str, str]
+
+    def save(self, out_dir: Path) -> None:
+        atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")
+
+    @classmethod
+    def read(cls, run_dir: Path) -> "RunSummary":
+        """A run directory's summary; one of another schema is a ValueError that says so."""
+        data = read_json(run_dir / SUMMARY_FILE)
+        found = data.get("schema_version", 1)
+        if found != SCHEMA_VERSION:
+            raise ValueError(f"{run_dir}: summary.json has schema {found}, this version of emergence reads "
+                             f"schema {SCHEMA_VERSION}; rerun its job (python -m emergence with the same "
+                             "overrides) to rewrite it")
+        return cls.from_json(data)
+
+
+SPECTRAL_ESTIMATORS = {
+    "pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
+    "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred (the reference code's estimator)",
+}
+
+
+def intervals_summary(intervals: ScreenIntervals, settings) -> dict:
+    """``summary.json`` ``intervals``: the bootstrap's settings (``StatsConfig``) and the counts' intervals."""
+    return {"ci": settings.ci, "n_boot": settings.n_boot, "seed": settings.seed,
+            "method": "percentile bootstrap over sequences (paired numerator and baseline), the "
+                      "classification recomputed in each replicate",
+            "circuit_size": intervals.circuit_size, "class_counts": intervals.class_counts,
+            "member_counts": intervals.member_counts}
+
+
+def versions() -> dict[str, str]:
     import torch
     import transformers
 
-    return {
-        "model": cfg.model.key,
-        "name_or_path": cfg.model.name_or_path,
-        "training_seed": training_seed(cfg.model),
-        "revision": revision.name,
-        "step": revision.step,
-        "tokens": revision.tokens,
-        "architecture": measured.model_type,
-        "n_layers": measured.n_layers,
-        "n_heads": measured.n_heads,
-        "head_dim": measured.head_dim,
-        "dtype": run["dtype"],
-        "reference_dtype": cfg.model.reference_dtype,
-        "near_threshold": {"relative_error": DTYPE_RELATIVE_ERROR[run["dtype"]],
-                           "count": int(run["near_threshold"].sum()),
-                           "heads": [head_name(l, h) for l, h in np.argwhere(run["near_threshold"])]},
-        "device": run["device"],
-        "weight_bytes": run["weight_bytes"],
-        "weights_sha256": run["weights_sha256"],
-        "download": run["download"],
-        "batch_size": run["batch_size"],
-        "probe": {**asdict(cfg.probe), "fingerprint": run["probe_fingerprint"],
-                  "baseline_positions": run["baseline_positions"]},
-        "thresholds": {"classes": dict(zip(CLASSES, thresholds.tolist())), "circuit": cfg.threshold.circuit},
-        "class_counts": scr.class_counts(),
-        "member_counts": scr.member_counts(),
-        "bos_fraction": scr.bos_fraction(),
-        "bos_fraction_ci": intervals.bos_fraction,
-        "bos_per_layer": scr.bos_per_layer(),
-        "sink_metric": sink_metric,
-        "induction_circuit": scr.circuit_names(),
-        "intervals": {"ci": cfg.stats.ci, "n_boot": cfg.stats.n_boot, "seed": cfg.stats.seed,
-                      "method": "percentile bootstrap over sequences (paired numerator and baseline), the "
-                                "classification recomputed in each replicate",
-                      "circuit_size": intervals.circuit_size, "class_counts": intervals.class_counts,
-                      "member_counts": intervals.member_counts},
-        "null": null.as_summary(),
-        "threshold_warnings": [f"below the null floor {null.floor:.2f}x: {t}" for t in below_floor],
-        "spectral": {"pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
-                     "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred "
-                                        "(the reference code's estimator)",
-                     "n_sequences": measured.spectral_n},
-        "reused_measurements": run["reused_measurements"],
-        "ablation": run["ablation"],
-        "icl_score": run["icl_score"],
-        "config_digest": run["config_digest"],
-        "timings": run["timings"],
-        "versions": {"emergence": emergence.__version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "python": platform.python_version()},
-    }
+    return {"emergence": emergence.__version__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version()}
+
+
+def near_threshold_record(near: np.ndarray, dtype: str) -> NearThreshold:
+    """``near`` [layers, heads] bool (``screen.near_threshold``) -> the summary's record of it."""
+    return NearThreshold(DTYPE_RELATIVE_ERROR[dtype], int(near.sum()), [head_name(l, h) for l, h in np.argwhere(near)])
 
 
 def training_seed(model_cfg) -> int | None:
@@ -166,44 +197,44 @@ def format_tokens(tokens) -> str:
     return (f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}") + unit
 
 
-def report_lines(summary: dict, scr: Screen, out_dir: Path) -> list[str]:
+def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
     """What a run tells its user: classes per layer, BOS fraction, circuit, ablation verdict."""
-    lines = [f"{summary['model']} @ {summary['revision']}  (step {summary['step']}, "
-             f"tokens {format_tokens(summary['tokens'])})", "classes per layer:"]
+    lines = [f"{summary.model} @ {summary.revision}  (step {summary.step}, "
+             f"tokens {format_tokens(summary.tokens)})", "classes per layer:"]
     for layer in range(scr.n_layers):
         counts = {c: int((scr.head_class[layer] == c).sum()) for c in (*CLASSES, UNCLASSIFIED)}
         lines.append(f"  L{layer:<3}" + "  ".join(f"{c}={n}" for c, n in counts.items() if n))
-    low, high = summary["bos_fraction_ci"]
-    lines.append(f"BOS fraction: {summary['bos_fraction']:.1%} ({summary['intervals']['ci']:.0%} CI "
-                 f"{low:.1%}-{high:.1%})   induction circuit: {', '.join(summary['induction_circuit']) or '(empty)'}")
-    near = summary["near_threshold"]
-    lines.append(f"near a threshold (within {summary['dtype']}'s {100 * near['relative_error']:.2g}%): "
-                 f"{', '.join(near['heads']) or 'none'}")
-    if dtype_differs(summary):
-        lines.append(f"dtype {summary['dtype']}, the reference study's {summary['reference_dtype']}: "
+    low, high = summary.bos_fraction_ci
+    lines.append(f"BOS fraction: {summary.bos_fraction:.1%} ({summary.intervals['ci']:.0%} CI "
+                 f"{low:.1%}-{high:.1%})   induction circuit: {', '.join(summary.induction_circuit) or '(empty)'}")
+    near = summary.near_threshold
+    lines.append(f"near a threshold (within {summary.dtype}'s {100 * near.relative_error:.2g}%): "
+                 f"{', '.join(near.heads) or 'none'}")
+    if dtype_differs(summary.dtype, summary.reference_dtype):
+        lines.append(f"dtype {summary.dtype}, the reference study's {summary.reference_dtype}: "
                      "compare with its published numbers only up to both dtypes' rounding")
-    null = summary["null"]
+    null = summary.null
     floor = ("none: every head set aside" if null["floor"] is None
              else f"p99 {null['p99']:.2f}x, floor {null['floor']:.2f}x")
     lines.append(f"null ({null['rule']} rule, {null['draws']} draws of {null['pooled_heads']} heads): {floor}"
                  + (f"; set aside, baseline attention under {null['degenerate_below']:.3g} "
                     f"({DEGENERATE_BASELINE_SHARE:g}/T): "
                     f"{', '.join(null['set_aside'])}" if null["set_aside"] else ""))
-    ab = summary["ablation"]
-    if ab["effect"]:
-        e = ab["effect"]
-        controls = ("no matched-random control" if e["random_loss_increase_mean"] is None
-                    else f"matched-random controls {e['random_loss_increase_mean']:+.3f}: "
-                         f"{'causal' if e['causal'] else 'not causal'} at {ab['causal_factor']:g}x")
-        lines.append(f"ablation ({ab['mode']}): loss of B {ab['clean']['loss']:.3f} -> {ab['circuit']['loss']:.3f} "
-                     f"(+{e['circuit_loss_increase']:.3f}); {controls}")
+    ab = summary.ablation
+    if ab.effect:
+        e = ab.effect
+        controls = ("no control set" if e.controls_loss_increase_mean is None
+                    else f"controls {e.controls_loss_increase_mean:+.3f}: "
+                         f"{'causal' if e.causal else 'not causal'} at {ab.causal_factor:g}x")
+        lines.append(f"ablation ({ab.mode}): loss of B {ab.clean.loss:.3f} -> {ab.circuit.loss:.3f} "
+                     f"(+{e.circuit_loss_increase:.3f}); {controls}")
     lines.append(f"results: {out_dir}")
     return lines
 
 
-def dtype_differs(summary: dict) -> bool:
+def dtype_differs(dtype: str, reference_dtype: str | None) -> bool:
     """The run's dtype is not the one the reference study ran its model in (a family it ran)."""
-    return summary.get("reference_dtype") not in (None, summary["dtype"])
+    return reference_dtype not in (None, dtype)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -232,7 +263,7 @@ def npz_bytes(**arrays) -> bytes:
     return buf.getvalue()
 
 
-def write_run(out_dir: Path, rows: list[dict], run_summary: dict, per_sequence: dict | None = None) -> None:
+def write_run(out_dir: Path, rows: list[dict], run_summary: RunSummary, per_sequence: dict | None = None) -> None:
     """heads.csv, per_sequence.npz (if given: the probe's per-sequence arrays by name, e.g.
     ``targets`` [n, layers, heads, 7] and ``sink_importance`` [n, layers, heads]), then summary.json."""
     if per_sequence is not None:
@@ -243,7 +274,7 @@ def write_run(out_dir: Path, rows: list[dict], run_summary: dict, per_sequence: 
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(out_dir / HEADS_FILE, buf.getvalue())
-    atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(run_summary, indent=2, allow_nan=True) + "\n")
+    run_summary.save(out_dir)  # last: a run directory with a summary is a complete run
 
 
 def discard_partial(out_dir: Path) -> None:
@@ -262,21 +293,18 @@ def read_json(path: Path):
                          "rewrite it (rerun its job) or remove it") from None
 
 
-def read_summary(run_dir: Path) -> dict:
-    return read_json(run_dir / SUMMARY_FILE)
-
-
 def is_done(run_dir: Path, config_digest: str) -> bool:
-    """A complete run of the same configuration is already in ``run_dir`` (a broken summary is not one)."""
+    """A complete run of the same configuration is already in ``run_dir`` (a broken summary, or one
+    of another schema, is not one)."""
     try:
-        return (run_dir / SUMMARY_FILE).exists() and read_summary(run_dir).get("config_digest") == config_digest
+        return (run_dir / SUMMARY_FILE).exists() and RunSummary.read(run_dir).config_digest == config_digest
     except ValueError:
         return False
 
 
-def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
+def read_run(run_dir: Path) -> tuple[RunSummary, list[dict]]:
     """(summary, head rows with numbers and booleans parsed) of a complete run directory."""
-    run_summary = read_summary(run_dir)
+    run_summary = RunSummary.read(run_dir)
     with open(run_dir / HEADS_FILE, newline="") as f:
         rows = [_parse_row(r) for r in csv.DictReader(f)]
     return run_summary, rows

@@ -3,7 +3,9 @@
 Input: the batch-mean attention from the query position T-1 to each class's target
 key position(s) and to the baseline positions, per head. Output: selectivities,
 best class, class (best class if above its threshold), multi-label memberships,
-the induction circuit and the BOS (first-token) statistics.
+the induction circuit and the BOS statistics. The class ``bos`` is attention to the first
+position, whatever token it holds (no tokenizer of the panel prepends a BOS token): the
+study's "first-token (BOS)" class.
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 
 # The six target classes, in the order of the last axis of every per-class array.
-CLASSES = ("induction", "duplicate_token", "previous_token", "self", "first_token", "local")
+CLASSES = ("induction", "duplicate_token", "previous_token", "self", "bos", "local")
 # The reference study's class order, which decides the best class at an exact tie (its first
 # class wins); CLASSES keeps the arrays' and files' column order.
-TIE_ORDER = ("induction", "previous_token", "duplicate_token", "first_token", "self", "local")
+TIE_ORDER = ("induction", "previous_token", "duplicate_token", "bos", "self", "local")
 _TIE_COLUMNS = np.array([CLASSES.index(c) for c in TIE_ORDER])  # CLASSES index of each TIE_ORDER class
 N_TARGETS = len(CLASSES) + 1  # the six classes, then the baseline
 BASELINE = len(CLASSES)  # index of the baseline in a [..., N_TARGETS] array
 UNCLASSIFIED = "unclassified"
-BASELINE_FLOOR = 1e-8  # selectivity = attention / max(baseline, floor)
+MIN_BASELINE = 1e-8  # selectivity = attention / max(baseline, MIN_BASELINE): no division by zero
 # How far the run's dtype can move a selectivity, relative (its float32 value as the truth):
 # the largest error measured by ``python -m emergence.bench --only dtype`` (docs/dtype_error_cpu.json:
 # float16 4.8e-3, bfloat16 1.5e-2 over gpt_neox, olmo, olmoe, llama), rounded up; float16 also
@@ -43,7 +45,7 @@ def parse_head_name(name: str) -> tuple[int, int] | None:
 
 def selectivity(mean_attention: np.ndarray) -> np.ndarray:
     """[..., 7] mean attention (six classes, then baseline) -> [..., 6] selectivity."""
-    baseline = np.maximum(mean_attention[..., BASELINE], BASELINE_FLOOR)
+    baseline = np.maximum(mean_attention[..., BASELINE], MIN_BASELINE)
     return mean_attention[..., :BASELINE] / baseline[..., None]
 
 
@@ -81,7 +83,7 @@ class Screen:
         return [head_name(l, h) for l, h in self.circuit_heads()]
 
     def bos_members(self) -> np.ndarray:
-        return self.members[..., CLASSES.index("first_token")]
+        return self.members[..., CLASSES.index("bos")]
 
     def bos_fraction(self) -> float:
         """Heads that are first-token members (not best class) over all heads."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from emergence.probe import LOCAL_OFFSETS
-from emergence.screen import CLASSES, UNCLASSIFIED, Screen, head_name, screen, selectivity
+from emergence.screen import CLASSES, MIN_BASELINE, UNCLASSIFIED, Screen, head_name, screen, selectivity
 
 NULL_SEED = 2026  # the reference calibration's generator
 NULL_FLOOR_MIN = 2.0  # floor = max(2, pooled null p99)
@@ -147,7 +147,7 @@ def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int, s
     ``null_sums`` [layers, heads, draws] (attention to each draw's positions, summed over the
     n sequences of ``seq_len`` tokens), ``baseline_mean`` [layers, heads] -> pooled p95 / p99
     over the heads ``rule`` keeps x draws, per-head p99 and ``floor = max(2, pooled p99)``."""
-    null_sel = (null_sums / n) / np.maximum(baseline_mean, 1e-8)[..., None]
+    null_sel = (null_sums / n) / np.maximum(baseline_mean, MIN_BASELINE)[..., None]
     degenerate = degenerate_baseline(baseline_mean, seq_len)
     set_aside = degenerate if rule == "nondegenerate" else np.zeros_like(degenerate)
     pooled = null_sel[~set_aside]  # [kept heads, draws]
@@ -207,7 +207,7 @@ def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_thresh
     heads = (1, 2)
     return ScreenIntervals(
         sel_low=sel_low, sel_high=sel_high, p_member=rep.members.mean(axis=0),
-        bos_fraction=interval(rep.members[..., CLASSES.index("first_token")].mean(axis=heads), ci),
+        bos_fraction=interval(rep.members[..., CLASSES.index("bos")].mean(axis=heads), ci),
         circuit_size=interval(rep.induction_circuit.sum(axis=heads), ci),
         class_counts={c: interval((rep.head_class == c).sum(axis=heads), ci) for c in (*CLASSES, UNCLASSIFIED)},
         member_counts={c: interval(rep.members[..., i].sum(axis=heads), ci) for i, c in enumerate(CLASSES)},
@@ -228,5 +228,5 @@ def effect_intervals(clean: np.ndarray, circuit: np.ndarray, controls: np.ndarra
     control = replicate_means(controls.mean(axis=0) - clean, weights)
     margin = rise - causal_factor * np.abs(control)
     ci = settings.ci
-    return {"ci": ci, "circuit_loss_increase": interval(rise, ci), "random_loss_increase_mean": interval(control, ci),
+    return {"ci": ci, "circuit_loss_increase": interval(rise, ci), "controls_loss_increase_mean": interval(control, ci),
             "causal_margin": interval(margin, ci), "p_causal": float((margin > 0).mean())}

@@ -97,8 +97,8 @@ def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str
     run.finish()
 
 
-def log_checkpoint(run, summary: dict, rows: list[dict], figure) -> None:
-    """Summary metrics against tokens, the per-head table and the class grid."""
+def log_checkpoint(run, summary, rows: list[dict], figure) -> None:
+    """Summary metrics (``results.RunSummary``) against tokens, the per-head table and the class grid."""
     if run is None:
         return
     import wandb
@@ -106,17 +106,16 @@ def log_checkpoint(run, summary: dict, rows: list[dict], figure) -> None:
     run.define_metric("tokens")
     run.define_metric("*", step_metric="tokens")
     metrics = {
-        "tokens": summary["tokens"] if summary["tokens"] is not None else -1,
-        "bos_fraction": summary["bos_fraction"],
-        "sink_fraction": summary["sink_metric"]["fraction"],  # Gu et al.'s Sink_0
-        "n_induction": len(summary["induction_circuit"]),
-        **{f"class_counts/{k}": v for k, v in summary["class_counts"].items()},
+        "tokens": summary.tokens if summary.tokens is not None else -1,
+        "bos_fraction": summary.bos_fraction,
+        "sink_fraction": summary.sink_metric["fraction"],  # Gu et al.'s Sink_0
+        "n_induction": len(summary.induction_circuit),
+        **{f"class_counts/{k}": v for k, v in summary.class_counts.items()},
     }
-    ablation = summary["ablation"]
-    if ablation.get("effect"):
-        metrics.update({f"ablation/{k}": v for k, v in ablation["effect"].items() if v is not None})
-    if ablation.get("clean"):
-        metrics.update({f"ablation/clean_{k}": v for k, v in ablation["clean"].items()})
+    ablation = summary.ablation
+    if ablation.effect:
+        metrics.update({f"ablation/{k}": v for k, v in ablation.effect.to_json().items() if v is not None})
+    metrics.update({f"ablation/clean_{k}": v for k, v in ablation.clean.to_json().items()})
     metrics["heads"] = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
     metrics["classes"] = wandb.Image(figure)
     run.log(metrics)

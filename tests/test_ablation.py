@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from emergence import ablation
-from emergence.ablation import (ablating, control_shortfall, decoder_layers, head_mask, matched_random_sets,
-                                run_ablation, score_logits)
+from emergence.ablation import (METRICS, ablating, control_sets, control_shortfall, decoder_layers, head_mask,
+                                metrics_per_sequence, run_ablation)
 from emergence.capture import run_probe
 from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
@@ -65,7 +65,7 @@ def test_mean_ablation_with_a_heads_own_values_changes_nothing(tiny_dirs, batch)
     model = capture_model(tiny_dirs["olmo"])
     info = Architecture.of(model)
     one = make_probe_batch(1, T, 10, VOCAB, 3)
-    cap = run_probe(model, info, one, baseline_positions(T, 50), 1, 1, True, score_logits)
+    cap = run_probe(model, info, one, baseline_positions(T, 50), 1, 1, True, metrics_per_sequence)
     masks = torch.ones(1, info.n_layers, info.n_heads, dtype=torch.bool)  # every head, every layer
     with ablating(info, masks, cap.position_mean):  # the batch mean of a batch of one is itself
         same = last_logits(model, one.tokens)
@@ -79,28 +79,26 @@ def separate_pass_scores(model, info, batch, heads):
     masks = head_mask(heads, info.n_layers, info.n_heads).expand(batch.n, -1, -1)
     with ablating(info, masks):
         logits = last_logits(model, batch.tokens)
-    per_sequence = []
-    sums = score_logits(logits, batch.b, per_sequence)
-    return {k: v / batch.n for k, v in sums.items()}, per_sequence[0].numpy()
+    rows = metrics_per_sequence(logits, batch.b)  # [n, metrics]
+    return dict(zip(METRICS, rows.mean(0).tolist())), rows[:, 0].numpy()
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("conditions", [
-    {"a": [(0, 1), (1, 2)], "b": [(0, 3), (1, 0)], "none": []},  # layer 0 ablated: nothing to share
-    {"a": [(1, 2)], "b": [(1, 0), (1, 3)], "c": [(1, 1)]},  # layer 0 runs once per minibatch
+@pytest.mark.parametrize("head_sets", [
+    [[(0, 1), (1, 2)], [(0, 3), (1, 0)], []],  # layer 0 ablated: nothing to share
+    [[(1, 2)], [(1, 0), (1, 3)], [(1, 1)]],  # layer 0 runs once per minibatch
 ])
 @pytest.mark.parametrize("per_pass", [1, 4, 6])
-def test_stacked_conditions_over_a_shared_prefix_equal_separate_passes(arch, conditions, per_pass, tiny_dirs,
-                                                                       batch):
+def test_stacked_head_sets_over_a_shared_prefix_equal_separate_passes(arch, head_sets, per_pass, tiny_dirs, batch):
     model = capture_model(tiny_dirs[arch])
     info = Architecture.of(model)
-    stacked = run_ablation(model, info, batch, conditions, batch_size=per_pass)
-    assert stacked.n == batch.n
-    for name, heads in conditions.items():
+    stacked = run_ablation(model, info, batch, head_sets, batch_size=per_pass)
+    assert stacked.n == batch.n and stacked.loss.shape == (len(head_sets), batch.n)
+    for i, heads in enumerate(head_sets):
         expected, per_sequence = separate_pass_scores(model, info, batch, heads)
         for metric, value in expected.items():
-            assert stacked.scores[name][metric] == pytest.approx(value, rel=1e-5, abs=1e-5)
-        np.testing.assert_allclose(stacked.loss[name], per_sequence, rtol=1e-5, atol=1e-5)
+            assert getattr(stacked.scores[i], metric) == pytest.approx(value, rel=1e-5, abs=1e-5)
+        np.testing.assert_allclose(stacked.loss[i], per_sequence, rtol=1e-5, atol=1e-5)
 
 
 def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs, batch):
@@ -114,7 +112,7 @@ def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs
         return hook
 
     hooks = [layer.register_forward_hook(output_rows(i)) for i, layer in enumerate(layers)]
-    run_ablation(model, info, batch, {"a": [(1, 2)], "b": [(1, 0)], "c": [(1, 3)]}, batch_size=2)
+    run_ablation(model, info, batch, [[(1, 2)], [(1, 0)], [(1, 3)]], batch_size=2)
     for h in hooks:
         h.remove()
     assert rows == {0: [2, 2, 2], 1: [6, 6, 6]}  # 3 minibatches of 2 sequences x 3 head sets above layer 0
@@ -124,46 +122,46 @@ def test_a_stop_rule_ends_the_run_after_a_minibatch(tiny_dirs, batch):
     model = capture_model(tiny_dirs["gpt_neox"])
     info = Architecture.of(model)
     seen = []
-    run = run_ablation(model, info, batch, {"a": [(1, 2)], "b": [(1, 0)]}, batch_size=2,
-                       stop=lambda loss: seen.append(len(loss["a"])) or len(loss["a"]) >= 4)
-    assert seen == [2, 4] and run.n == 4 and len(run.loss["b"]) == 4
-    full = run_ablation(model, info, batch, {"a": [(1, 2)], "b": [(1, 0)]}, batch_size=2)
-    np.testing.assert_allclose(run.loss["a"], full.loss["a"][:4], rtol=1e-6)
-    assert run.scores["a"]["loss"] == pytest.approx(full.loss["a"][:4].mean(), rel=1e-6)
+    run = run_ablation(model, info, batch, [[(1, 2)], [(1, 0)]], batch_size=2,
+                       stop=lambda loss: seen.append(loss.shape[1]) or loss.shape[1] >= 4)
+    assert seen == [2, 4] and run.n == 4 and run.loss.shape == (2, 4)
+    full = run_ablation(model, info, batch, [[(1, 2)], [(1, 0)]], batch_size=2)
+    np.testing.assert_allclose(run.loss, full.loss[:, :4], rtol=1e-6)
+    assert run.scores[0].loss == pytest.approx(full.loss[0, :4].mean(), rel=1e-6)
 
 
-def test_matched_random_sets():
+def test_control_sets():
     circuit = [(2, 0), (2, 5), (4, 1)]
-    sets = matched_random_sets(circuit, n_heads=8, n_sets=6, seed=0)
+    sets = control_sets(circuit, n_heads=8, n_sets=6, seed=0)
     assert len(sets) == 6
     for heads in sets:
         assert sorted(l for l, _ in heads) == [2, 2, 4]
         assert not set(heads) & set(circuit)
         assert len(set(heads)) == 3
     assert len({tuple(s) for s in sets}) > 1  # the sets differ
-    assert sets == matched_random_sets(circuit, 8, 6, 0)  # and are reproducible
+    assert sets == control_sets(circuit, 8, 6, 0)  # and are reproducible
     assert control_shortfall(circuit, 8) is None
 
 
-def test_matched_random_sets_are_distinct_and_no_more_than_exist():
-    assert matched_random_sets([(1, 0), (1, 1)], n_heads=4, n_sets=5, seed=0) == [[(1, 2), (1, 3)]]
-    three = matched_random_sets([(0, 3)], n_heads=4, n_sets=5, seed=0)  # one head of three others
+def test_control_sets_are_distinct_and_no_more_than_exist():
+    assert control_sets([(1, 0), (1, 1)], n_heads=4, n_sets=5, seed=0) == [[(1, 2), (1, 3)]]
+    three = control_sets([(0, 3)], n_heads=4, n_sets=5, seed=0)  # one head of three others
     assert sorted(three) == [[(0, 0)], [(0, 1)], [(0, 2)]]
 
 
-def test_a_layer_full_of_circuit_heads_has_no_matched_control():
+def test_a_layer_full_of_circuit_heads_has_no_control_set():
     assert "L1 (3 circuit heads, 1 others)" in control_shortfall([(1, 0), (1, 1), (1, 2), (2, 0)], 4)
 
 
 def test_effect_ratio_only_over_a_positive_control_rise():
     rise = ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=3.0)
-    assert rise == pytest.approx({"circuit_loss_increase": 3.0, "random_loss_increase_mean": 0.8 / 3,
-                                  "ratio": 3.0 / (0.8 / 3), "causal": True})
-    assert ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=12.0)["causal"] is False  # 11.25x
+    assert (rise.circuit_loss_increase, rise.controls_loss_increase_mean, rise.ratio, rise.causal) == pytest.approx(
+        (3.0, 0.8 / 3, 3.0 / (0.8 / 3), True))
+    assert ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=12.0).causal is False  # 11.25x
     fall = ablation.effect(2.0, 5.0, [1.9, 2.0], causal_factor=3.0)
-    assert fall["random_loss_increase_mean"] == pytest.approx(-0.05) and fall["ratio"] is None
-    assert fall["causal"] is True
+    assert fall.controls_loss_increase_mean == pytest.approx(-0.05) and fall.ratio is None
+    assert fall.causal is True
     noise = ablation.effect(2.0, 2.1, [1.9, 2.0], causal_factor=3.0)  # +0.1 against a 0.05 fall
-    assert noise["causal"] is False
+    assert noise.causal is False
     none = ablation.effect(2.0, 5.0, [], causal_factor=3.0)
-    assert none["ratio"] is None and none["causal"] is None
+    assert none.ratio is None and none.causal is None

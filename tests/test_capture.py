@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from emergence.ablation import score_logits
+from emergence.ablation import METRICS, metrics_per_sequence
 from emergence.capture import ATTN_IMPLEMENTATION, run_probe
 from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
@@ -32,7 +32,7 @@ def test_captured_attention_equals_eager_output_attentions(arch, tiny_dirs, prob
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
     cap = run_probe(model, Architecture.of(model), batch, baseline, batch_size=5, spectral_n=12,
-                    keep_position_means=False, score=score_logits)
+                    keep_position_means=False, score=metrics_per_sequence)
     expected = eager_targets(eager_model(tiny_dirs[arch]), batch.tokens, batch.ab.numpy(), baseline)
     assert cap.targets.shape == expected.shape == (12, 2, 4, 7)
     np.testing.assert_allclose(cap.targets, expected, rtol=1e-5, atol=1e-7)
@@ -51,7 +51,7 @@ def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
     cap = run_probe(model, Architecture.of(model), batch, baseline, batch_size=5, spectral_n=12,
-                    keep_position_means=False, score=score_logits)
+                    keep_position_means=False, score=metrics_per_sequence)
     expected = eager_sink_importance(eager_model(tiny_dirs[arch]), batch.tokens)
     assert cap.sink_importance.shape == expected.shape == (12, 2, 4)
     np.testing.assert_allclose(cap.sink_importance, expected, rtol=1e-5, atol=1e-5)
@@ -89,7 +89,7 @@ def test_spectral_sums_equal_head_outputs_from_hooks(arch, tiny_dirs, probe_batc
     model = capture_model(tiny_dirs[arch])
     arch_info = Architecture.of(model)
     cap = run_probe(model, arch_info, batch, baseline, batch_size=5, spectral_n=7,
-                    keep_position_means=True, score=score_logits)
+                    keep_position_means=True, score=metrics_per_sequence)
     x = head_outputs_at_last(eager_model(tiny_dirs[arch]), arch, batch.tokens, arch_info.n_heads)[:7]
     gram = np.einsum("nlhd,nlhe->lhde", x, x)
     # SDPA and eager kernels differ in float32 rounding only: tolerance relative to the scale.
@@ -106,7 +106,7 @@ def test_logits_under_capture_equal_the_models_own_eager_logits(arch, tiny_dirs,
 
     def keep_logits(logits, b):
         seen.append(logits.double())
-        return {}
+        return metrics_per_sequence(logits, b)
 
     run_probe(model, Architecture.of(model), batch, baseline, 5, 12, False, keep_logits)
     with torch.no_grad():
@@ -144,9 +144,9 @@ def test_family_twists_stay_in_effect(arch, off, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     plain = AutoModelForCausalLM.from_pretrained(tiny_dirs[arch], dtype=torch.float32,
                                                  attn_implementation=ATTN_IMPLEMENTATION, **off).eval()
-    cap_plain = run_probe(plain, Architecture.of(plain), batch, baseline, 12, 12, False, score_logits)
+    cap_plain = run_probe(plain, Architecture.of(plain), batch, baseline, 12, 12, False, metrics_per_sequence)
     model = capture_model(tiny_dirs[arch])
-    cap = run_probe(model, Architecture.of(model), batch, baseline, 12, 12, False, score_logits)
+    cap = run_probe(model, Architecture.of(model), batch, baseline, 12, 12, False, metrics_per_sequence)
     assert np.abs(cap.targets - cap_plain.targets).max() > 1e-3
     expected = eager_targets(eager_model(tiny_dirs[arch]), batch.tokens, batch.ab.numpy(), baseline)
     np.testing.assert_allclose(cap.targets, expected, rtol=1e-5, atol=1e-7)
@@ -172,16 +172,18 @@ def test_attention_that_bypasses_the_interface_stops_with_one_line(tiny_dirs, mo
 def test_clean_metrics_match_full_logits(tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs["gpt_neox"])
-    cap = run_probe(model, Architecture.of(model), batch, baseline, 5, 12, False, score_logits)
+    cap = run_probe(model, Architecture.of(model), batch, baseline, 5, 12, False, metrics_per_sequence)
     with torch.no_grad():
         logits = eager_model(tiny_dirs["gpt_neox"])(batch.tokens).logits[:, -1].double()
     target = batch.b
     loss = torch.nn.functional.cross_entropy(logits, target).item()
     ranks = (logits > logits.gather(1, target[:, None])).sum(1)
-    assert cap.clean_metrics["loss"] == pytest.approx(loss, rel=1e-5)
-    assert cap.clean_metrics["top1"] == pytest.approx((ranks == 0).double().mean().item())
-    assert cap.clean_metrics["top5"] == pytest.approx((ranks < 5).double().mean().item())
-    assert cap.clean_metrics["logit_b"] == pytest.approx(logits.gather(1, target[:, None]).mean().item(), rel=1e-5)
+    clean = dict(zip(METRICS, cap.scores.mean(0)))  # [n, metrics]: one row per sequence
+    assert cap.scores.shape == (batch.n, len(METRICS))
+    assert clean["loss"] == pytest.approx(loss, rel=1e-5)
+    assert clean["top1"] == pytest.approx((ranks == 0).double().mean().item())
+    assert clean["top5"] == pytest.approx((ranks < 5).double().mean().item())
+    assert clean["logit_b"] == pytest.approx(logits.gather(1, target[:, None]).mean().item(), rel=1e-5)
 
 
 def test_non_finite_attention_stops_with_a_float32_hint(tiny_dirs, probe_batch):
@@ -190,7 +192,7 @@ def test_non_finite_attention_stops_with_a_float32_hint(tiny_dirs, probe_batch):
     with torch.no_grad():
         model.model.layers[0].self_attn.q_proj.weight.fill_(float("inf"))
     with pytest.raises(FloatingPointError, match="model.dtype=float32"):
-        run_probe(model, Architecture.of(model), batch, baseline, 6, 12, False, score_logits)
+        run_probe(model, Architecture.of(model), batch, baseline, 6, 12, False, metrics_per_sequence)
 
 
 def test_a_layer_without_a_mask_or_with_attention_sinks_is_refused(tiny_dirs, monkeypatch):

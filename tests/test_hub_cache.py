@@ -121,9 +121,9 @@ def test_presets_run_offline_from_a_hub_cache(model, repo, arch, overrides, bran
 
     lay_out_cache(hub_cache, repo, arch, branch)
     summary = analyse(compose_config([f"model={model}", *overrides, *QUICK]), tmp_path / "run")
-    assert (summary["name_or_path"], summary["revision"], summary["step"], summary["tokens"]) == (
+    assert (summary.name_or_path, summary.revision, summary.step, summary.tokens) == (
         repo, branch, step, tokens)
-    assert summary["architecture"] == arch and summary["model"] == model
+    assert summary.architecture == arch and summary.model == model
 
 
 def test_a_seed_repo_needs_a_named_revision(hub_cache, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from emergence.config import compose_config
 from emergence.main import analyse
 from emergence.probe import baseline_positions, make_probe_batch
-from emergence.results import HEAD_COLUMNS, read_run
+from emergence.results import HEAD_COLUMNS, SCHEMA_VERSION, read_run
 from emergence.screen import CLASSES, selectivity
 from cli import last_line, run_cli
 from reference_impl import (eager_model, eager_sink_importance, eager_targets, entropy_rank_svd, head_outputs_at_last,
@@ -45,9 +45,9 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
         assert r["sink_importance"] == pytest.approx(importance[:, l, h].mean(), abs=1e-5)
         assert r["pr"] == pytest.approx(pr_centred_cov(x[:, l, h]), rel=2e-2)
         assert r["pr_entropy_rank"] == pytest.approx(entropy_rank_svd(x[:, l, h]), rel=2e-2)
-    assert summary["architecture"] == arch
-    assert summary["n_layers"] == 2 and summary["n_heads"] == 4 and summary["head_dim"] == x.shape[-1]
-    sinks = summary["sink_metric"]
+    assert summary.architecture == arch
+    assert summary.n_layers == 2 and summary.n_heads == 4 and summary.head_dim == x.shape[-1]
+    sinks = summary.sink_metric
     assert sinks["epsilon"] == 0.3
     assert abs(sinks["fraction"] - (importance > 0.3).mean()) <= 1 / importance.size  # one flip at most
     assert sinks["fraction_ci"][0] <= sinks["fraction"] <= sinks["fraction_ci"][1]
@@ -63,14 +63,15 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
                 "head_dim", "dtype", "probe", "thresholds", "class_counts", "bos_fraction", "bos_per_layer",
                 "induction_circuit", "ablation", "timings", "versions"):
         assert key in summary, key
+    assert summary["schema_version"] == SCHEMA_VERSION
     assert summary["model"] == "local" and summary["step"] is None
     weights = (tiny_dirs["gpt_neox"] / "model.safetensors").read_bytes()
     assert summary["weights_sha256"] == hashlib.sha256(weights).hexdigest()
     _, rows = read_run(tmp_path / "all")
     assert summary["induction_circuit"] == [f"L{r['layer']}H{r['head']}" for r in rows if r["sel_induction"] >= 1e-6]
     ab = summary["ablation"]
-    assert ab["circuit"]["loss"] != ab["clean"]["loss"] and ab["random"] == []
-    assert "no matched-random control" in ab["note"] and ab["effect"]["ratio"] is None
+    assert ab["circuit"]["loss"] != ab["clean"]["loss"] and ab["controls"] == []
+    assert "no control set" in ab["note"] and ab["effect"]["ratio"] is None
 
     # A threshold just above each layer's third-best induction head: at most 2 of 4 per layer.
     third = max(sorted((r["sel_induction"] for r in rows if r["layer"] == l), reverse=True)[2] for l in range(2))
@@ -79,13 +80,13 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
     summary = json.loads((tmp_path / "some" / "summary.json").read_text())
     per_layer = Counter(int(h[1:].split("H")[0]) for h in summary["induction_circuit"])
     distinct = math.prod(math.comb(4 - k, k) for k in per_layer.values())  # other heads of each layer
-    assert ab["mode"] == "mean" and len(ab["random"]) == min(5, distinct)
-    assert len({tuple(r["heads"]) for r in ab["random"]}) == len(ab["random"])
-    for block in (ab["clean"], ab["circuit"], *ab["random"]):
-        assert set(block) >= {"loss", "top1", "top5", "logit_b"}
-    rises = [r["loss"] - ab["clean"]["loss"] for r in ab["random"]]
+    assert ab["mode"] == "mean" and len(ab["controls"]) == min(5, distinct)
+    assert len({tuple(r["heads"]) for r in ab["controls"]}) == len(ab["controls"])
+    for block in (ab["clean"], ab["circuit"], *(r["metrics"] for r in ab["controls"])):
+        assert set(block) == {"loss", "top1", "top5", "logit_b"}
+    rises = [r["metrics"]["loss"] - ab["clean"]["loss"] for r in ab["controls"]]
     assert ab["effect"]["circuit_loss_increase"] == pytest.approx(ab["circuit"]["loss"] - ab["clean"]["loss"])
-    assert ab["effect"]["random_loss_increase_mean"] == pytest.approx(np.mean(rises))
+    assert ab["effect"]["controls_loss_increase_mean"] == pytest.approx(np.mean(rises))
     ci = ab["effect"]["intervals"]  # paired bootstrap over the same sequences (checked against scipy in test_stats)
     assert ci["circuit_loss_increase"][0] <= ci["circuit_loss_increase"][1] and 0 <= ci["p_causal"] <= 1
     assert (tmp_path / "some" / "classes.png").stat().st_size > 0
@@ -94,9 +95,9 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
 def test_empty_circuit_is_reported_not_an_error(tiny_dirs, tmp_path):
     cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "threshold.circuit=1e9"])
     summary = analyse(cfg, tmp_path)
-    assert summary["induction_circuit"] == []
-    assert summary["ablation"]["circuit"] is None and "empty" in summary["ablation"]["note"]
-    assert summary["ablation"]["clean"]["loss"] > 0
+    assert summary.induction_circuit == []
+    assert summary.ablation.circuit is None and "empty" in summary.ablation.note
+    assert summary.ablation.clean.loss > 0
 
 
 @pytest.mark.slow
@@ -121,9 +122,9 @@ BAD = [
     (["probe.seq_len=40"], "probe.seq_len"),
     (["probe.seq_len=4096"], "probe.seq_len"),
     (["probe.seq_len=64", "probe.vocab_high=100000"], "probe.vocab_high"),
-    (["ablate.n_random=2"], "ablate.n_random"),
+    (["ablate.n_controls=2"], "ablate.n_controls"),
     (["ablate.causal_factor=0"], "ablate.causal_factor"),
-    (["threshold.per_class.first_token=-1"], "threshold.per_class.first_token"),
+    (["threshold.per_class.bos=-1"], "threshold.per_class.bos"),
 ]
 
 
@@ -196,9 +197,9 @@ def test_unsupported_architecture_cli_is_one_line_and_writes_nothing(tmp_path):
 def test_ablating_a_chosen_head_set(tiny_dirs, tmp_path):
     cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L1H2]"])
     summary = analyse(cfg, tmp_path)
-    ab = summary["ablation"]
-    assert ab["heads"] == ["L1H2"]
-    assert sorted(r["heads"] for r in ab["random"]) == [["L1H0"], ["L1H1"], ["L1H3"]]  # all 3 that exist
+    ab = summary.ablation
+    assert ab.heads == ["L1H2"]
+    assert sorted(c.heads for c in ab.controls) == [["L1H0"], ["L1H1"], ["L1H3"]]  # all 3 that exist
     from emergence.config import UsageError
 
     with pytest.raises(UsageError, match="ablate.heads='L9H0'"):

@@ -123,13 +123,13 @@ def test_a_sink_head_does_not_make_the_floor_and_is_named(sink_model, tmp_path, 
 
     with caplog.at_level(logging.INFO, logger="emergence.main"):
         summary, rows = run(path, tmp_path / "nondegenerate", *thresholds)
-    null = summary["null"]
+    null = summary.null
     assert null["rule"] == "nondegenerate" and null["pooled_heads"] == 7
     assert list(null["set_aside"]) == ["L0H1"] and null["set_aside"]["L0H1"] == pytest.approx(baseline[0, 1], rel=1e-3)
     assert null["p95"] == pytest.approx(np.quantile(ordinary, 0.95), rel=1e-4)
     assert null["p99"] == pytest.approx(np.quantile(ordinary, 0.99), rel=1e-4)
     assert null["floor"] == pytest.approx(max(2.0, np.quantile(ordinary, 0.99)), rel=1e-4)
-    assert summary["threshold_warnings"] == []
+    assert summary.threshold_warnings == []
     logged = [r.getMessage() for r in caplog.records]
     assert not [m for m in logged if m.startswith("warning")]
     assert any(m.startswith("null (nondegenerate rule, 40 draws of 7 heads)") and m.endswith("/T): L0H1")
@@ -170,12 +170,12 @@ WARNING = re.compile(r"below the null floor ([\d.]+)x: (\w+)=([\d.]+)x admits (.
 def test_the_warnings_name_the_heads_admitted_under_the_floor(sink_model, tmp_path):
     path, _, _, sel = sink_model
     summary, _ = run(path, tmp_path, "threshold.class_default=1.1", "threshold.circuit=1.2")
-    floor = summary["null"]["floor"]
+    floor = summary.null["floor"]
     named = {"circuit": 1.2, **dict.fromkeys(CLASSES, 1.1)}
     expected = admitted_under_the_floor(sel, 1.1, 1.2, floor)
     assert expected, "the thresholds admit heads under the floor"
     found = {}
-    for warning in summary["threshold_warnings"]:
+    for warning in summary.threshold_warnings:
         match = WARNING.fullmatch(warning)
         assert match and float(match.group(1)) == pytest.approx(floor, abs=0.005)
         assert float(match.group(3)) == named[match.group(2)]

@@ -74,8 +74,8 @@ def test_the_measured_errors_are_the_ones_near_threshold_uses():
 
 
 def test_a_head_within_the_bfloat16_error_of_30x_is_near_threshold_and_one_far_from_it_is_not():
-    sel = hand_made_sel({(0, "first_token"): 30 * (1 + BF16 / 2),  # its class and BOS membership could flip
-                         (1, "first_token"): 30 * (1 - BF16 / 2),  # ... from below
+    sel = hand_made_sel({(0, "bos"): 30 * (1 + BF16 / 2),  # its class and BOS membership could flip
+                         (1, "bos"): 30 * (1 - BF16 / 2),  # ... from below
                          (2, "previous_token"): 45.0,  # far from 30x
                          (3, "induction"): 50 * (1 + BF16 / 2),  # far from 30x, near the 50x circuit
                          (4, "self"): 300.0, (4, "local"): 30.3})  # a second class's membership near 30x
@@ -105,18 +105,19 @@ def test_a_run_marks_its_near_threshold_heads_and_states_its_dtype_against_the_r
     _, rows = read_run(tmp_path / "near")
     assert [r["near_threshold"] for r in rows] == [i == target for i in range(len(rows))]
     name = f"L{rows[target]['layer']}H{rows[target]['head']}"
-    assert summary["near_threshold"] == {"relative_error": DTYPE_RELATIVE_ERROR["float32"], "count": 1, "heads": [name]}
-    assert (summary["dtype"], summary["reference_dtype"]) == ("float32", "float16")
+    assert summary.near_threshold.to_json() == {"relative_error": DTYPE_RELATIVE_ERROR["float32"], "count": 1,
+                                                "heads": [name]}
+    assert (summary.dtype, summary.reference_dtype) == ("float32", "float16")
     assert "dtype float32, the reference study's float16" in caplog.text and f"near a threshold" in caplog.text
     plain = read_run(tmp_path / "plain")[0]
-    assert plain["reference_dtype"] is None and not dtype_differs(plain)
+    assert plain.reference_dtype is None and not dtype_differs(plain.dtype, plain.reference_dtype)
 
 
 def test_the_panel_report_states_the_dtypes_and_lists_near_threshold_heads(tmp_path):
     """Run directories in bfloat16 of a model the study ran in float16: report.md says so and lists,
     per revision, the heads within bfloat16's error of a threshold."""
-    sel = [hand_made_sel({(0, "first_token"): 31.0, (1, "induction"): 80.0}),  # L0H0 near 30x (3%: no)
-           hand_made_sel({(0, "first_token"): 30.3, (1, "induction"): 50.5})]  # both near
+    sel = [hand_made_sel({(0, "bos"): 31.0, (1, "induction"): 80.0}),  # L0H0 near 30x (3%: no)
+           hand_made_sel({(0, "bos"): 30.3, (1, "induction"): 50.5})]  # both near
     for i, s in enumerate(sel):
         write_checkpoint(tmp_path / "runs" / f"r{i}", Checkpoint(f"r{i}", 1e6 * 10 ** i, s), {
             "model": "m", "revision": f"r{i}", "tokens": 1e6 * 10 ** i, "step": None, "n_layers": 1,
@@ -132,8 +133,8 @@ def test_a_milestone_next_to_near_threshold_heads_says_it_depends_on_them(tmp_pa
     from emergence.report.findings import model_findings
     from emergence.report.panel import Trajectory
 
-    def revision(name, tokens, first_token):  # two heads: L0H0's first-token selectivity varies
-        return Checkpoint(name, tokens, hand_made_sel({(0, "first_token"): first_token, (1, "self"): 2.0}),
+    def revision(name, tokens, bos):  # two heads: L0H0's first-token selectivity varies
+        return Checkpoint(name, tokens, hand_made_sel({(0, "bos"): bos, (1, "self"): 2.0}),
                           extras={"dtype": "bfloat16"})
     # BOS-50% (L0H0 a BOS head) is first reached at r1, 30.3x: within bfloat16's 2% of 30x.
     near = model_findings(Trajectory("m", [revision("r0", 1e6, 5.0), revision("r1", 1e7, 30.3),

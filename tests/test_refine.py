@@ -17,7 +17,7 @@ import pytest
 
 from emergence.config import PanelEntry
 from emergence.refine import merge_overrides, narrow, plan_model, spaced
-from emergence.report.findings import INDUCTION, FIRST_TOKEN, model_findings
+from emergence.report.findings import INDUCTION, BOS, model_findings
 from emergence.report.panel import Checkpoint, Trajectory
 
 
@@ -95,7 +95,7 @@ def checkpoint(step: int, n_induction: int, bos_heads: int, refined: bool = Fals
     """4 layers x 4 heads: ``n_induction`` heads at 100x induction, ``bos_heads`` at 100x first-token."""
     sel = np.ones((4, 4, 6))
     sel.reshape(16, 6)[:n_induction, INDUCTION] = 100.0
-    sel.reshape(16, 6)[16 - bos_heads:, FIRST_TOKEN] = 100.0
+    sel.reshape(16, 6)[16 - bos_heads:, BOS] = 100.0
     return Checkpoint(f"step{step}", float(step * TOKENS_PER_STEP), sel, refined=refined)
 
 

@@ -108,7 +108,7 @@ def test_run_directories_give_the_same_findings(tmp_path):
 
 def toy_trajectory() -> Trajectory:
     """2 layers x 2 heads, 3 revisions, with known answers."""
-    ind, first = CLASSES.index("induction"), CLASSES.index("first_token")
+    ind, first = CLASSES.index("induction"), CLASSES.index("bos")
     sels = np.zeros((3, 2, 2, 6))
     sels[1, 1, 0, ind] = 40  # L1H0: member (>= 30) at r1, circuit (>= 50) at r2
     sels[2, 1, 0, ind] = 60
@@ -263,7 +263,7 @@ def noisy_trajectory(bos_selectivity: list[float], noise: float, n: int = 60, se
     checkpoints = []
     for r, level in enumerate(bos_selectivity):
         targets = np.full((n, 2, 4, 7), 0.01)
-        targets[:, 1, :, CLASSES.index("first_token")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))  # mean 1
+        targets[:, 1, :, CLASSES.index("bos")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))  # mean 1
         mean = targets.mean(0)
         sel = mean[..., :6] / mean[..., 6:]
         checkpoints.append(Checkpoint(f"step{r}", float(10 ** (r + 6)), sel, None, {}, targets))
@@ -286,7 +286,7 @@ def test_milestone_probabilities_come_from_one_paired_resample(tmp_path):
         fractions = []
         for cp in traj.checkpoints:
             m = cp.targets[index].mean(0)
-            fractions.append((m[..., CLASSES.index("first_token")] / m[..., 6] >= 30).mean())
+            fractions.append((m[..., CLASSES.index("bos")] / m[..., 6] >= 30).mean())
         hit = [i for i, x in enumerate(fractions) if x >= 0.3 - 1e-12]
         first.append(traj.checkpoints[hit[0]].revision if hit else "never")
     expected = {name: first.count(name) / N_BOOT for name in set(first)}

@@ -27,7 +27,7 @@ def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
     _, a = read_run(tmp_path / "paper")
     _, b = read_run(tmp_path / "lenient")
     for ra, rb in zip(a, b):
-        for col in ("sel_induction", "sel_first_token", "pr", "pr_entropy_rank", "sel_induction_ci_low", "null_p99"):
+        for col in ("sel_induction", "sel_bos", "pr", "pr_entropy_rank", "sel_induction_ci_low", "null_p99"):
             assert ra[col] == rb[col]
     assert second["thresholds"]["circuit"] == 1e-3 and len(second["induction_circuit"]) > len(first["induction_circuit"])
 

@@ -102,9 +102,9 @@ def test_reduced_training_is_deterministic_and_loads_like_a_checkpoint(key, tmp_
         first = (root / rev / "model.safetensors").read_bytes()
         assert first == (tmp_path / "b" / "toy" / key / "seed0" / rev / "model.safetensors").read_bytes()
     summary = analyse(cfg, tmp_path / "run")
-    assert summary["revision"] == "step4" and summary["tokens"] == 4 * 4096
-    assert summary["architecture"] == cfg.model.toy.architecture
-    assert summary["probe"]["seq_len"] == 128 and summary["probe"]["vocab_high"] == 256
+    assert summary.revision == "step4" and summary.tokens == 4 * 4096
+    assert summary.architecture == cfg.model.toy.architecture
+    assert summary.probe["seq_len"] == 128 and summary.probe["vocab_high"] == 256
 
 
 @pytest.mark.slow
@@ -120,7 +120,7 @@ def test_three_training_seeds_keep_their_own_panels_and_are_aggregated_in_the_re
         for index in range(3):
             cfg.revision.index = index
             summary = analyse(cfg, tmp_path / "runs" / f"seed{seed}" / f"r{index}")
-            assert summary["training_seed"] == seed
+            assert summary.training_seed == seed
     for seed in (0, 1, 2):  # no seed's training overwrote another's
         ensure_trained(reduced("toy_neox", tmp_path / "cache", f"model.toy.seed={seed}").model)
         assert (tmp_path / "cache" / "toy" / "toy_neox" / f"seed{seed}" / MANIFEST).stat().st_mtime_ns == stamps[seed]
@@ -165,8 +165,8 @@ def test_save_every_adds_checkpoints_without_changing_the_panel(tmp_path):
     dense.revision.index, dense.revision.name = None, "step3"  # revision=custom revision.name=step3
     dense.model.name_or_path = str(dense_root)
     summary = analyse(dense, tmp_path / "run")
-    assert (summary["revision"], summary["step"], summary["tokens"]) == ("step3", 3, 3 * 32 * 128)
-    assert summary["icl_score"] == manifest["checkpoints"][3]["icl_score"]
+    assert (summary.revision, summary.step, summary.tokens) == ("step3", 3, 3 * 32 * 128)
+    assert summary.icl_score == manifest["checkpoints"][3]["icl_score"]
 
 
 def test_missing_or_outdated_panel_is_retrained(tmp_path):
@@ -228,7 +228,7 @@ def test_the_real_default_trains_toy_neox_and_finds_its_induction_circuit(tmp_pa
     assert final["icl_score"] > 2  # and copies in context
     ab = final["ablation"]
     circuit_rise = ab["circuit"]["loss"] - ab["clean"]["loss"]
-    control_rise = sum(r["loss"] for r in ab["random"]) / len(ab["random"]) - ab["clean"]["loss"]
+    control_rise = sum(r["metrics"]["loss"] for r in ab["controls"]) / len(ab["controls"]) - ab["clean"]["loss"]
     assert circuit_rise > 0.5 and circuit_rise > 3 * max(control_rise, 0)  # far more than its controls
     assert ab["effect"]["causal"] is True
     # One of its heads alone has a clear verdict: adaptive ablation decides it on a quarter of

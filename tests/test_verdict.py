@@ -21,9 +21,9 @@ def test_the_branches_give_the_criterion_of_ablation_effect(control_change):
     clean, circuit, controls = losses(np.random.default_rng(0), 200, 1.3, control_change)
     values = verdict.branches(clean, circuit, controls, causal_factor=3.0)
     e = ablation.effect(clean.mean(), circuit.mean(), list(controls.mean(axis=1)), causal_factor=3.0)
-    criterion = e["circuit_loss_increase"] - 3.0 * abs(e["random_loss_increase_mean"])
+    criterion = e.circuit_loss_increase - 3.0 * abs(e.controls_loss_increase_mean)
     assert values.mean(axis=1).min() == pytest.approx(criterion)
-    assert (criterion > 0) == e["causal"]
+    assert (criterion > 0) == e.causal
 
 
 def test_the_interval_is_each_branchs_t_interval_at_the_bonferroni_level():

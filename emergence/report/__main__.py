@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from emergence.config import ThresholdConfig, UsageError, WandbConfig
-from emergence.report import figures, floor, markdown, sensitivity
+from emergence.report import causal_threshold, figures, markdown, sensitivity
 from emergence.report.findings import panel_findings
 from emergence.report.panel import load_reference, load_refined, load_runs, shared_thresholds
 from emergence.results import atomic_write_text
@@ -55,19 +55,19 @@ def parse_args(argv=None):
 def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float,
                  reference: bool, sweeps: list[dict] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon,
                  refined: dict | None = None) -> dict:
-    """``sweeps``: ablation-floor sweeps (``floor.load_sweeps``) among the runs, if any; ``refined``:
+    """``sweeps``: causal-threshold sweeps (``causal_threshold.load_sweeps``) among the runs, if any; ``refined``:
     the milestones ``python -m emergence.refine`` narrowed (``panel.load_refined``), per model."""
     out.mkdir(parents=True, exist_ok=True)
     findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon)
     for model, f in findings["models"].items():
         f["refined"] = (refined or {}).get(model)
-    findings["ablation_floor"] = list(sweeps)
+    findings["causal_threshold"] = list(sweeps)
     grids = [sensitivity.dense(t) for t in trajectories.values()]
     rows = sensitivity.rows(grids)
     held = sensitivity.conclusions(trajectories, grids, class_threshold, circuit_threshold)
     made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
             figures.trajectories(findings, out), figures.sensitivity(grids, class_threshold, circuit_threshold, out),
-            figures.ablation_floor(findings["ablation_floor"], out)]
+            figures.causal_threshold(findings["causal_threshold"], out)]
     for model, f in findings["models"].items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
     names = [p.name for p in made if p is not None]
@@ -123,7 +123,7 @@ def main(argv=None) -> None:
         check_login(wandb_cfg)
         trajectories = (load_reference(args.reference) if args.reference
                         else load_runs(args.runs, args.pr_estimator))
-        sweeps = [] if args.reference else floor.load_sweeps(args.runs)
+        sweeps = [] if args.reference else causal_threshold.load_sweeps(args.runs)
         refined = {} if args.reference else load_refined(args.runs)
     except (FileNotFoundError, ValueError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -142,8 +142,8 @@ def main(argv=None) -> None:
               f"{(f3['induction_onset'] or {}).get('revision')}, BOS-50% {(f3['bos_50'] or {}).get('revision')}"
               + ("" if not f["sinks_gu"] else f"; Sink_0 final {100 * f['sinks_gu']['f2']['final_sink_fraction']:.1f}%, "
                  f"Sink_0-50% {(f['sinks_gu']['f3']['sink_50'] or {}).get('revision')}"))
-    for sweep in findings["ablation_floor"]:
-        print(f"{sweep['model']} @ {sweep['revision']}: ablation floor T* = "
+    for sweep in findings["causal_threshold"]:
+        print(f"{sweep['model']} @ {sweep['revision']}: causal threshold T* = "
               f"{'none' if sweep['t_star'] is None else '%gx' % sweep['t_star']}")
     print(f"report: {args.out / 'report.md'}")
 

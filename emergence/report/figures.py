@@ -188,9 +188,9 @@ def sensitivity(grids: list, class_threshold: float, circuit_threshold: float, o
     return _save(fig, out / "sensitivity.png")
 
 
-def ablation_floor(sweeps: list[dict], out: Path) -> Path | None:
+def causal_threshold(sweeps: list[dict], out: Path) -> Path | None:
     """Per swept checkpoint: the loss rise from ablating the circuit screened at each threshold,
-    the matched-random sets' mean change, the bar the circuit must clear (causal_factor x the
+    the control sets' mean change, the bar the circuit must clear (causal_factor x the
     controls' change) and T*; filled markers where the verdict is causal."""
     if not sweeps:
         return None
@@ -204,12 +204,12 @@ def ablation_floor(sweeps: list[dict], out: Path) -> Path | None:
                     mfc="C0" if p["causal"] else "w")
             ax.annotate(f"{len(p['circuit'])}h", (p["threshold"], p["circuit_loss_increase"]),
                         textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-        controls = [(p["threshold"], p["random_loss_increase_mean"]) for p in pts
-                    if p["random_loss_increase_mean"] is not None]
+        controls = [(p["threshold"], p["controls_loss_increase_mean"]) for p in pts
+                    if p["controls_loss_increase_mean"] is not None]
         if controls:
-            ax.plot(*zip(*controls), "s-", color="C1", label="matched random (mean)")
+            ax.plot(*zip(*controls), "s-", color="C1", label="controls (mean)")
             ax.plot([t for t, _ in controls], [sweep["causal_factor"] * abs(c) for _, c in controls], ":",
-                    color="C1", label=f"{sweep['causal_factor']:g} x |random|")
+                    color="C1", label=f"{sweep['causal_factor']:g} x |controls|")
         if sweep["t_star"] is not None:
             ax.axvline(sweep["t_star"], color="k", lw=0.8, ls="--", label=f"T* = {sweep['t_star']:g}x")
         ax.axhline(0, color="0.7", lw=0.6)
@@ -220,4 +220,4 @@ def ablation_floor(sweeps: list[dict], out: Path) -> Path | None:
         ax.set_ylabel("loss of B: rise when ablated (nats)")
         ax.set_title(f"{sweep['model']} @ {sweep['revision']}", fontsize=9)
         ax.legend(fontsize=7)
-    return _save(fig, out / "ablation_floor.png")
+    return _save(fig, out / "causal_threshold.png")

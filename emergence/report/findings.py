@@ -40,7 +40,7 @@ from emergence.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, he
 from emergence.stats import NULL_RULES, interval
 
 INDUCTION = CLASSES.index("induction")
-FIRST_TOKEN = CLASSES.index("first_token")
+BOS = CLASSES.index("bos")
 ONSET_HEADS = 3
 BOS_MILESTONES = (10, 30, 50, 70)
 RECALL_MILESTONES = {"recall_33": Fraction(1, 3), "recall_67": Fraction(2, 3), "recall_100": Fraction(1)}
@@ -70,7 +70,7 @@ def _first(mask) -> int | None:
 
 
 def bos_fractions(traj: Trajectory, class_threshold: float) -> np.ndarray:
-    return (traj.sel[..., FIRST_TOKEN] >= class_threshold).mean(axis=(1, 2))
+    return (traj.sel[..., BOS] >= class_threshold).mean(axis=(1, 2))
 
 
 def induction_counts(traj: Trajectory, circuit_threshold: float) -> np.ndarray:
@@ -324,7 +324,7 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
     names = [c.revision for c in traj.checkpoints]
     total_tokens = traj.checkpoints[-1].tokens
     bos = bos_fractions(traj, class_threshold)
-    per_layer = (traj.sel[..., FIRST_TOKEN] >= class_threshold).sum(axis=2)  # [revisions, layers]
+    per_layer = (traj.sel[..., BOS] >= class_threshold).sum(axis=2)  # [revisions, layers]
     n_ind = induction_counts(traj, circuit_threshold)
     rec, topk = recall(traj, class_threshold, circuit_threshold)
     revisions = [

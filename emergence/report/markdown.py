@@ -37,10 +37,10 @@ def _signed(x) -> str:
     return "-" if x is None else f"{x:+.3f}"
 
 
-def ablation_floor(sweeps: list[dict]) -> list[str]:
-    """The ablation-floor section: per swept checkpoint, each threshold's circuit and verdict, and T*."""
-    out = ["## Ablation floor (T*)\n",
-           "Each checkpoint's circuit screened at several thresholds, ablated against matched-random sets "
+def causal_threshold(sweeps: list[dict]) -> list[str]:
+    """The causal-threshold section: per swept checkpoint, each threshold's circuit and verdict, and T*."""
+    out = ["## Causal threshold (T*)\n",
+           "Each checkpoint's circuit screened at several thresholds, ablated against control sets "
            "(METHOD section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
            "is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
     for sweep in sweeps:
@@ -49,12 +49,12 @@ def ablation_floor(sweeps: list[dict]) -> list[str]:
                                                                               f"{sweep['t_star']:g}x])"))
         out.append(f"**{sweep['model']} @ {sweep['revision']}** ({format_tokens(sweep['tokens'])} tokens): "
                    f"T* = {bracket}{'' if sweep['monotone'] else '; the verdicts are not monotone in the threshold'}.\n")
-        out += ["| threshold | circuit | circuit rise | matched-random mean | causal | sequences |",
+        out += ["| threshold | circuit | circuit rise | controls' mean | causal | sequences |",
                 "|---|---|---|---|---|---|"]
         for p in sweep["points"]:
             verdict = {True: "yes", False: "no", None: p["note"] or "-"}[p["causal"]]
             out.append(f"| {p['threshold']:g}x | {', '.join(p['circuit']) or 'empty'} | "
-                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['random_loss_increase_mean'])} | {verdict} | "
+                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['controls_loss_increase_mean'])} | {verdict} | "
                        f"{p['sequences_used'] if p['sequences_used'] is not None else '-'} |")
         out.append("")
     return out
@@ -186,7 +186,7 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
                        "at most one of them is the checkpoint its name says; check the repo before reading trends.")
         if f["null_floor"]:
             out.append(null_floor(f["null_floor"], len(f["revisions"])))
-        out.append(f"- **F1 zero-BOS floor**: layers with no BOS head at any revision: "
+        out.append(f"- **F1 zero-BOS layers**: layers with no BOS head at any revision: "
                    f"{f1['zero_bos_layers'] or 'none'}.")
         if f2["largest_jump"]:
             share_ci = f" (CI {_range(f2['jump_share_ci'], _pct)})" if "jump_share_ci" in f2 else ""
@@ -263,8 +263,8 @@ def render(findings: dict, conclusions: list[dict], figures: list[str], referenc
     out += ["| model | conclusion | at the report's thresholds | share of the grid | flips |", "|---|---|---|---|---|"]
     out += [f"| {c['model']} | {c['conclusion']} | {'yes' if c['holds_at_report_thresholds'] else 'no'} | "
             f"{_pct(c['share'])} | {c['flips']} |" for c in conclusions]
-    if findings.get("ablation_floor"):
-        out += ["", *ablation_floor(findings["ablation_floor"])]
+    if findings.get("causal_threshold"):
+        out += ["", *causal_threshold(findings["causal_threshold"])]
     out.append("\n## Figures\n")
     out += [f"![{name}]({name})" for name in figures]
     return "\n".join(out) + "\n"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emergence.report.findings import (ABRUPT_SHARE, FIRST_TOKEN, INDUCTION, ONSET_HEADS, RECALL_MILESTONES)
+from emergence.report.findings import (ABRUPT_SHARE, BOS, INDUCTION, ONSET_HEADS, RECALL_MILESTONES)
 from emergence.report.panel import Trajectory
 
 GRID_POINTS = 32  # per axis: 32 x 32 = 1,024 (class, circuit) settings per model
@@ -88,7 +88,7 @@ def _first(mask: np.ndarray, axis: int) -> np.ndarray:
 def dense(traj: Trajectory, class_grid: np.ndarray = GRID, circuit_grid: np.ndarray = GRID) -> Grid:
     """F1-F4 of ``traj`` at every (class, circuit) threshold pair, vectorised over both axes."""
     sel = traj.sel  # [revisions, layers, heads, 6]
-    first, ind = sel[..., FIRST_TOKEN], sel[..., INDUCTION]
+    first, ind = sel[..., BOS], sel[..., INDUCTION]
     c = np.asarray(class_grid, dtype=float)
     k = np.asarray(circuit_grid, dtype=float)
     bos_members = first[None] >= c[:, None, None, None]  # [classes, revisions, layers, heads]

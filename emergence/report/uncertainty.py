@@ -21,7 +21,7 @@ from emergence.screen import CLASSES
 from emergence.stats import interval, replicate_means, replicate_selectivity, resample_weights
 
 INDUCTION = CLASSES.index("induction")
-FIRST_TOKEN = CLASSES.index("first_token")
+BOS = CLASSES.index("bos")
 
 
 def bracket(tokens: np.ndarray, index: int) -> list:
@@ -69,7 +69,7 @@ def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: floa
     bos, n_ind, ind = [], [], []
     for t in targets:  # one revision at a time: [n_boot, layers, heads, 6] is the largest array held
         sel = replicate_selectivity(t, weights)
-        bos.append((sel[..., FIRST_TOKEN] >= class_threshold).mean(axis=(1, 2)))
+        bos.append((sel[..., BOS] >= class_threshold).mean(axis=(1, 2)))
         n_ind.append((sel[..., INDUCTION] >= circuit_threshold).sum(axis=(1, 2)))
         ind.append(sel[..., INDUCTION])
     sink = None

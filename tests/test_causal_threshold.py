@@ -1,4 +1,4 @@
-"""The ablation-floor study: T* from a threshold sweep, and a real sweep on a tiny checkpoint
+"""The causal threshold T*: from a threshold sweep, and a real sweep on a tiny checkpoint
 whose jobs after the first reuse the cached measurements."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from cli import run_cli
-from emergence.report.floor import t_star
+from emergence.report.causal_threshold import t_star
 from emergence.results import read_run
 
 
@@ -57,15 +57,15 @@ def test_a_threshold_sweep_reuses_the_measurements_and_reports_t_star(tiny_dirs,
     rep = run_cli(sweep, "--out", out, "--wandb-mode", "disabled", module="emergence.report")
     assert rep.returncode == 0, rep.stderr[-2000:]
     findings = json.loads((out / "findings.json").read_text())
-    (floor,) = findings["ablation_floor"]
-    assert [p["threshold"] for p in floor["points"]] == [s["thresholds"]["circuit"] for s in summaries]
-    assert [p["circuit"] for p in floor["points"]] == [s["induction_circuit"] for s in summaries]
+    (sweep_found,) = findings["causal_threshold"]
+    assert [p["threshold"] for p in sweep_found["points"]] == [s["thresholds"]["circuit"] for s in summaries]
+    assert [p["circuit"] for p in sweep_found["points"]] == [s["induction_circuit"] for s in summaries]
     verdicts = [s["ablation"]["effect"]["causal"] if s["ablation"]["effect"] else None for s in summaries]
-    assert [p["causal"] for p in floor["points"]] == verdicts
+    assert [p["causal"] for p in sweep_found["points"]] == verdicts
     # T* by its definition, from the summaries: the lowest threshold from which every verdict is causal.
     judged = [(s["thresholds"]["circuit"], v) for s, v in zip(summaries, verdicts) if v is not None]
     expected = next((t for i, (t, _) in enumerate(judged) if all(v for _, v in judged[i:])), None)
-    assert floor["t_star"] == expected
-    assert "ablation_floor.png" in findings["figures"] and (out / "ablation_floor.png").stat().st_size > 1000
+    assert sweep_found["t_star"] == expected
+    assert "causal_threshold.png" in findings["figures"] and (out / "causal_threshold.png").stat().st_size > 1000
     text = (out / "report.md").read_text()
-    assert "## Ablation floor (T*)" in text and "T* = " in text
+    assert "## Causal threshold (T*)" in text and "T* = " in text
