@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from emergence.config import default_cache_dir
+from emergence.results import RunSummary
 
 
 HEADS = ["ablate.heads=[L3H1,L5H2,L7H0]"]  # a random model has no circuit: a fixed 3-head set (+5 controls)
@@ -596,11 +597,11 @@ def main(argv=None) -> None:
             "i_clear_verdict_recipe": clear_verdict_recipe(args.repeats),
             "j_prefetch_sweep": prefetch_sweeps(args.revisions),
         }
-        summaries = {k: json.loads((Path(tmp) / k / "summary.json").read_text()) for k in ("d", "e")}
+        summaries = {k: RunSummary.read(Path(tmp) / k) for k in ("d", "e")}
     results["g_intervals_16x16_2000_sequences"] = intervals_cost()
     a, b, c = (results[k] for k in ("a_emergence_no_ablation", "b_bare_forward_sdpa_last_logits", "c_study_eager_all_rows"))
     bare = b["forward_s"]
-    d, e = (summaries[k]["timings"] for k in ("d", "e"))
+    d, e = (summaries[k].timings for k in ("d", "e"))
     results["ratios"] = {
         "a_over_b_wall": round(a["wall_s"] / b["wall_s"], 3),
         "c_over_a_wall": round(c["wall_s"] / a["wall_s"], 3),
@@ -616,8 +617,8 @@ def main(argv=None) -> None:
             results["i_clear_verdict_recipe"]["recipe_adaptive_over_bare_pass"],
         "sweep_with_over_without_prefetch": results["j_prefetch_sweep"]["ratio_jobs_wall"],
     }
-    results["adaptive"] = {k: summaries["e"]["ablation"][k] for k in ("sequences_used", "stopped_early", "interval",
-                                                                        "effect")}
+    adaptive = summaries["e"].ablation.to_json()
+    results["adaptive"] = {k: adaptive[k] for k in ("sequences_used", "stopped_early", "interval", "effect")}
     results["setup"] = setup(args)
     write(results, args.out)
 

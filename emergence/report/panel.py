@@ -123,35 +123,35 @@ def find_runs(paths: list[Path]) -> dict[Path, bool]:
 
 
 def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
-    """Runs grouped by ``summary['model']`` (and by training seed where a model has several),
+    """Runs grouped by their summary's ``model`` (and by training seed where a model has several),
     ordered by tokens. A revision analysed twice (e.g. under two threshold presets) is kept
     once: the selectivities do not depend on it."""
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
     for run_dir, refined in find_runs(paths).items():
         summary, rows = read_run(run_dir)
-        if summary["tokens"] is None:
-            raise ValueError(f"{run_dir}: run has no token count (revision {summary['revision']!r}); "
+        if summary.tokens is None:
+            raise ValueError(f"{run_dir}: run has no token count (revision {summary.revision!r}); "
                              "a panel needs revisions with known tokens: rerun with model.tokens_per_step=<N> "
                              "where the family's tokens per step are known")
-        n_layers, n_heads = summary["n_layers"], summary["n_heads"]
+        n_layers, n_heads = summary.n_layers, summary.n_heads
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         pr = np.zeros((n_layers, n_heads))
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             pr[r["layer"], r["head"]] = r[pr_estimator]
-        extras = {k: summary[k] for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null")
-                  if summary.get(k) is not None}
-        classes = set(summary.get("thresholds", {}).get("classes", {}).values())
-        panel = (summary["model"], summary.get("training_seed"))
+        extras = {k: getattr(summary, k) for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null")
+                  if getattr(summary, k) is not None}
+        classes = set(summary.thresholds["classes"].values())
+        panel = (summary.model, summary.training_seed)
         used.setdefault(panel, set()).add(
-            (classes.pop(), summary["thresholds"]["circuit"]) if len(classes) == 1 else None)
+            (classes.pop(), summary.thresholds["circuit"]) if len(classes) == 1 else None)
         arrays = {}
         if (run_dir / PER_SEQUENCE_FILE).exists():
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
-        by_model.setdefault(panel, {})[summary["revision"]] = Checkpoint(
-            summary["revision"], float(summary["tokens"]), sel, pr, extras, **arrays, run_dir=run_dir, refined=refined)
+        by_model.setdefault(panel, {})[summary.revision] = Checkpoint(
+            summary.revision, float(summary.tokens), sel, pr, extras, **arrays, run_dir=run_dir, refined=refined)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     seeds = Counter(model for model, _ in by_model)
