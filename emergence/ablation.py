@@ -2,9 +2,8 @@
 
 An ablated head has its slice of the input to the output projection replaced: by zero
 (``zero``, the reference) or by its batch mean at that position (``mean``). We score
-the prediction of B at T-1 for the induction circuit ablated and for control sets (as
-many heads from the same layers, drawn from the heads outside the circuit: "matched-random
-controls", or "controls"). Conditions are stacked along the batch dimension, so all
+the prediction of B at T-1 for the induction circuit ablated and for control sets, "controls"
+(as many heads from the same layers, drawn at random from the heads outside the circuit). Conditions are stacked along the batch dimension, so all
 control sets share each forward pass. The step's result is an ``AblationResult``.
 """
 

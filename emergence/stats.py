@@ -219,7 +219,7 @@ def effect_intervals(clean: np.ndarray, circuit: np.ndarray, controls: np.ndarra
     """Paired bootstrap intervals of the ablation effect over sequences.
 
     Per-sequence losses of B: ``clean`` [n], ``circuit`` [n] (circuit ablated), ``controls``
-    [k, n] (each matched-random set ablated). One resample of the sequences serves the
+    [k, n] (each control set ablated). One resample of the sequences serves the
     circuit and the controls alike, so their comparison is paired. ``causal_margin`` is the
     circuit's rise minus ``causal_factor`` x the size of the controls' mean change (> 0:
     causal); ``p_causal`` the share of replicates in which it is positive."""

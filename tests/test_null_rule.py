@@ -137,14 +137,14 @@ def test_a_sink_head_does_not_make_the_floor_and_is_named(sink_model, tmp_path, 
     assert [(r["layer"], r["head"]) for r in rows if r["degenerate_baseline"]] == [(0, 1)]
 
     reference, reference_rows = run(path, tmp_path / "reference", *thresholds, "stats.null_rule=reference")
-    null = reference["null"]
+    null = reference.null
     assert null["rule"] == "reference" and null["pooled_heads"] == 8 and null["set_aside"] == {}
     assert null["p95"] == pytest.approx(np.percentile(null_sel, 95), rel=1e-4)
     assert null["p99"] == pytest.approx(pooled, rel=1e-4)
     assert null["floor"] == pytest.approx(max(2.0, pooled), rel=1e-4)
     # Every threshold is below this floor, but no head lies between a threshold and the floor.
     assert admitted_under_the_floor(sink_model[3], 3, 3, null["floor"]) == {}
-    assert reference["threshold_warnings"] == []
+    assert reference.threshold_warnings == []
     for ours, theirs in zip(rows, reference_rows):  # the per-head columns do not depend on the rule
         assert ours["null_p99"] == theirs["null_p99"] and ours["degenerate_baseline"] == theirs["degenerate_baseline"]
         assert ours["null_p99"] == pytest.approx(np.percentile(null_sel[ours["layer"], ours["head"]], 99), rel=1e-4)

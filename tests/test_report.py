@@ -18,6 +18,7 @@ from emergence.results import format_tokens, head_rows, write_run
 from emergence.screen import CLASSES, class_thresholds, screen
 from emergence.config import StatsConfig
 from emergence.stats import screen_intervals
+from run_dirs import run_summary
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper_results"
 needs_reference = pytest.mark.skipif(not REFERENCE.exists(), reason="shared/reference is not beside the checkout")
@@ -85,7 +86,7 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     pr = c.pr if c.pr is not None else np.full(c.sel.shape[:2], np.nan)
     rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), pr, intervals, np.zeros(c.sel.shape[:2]),
                      np.zeros(c.sel.shape[:2], dtype=bool), np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool))
-    write_run(run_dir, rows, summary, {"targets": targets})
+    write_run(run_dir, rows, run_summary(**summary), {"targets": targets})
 
 
 def as_run_dirs(trajectories: dict, root: Path) -> None:
@@ -365,8 +366,8 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
         zeros, degenerate = np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool)
         write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, degenerate,
                                      importance.mean(0), degenerate),
-                  {"model": "two", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2,
-                   "n_heads": 4}, {"targets": c.targets, "sink_importance": importance})
+                  run_summary(model="two", revision=c.revision, tokens=c.tokens, n_layers=2, n_heads=4),
+                  {"targets": c.targets, "sink_importance": importance})
     loaded = load_runs([root])["two"]
     assert np.array_equal(loaded.checkpoints[3].sink_importance, traj.checkpoints[3].sink_importance)
     f = panel_findings({"two": loaded}, 30.0, 50.0)["models"]["two"]

@@ -15,7 +15,7 @@ SMALL = ["probe=paper", "probe.n_sequences=24", "probe.seq_len=64", "probe.vocab
 def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
     base = ["model=local", f"model.name_or_path={tiny_dirs['olmo']}", f"cache_dir={tmp_path / 'cache'}", *SMALL]
     first = analyse(compose_config([*base, "threshold=paper"]), tmp_path / "paper")
-    assert not first["reused_measurements"]
+    assert not first.reused_measurements
     assert list((tmp_path / "cache" / "measurements").glob("*.npz"))
 
     def no_model(*args, **kwargs):
@@ -23,13 +23,13 @@ def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
 
     monkeypatch.setattr(checkpoints, "load_model", no_model)
     second = analyse(compose_config([*base, "threshold=lenient", "threshold.circuit=1e-3"]), tmp_path / "lenient")
-    assert second["reused_measurements"]
+    assert second.reused_measurements
     _, a = read_run(tmp_path / "paper")
     _, b = read_run(tmp_path / "lenient")
     for ra, rb in zip(a, b):
         for col in ("sel_induction", "sel_bos", "pr", "pr_entropy_rank", "sel_induction_ci_low", "null_p99"):
             assert ra[col] == rb[col]
-    assert second["thresholds"]["circuit"] == 1e-3 and len(second["induction_circuit"]) > len(first["induction_circuit"])
+    assert second.thresholds["circuit"] == 1e-3 and len(second.induction_circuit) > len(first.induction_circuit)
 
     with pytest.raises(AssertionError, match="the model was loaded"):  # another probe is another entry
         analyse(compose_config([*base, "probe.seed=1"]), tmp_path / "seed1")

@@ -78,9 +78,9 @@ def test_the_adaptive_stop_looks_only_from_the_minimum_on():
         min_sequences, causal_factor, confidence = 4, 3.0, 0.95
 
     clean = np.zeros(10)
-    stop = ablation.AdaptiveStop(Settings, clean, n_controls=1)
-    assert stop({"circuit": np.full(2, 1.0), "random_0": np.zeros(2)}) is False and stop.looks == 0
+    stop = ablation.AdaptiveStop(Settings, clean)
+    assert stop(np.stack([np.full(2, 1.0), np.zeros(2)])) is False and stop.looks == 0  # rows: circuit, a control
     rng = np.random.default_rng(4)
-    decided = stop({"circuit": 5 + rng.normal(0, 0.1, 6), "random_0": rng.normal(0, 0.1, 6)})
+    decided = stop(np.stack([5 + rng.normal(0, 0.1, 6), rng.normal(0, 0.1, 6)]))
     assert decided and stop.looks == 1 and stop.last["low"] > 0 and stop.last["look"] == 1
     assert math.isfinite(stop.last["high"])

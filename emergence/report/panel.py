@@ -21,6 +21,7 @@ from emergence.screen import CLASSES
 REFERENCE_PREFIXES = {"pythia1b": "pythia", "olmo": "olmo", "olmoe": "olmoe"}
 REFERENCE_PR_FILES = {"pythia": "pythia_1b_phase1_trajectory.json", "olmo": "olmo_phase1_trajectory.json",
                       "olmoe": "olmoe_phase1_trajectory.json"}
+REFERENCE_CLASSES = {"bos": "first-token"}  # the reference files' class names where ours differ (else _ -> -)
 PYTHIA_TOKENS_PER_STEP = 2_097_152
 REFINE_FOLDER = "refine"  # python -m emergence.refine writes its runs to <sweep>/refine/<model>/<revision>/
 REFINED_FILE = "refined.json"  # ... and its answers to <sweep>/refined.json
@@ -91,8 +92,8 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
         prefix, revision = path.stem.split("_mechinterp_")
         model = REFERENCE_PREFIXES[prefix]
         data = read_json(path)
-        sel = _head_grid(data["all_head_selectivity"],
-                         lambda d: [d[c.replace("_", "-")] for c in CLASSES])
+        sel = _head_grid(data["all_head_selectivity"], lambda d: [d[REFERENCE_CLASSES.get(c, c.replace("_", "-"))]
+                                                                  for c in CLASSES])
         dtype = reference_dtype(model)  # the study's own numbers: computed in the dtype it ran
         by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel,
                                                          extras={"dtype": dtype, "reference_dtype": dtype}))
