@@ -1,4 +1,4 @@
-"""The ablation-floor study (METHOD.md section 9): the circuit screened at several thresholds,
+"""The ablation-floor study (docs/method.md section 9): the circuit screened at several thresholds,
 each ablated against matched-random sets; T* is the lowest threshold from which on the
 screened circuit carries the effect.
 

@@ -41,7 +41,7 @@ def ablation_floor(sweeps: list[dict]) -> list[str]:
     """The ablation-floor section: per swept checkpoint, each threshold's circuit and verdict, and T*."""
     out = ["## Ablation floor (T*)\n",
            "Each checkpoint's circuit screened at several thresholds, ablated against matched-random sets "
-           "(METHOD section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
+           "(docs/method.md section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
            "is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
     for sweep in sweeps:
         bracket = ("none: the highest threshold with a verdict is not causal" if sweep["t_star"] is None else
