@@ -1,4 +1,4 @@
-"""Step 4 - causal verification by group ablation (METHOD.md section 6).
+"""Step 4 - causal verification by group ablation (docs/method.md section 6).
 
 An ablated head has its slice of the input to the output projection replaced: by zero
 (``zero``, the reference) or by its batch mean at that position (``mean``). We score

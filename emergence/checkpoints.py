@@ -131,7 +131,7 @@ def pick_device(requested: str) -> torch.device:
 
 def pick_dtype(requested: str) -> torch.dtype:
     """``auto`` is float32 on every device: the 1B panel fits any current GPU in it, and a 16-bit
-    dtype moves selectivities by up to 0.6% (float16) or 2% (bfloat16) (README, "Precision")."""
+    dtype moves selectivities by up to 0.6% (float16) or 2% (bfloat16) (docs/precision.md)."""
     return torch.float32 if requested == "auto" else getattr(torch, requested)
 
 

@@ -98,7 +98,7 @@ class ModelConfig:
     key: str = MISSING  # the config name (pythia, olmo, ...): how results are grouped
     name_or_path: str = MISSING  # Hub repo id or local directory
     architecture: Optional[str] = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
-    dtype: str = "auto"  # auto: float32 (README, "Precision")
+    dtype: str = "auto"  # auto: float32 (docs/precision.md)
     reference_dtype: Optional[str] = None  # the dtype the reference study ran this family in; None: not in it
     tokens_per_step: Optional[int] = None  # tokens = step x this, unless the branch name states them
     # How the family names its checkpoint branches: a regular expression (full match) with a named
@@ -181,7 +181,7 @@ class AblateConfig:
 
 @dataclass
 class StatsConfig:
-    """Uncertainty from the probe pass (METHOD.md section 9); no extra forward pass."""
+    """Uncertainty from the probe pass (docs/method.md section 9); no extra forward pass."""
 
     n_boot: int = 1000  # bootstrap replicates over sequences
     ci: float = 0.95  # interval coverage

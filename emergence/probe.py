@@ -1,4 +1,4 @@
-"""Step 1 - the synthetic induction batch (METHOD.md section 3).
+"""Step 1 - the synthetic induction batch (docs/method.md section 3).
 
 Each sequence is uniform random tokens with one planted pair ``A B`` at ``ab, ab+1``
 and a second ``A`` at the last position; a model that has induction heads predicts ``B``

@@ -1,4 +1,4 @@
-"""Step 2 - the selectivity screen (METHOD.md section 4), pure numpy.
+"""Step 2 - the selectivity screen (docs/method.md section 4), pure numpy.
 
 Input: the batch-mean attention from the query position T-1 to each class's target
 key position(s) and to the baseline positions, per head. Output: selectivities,

@@ -1,4 +1,4 @@
-"""The second sink definition (Gu et al. 2024, METHOD.md section 9), beside the screen's BOS class.
+"""The second sink definition (Gu et al. 2024, docs/method.md section 9), beside the screen's BOS class.
 
 The screen's first-token class looks at one query (T-1) and a ratio to a baseline. Gu et
 al. instead ask how much attention key 0 gets from *every* query that can see it:

@@ -1,4 +1,4 @@
-"""Step 3 - the spectral signal of each head (METHOD.md section 5), pure numpy.
+"""Step 3 - the spectral signal of each head (docs/method.md section 5), pure numpy.
 
 Both estimators work from the running sums that the capture step accumulates, so the
 [n, head_dim] matrix X of a head's outputs is never held:

@@ -1,4 +1,4 @@
-"""Uncertainty from the one probe pass (METHOD.md section 9), pure numpy.
+"""Uncertainty from the one probe pass (docs/method.md section 9), pure numpy.
 
 * A bootstrap over sequences: one seeded matrix of resampling weights ``[n_boot, n]``
   (multinomial counts / n) times the per-sequence attentions ``[n, layers, heads, 7]``

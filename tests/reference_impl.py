@@ -1,4 +1,4 @@
-"""An independent implementation of METHOD.md sections 3-5 for the tests: the model's
+"""An independent implementation of docs/method.md sections 3-5 for the tests: the model's
 own eager attention with ``output_attentions=True`` (full [b, h, T, T] patterns), and the
 head outputs read by a hook on the output projection, reduced with plain numpy."""
 

@@ -99,7 +99,7 @@ def test_each_setting_has_one_default():
 
 @pytest.mark.slow
 def test_the_installed_package_carries_every_config_file(tmp_path):
-    """A wheel of the project holds each YAML under conf/, new folders included."""
+    """A wheel of the project holds each YAML under conf/, new folders included, and the reference data."""
     import subprocess
     import sys
     import zipfile
@@ -117,6 +117,8 @@ def test_the_installed_package_carries_every_config_file(tmp_path):
     packed = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("emergence/conf/")}
     expected = {f"emergence/conf/{p.relative_to(CONF)}" for p in CONF.rglob("*.yaml")}
     assert expected <= packed and "emergence/conf/zz_new_group/option.yaml" in packed
+    data = [n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("emergence/report/reference_data/")]
+    assert len(data) == 34  # the study's results: SOURCE.md, 30 per_revision/ and 3 pr/ files
 
 
 @pytest.mark.parametrize("override,message", [

@@ -36,7 +36,7 @@ def test_first_n_sequences_are_a_prefix_of_the_stream(paper_batch):
 
 
 def test_first_sequence_follows_the_documented_draws():
-    # Re-derive sequence 0 from the METHOD.md draw order with a fresh RandomState.
+    # Re-derive sequence 0 from the docs/method.md draw order with a fresh RandomState.
     rs = np.random.RandomState(42)
     seq = rs.randint(100, 10000, size=256)
     a, b = rs.choice(np.arange(100, 10000), size=2, replace=False)

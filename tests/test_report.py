@@ -1,4 +1,4 @@
-"""The panel report reproduces METHOD.md section 7 from the reference study's data, and
+"""The panel report reproduces docs/method.md section 7 from the reference study's data, and
 gives the same numbers from run directories written in our own format."""
 
 import csv
@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emergence.report.__main__ import main as report_main
+from emergence.report.__main__ import main as report_main, parse_args as report_args
 from emergence.report.findings import f2_shape, model_findings, panel_findings
 from emergence.report.uncertainty import replicates
-from emergence.report.panel import Checkpoint, Trajectory, load_reference, load_runs
+from emergence.report.panel import REFERENCE_DATA, Checkpoint, Trajectory, load_reference, load_runs
 from emergence.report.sensitivity import GRID, dense
 from emergence.results import format_tokens, head_rows, write_run
 from emergence.screen import CLASSES, class_thresholds, screen
@@ -20,8 +20,7 @@ from emergence.config import StatsConfig
 from emergence.stats import screen_intervals
 from run_dirs import run_summary
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper_results"
-needs_reference = pytest.mark.skipif(not REFERENCE.exists(), reason="shared/reference is not beside the checkout")
+REFERENCE = REFERENCE_DATA  # the study's per-head results, installed with the package (its SOURCE.md)
 
 BOS_PCT = {"pythia": [0, 0, 0, 0, 0, 0, 10.9, 29.7, 46.1, 57.8],
            "olmo": [0, 0, 0.4, 0, 0, 7.4, 70.3, 77.7, 80.9, 80.9],
@@ -71,9 +70,15 @@ def check_method_numbers(findings: dict) -> None:
         assert head["lead"] is None and "no measurable rise" in head["reason"]
 
 
-@needs_reference
 def test_reference_data_reproduces_method_section_7():
     check_method_numbers(panel_findings(load_reference(REFERENCE)))
+
+
+def test_the_reference_data_ships_with_the_package_and_a_path_still_chooses_other_data(tmp_path):
+    assert len(list((REFERENCE / "per_revision").glob("*_mechinterp_*.json"))) == 30
+    assert len(list((REFERENCE / "pr").glob("*_trajectory.json"))) == 3 and (REFERENCE / "SOURCE.md").exists()
+    assert report_args(["--reference", "--out", str(tmp_path)]).reference == REFERENCE
+    assert report_args(["--reference", str(tmp_path), "--out", str(tmp_path)]).reference == tmp_path
 
 
 def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
@@ -97,7 +102,6 @@ def as_run_dirs(trajectories: dict, root: Path) -> None:
                 "n_layers": c.sel.shape[0], "n_heads": c.sel.shape[1]})
 
 
-@needs_reference
 def test_run_directories_give_the_same_findings(tmp_path):
     reference = load_reference(REFERENCE)
     as_run_dirs(reference, tmp_path / "multirun")
@@ -144,10 +148,9 @@ def test_shape_from_the_largest_jump():
     assert g["shape"] == "gradual" and not g["monotonic"] and g["largest_drop_pp"] == pytest.approx(-5)
 
 
-@needs_reference
 def test_cli_writes_all_outputs(tmp_path):
     out = tmp_path / "report"
-    report_main(["--reference", str(REFERENCE), "--out", str(out), "--wandb-mode", "disabled"])
+    report_main(["--reference", "--out", str(out), "--wandb-mode", "disabled"])  # no DIR: the packaged data
     findings = json.loads((out / "findings.json").read_text())
     assert set(findings["models"]) == {"pythia", "olmo", "olmoe"}
     text = (out / "report.md").read_text()
@@ -167,7 +170,7 @@ def test_cli_writes_all_outputs(tmp_path):
     assert {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "sensitivity.png",
             "bos_per_layer_olmo.png", "induction_heads_pythia.png"} <= set(findings["figures"])
     held = {(c["model"], c["key"]): c for c in findings["sensitivity"]}
-    # At METHOD's thresholds (30x, 50x) the published conclusions hold ...
+    # At docs/method.md's thresholds (30x, 50x) the published conclusions hold ...
     assert all(held[(m, "layers_0_1_bos_free")]["holds_at_report_thresholds"] for m in ("pythia", "olmo", "olmoe"))
     assert held[("olmo", "abrupt")]["holds_at_report_thresholds"]
     assert not held[("pythia", "abrupt")]["holds_at_report_thresholds"]
@@ -211,14 +214,12 @@ def test_dense_grid_agrees_with_the_findings_on_a_hand_made_trajectory():
     check_grid_against_findings(toy_trajectory(), [1.0, 30.0, 35.0, 36.0, 50.0], [30.0, 50.0, 60.0, 70.0, 90.0])
 
 
-@needs_reference
 def test_dense_grid_agrees_with_the_findings_on_the_reference_data():
     reference = load_reference(REFERENCE)
-    for traj in reference.values():  # a sample of the 32 x 32 grid, and METHOD's thresholds
+    for traj in reference.values():  # a sample of the 32 x 32 grid, and docs/method.md's thresholds
         check_grid_against_findings(traj, [*GRID[::5], 30.0], [*GRID[2::6], 50.0])
 
 
-@needs_reference
 def test_a_dense_grid_over_the_30_run_panel_takes_well_under_a_second():
     import time
 

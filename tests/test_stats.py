@@ -1,4 +1,4 @@
-"""Intervals and the reference null against independent computations (METHOD.md section 9)."""
+"""Intervals and the reference null against independent computations (docs/method.md section 9)."""
 
 import numpy as np
 import pytest

@@ -1,7 +1,8 @@
-"""``python -m emergence.report RUNS... | --reference DIR  --out DIR``: the panel findings F1-F5.
+"""``python -m emergence.report RUNS... | --reference [DIR]  --out DIR``: the panel findings F1-F5.
 
 Reads run directories written by ``python -m emergence`` (a multirun directory or several
-paths) or the reference study's per-head results, and writes ``findings.json``,
+paths) or the reference study's per-head results (by default the copy installed with the
+package, ``emergence/report/reference_data/``), and writes ``findings.json``,
 ``report.md``, ``sensitivity.csv`` and figures into ``--out``, then logs a W&B panel run.
 """
 
@@ -19,7 +20,7 @@ from omegaconf import OmegaConf
 from emergence.config import ThresholdConfig, UsageError, WandbConfig
 from emergence.report import causal_threshold, figures, markdown, sensitivity
 from emergence.report.findings import panel_findings
-from emergence.report.panel import load_reference, load_refined, load_runs, shared_thresholds
+from emergence.report.panel import REFERENCE_DATA, load_reference, load_refined, load_runs, shared_thresholds
 from emergence.results import atomic_write_text
 from emergence.tracking import check_login, tracked_run
 
@@ -28,7 +29,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m emergence.report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="*", type=Path, help="run directories or folders holding them (e.g. a multirun)")
-    p.add_argument("--reference", type=Path, help="the reference study's results (per_revision/, pr/)")
+    p.add_argument("--reference", type=Path, nargs="?", const=REFERENCE_DATA, metavar="DIR",
+                   help="the reference study's results (per_revision/, pr/); without DIR the copy shipped "
+                        "with the package")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.add_argument("--class-threshold", type=float, default=None,
                    help="class / BOS membership threshold (default: the runs' own if they agree, else 30)")
@@ -44,7 +47,7 @@ def parse_args(argv=None):
     p.add_argument("--wandb-entity", default=None, help="default: $WANDB_ENTITY")
     args = p.parse_args(argv)
     if bool(args.runs) == bool(args.reference):
-        p.error("give run directories or --reference DIR (exactly one of them)")
+        p.error("give run directories or --reference [DIR] (exactly one of them)")
     if (args.class_threshold or 1) <= 0 or (args.circuit_threshold or 1) <= 0:
         p.error("thresholds must be > 0")
     if not 0 < args.sink_epsilon < 1:
@@ -128,7 +131,7 @@ def main(argv=None) -> None:
     except (FileNotFoundError, ValueError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    # METHOD.md section 4's thresholds (ThresholdConfig's defaults) unless the runs agree on others
+    # docs/method.md section 4's thresholds (ThresholdConfig's defaults) unless the runs agree on others
     screened = shared_thresholds(trajectories) or (ThresholdConfig.class_default, ThresholdConfig.circuit)
     class_threshold = args.class_threshold if args.class_threshold is not None else screened[0]
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]

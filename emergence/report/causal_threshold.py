@@ -1,4 +1,4 @@
-"""The causal threshold T* (METHOD.md section 9, the study's "ablation floor"): the circuit
+"""The causal threshold T* (docs/method.md section 9, the study's "ablation floor"): the circuit
 screened at several thresholds, each ablated against its controls; T* is the lowest threshold
 from which on the screened circuit carries the effect.
 

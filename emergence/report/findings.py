@@ -1,6 +1,6 @@
-"""The five panel findings of METHOD.md section 7, as pure functions of a Trajectory.
+"""The five panel findings of docs/method.md section 7, as pure functions of a Trajectory.
 
-Definitions (thresholds are arguments; the defaults are METHOD.md section 4's):
+Definitions (thresholds are arguments; the defaults are docs/method.md section 4's):
 * BOS fraction: heads with first-token selectivity >= ``class_threshold`` / all heads.
 * Induction heads: induction selectivity >= ``circuit_threshold``.
 * F1: layers with no BOS head at any revision.

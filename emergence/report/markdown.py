@@ -41,7 +41,7 @@ def causal_threshold(sweeps: list[dict]) -> list[str]:
     """The causal-threshold section: per swept checkpoint, each threshold's circuit and verdict, and T*."""
     out = ["## Causal threshold (T*)\n",
            "Each checkpoint's circuit screened at several thresholds, ablated against control sets "
-           "(METHOD section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
+           "(docs/method.md section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
            "is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
     for sweep in sweeps:
         bracket = ("none: the highest threshold with a verdict is not causal" if sweep["t_star"] is None else

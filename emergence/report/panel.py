@@ -23,6 +23,7 @@ REFERENCE_PR_FILES = {"pythia": "pythia_1b_phase1_trajectory.json", "olmo": "olm
                       "olmoe": "olmoe_phase1_trajectory.json"}
 REFERENCE_CLASSES = {"bos": "first-token"}  # the reference files' class names where ours differ (else _ -> -)
 PYTHIA_TOKENS_PER_STEP = 2_097_152
+REFERENCE_DATA = Path(__file__).with_name("reference_data")  # the study's results, package data (its SOURCE.md)
 REFINE_FOLDER = "refine"  # python -m emergence.refine writes its runs to <sweep>/refine/<model>/<revision>/
 REFINED_FILE = "refined.json"  # ... and its answers to <sweep>/refined.json
 

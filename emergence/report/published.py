@@ -1,4 +1,4 @@
-"""The reference study's published numbers (METHOD.md section 7), for side-by-side tables.
+"""The reference study's published numbers (docs/method.md section 7), for side-by-side tables.
 Token counts in billions; BOS fractions in percent."""
 
 BOS_FRACTION = {

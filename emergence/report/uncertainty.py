@@ -1,4 +1,4 @@
-"""How far to trust a panel's findings (METHOD.md section 9).
+"""How far to trust a panel's findings (docs/method.md section 9).
 
 * Brackets (any input): a milestone first seen at revision k happened after revision k-1
   and by revision k, so its time is the bracket (tokens[k-1], tokens[k]]; a ratio of two
