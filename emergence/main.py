@@ -13,10 +13,11 @@ import shutil
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import hydra
+import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -30,20 +31,96 @@ from emergence.toy import train as toy_train
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Loaded:
+    """Step 0's record: the checkpoint named, checked and (where the recipe needs it) loaded."""
+
+    revision: checkpoints.Revision
+    source: checkpoints.Source
+    device: torch.device
+    dtype: str  # "float32", "bfloat16" or "float16"
+    weight_bytes: int
+    cached: cache.Measurements | None  # the probe's measurements from the cache (reuse=true), if there
+    model: torch.nn.Module | None  # None: the cached measurements serve and ablation is off
+    arch: checkpoints.Architecture | None
+    batch_size: int  # sequences per forward pass
+
+
+@dataclass
+class Screened:
+    """Step 2's record: the screen at the run's thresholds."""
+
+    thresholds: np.ndarray  # [6] class thresholds (order ``screen.CLASSES``)
+    screen: screen.Screen
+    near_threshold: np.ndarray  # [layers, heads] bool: heads the dtype's rounding could flip
+
+
+@dataclass
+class Uncertainty:
+    """The screen's uncertainty, from the same pass."""
+
+    intervals: stats.ScreenIntervals  # the bootstrap over sequences
+    null: stats.NullCalibration  # the reference null's floor
+    below_floor: list[str]  # thresholds under the null floor that admit heads
+
+
+class Laps:
+    """Seconds per step of the recipe, in order (``summary.json`` ``timings``)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def __call__(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = round(now - self._last, 3)
+        self._last = now
+
+
 def analyse(cfg: Config, out_dir: Path) -> results.RunSummary:
     """Run the recipe on the checkpoint ``cfg`` names; write and return its summary."""
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = round(now - clock, 3)
-        clock = now
-
-    # Everything that can be checked without the weights is checked before they load.
-    validate(cfg)
+    lap = Laps()
+    validate(cfg)  # everything that can be checked without the weights, before they load
     tracking.check_login(cfg.wandb)
+    p = cfg.probe
+    batch = probe.make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
+    baseline = probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)  # [n_baseline] key positions
+    lap("probe_batch")
+    loaded = load(cfg)
+    lap("load")
+    name = f"{cfg.model.key}@{loaded.revision.name or 'as-is'}"
+    run_config = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": loaded.revision.step,
+                  "tokens": loaded.revision.tokens}
+    with tracking.tracked_run(cfg.wandb, name, run_config, out_dir, tags=[cfg.model.key, loaded.revision.name]) as run:
+        lap("tracker")  # starting W&B is bookkeeping, not the recipe's first step
+        measured, cap = measure(cfg, loaded, batch, baseline, name)
+        lap("capture")
+        screened = screen_heads(cfg, measured, loaded.dtype)
+        lap("screen_spectral")  # the spectral estimators came with the pass (step 3)
+        uncertainty = quantify_uncertainty(cfg, measured, screened)
+        lap("intervals")
+        ablated = ablation.ablate(cfg.ablate, loaded.model, loaded.arch, batch, loaded.batch_size,
+                                  screened.screen.circuit_heads(), measured.clean_metrics, measured.clean_loss,
+                                  cap.position_mean if cap else None, cfg.stats)
+        lap("ablate")
+        summary = summarise(cfg, loaded, batch, baseline, measured, screened, uncertainty, ablated, lap.seconds)
+        lap("summary")
+        write_outputs(out_dir, run, summary, measured, screened, uncertainty, name)
+    if cfg.model.cleanup:  # the results are written: the weights can go
+        with prefetch.no_download_running():
+            freed = checkpoints.remove_from_cache(loaded.source)
+        log.info(f"cleanup: removed {loaded.source.path}@{loaded.source.revision} from the Hugging Face cache "
+                 f"({freed / 2**20:.1f} MiB)")
+    for line in results.report_lines(summary, screened.screen, out_dir):
+        log.info(line)
+    return summary
+
+
+def load(cfg: Config) -> Loaded:
+    """Step 0: the checkpoint's revision, source and config, checked against the run's settings and
+    the memory; then its cached measurements (reuse=true), and the model unless they make it
+    unnecessary. Ablation depends on the thresholds (they pick the circuit), so it always needs
+    the model; mean ablation also needs the probe pass's per-position means."""
     revision = checkpoints.resolve_revision(cfg)
     device = checkpoints.pick_device(cfg.device)
     dtype = checkpoints.pick_dtype(cfg.model.dtype)
@@ -55,106 +132,108 @@ def analyse(cfg: Config, out_dir: Path) -> results.RunSummary:
     hf_config = checkpoints.load_config(cfg, src)
     validate_for_model(cfg, hf_config)
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
-    p = cfg.probe
-    batch = probe.make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
-    baseline = probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)
-    lap("probe_batch")
-
-    # Step 0: the model, unless cached measurements make it unnecessary. Ablation depends on
-    # the thresholds (they pick the circuit), so it always needs the model; mean ablation
-    # also needs this pass's per-position means.
     dtype_name = str(dtype).removeprefix("torch.")
-    entry = cache.key(cache.checkpoint_identity(src.path, src.revision), asdict(p), cfg.stats.n_null, dtype_name)
-    cached = cache.load(cfg.cache_dir, entry) if cfg.reuse else None
-    mean_ablation = cfg.ablate.enabled and cfg.ablate.mode == "mean"
+    cached = cache.load(cfg.cache_dir, cache_entry(cfg, src, dtype_name)) if cfg.reuse else None
     need_model = cached is None or cfg.ablate.enabled
     model = checkpoints.load_model(cfg, src, device, dtype) if need_model else None
-    arch = checkpoints.Architecture.of(model) if need_model else None
-    batch_size = p.batch_size
-    if need_model and device.type == "cuda" and p.auto_batch:
-        batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), p.seq_len, hf_config, dtype)
-    lap("load")
-    download = {"bytes_downloaded": checkpoints.downloaded_bytes(src), "load_seconds": timings["load"],
-                **prefetch.arrival(src.path, src.revision)}
+    batch_size = cfg.probe.batch_size
+    if need_model and device.type == "cuda" and cfg.probe.auto_batch:
+        batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), cfg.probe.seq_len, hf_config, dtype)
+    return Loaded(revision, src, device, dtype_name, weight_bytes, cached, model,
+                  checkpoints.Architecture.of(model) if need_model else None, batch_size)
 
-    name = f"{cfg.model.key}@{revision.name or 'as-is'}"
-    run_config = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": revision.step, "tokens": revision.tokens}
-    with tracking.tracked_run(cfg.wandb, name, run_config, out_dir, tags=[cfg.model.key, revision.name]) as run:
-        lap("tracker")  # starting W&B is bookkeeping, not the recipe's first step
-        # Step 1: the probe pass, reduced on the fly (skipped when the measurements are cached).
-        cap = None
-        if cached is None or mean_ablation:
-            log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {name}")
-            null_positions = stats.null_positions(batch.ab.numpy(), p.seq_len, cfg.stats.n_null)
-            cap = capture.run_probe(model, arch, batch, baseline, batch_size, p.spectral_sequences or p.n_sequences,
-                                    mean_ablation, ablation.metrics_per_sequence, null_positions)
-        measured = cached or cache.Measurements.of(cap, arch)
-        if cached is None and cfg.reuse:
-            cache.save(cfg.cache_dir, entry, measured)
-        lap("capture")
 
-        # Steps 2 and 3: the selectivity screen; the spectral estimators came with the pass.
-        thresholds = screen.class_thresholds(cfg.threshold.class_default, cfg.threshold.per_class.overrides())
-        scr = screen.screen(screen.selectivity(measured.mean_attention), thresholds, cfg.threshold.circuit)
-        near = screen.near_threshold(scr.sel, thresholds, cfg.threshold.circuit,
-                                     screen.DTYPE_RELATIVE_ERROR[dtype_name])  # heads the dtype's rounding could flip
-        lap("screen_spectral")
+def cache_entry(cfg: Config, src: checkpoints.Source, dtype: str) -> str:
+    """The measurement cache's key for this checkpoint, probe, null and dtype."""
+    return cache.key(cache.checkpoint_identity(src.path, src.revision), asdict(cfg.probe), cfg.stats.n_null, dtype)
 
-        # Their uncertainty, from the same pass: a bootstrap over sequences and the null's floor.
-        intervals = stats.screen_intervals(measured.targets, thresholds, cfg.threshold.circuit, cfg.stats)
-        null = stats.null_calibration(measured.null_sums, measured.mean_attention[..., screen.BASELINE], p.n_sequences,
-                                      p.seq_len, cfg.stats.null_rule)
-        low = stats.below_floor(scr, thresholds, cfg.threshold.circuit, null.floor)
-        if null.floor is None:
-            log.warning(f"warning: no null floor: every head's baseline attention is degenerate (under "
-                        f"{null.degenerate_below:.3g} = {stats.DEGENERATE_BASELINE_SHARE:g}/T)")
-        if low:
-            log.warning(f"warning: thresholds below the null floor {null.floor:.2f}x admit heads not told apart "
-                        f"from chance: {'; '.join(low)}")
-        lap("intervals")
 
-        # Step 4: group ablation of the circuit against its controls.
-        ablated = ablation.ablate(cfg.ablate, model, arch, batch, batch_size, scr.circuit_heads(),
-                                  measured.clean_metrics, measured.clean_loss, cap.position_mean if cap else None,
-                                  cfg.stats)
-        lap("ablate")
+def measure(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np.ndarray,
+            name: str) -> tuple[cache.Measurements, capture.Capture | None]:
+    """Step 1: the probe pass, reduced on the fly, unless the measurements are cached (mean
+    ablation runs it anyway: it needs the per-position means); saved to the cache when computed."""
+    p, cap = cfg.probe, None
+    if loaded.cached is None or (cfg.ablate.enabled and cfg.ablate.mode == "mean"):
+        log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {name}")
+        null_positions = stats.null_positions(batch.ab.numpy(), p.seq_len, cfg.stats.n_null)
+        cap = capture.run_probe(loaded.model, loaded.arch, batch, baseline, loaded.batch_size,
+                                p.spectral_sequences or p.n_sequences, cfg.ablate.enabled and cfg.ablate.mode == "mean",
+                                ablation.metrics_per_sequence, null_positions)
+    measured = loaded.cached or cache.Measurements.of(cap, loaded.arch)
+    if loaded.cached is None and cfg.reuse:
+        cache.save(cfg.cache_dir, cache_entry(cfg, loaded.source, loaded.dtype), measured)
+    return measured, cap
 
-        # The run's record: heads.csv (one row per head), per_sequence.npz, then summary.json.
-        sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
-        rows = results.head_rows(scr, measured.mean_attention, measured.pr, measured.entropy_rank, intervals,
-                                 null.per_head_p99, null.degenerate, measured.mean_sink_importance, near)
-        summary = results.RunSummary(
-            schema_version=results.SCHEMA_VERSION, model=cfg.model.key, name_or_path=cfg.model.name_or_path,
-            training_seed=results.training_seed(cfg.model), revision=revision.name, step=revision.step,
-            tokens=revision.tokens, architecture=measured.model_type, n_layers=measured.n_layers,
-            n_heads=measured.n_heads, head_dim=measured.head_dim, dtype=dtype_name,
-            reference_dtype=cfg.model.reference_dtype, near_threshold=results.near_threshold_record(near, dtype_name),
-            device=str(device), weight_bytes=weight_bytes, weights_sha256=checkpoints.weights_sha256(src),
-            download=download, batch_size=batch_size,
-            probe={**asdict(p), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},
-            thresholds={"classes": dict(zip(screen.CLASSES, thresholds.tolist())), "circuit": cfg.threshold.circuit},
-            class_counts=scr.class_counts(), member_counts=scr.member_counts(), bos_fraction=scr.bos_fraction(),
-            bos_fraction_ci=intervals.bos_fraction, bos_per_layer=scr.bos_per_layer(), sink_metric=sink_metric,
-            induction_circuit=scr.circuit_names(), intervals=results.intervals_summary(intervals, cfg.stats),
-            null=null.as_summary(), threshold_warnings=[f"below the null floor {null.floor:.2f}x: {t}" for t in low],
-            spectral={**results.SPECTRAL_ESTIMATORS, "n_sequences": measured.spectral_n},
-            reused_measurements=cached is not None, ablation=ablated,
-            icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
-            timings=timings, versions=results.versions())
-        lap("summary")
-        results.write_run(out_dir, rows, summary,
-                          {"targets": measured.targets, "sink_importance": measured.sink_importance})
-        figure = tracking.class_figure(scr.head_class, name)
-        figure.savefig(out_dir / "classes.png", dpi=120)
-        tracking.log_checkpoint(run, summary, rows, figure)
-        tracking.plt.close(figure)
-    if cfg.model.cleanup:  # the results are written: the weights can go
-        with prefetch.no_download_running():
-            freed = checkpoints.remove_from_cache(src)
-        log.info(f"cleanup: removed {src.path}@{src.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
-    for line in results.report_lines(summary, scr, out_dir):
-        log.info(line)
-    return summary
+
+def screen_heads(cfg: Config, measured: cache.Measurements, dtype: str) -> Screened:
+    """Step 2: selectivities, classes, memberships and the circuit at the run's thresholds, and the
+    heads the run's dtype could flip."""
+    thresholds = screen.class_thresholds(cfg.threshold.class_default, cfg.threshold.per_class.overrides())
+    scr = screen.screen(screen.selectivity(measured.mean_attention), thresholds, cfg.threshold.circuit)
+    near = screen.near_threshold(scr.sel, thresholds, cfg.threshold.circuit, screen.DTYPE_RELATIVE_ERROR[dtype])
+    return Screened(thresholds, scr, near)
+
+
+def quantify_uncertainty(cfg: Config, measured: cache.Measurements, screened: Screened) -> Uncertainty:
+    """The screen's uncertainty from the same pass: a bootstrap over sequences and the null's floor;
+    a warning names the heads a threshold below the floor admits."""
+    p, scr = cfg.probe, screened.screen
+    intervals = stats.screen_intervals(measured.targets, screened.thresholds, cfg.threshold.circuit, cfg.stats)
+    null = stats.null_calibration(measured.null_sums, measured.mean_attention[..., screen.BASELINE], p.n_sequences,
+                                  p.seq_len, cfg.stats.null_rule)
+    low = stats.below_floor(scr, screened.thresholds, cfg.threshold.circuit, null.floor)
+    if null.floor is None:
+        log.warning(f"warning: no null floor: every head's baseline attention is degenerate (under "
+                    f"{null.degenerate_below:.3g} = {stats.DEGENERATE_BASELINE_SHARE:g}/T)")
+    if low:
+        log.warning(f"warning: thresholds below the null floor {null.floor:.2f}x admit heads not told apart "
+                    f"from chance: {'; '.join(low)}")
+    return Uncertainty(intervals, null, low)
+
+
+def summarise(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np.ndarray, measured: cache.Measurements,
+              screened: Screened, uncertainty: Uncertainty, ablated: ablation.AblationResult,
+              timings: dict[str, float]) -> results.RunSummary:
+    """The run's record, ``summary.json``."""
+    revision, scr, null = loaded.revision, screened.screen, uncertainty.null
+    download = {"bytes_downloaded": checkpoints.downloaded_bytes(loaded.source), "load_seconds": timings["load"],
+                **prefetch.arrival(loaded.source.path, loaded.source.revision)}
+    return results.RunSummary(
+        schema_version=results.SCHEMA_VERSION, model=cfg.model.key, name_or_path=cfg.model.name_or_path,
+        training_seed=results.training_seed(cfg.model), revision=revision.name, step=revision.step,
+        tokens=revision.tokens, architecture=measured.model_type, n_layers=measured.n_layers,
+        n_heads=measured.n_heads, head_dim=measured.head_dim, dtype=loaded.dtype,
+        reference_dtype=cfg.model.reference_dtype,
+        near_threshold=results.near_threshold_record(screened.near_threshold, loaded.dtype),
+        device=str(loaded.device), weight_bytes=loaded.weight_bytes,
+        weights_sha256=checkpoints.weights_sha256(loaded.source), download=download, batch_size=loaded.batch_size,
+        probe={**asdict(cfg.probe), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},
+        thresholds={"classes": dict(zip(screen.CLASSES, screened.thresholds.tolist())),
+                    "circuit": cfg.threshold.circuit},
+        class_counts=scr.class_counts(), member_counts=scr.member_counts(), bos_fraction=scr.bos_fraction(),
+        bos_fraction_ci=uncertainty.intervals.bos_fraction, bos_per_layer=scr.bos_per_layer(),
+        sink_metric=sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats),
+        induction_circuit=scr.circuit_names(), intervals=results.intervals_summary(uncertainty.intervals, cfg.stats),
+        null=null.as_summary(),
+        threshold_warnings=[f"below the null floor {null.floor:.2f}x: {t}" for t in uncertainty.below_floor],
+        spectral={**results.SPECTRAL_ESTIMATORS, "n_sequences": measured.spectral_n},
+        reused_measurements=loaded.cached is not None, ablation=ablated,
+        icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
+        timings=timings, versions=results.versions())
+
+
+def write_outputs(out_dir: Path, run, summary: results.RunSummary, measured: cache.Measurements,
+                  screened: Screened, uncertainty: Uncertainty, name: str) -> None:
+    """heads.csv, per_sequence.npz and summary.json (last), the class grid, and the W&B run's log."""
+    null = uncertainty.null
+    rows = results.head_rows(screened.screen, measured.mean_attention, measured.pr, measured.entropy_rank,
+                             uncertainty.intervals, null.per_head_p99, null.degenerate, measured.mean_sink_importance,
+                             screened.near_threshold)
+    results.write_run(out_dir, rows, summary, {"targets": measured.targets, "sink_importance": measured.sink_importance})
+    figure = tracking.class_figure(screened.screen.head_class, name)
+    figure.savefig(out_dir / "classes.png", dpi=120)
+    tracking.log_checkpoint(run, summary, rows, figure)
+    tracking.plt.close(figure)
 
 
 def discard_run_dir(out_dir: Path, job_name: str) -> None:
