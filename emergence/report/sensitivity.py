@@ -15,6 +15,7 @@ import numpy as np
 
 from emergence.report.findings import (ABRUPT_SHARE, FIRST_TOKEN, INDUCTION, ONSET_HEADS, RECALL_MILESTONES)
 from emergence.report.panel import Trajectory
+from emergence.report.records import Conclusion
 
 GRID_POINTS = 32  # per axis: 32 x 32 = 1,024 (class, circuit) settings per model
 GRID_RANGE = (2.0, 200.0)  # x baseline, both axes
@@ -153,7 +154,7 @@ def _num(x) -> float | None:
 
 
 def conclusions(trajectories: dict[str, Trajectory], grids: list[Grid], class_threshold: float,
-                circuit_threshold: float) -> list[dict]:
+                circuit_threshold: float) -> list[Conclusion]:
     """Per model and conclusion: whether it holds at the report's thresholds, the share of the
     grid where it holds, and where it flips along each axis through the report's thresholds."""
     out = []
@@ -165,9 +166,9 @@ def conclusions(trajectories: dict[str, Trajectory], grids: list[Grid], class_th
         for name, held in g.conclusions().items():
             where = [f"class {a:.3g}x -> {b:.3g}x" for a, b in _flips(along_class[name][:, 0], g.class_grid)]
             where += [f"circuit {a:.3g}x -> {b:.3g}x" for a, b in _flips(along_circuit[name][0], g.circuit_grid)]
-            out.append({"model": g.model, "conclusion": CONCLUSIONS[name], "key": name,
-                        "holds_at_report_thresholds": bool(here[name][0, 0]), "share": float(held.mean()),
-                        "holds_everywhere": bool(held.all()), "flips": "; ".join(where) or "none"})
+            out.append(Conclusion(model=g.model, conclusion=CONCLUSIONS[name], key=name,
+                                  holds_at_report_thresholds=bool(here[name][0, 0]), share=float(held.mean()),
+                                  holds_everywhere=bool(held.all()), flips="; ".join(where) or "none"))
     return out
 
 
