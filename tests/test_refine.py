@@ -149,14 +149,14 @@ def test_milestones_without_a_bracket_say_why():
 
 def test_the_report_takes_brackets_and_the_gap_from_the_refined_points():
     panel = model_findings(trajectory(PANEL), 30.0, 50.0)
-    assert panel["f3"]["induction_onset"]["bracket_tokens"] == [10_000.0, 50_000.0]
-    assert panel["f3"]["gap_ratio_range"] == pytest.approx([10 / 50, 50 / 10])  # both in (step10, step50]
+    assert panel.f3.induction_onset.bracket_tokens == [10_000.0, 50_000.0]
+    assert panel.f3.gap_ratio_range == pytest.approx([10 / 50, 50 / 10])  # both in (step10, step50]
     refined = model_findings(trajectory(PANEL, [29, 30, 35, 36]), 30.0, 50.0)
-    onset, bos_50 = refined["f3"]["induction_onset"], refined["f3"]["bos_50"]
-    assert onset["bracket_tokens"] == [29_000.0, 30_000.0]
-    assert bos_50["revision"] == "step36" and bos_50["bracket_tokens"] == [35_000.0, 36_000.0]  # 8 of 16 heads
-    assert refined["f3"]["gap_ratio_range"] == pytest.approx([35 / 30, 36 / 29])
-    assert [r["refined"] for r in refined["revisions"]] == [False, False, True, True, True, True, False, False]
+    onset, bos_50 = refined.f3.induction_onset, refined.f3.bos_50
+    assert onset.bracket_tokens == [29_000.0, 30_000.0]
+    assert bos_50.revision == "step36" and bos_50.bracket_tokens == [35_000.0, 36_000.0]  # 8 of 16 heads
+    assert refined.f3.gap_ratio_range == pytest.approx([35 / 30, 36 / 29])
+    assert [r.refined for r in refined.revisions] == [False, False, True, True, True, True, False, False]
 
 
 # --- end to end on toy_neox ---------------------------------------------------------------------
