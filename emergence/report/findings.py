@@ -112,17 +112,20 @@ def sink_fractions(traj: Trajectory, epsilon: float) -> np.ndarray | None:
 
 
 def _at_least(shares: list[Fraction | None], level: Fraction) -> np.ndarray:
+    """Per revision, whether a recall (None: there is no final circuit) is at least ``level``."""
     return np.array([share is not None and share >= level for share in shares], dtype=bool)
 
 
-def reached_by_revision(bos_fraction: np.ndarray, n_induction: np.ndarray, recall_: list, topk_recall: list,
-                        sink_fraction: np.ndarray | None) -> dict[str, np.ndarray]:
-    """Per milestone (F3's, F4's and, where measured, Sink_0's), whether each revision has reached
-    it, [revisions] bool, from the per-revision quantities (``recall_`` and ``topk_recall`` as
-    ``recall`` gives them). A milestone is the first revision where this is true."""
+def reached_by_revision(bos_fraction: np.ndarray, n_induction: np.ndarray, induction_recall: list,
+                        topk_recall: list, sink_fraction: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Per milestone, whether each revision has reached it, [revisions] bool: F3's
+    ``induction_onset`` and ``bos_<p>``, F4's ``recall_<p>`` and ``topk_recall_67``, and Gu et
+    al.'s ``sink_<p>`` where measured (``sink_fraction`` not None). From the per-revision
+    quantities (the recalls as ``recall`` gives them); a milestone is the first revision where
+    this is true."""
     reached = {"induction_onset": n_induction >= ONSET_HEADS}
     reached.update({f"bos_{pct}": at_level(bos_fraction, pct) for pct in BOS_MILESTONES})
-    reached.update({name: _at_least(recall_, level) for name, level in RECALL_MILESTONES.items()})
+    reached.update({name: _at_least(induction_recall, level) for name, level in RECALL_MILESTONES.items()})
     reached["topk_recall_67"] = _at_least(topk_recall, TOPK_RECALL_MILESTONE)
     if sink_fraction is not None:
         reached.update({f"sink_{pct}": at_level(sink_fraction, pct) for pct in BOS_MILESTONES})
@@ -226,6 +229,8 @@ def f2_shape(fractions: np.ndarray, revisions: list[str], replicated: np.ndarray
 
 
 def f5_leads(traj: Trajectory, circuit_threshold: float, reps: Replicates | None = None) -> F5:
+    """F5 per head of the final circuit: where its PR rises, where its selectivity crosses the
+    circuit threshold, and the lead between them."""
     heads = {}
     have_pr = all(c.spectral is not None for c in traj.checkpoints)
     for layer, head in final_circuit(traj, circuit_threshold):
@@ -233,23 +238,23 @@ def f5_leads(traj: Trajectory, circuit_threshold: float, reps: Replicates | None
         cross = _first(sel >= circuit_threshold)
         replicated = None if reps is None else reps.induction_sel[:, :, layer, head] >= circuit_threshold
         selectivity_cross = _milestone(traj, cross, replicated=replicated)
-        pr = rise = lead = None
         if not have_pr:
-            reason = "no PR trajectory for this model"
+            heads[head_name(layer, head)] = HeadLead(selectivity_cross, pr_rise=None, lead=None, selectivity=sel.tolist(),
+                                                     pr=None, reason="no PR trajectory for this model")
+            continue
+        pr = np.array([c.spectral[layer, head] for c in traj.checkpoints])
+        rise = _first(pr[1:] >= PR_RISE_FACTOR * pr[0])
+        rise = None if rise is None else rise + 1  # a revision after the first
+        lead = reason = None
+        if rise is None:
+            reason = (f"PR never reaches {PR_RISE_FACTOR:g}x its first-revision value "
+                      f"({pr[0]:.3g}): no measurable rise (already high at the first revision?)")
+        elif cross == 0:
+            reason = "selectivity already above threshold at the first revision: no measurable lead"
         else:
-            pr = np.array([c.spectral[layer, head] for c in traj.checkpoints])
-            rise = _first(pr[1:] >= PR_RISE_FACTOR * pr[0])
-            rise = None if rise is None else rise + 1
-            reason = None
-            if rise is None:
-                reason = (f"PR never reaches {PR_RISE_FACTOR:g}x its first-revision value "
-                          f"({pr[0]:.3g}): no measurable rise (already high at the first revision?)")
-            elif cross == 0:
-                reason = "selectivity already above threshold at the first revision: no measurable lead"
-            else:
-                lead = traj.checkpoints[cross].tokens / traj.checkpoints[rise].tokens
+            lead = traj.checkpoints[cross].tokens / traj.checkpoints[rise].tokens
         heads[head_name(layer, head)] = HeadLead(selectivity_cross, _milestone(traj, rise), lead, sel.tolist(),
-                                                 None if pr is None else pr.tolist(), reason)
+                                                 pr.tolist(), reason)
     return F5(heads, traj.spectral_estimator, PR_RISE_FACTOR)
 
 
@@ -441,8 +446,8 @@ def across_seeds(trajectories: dict[str, Trajectory], models: dict[str, ModelFin
     for family, names in families.items():
         spreads = {}
         for milestone in SEED_MILESTONES:
-            per_seed = {n: models[n].milestones()[milestone] for n in names}
-            tokens = {n: None if m is None else m.tokens for n, m in per_seed.items()}
+            reached_at = {n: models[n].milestones()[milestone] for n in names}
+            tokens = {n: None if m is None else m.tokens for n, m in reached_at.items()}
             reached = [t for t in tokens.values() if t is not None]
             spreads[milestone] = SeedSpread(per_seed=tokens, reached=len(reached),
                                             median=float(np.median(reached)) if reached else None,

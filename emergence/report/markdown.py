@@ -134,10 +134,8 @@ def f1_line(f1: F1) -> str:
     return f"- **F1 zero-BOS floor**: layers with no BOS head at any revision: {f1.zero_bos_layers or 'none'}."
 
 
-def f2_line(f2: BosShape, study: str | None) -> str | None:
-    """The BOS fraction's rise; None where nothing rose."""
-    if not f2.largest_jump:
-        return None
+def f2_line(f2: BosShape, study: str | None) -> str:
+    """The BOS fraction's rise (where something rose)."""
     share_ci = "" if f2.jump_share_ci is None else f" (CI {_range(f2.jump_share_ci, _pct)})"
     final_ci = "" if f2.final_fraction_ci is None else f" (CI {_range(f2.final_fraction_ci, _pct)})"
     text = (f"- **F2 shape**: {f2.shape}; largest adjacent rise {f2.largest_jump_pp:+.1f} pp "
@@ -256,7 +254,10 @@ def model_section(model: str, f: ModelFindings, th: Thresholds, reference: bool)
     out += [identical_weights_line(same) for same in f.identical_weights]
     if f.null_floor:
         out.append(null_floor_line(f.null_floor, len(f.revisions)))
-    out += [line for line in (f1_line(f.f1), f2_line(f.f2, study), f3_line(f.f3, study)) if line is not None]
+    out.append(f1_line(f.f1))
+    if f.f2.largest_jump:
+        out.append(f2_line(f.f2, study))
+    out.append(f3_line(f.f3, study))
     if f.sinks_gu:
         out += sinks_two_ways(f.sinks_gu, f.revisions)
     if f.refined:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emergence.report.findings import (ABRUPT_SHARE, FIRST_TOKEN, INDUCTION, ONSET_HEADS, RECALL_MILESTONES)
+from emergence.report.findings import ABRUPT_SHARE, FIRST_TOKEN, INDUCTION, ONSET_HEADS, RECALL_MILESTONES, at_level
 from emergence.report.panel import Trajectory
 from emergence.report.records import Conclusion
 
@@ -116,7 +116,7 @@ def dense(traj: Trajectory, class_grid: np.ndarray = GRID, circuit_grid: np.ndar
         jump_share=np.where(has_rise, largest / np.where(has_rise, rise, 1.0), np.nan),
         final_bos_fraction=rise,
         onset=_first(n_ind >= ONSET_HEADS, axis=1),
-        bos_50=_first(bos >= 0.5 - 1e-12, axis=1),
+        bos_50=_first(at_level(bos, 50), axis=1),
         recall_67=_first(reached, axis=0),
         circuit_size=size,
     )
