@@ -188,7 +188,8 @@ def near_threshold_at(rows: list[RevisionRow], index: int | None) -> list[str] |
 def gap(traj: Trajectory, later: int | None, earlier: int | None) -> tuple[float | None, list | None]:
     """F3's gap from the milestone at revision ``earlier`` to the one at ``later``: the ratio of
     their tokens, and its range over both brackets (``ratio_range``)."""
-    ratio = None if later is None or earlier is None else traj.checkpoints[later].tokens / traj.checkpoints[earlier].tokens
+    ratio = (None if later is None or earlier is None else
+             traj.checkpoints[later].tokens / traj.checkpoints[earlier].tokens)
     return ratio, ratio_range(later, earlier, traj.tokens, traj.tokens)
 
 
@@ -239,8 +240,9 @@ def f5_leads(traj: Trajectory, circuit_threshold: float, reps: Replicates | None
         replicated = None if reps is None else reps.induction_sel[:, :, layer, head] >= circuit_threshold
         selectivity_cross = _milestone(traj, cross, replicated=replicated)
         if not have_pr:
-            heads[head_name(layer, head)] = HeadLead(selectivity_cross, pr_rise=None, lead=None, selectivity=sel.tolist(),
-                                                     pr=None, reason="no PR trajectory for this model")
+            heads[head_name(layer, head)] = HeadLead(selectivity_cross, pr_rise=None, lead=None,
+                                                     selectivity=sel.tolist(), pr=None,
+                                                     reason="no PR trajectory for this model")
             continue
         pr = np.array([c.spectral[layer, head] for c in traj.checkpoints])
         rise = _first(pr[1:] >= PR_RISE_FACTOR * pr[0])
@@ -271,9 +273,9 @@ def pr_integral_ranking(traj: Trajectory, class_threshold: float, top_k: int = 4
     top = [tuple(map(int, np.unravel_index(i, integral.shape))) for i in order]
     final = traj.checkpoints[-1].sel
     classified = [bool((final[l, h] >= class_threshold).any()) for l, h in top]
+    induction = [final[l, h, INDUCTION] >= class_threshold for l, h in top]
     return PrIntegralRanking(top_k=k, heads=[head_name(l, h) for l, h in top],
-                             classified_share=float(np.mean(classified)),
-                             induction_share=float(np.mean([final[l, h, INDUCTION] >= class_threshold for l, h in top])))
+                             classified_share=float(np.mean(classified)), induction_share=float(np.mean(induction)))
 
 
 # --- sinks two ways ------------------------------------------------------------------------------

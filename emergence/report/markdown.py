@@ -214,8 +214,9 @@ def refined_milestones(refined: dict[str, dict]) -> list[str]:
 
 def f4_line(f4: F4, class_threshold: float, study: str | None) -> str:
     def at(m: Milestone | None) -> str:
-        share = "" if m is None or m.fraction_of_training is None else f", {100 * m.fraction_of_training:.1f}% of training"
-        return milestone_text(m) + share
+        if m is None or m.fraction_of_training is None:
+            return milestone_text(m)
+        return milestone_text(m) + f", {100 * m.fraction_of_training:.1f}% of training"
 
     text = (f"- **F4 early convergence** (final circuit {', '.join(f4.final_circuit) or 'empty'}; recall = "
             f"share of it at >= {class_threshold:g}x): 1/3 at {at(f4.recall_33)}; 2/3 at {at(f4.recall_67)}; "

@@ -25,9 +25,10 @@ class Milestone:
     """The first revision at which a quantity reaches a level: it happened after the revision
     before it and by this one."""
 
-    revision: str | None  # None: not reached (kept, rather than no milestone, where ``probability`` is known)
+    revision: str | None  # None: not reached; such a milestone is kept only to carry ``probability``
     tokens: float | None
-    bracket_tokens: list[float | None] | None  # (tokens of the revision before, tokens]; None before the first revision
+    # [tokens of the revision before (None: this is the first revision), tokens]: when it happened, (low, high]
+    bracket_tokens: list[float | None] | None
     fraction_of_training: float | None = None  # tokens / the last revision's tokens (F4's milestones)
     # The share of bootstrap replicates whose first crossing is each revision ("never": none); the
     # revisions with a share of 0 are left out. Run directories only.
