@@ -213,11 +213,11 @@ def with_probabilities(traj: Trajectory, plan: ModelPlan, thresholds: tuple[floa
     reps = replicates(traj, *thresholds, sink_epsilon)
     if reps is None:
         return plan
-    findings = model_findings(traj, *thresholds, reps, sink_epsilon)
-    by_name = {**findings["f3"], **findings["f4"], **((findings["sinks_gu"] or {}).get("f3") or {})}
+    milestones = model_findings(traj, *thresholds, reps, sink_epsilon).milestones()
     out = {}
     for name, r in plan.refinements.items():
-        probability = (by_name.get(name) or {}).get("probability") if r.interval else None
+        milestone = milestones.get(name) if r.interval else None
+        probability = None if milestone is None else milestone.probability
         out[name] = dataclasses.replace(r, probability=None if probability is None
                                         else float(probability.get(r.interval[1], 0.0)))
     return ModelPlan(out, plan.pending)

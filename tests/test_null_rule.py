@@ -202,11 +202,10 @@ def test_the_panel_report_states_the_null_rule_the_runs_used(tmp_path):
             "model": "toy", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2, "n_heads": 2,
             "null": made[c.revision]})
     findings = write_report(load_runs([tmp_path / "runs"]), tmp_path / "report", 30.0, 50.0, reference=False)
-    f = findings["models"]["toy"]["null_floor"]
-    assert {rule: r["revisions"] for rule, r in f["rules"].items()} == {"nondegenerate": ["r0", "r1"],
-                                                                       "reference": ["r2"]}
+    f = findings.models["toy"].null_floor
+    assert {rule: r.revisions for rule, r in f.rules.items()} == {"nondegenerate": ["r0", "r1"], "reference": ["r2"]}
     floors = [made[r]["floor"] for r in ("r0", "r1", "r2")]
-    assert f["floor_range"] == [min(floors), max(floors)] and f["set_aside"] == {"L0H1": ["r0"]}
+    assert f.floor_range == [min(floors), max(floors)] and f.set_aside == {"L0H1": ["r0"]}
     text = (tmp_path / "report" / "report.md").read_text()
     line = next(l for l in text.splitlines() if l.startswith("- **Null floor**"))
     assert "`nondegenerate` at 2 of 3 revisions (floor = max(2," in line and "`reference` at 1 of 3 revisions" in line

@@ -139,9 +139,9 @@ def test_a_milestone_next_to_near_threshold_heads_says_it_depends_on_them(tmp_pa
     # BOS-50% (L0H0 a BOS head) is first reached at r1, 30.3x: within bfloat16's 2% of 30x.
     near = model_findings(Trajectory("m", [revision("r0", 1e6, 5.0), revision("r1", 1e7, 30.3),
                                            revision("r2", 1e8, 90.0)], None), 30.0, 50.0)
-    assert near["f3"]["bos_50"]["revision"] == "r1"
-    assert near["f3"]["bos_50"]["near_threshold_heads"] == ["L0H0"]
+    assert near.f3.bos_50.revision == "r1"
+    assert near.f3.bos_50.near_threshold_heads == ["L0H0"]
     far = model_findings(Trajectory("m", [revision("r0", 1e6, 5.0), revision("r1", 1e7, 60.0)], None), 30.0, 50.0)
-    assert far["f3"]["bos_50"]["revision"] == "r1" and "near_threshold_heads" not in far["f3"]["bos_50"]
-    from emergence.report.markdown import _m
-    assert "depends on heads near a threshold: L0H0" in _m(near["f3"]["bos_50"])
+    assert far.f3.bos_50.revision == "r1" and far.f3.bos_50.near_threshold_heads is None
+    from emergence.report.markdown import milestone_text
+    assert "depends on heads near a threshold: L0H0" in milestone_text(near.f3.bos_50)

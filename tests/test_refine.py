@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from emergence.config import PanelEntry
-from emergence.refine import merge_overrides, narrow, plan_model, spaced
+from emergence.refine import ModelPlan, Refinement, merge_overrides, narrow, plan_model, spaced, with_probabilities
 from emergence.report.findings import INDUCTION, BOS, model_findings
 from emergence.report.panel import Checkpoint, Trajectory
+from emergence.report.uncertainty import replicates
 
 
 def search(inside: list[str], first_reached: int, per_round: int = 1, scan: bool = False):
@@ -149,14 +150,27 @@ def test_milestones_without_a_bracket_say_why():
 
 def test_the_report_takes_brackets_and_the_gap_from_the_refined_points():
     panel = model_findings(trajectory(PANEL), 30.0, 50.0)
-    assert panel["f3"]["induction_onset"]["bracket_tokens"] == [10_000.0, 50_000.0]
-    assert panel["f3"]["gap_ratio_range"] == pytest.approx([10 / 50, 50 / 10])  # both in (step10, step50]
+    assert panel.f3.induction_onset.bracket_tokens == [10_000.0, 50_000.0]
+    assert panel.f3.gap_ratio_range == pytest.approx([10 / 50, 50 / 10])  # both in (step10, step50]
     refined = model_findings(trajectory(PANEL, [29, 30, 35, 36]), 30.0, 50.0)
-    onset, bos_50 = refined["f3"]["induction_onset"], refined["f3"]["bos_50"]
-    assert onset["bracket_tokens"] == [29_000.0, 30_000.0]
-    assert bos_50["revision"] == "step36" and bos_50["bracket_tokens"] == [35_000.0, 36_000.0]  # 8 of 16 heads
-    assert refined["f3"]["gap_ratio_range"] == pytest.approx([35 / 30, 36 / 29])
-    assert [r["refined"] for r in refined["revisions"]] == [False, False, True, True, True, True, False, False]
+    onset, bos_50 = refined.f3.induction_onset, refined.f3.bos_50
+    assert onset.bracket_tokens == [29_000.0, 30_000.0]
+    assert bos_50.revision == "step36" and bos_50.bracket_tokens == [35_000.0, 36_000.0]  # 8 of 16 heads
+    assert refined.f3.gap_ratio_range == pytest.approx([35 / 30, 36 / 29])
+    assert [r.refined for r in refined.revisions] == [False, False, True, True, True, True, False, False]
+
+
+def test_a_finished_refinement_takes_its_probability_from_the_reports_bootstrap():
+    from test_report import noisy_trajectory
+
+    traj = noisy_trajectory([1, 20, 32, 80], noise=1.0)  # BOS-30% first at step2, but not in every replicate
+    refined = Refinement("bos_30", ["step1", "step3"], [1e7, 1e9], ["step1", "step2"], [1e7, 1e8], 1, ["step2"], 1, 1,
+                         "bisection", True)
+    plan = ModelPlan({"bos_30": refined, "bos_70": Refinement.without_bracket("bos_70", "bisection", "never")}, [])
+    answers = with_probabilities(traj, plan, (30.0, 50.0), 0.3).refinements
+    report = model_findings(traj, 30.0, 50.0, replicates(traj, 30.0, 50.0)).f3.bos_30.probability
+    assert answers["bos_30"].probability == report["step2"] and 0 < report["step2"] < 1
+    assert answers["bos_70"].probability is None  # no interval: nothing to weigh
 
 
 # --- end to end on toy_neox ---------------------------------------------------------------------

@@ -13,6 +13,7 @@ from emergence.report.__main__ import main as report_main, parse_args as report_
 from emergence.report.findings import f2_shape, model_findings, panel_findings
 from emergence.report.uncertainty import replicates
 from emergence.report.panel import REFERENCE_DATA, Checkpoint, Trajectory, load_reference, load_runs
+from emergence.report.records import BosShape, Milestone, PanelFindings, SinkShape
 from emergence.report.sensitivity import GRID, dense
 from emergence.results import format_tokens, head_rows, write_run
 from emergence.screen import CLASSES, class_thresholds, screen
@@ -29,45 +30,45 @@ N_INDUCTION = {"pythia": [0, 0, 0, 0, 0, 0, 5, 4, 4, 3], "olmo": [0, 0, 1, 3, 2,
                "olmoe": [5, 5, 6, 5, 5, 3, 3, 4, 4, 4]}
 
 
-def check_method_numbers(findings: dict) -> None:
-    models = findings["models"]
+def check_method_numbers(findings: PanelFindings) -> None:
+    models = findings.models
     for model in ("pythia", "olmo", "olmoe"):
-        revs = models[model]["revisions"]
-        assert [round(100 * r["bos_fraction"], 1) for r in revs] == BOS_PCT[model]
-        assert [r["n_induction"] for r in revs] == N_INDUCTION[model]
-        assert {0, 1} <= set(models[model]["f1"]["zero_bos_layers"])  # F1
+        revs = models[model].revisions
+        assert [round(100 * r.bos_fraction, 1) for r in revs] == BOS_PCT[model]
+        assert [r.n_induction for r in revs] == N_INDUCTION[model]
+        assert {0, 1} <= set(models[model].f1.zero_bos_layers)  # F1
     olmo, olmoe, pythia = models["olmo"], models["olmoe"], models["pythia"]
     # F2
-    assert olmo["f2"]["largest_jump_pp"] == pytest.approx(62.9, abs=0.05)
-    assert olmo["f2"]["largest_jump"] == ["step56000-tokens117B", "step126000-tokens264B"]
-    assert olmo["f2"]["jump_share"] == pytest.approx(0.78, abs=0.005) and olmo["f2"]["shape"] == "abrupt"
-    assert pythia["f2"]["shape"] == olmoe["f2"]["shape"] == "gradual"
-    assert round(pythia["f2"]["largest_jump_pp"], 1) in (18.7, 18.8)  # 18.75 published as 18.8
-    assert olmoe["f2"]["largest_jump_pp"] == pytest.approx(26.6, abs=0.05)
-    assert pythia["f2"]["jump_share"] == pytest.approx(0.33, abs=0.01)  # 18.8 / 57.8 from rounded values
-    assert olmoe["f2"]["jump_share"] == pytest.approx(0.35, abs=0.005)
+    assert olmo.f2.largest_jump_pp == pytest.approx(62.9, abs=0.05)
+    assert olmo.f2.largest_jump == ["step56000-tokens117B", "step126000-tokens264B"]
+    assert olmo.f2.jump_share == pytest.approx(0.78, abs=0.005) and olmo.f2.shape == "abrupt"
+    assert pythia.f2.shape == olmoe.f2.shape == "gradual"
+    assert round(pythia.f2.largest_jump_pp, 1) in (18.7, 18.8)  # 18.75 published as 18.8
+    assert olmoe.f2.largest_jump_pp == pytest.approx(26.6, abs=0.05)
+    assert pythia.f2.jump_share == pytest.approx(0.33, abs=0.01)  # 18.8 / 57.8 from rounded values
+    assert olmoe.f2.jump_share == pytest.approx(0.35, abs=0.005)
     # F3
-    assert olmo["f3"]["induction_onset"]["tokens"] == 23e9 and olmoe["f3"]["induction_onset"]["tokens"] == 20e9
-    assert pythia["f3"]["induction_onset"]["revision"] == "step3000"
-    assert olmo["f3"]["bos_50"]["tokens"] == 264e9 and olmoe["f3"]["bos_50"]["tokens"] == 419e9
-    assert pythia["f3"]["bos_50"]["revision"] == "step143000"
-    assert olmo["f3"]["gap_ratio"] == pytest.approx(11.5, abs=0.05)
-    assert olmoe["f3"]["gap_ratio"] == pytest.approx(21, abs=0.1)
+    assert olmo.f3.induction_onset.tokens == 23e9 and olmoe.f3.induction_onset.tokens == 20e9
+    assert pythia.f3.induction_onset.revision == "step3000"
+    assert olmo.f3.bos_50.tokens == 264e9 and olmoe.f3.bos_50.tokens == 419e9
+    assert pythia.f3.bos_50.revision == "step143000"
+    assert olmo.f3.gap_ratio == pytest.approx(11.5, abs=0.05)
+    assert olmoe.f3.gap_ratio == pytest.approx(21, abs=0.1)
     # F4
-    assert olmo["f4"]["recall_67"]["tokens"] == 10e9 and olmoe["f4"]["recall_67"]["tokens"] == 41e9
-    assert pythia["f4"]["recall_67"]["revision"] == "step3000"
-    assert olmo["f4"]["recall_67"]["fraction_of_training"] == pytest.approx(0.003, abs=0.0005)
-    assert sorted(pythia["f4"]["final_circuit"]) == ["L4H4", "L7H0", "L7H1"]
-    assert sorted(olmo["f4"]["final_circuit"]) == ["L12H8", "L2H11", "L4H12"]
-    assert sorted(olmoe["f4"]["final_circuit"]) == ["L12H14", "L5H10", "L7H0", "L9H8"]
+    assert olmo.f4.recall_67.tokens == 10e9 and olmoe.f4.recall_67.tokens == 41e9
+    assert pythia.f4.recall_67.revision == "step3000"
+    assert olmo.f4.recall_67.fraction_of_training == pytest.approx(0.003, abs=0.0005)
+    assert sorted(pythia.f4.final_circuit) == ["L4H4", "L7H0", "L7H1"]
+    assert sorted(olmo.f4.final_circuit) == ["L12H8", "L2H11", "L4H12"]
+    assert sorted(olmoe.f4.final_circuit) == ["L12H14", "L5H10", "L7H0", "L9H8"]
     # F5
-    l4h4 = pythia["f5"]["heads"]["L4H4"]
-    assert l4h4["pr_rise"]["revision"] == "step256" and l4h4["selectivity_cross"]["revision"] == "step3000"
-    assert l4h4["lead"] == pytest.approx(11.7, abs=0.05)
-    assert l4h4["pr"][0] == pytest.approx(1.96, abs=0.01) and l4h4["pr"][4] == pytest.approx(27.35, abs=0.01)
-    assert l4h4["selectivity"][6] == pytest.approx(171.8, abs=0.1)
-    for head in olmoe["f5"]["heads"].values():  # OLMoE starts high at 20B: no measurable rise
-        assert head["lead"] is None and "no measurable rise" in head["reason"]
+    l4h4 = pythia.f5.heads["L4H4"]
+    assert l4h4.pr_rise.revision == "step256" and l4h4.selectivity_cross.revision == "step3000"
+    assert l4h4.lead == pytest.approx(11.7, abs=0.05)
+    assert l4h4.pr[0] == pytest.approx(1.96, abs=0.01) and l4h4.pr[4] == pytest.approx(27.35, abs=0.01)
+    assert l4h4.selectivity[6] == pytest.approx(171.8, abs=0.1)
+    for head in olmoe.f5.heads.values():  # OLMoE starts high at 20B: no measurable rise
+        assert head.lead is None and "no measurable rise" in head.reason
 
 
 def test_reference_data_reproduces_method_section_7():
@@ -88,8 +89,8 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     attention = np.concatenate([c.sel * 1e-3, np.full(c.sel.shape[:2] + (1,), 1e-3)], -1)
     targets = np.repeat(attention[None], 4, axis=0)
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
-    pr = c.pr if c.pr is not None else np.full(c.sel.shape[:2], np.nan)
-    rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), pr, intervals, np.zeros(c.sel.shape[:2]),
+    spectral = c.spectral if c.spectral is not None else np.full(c.sel.shape[:2], np.nan)
+    rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), spectral, intervals, np.zeros(c.sel.shape[:2]),
                      np.zeros(c.sel.shape[:2], dtype=bool), np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool))
     write_run(run_dir, rows, run_summary(**summary), {"targets": targets})
 
@@ -105,7 +106,7 @@ def as_run_dirs(trajectories: dict, root: Path) -> None:
 def test_run_directories_give_the_same_findings(tmp_path):
     reference = load_reference(REFERENCE)
     as_run_dirs(reference, tmp_path / "multirun")
-    from_runs = load_runs([tmp_path / "multirun"], pr_estimator="pr_entropy_rank")
+    from_runs = load_runs([tmp_path / "multirun"], spectral_estimator="pr_entropy_rank")
     check_method_numbers(panel_findings(from_runs))
     for model in reference:
         np.testing.assert_allclose(from_runs[model].sel, reference[model].sel, rtol=1e-12)
@@ -127,25 +128,25 @@ def toy_trajectory() -> Trajectory:
 
 def test_findings_on_a_hand_made_trajectory():
     f = model_findings(toy_trajectory())
-    assert [r["bos_fraction"] for r in f["revisions"]] == [0, 0, 0.25]
-    assert [r["n_induction"] for r in f["revisions"]] == [0, 0, 2]
-    assert [r["induction_recall"] for r in f["revisions"]] == [0, 0.5, 1]
-    assert f["f1"]["zero_bos_layers"] == [0]
-    assert f["f3"]["induction_onset"] is None  # never 3 heads
-    assert f["f4"]["recall_33"]["revision"] == "r1" and f["f4"]["recall_67"]["revision"] == "r2"
-    assert f["f4"]["recall_67"]["fraction_of_training"] == 1.0
-    h = f["f5"]["heads"]["L1H0"]
-    assert h["pr_rise"]["revision"] == "r1" and h["selectivity_cross"]["revision"] == "r2"
-    assert h["lead"] == pytest.approx(10.0)
-    assert f["f5"]["heads"]["L1H1"]["lead"] is None
+    assert [r.bos_fraction for r in f.revisions] == [0, 0, 0.25]
+    assert [r.n_induction for r in f.revisions] == [0, 0, 2]
+    assert [r.induction_recall for r in f.revisions] == [0, 0.5, 1]
+    assert f.f1.zero_bos_layers == [0]
+    assert f.f3.induction_onset is None  # never 3 heads
+    assert f.f4.recall_33.revision == "r1" and f.f4.recall_67.revision == "r2"
+    assert f.f4.recall_67.fraction_of_training == 1.0
+    h = f.f5.heads["L1H0"]
+    assert h.pr_rise.revision == "r1" and h.selectivity_cross.revision == "r2"
+    assert h.lead == pytest.approx(10.0)
+    assert f.f5.heads["L1H1"].lead is None
 
 
 def test_shape_from_the_largest_jump():
     f = f2_shape(np.array([0.0, 0.1, 0.7, 0.8]), ["a", "b", "c", "d"])
-    assert f["largest_jump"] == ["b", "c"] and f["shape"] == "abrupt" and f["monotonic"]
-    assert f["jump_share"] == pytest.approx(0.6 / 0.8)
+    assert f.largest_jump == ["b", "c"] and f.shape == "abrupt" and f.monotonic
+    assert f.jump_share == pytest.approx(0.6 / 0.8)
     g = f2_shape(np.array([0.0, 0.2, 0.15, 0.4, 0.6]), list("abcde"))
-    assert g["shape"] == "gradual" and not g["monotonic"] and g["largest_drop_pp"] == pytest.approx(-5)
+    assert g.shape == "gradual" and not g.monotonic and g.largest_drop_pp == pytest.approx(-5)
 
 
 def test_cli_writes_all_outputs(tmp_path):
@@ -164,7 +165,7 @@ def test_cli_writes_all_outputs(tmp_path):
     olmo = findings["models"]["olmo"]["f3"]
     assert olmo["bos_50"]["bracket_tokens"] == [117e9, 264e9]
     assert olmo["gap_ratio_range"] == pytest.approx([5.09, 26.4], abs=0.005)
-    assert not findings["models"]["olmo"]["intervals"] and "probability" not in olmo["bos_50"]
+    assert not findings["models"]["olmo"]["intervals"] and olmo["bos_50"]["probability"] is None
     for name in findings["figures"]:
         assert (out / name).stat().st_size > 1000
     assert {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "sensitivity.png",
@@ -190,24 +191,24 @@ def check_grid_against_findings(traj: Trajectory, classes, circuits) -> None:
     """Every cell of the vectorised grid against ``model_findings`` at that one setting."""
     g = dense(traj, classes, circuits)
     gap, lower = g.gap_ratio(), g.gap_lower_bound()
-    tokens = lambda m: np.nan if m is None else m["tokens"]  # noqa: E731
+    tokens = lambda m: np.nan if m is None else m.tokens  # noqa: E731
     for i, ct in enumerate(classes):
         for j, cc in enumerate(circuits):
             f = model_findings(traj, ct, cc)
-            assert list(np.flatnonzero(g.zero_bos_layers[i])) == f["f1"]["zero_bos_layers"]
-            assert g.final_bos_fraction[i] == pytest.approx(f["f2"]["final_bos_fraction"])
-            if f["f2"]["jump_share"] is None:
+            assert list(np.flatnonzero(g.zero_bos_layers[i])) == f.f1.zero_bos_layers
+            assert g.final_bos_fraction[i] == pytest.approx(f.f2.final_fraction)
+            if f.f2.jump_share is None:
                 assert g.jump_index[i] == -1
             else:
-                assert g.revisions[g.jump_index[i]] == f["f2"]["largest_jump"][0]
-                assert g.jump_share[i] == pytest.approx(f["f2"]["jump_share"])
-            np.testing.assert_equal(g._tokens_at(g.onset)[j], tokens(f["f3"]["induction_onset"]))
-            np.testing.assert_equal(g._tokens_at(g.bos_50)[i], tokens(f["f3"]["bos_50"]))
-            np.testing.assert_allclose(gap[i, j], np.nan if f["f3"]["gap_ratio"] is None else f["f3"]["gap_ratio"])
-            np.testing.assert_equal(g._tokens_at(g.recall_67)[i, j], tokens(f["f4"]["recall_67"]))
-            assert g.circuit_size[j] == len(f["f4"]["final_circuit"])
-            if f["f3"]["induction_onset"] and not f["f3"]["bos_50"]:
-                assert lower[i, j] == traj.checkpoints[-1].tokens / f["f3"]["induction_onset"]["tokens"]
+                assert g.revisions[g.jump_index[i]] == f.f2.largest_jump[0]
+                assert g.jump_share[i] == pytest.approx(f.f2.jump_share)
+            np.testing.assert_equal(g._tokens_at(g.onset)[j], tokens(f.f3.induction_onset))
+            np.testing.assert_equal(g._tokens_at(g.bos_50)[i], tokens(f.f3.bos_50))
+            np.testing.assert_allclose(gap[i, j], np.nan if f.f3.gap_ratio is None else f.f3.gap_ratio)
+            np.testing.assert_equal(g._tokens_at(g.recall_67)[i, j], tokens(f.f4.recall_67))
+            assert g.circuit_size[j] == len(f.f4.final_circuit)
+            if f.f3.induction_onset and not f.f3.bos_50:
+                assert lower[i, j] == traj.checkpoints[-1].tokens / f.f3.induction_onset.tokens
 
 
 def test_dense_grid_agrees_with_the_findings_on_a_hand_made_trajectory():
@@ -278,8 +279,8 @@ def test_milestone_probabilities_come_from_one_paired_resample(tmp_path):
     N_BOOT, SEED = StatsConfig.n_boot, StatsConfig.seed  # the report's bootstrap: the runs' defaults
     traj = noisy_trajectory([1, 20, 32, 80], noise=1.0)
     f = model_findings(traj, 30.0, 50.0, replicates(traj, 30.0, 50.0))
-    bos_30 = f["f3"]["bos_30"]
-    assert sum(bos_30["probability"].values()) == pytest.approx(1.0)
+    bos_30 = f.f3.bos_30
+    assert sum(bos_30.probability.values()) == pytest.approx(1.0)
     # Independently: resample the sequences themselves (the same draws) and redo the screen.
     counts = np.rint(resample_weights(60, N_BOOT, SEED) * 60).astype(int)
     first = []
@@ -292,21 +293,41 @@ def test_milestone_probabilities_come_from_one_paired_resample(tmp_path):
         hit = [i for i, x in enumerate(fractions) if x >= 0.3 - 1e-12]
         first.append(traj.checkpoints[hit[0]].revision if hit else "never")
     expected = {name: first.count(name) / N_BOOT for name in set(first)}
-    assert bos_30["probability"] == pytest.approx(expected)
-    assert 0 < bos_30["probability"]["step2"] < 1  # a borderline revision: the bootstrap is unsure
-    low, high = f["revisions"][2]["bos_fraction_ci"]
-    assert low < f["revisions"][2]["bos_fraction"] <= high
+    assert bos_30.probability == pytest.approx(expected)
+    assert 0 < bos_30.probability["step2"] < 1  # a borderline revision: the bootstrap is unsure
+    low, high = f.revisions[2].bos_fraction_ci
+    assert low < f.revisions[2].bos_fraction <= high
 
 
 def test_a_rise_is_abrupt_only_if_its_share_holds_at_the_lower_bound():
     clear = noisy_trajectory([1, 1, 300, 320], noise=0.2)
-    f2 = model_findings(clear, 30.0, 50.0, replicates(clear, 30.0, 50.0))["f2"]
-    assert f2["shape"] == "abrupt" and f2["jump_share_ci"][0] >= 0.5 and "shape_note" not in f2
+    f2 = model_findings(clear, 30.0, 50.0, replicates(clear, 30.0, 50.0)).f2
+    assert f2.shape == "abrupt" and f2.jump_share_ci[0] >= 0.5 and f2.shape_note is None
     shaky = noisy_trajectory([1, 1, 31, 40], noise=1.5)
-    point = model_findings(shaky, 30.0, 50.0)["f2"]
-    f2 = model_findings(shaky, 30.0, 50.0, replicates(shaky, 30.0, 50.0))["f2"]
-    assert point["shape"] == "abrupt" and f2["jump_share_ci"][0] < 0.5
-    assert f2["shape"] == "gradual" and "not called abrupt" in f2["shape_note"]
+    point = model_findings(shaky, 30.0, 50.0).f2
+    f2 = model_findings(shaky, 30.0, 50.0, replicates(shaky, 30.0, 50.0)).f2
+    assert point.shape == "abrupt" and f2.jump_share_ci[0] < 0.5
+    assert f2.shape == "gradual" and "not called abrupt" in f2.shape_note
+
+
+def test_findings_json_reads_back_into_the_same_records():
+    """One serialisation path: ``to_json`` writes findings.json (optional fields as null, the old key
+    names), ``from_json`` reads it back into equal records."""
+    noisy = noisy_trajectory([1, 20, 32, 80], noise=1.0)
+    rng = np.random.default_rng(2)
+    for c in noisy.checkpoints:  # Gu et al.'s key-0 importance: the sink findings and their F2 record
+        c.sink_importance = rng.random((60, 2, 4)).astype(np.float32)
+    findings = panel_findings({"noisy": noisy, "toy": toy_trajectory()}, 30.0, 50.0)
+    written = json.loads(json.dumps(findings.to_json()))
+    back = PanelFindings.from_json(written)
+    assert back == findings
+    assert isinstance(back.models["noisy"].f3.bos_30, Milestone) and back.models["noisy"].f3.bos_30.probability
+    assert isinstance(back.models["noisy"].sinks_gu.f2, SinkShape) and isinstance(back.models["noisy"].f2, BosShape)
+    assert written["thresholds"]["class"] == 30.0
+    toy = written["models"]["toy"]
+    assert toy["f2"]["final_bos_fraction"] == 0.25 and toy["sinks_gu"] is None
+    assert "final_sink_fraction" in written["models"]["noisy"]["sinks_gu"]["f2"]
+    assert toy["f3"]["bos_10"]["probability"] is None and toy["revisions"][0]["icl_score"] is None  # not left out
 
 
 def test_brackets_and_the_gap_range():
@@ -371,19 +392,19 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
                   {"targets": c.targets, "sink_importance": importance})
     loaded = load_runs([root])["two"]
     assert np.array_equal(loaded.checkpoints[3].sink_importance, traj.checkpoints[3].sink_importance)
-    f = panel_findings({"two": loaded}, 30.0, 50.0)["models"]["two"]
-    g = f["sinks_gu"]
+    f = panel_findings({"two": loaded}, 30.0, 50.0).models["two"]
+    g = f.sinks_gu
     by_hand = [(c.sink_importance > 0.3).mean() for c in traj.checkpoints]
-    assert [r["sink_fraction"] for r in g["revisions"]] == pytest.approx(by_hand)
-    assert g["revisions"][3]["sink_per_layer"] == pytest.approx([5 / (n * 4), 1.0])
-    assert g["f1"]["zero_sink_layers"] == [] and f["f1"]["zero_bos_layers"] == [0]
-    assert f["f3"]["bos_50"]["revision"] == "step2" and g["f3"]["sink_50"]["revision"] == "step3"
-    assert g["f3"]["sink_50"]["probability"] == {"step3": 1.0}
-    low, high = g["revisions"][3]["sink_fraction_ci"]
+    assert [r.sink_fraction for r in g.revisions] == pytest.approx(by_hand)
+    assert g.revisions[3].sink_per_layer == pytest.approx([5 / (n * 4), 1.0])
+    assert g.f1.zero_sink_layers == [] and f.f1.zero_bos_layers == [0]
+    assert f.f3.bos_50.revision == "step2" and g.f3.sink_50.revision == "step3"
+    assert g.f3.sink_50.probability == {"step3": 1.0}
+    low, high = g.revisions[3].sink_fraction_ci
     assert low <= by_hand[3] <= high and low < high  # the 5 layer-0 sequences vary between replicates
     assert any("F3: 50% is first reached at step2 by the BOS fraction but at step3 by Sink_0" in d
-               for d in g["disagreements"])
-    assert any(d.startswith("F1:") for d in g["disagreements"])
+               for d in g.disagreements)
+    assert any(d.startswith("F1:") for d in g.disagreements)
 
     out = tmp_path / "report"
     report_main([str(root), "--out", str(out), "--sink-epsilon", "0.1"])  # step2's 0.2 now counts
@@ -392,3 +413,4 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
     assert g["epsilon"] == 0.1 and g["f3"]["sink_50"]["revision"] == "step2"
     text = (out / "report.md").read_text()
     assert "Sinks two ways" in text and "Sink_0 > 0.1" not in text and "key-0 importance > 0.1" in text
+    assert PanelFindings.from_json(findings).to_json() == findings

@@ -129,19 +129,20 @@ def test_three_training_seeds_keep_their_own_panels_and_are_aggregated_in_the_re
     assert sorted(trajectories) == ["toy_neox-seed0", "toy_neox-seed1", "toy_neox-seed2"]
     # A class threshold low enough that the barely trained models cross the BOS milestones.
     findings = write_report(trajectories, tmp_path / "report", 1.0, 1.5, reference=False)
-    seeds = findings["seeds"]["toy_neox"]
-    assert seeds["seeds"] == sorted(trajectories)
+    seeds = findings.seeds["toy_neox"]
+    assert seeds.seeds == sorted(trajectories)
     for milestone in ("induction_onset", "bos_10", "bos_50", "recall_67"):
-        finding = "f4" if milestone.startswith("recall") else "f3"
-        per_seed = [(findings["models"][n][finding][milestone] or {}).get("tokens") for n in sorted(trajectories)]
-        assert seeds[milestone]["per_seed"] == dict(zip(sorted(trajectories), per_seed))
+        reached_at = [findings.models[n].milestones()[milestone] for n in sorted(trajectories)]
+        per_seed = [None if m is None else m.tokens for m in reached_at]
+        spread = seeds.milestones()[milestone]
+        assert spread.per_seed == dict(zip(sorted(trajectories), per_seed))
         reached = [t for t in per_seed if t is not None]
-        assert seeds[milestone]["reached"] == len(reached)
+        assert spread.reached == len(reached)
         if reached:
-            assert seeds[milestone]["median"] == np.median(reached)
-            assert seeds[milestone]["range"] == [min(reached), max(reached)]
-    assert any(seeds[m]["reached"] for m in ("bos_10", "bos_50"))  # the check above compared real numbers
-    assert all(findings["models"][n]["intervals"] for n in trajectories)  # run directories: bootstrap
+            assert spread.median == np.median(reached)
+            assert spread.range == [min(reached), max(reached)]
+    assert any(seeds.milestones()[m].reached for m in ("bos_10", "bos_50"))  # the check above compared real numbers
+    assert all(findings.models[n].intervals for n in trajectories)  # run directories: bootstrap
     text = (tmp_path / "report" / "report.md").read_text()
     assert "Across training seeds" in text and "toy_neox" in text
 

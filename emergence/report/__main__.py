@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import sys
@@ -20,6 +21,8 @@ from omegaconf import OmegaConf
 from emergence.config import ThresholdConfig, UsageError, WandbConfig
 from emergence.report import causal_threshold, figures, markdown, sensitivity
 from emergence.report.findings import panel_findings
+from emergence.record import to_json
+from emergence.report.records import Conclusion, Milestone, PanelFindings
 from emergence.report.panel import REFERENCE_DATA, load_reference, load_refined, load_runs, shared_thresholds
 from emergence.results import atomic_write_text
 from emergence.tracking import check_login, tracked_run
@@ -57,32 +60,29 @@ def parse_args(argv=None):
 
 def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float,
                  reference: bool, sweeps: list[dict] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon,
-                 refined: dict | None = None) -> dict:
+                 refined: dict | None = None) -> PanelFindings:
     """``sweeps``: causal-threshold sweeps (``causal_threshold.load_sweeps``) among the runs, if any; ``refined``:
     the milestones ``python -m emergence.refine`` narrowed (``panel.load_refined``), per model."""
     out.mkdir(parents=True, exist_ok=True)
-    findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon)
-    for model, f in findings["models"].items():
-        f["refined"] = (refined or {}).get(model)
-    findings["causal_threshold"] = list(sweeps)
+    findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon,
+                              refined=refined)
     grids = [sensitivity.dense(t) for t in trajectories.values()]
     rows = sensitivity.rows(grids)
-    held = sensitivity.conclusions(trajectories, grids, class_threshold, circuit_threshold)
+    findings = dataclasses.replace(findings, causal_threshold=list(sweeps), sensitivity=sensitivity.conclusions(
+        trajectories, grids, class_threshold, circuit_threshold))
     made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
             figures.trajectories(findings, out), figures.sensitivity(grids, class_threshold, circuit_threshold, out),
-            figures.causal_threshold(findings["causal_threshold"], out)]
-    for model, f in findings["models"].items():
+            figures.causal_threshold(findings.causal_threshold, out)]
+    for model, f in findings.models.items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
-    names = [p.name for p in made if p is not None]
-    findings["sensitivity"] = held
-    findings["figures"] = names
+    findings = dataclasses.replace(findings, figures=[p.name for p in made if p is not None])
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(out / "sensitivity.csv", buf.getvalue())
-    atomic_write_text(out / "report.md", markdown.render(findings, held, names, reference))
-    atomic_write_text(out / "findings.json", json.dumps(findings, indent=2) + "\n")  # last: marks completion
+    atomic_write_text(out / "report.md", markdown.render(findings, reference))
+    atomic_write_text(out / "findings.json", json.dumps(findings.to_json(), indent=2) + "\n")  # last: marks completion
     return findings
 
 
@@ -94,29 +94,32 @@ def wandb_settings(args) -> WandbConfig:
                                                {"group": "panel", "tags": ["panel"]}))
 
 
-def log_panel(findings: dict, out: Path, cfg: WandbConfig) -> None:
-    with tracked_run(cfg, "panel", {"thresholds": findings["thresholds"]}, out, job_type="panel") as run:
+def log_panel(findings: PanelFindings, out: Path, cfg: WandbConfig) -> None:
+    with tracked_run(cfg, "panel", {"thresholds": to_json(findings.thresholds)}, out, job_type="panel") as run:
         if run is None:
             return
         import wandb
 
-        for model, f in findings["models"].items():
+        for model, f in findings.models.items():
             run.define_metric(f"{model}/tokens")
             run.define_metric(f"{model}/*", step_metric=f"{model}/tokens")
-            sinks = (f["sinks_gu"] or {}).get("revisions") or [{}] * len(f["revisions"])
-            for r, s in zip(f["revisions"], sinks):
-                run.log({f"{model}/tokens": r["tokens"], f"{model}/bos_fraction": r["bos_fraction"],
-                         **({f"{model}/sink_fraction": s["sink_fraction"]} if s else {}),
-                         f"{model}/n_induction": r["n_induction"],
-                         **({f"{model}/induction_recall": r["induction_recall"]}
-                            if r["induction_recall"] is not None else {})})
+            sinks = f.sinks_gu.revisions if f.sinks_gu else [None] * len(f.revisions)
+            for r, s in zip(f.revisions, sinks):
+                run.log({f"{model}/tokens": r.tokens, f"{model}/bos_fraction": r.bos_fraction,
+                         **({} if s is None else {f"{model}/sink_fraction": s.sink_fraction}),
+                         f"{model}/n_induction": r.n_induction,
+                         **({} if r.induction_recall is None else {f"{model}/induction_recall": r.induction_recall})})
             columns = ["revision", "tokens", "bos_fraction", "n_induction", "induction_recall", "topk_recall"]
-            run.log({f"{model}/revisions": wandb.Table(columns=columns,
-                                                       data=[[r[c] for c in columns] for r in f["revisions"]])})
-        run.log({f"figures/{Path(n).stem}": wandb.Image(str(out / n)) for n in findings["figures"]})
-        columns = list(findings["sensitivity"][0])
-        run.log({"sensitivity": wandb.Table(columns=columns,
-                                            data=[[c[k] for k in columns] for c in findings["sensitivity"]])})
+            run.log({f"{model}/revisions": wandb.Table(columns=columns, data=[[getattr(r, c) for c in columns]
+                                                                               for r in f.revisions])})
+        run.log({f"figures/{Path(n).stem}": wandb.Image(str(out / n)) for n in findings.figures})
+        columns = [field.name for field in dataclasses.fields(Conclusion)]
+        run.log({"sensitivity": wandb.Table(columns=columns, data=[[getattr(c, k) for k in columns]
+                                                                   for c in findings.sensitivity])})
+
+
+def _revision(milestone: Milestone | None) -> str | None:
+    return None if milestone is None else milestone.revision
 
 
 def main(argv=None) -> None:
@@ -139,13 +142,12 @@ def main(argv=None) -> None:
                             reference=args.reference is not None, sweeps=sweeps, sink_epsilon=args.sink_epsilon,
                             refined=refined)
     log_panel(findings, args.out, wandb_cfg)
-    for model, f in findings["models"].items():
-        f3 = f["f3"]
-        print(f"{model}: final BOS {100 * f['f2']['final_bos_fraction']:.1f}% ({f['f2']['shape']}), onset "
-              f"{(f3['induction_onset'] or {}).get('revision')}, BOS-50% {(f3['bos_50'] or {}).get('revision')}"
-              + ("" if not f["sinks_gu"] else f"; Sink_0 final {100 * f['sinks_gu']['f2']['final_sink_fraction']:.1f}%, "
-                 f"Sink_0-50% {(f['sinks_gu']['f3']['sink_50'] or {}).get('revision')}"))
-    for sweep in findings["causal_threshold"]:
+    for model, f in findings.models.items():
+        print(f"{model}: final BOS {100 * f.f2.final_fraction:.1f}% ({f.f2.shape}), onset "
+              f"{_revision(f.f3.induction_onset)}, BOS-50% {_revision(f.f3.bos_50)}"
+              + ("" if not f.sinks_gu else f"; Sink_0 final {100 * f.sinks_gu.f2.final_fraction:.1f}%, "
+                 f"Sink_0-50% {_revision(f.sinks_gu.f3.sink_50)}"))
+    for sweep in findings.causal_threshold:
         print(f"{sweep['model']} @ {sweep['revision']}: causal threshold T* = "
               f"{'none' if sweep['t_star'] is None else '%gx' % sweep['t_star']}")
     print(f"report: {args.out / 'report.md'}")

@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from emergence.report.records import ModelFindings, PanelFindings, RevisionRow  # noqa: E402
 from emergence.report.sensitivity import CONCLUSIONS  # noqa: E402
 
 
@@ -20,8 +21,8 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _all_tokens(findings: dict) -> list[float]:
-    return [r["tokens"] for f in findings["models"].values() for r in f["revisions"]]
+def _all_tokens(findings: PanelFindings) -> list[float]:
+    return [r.tokens for f in findings.models.values() for r in f.revisions]
 
 
 def _tokens_axis(ax, tokens: list[float]):
@@ -34,48 +35,52 @@ def _tokens_axis(ax, tokens: list[float]):
     ax.set_xlabel("training tokens")
 
 
-def _line_with_band(ax, revs: list[dict], key: str, label: str, scale: float = 1.0, **style) -> str:
-    """``key`` per revision against tokens; its bootstrap interval (``<key>_ci``) as a band when
-    present. Returns the line's colour."""
-    tokens = [r["tokens"] for r in revs]
-    line, = ax.plot(tokens, [scale * r[key] for r in revs], style.pop("fmt", "o-"), label=label, **style)
-    if revs and all(f"{key}_ci" in r for r in revs):
-        low, high = np.array([r[f"{key}_ci"] for r in revs]).T * scale
+def _line_with_band(ax, rows: list, value, ci, label: str, scale: float = 1.0, refined: bool = True,
+                    **style) -> str:
+    """``value(row)`` per row (RevisionRow or SinkRow) against tokens; ``ci(row)``, its bootstrap
+    interval, as a band where every row has one; ``refined``: draw the rows analysed by refinement
+    hollow. Returns the line's colour."""
+    tokens = [r.tokens for r in rows]
+    line, = ax.plot(tokens, [scale * value(r) for r in rows], style.pop("fmt", "o-"), label=label, **style)
+    if rows and all(ci(r) is not None for r in rows):
+        low, high = np.array([ci(r) for r in rows]).T * scale
         ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    _refined_points(ax, revs, lambda r: scale * r[key], line.get_color())
+    if refined:
+        _refined_points(ax, rows, lambda r: scale * value(r), line.get_color())
     return line.get_color()
 
 
-def _refined_note(findings: dict) -> str:
+def _refined_note(findings: PanelFindings) -> str:
     """What hollow markers mean, for a title, where a model has refinement points."""
-    refined = any(r.get("refined") for f in findings["models"].values() for r in f["revisions"])
+    refined = any(r.refined for f in findings.models.values() for r in f.revisions)
     return "hollow: checkpoints analysed by refinement" if refined else ""
 
 
-def _refined_points(ax, revs: list[dict], value, colour) -> None:
+def _refined_points(ax, rows: list[RevisionRow], value, colour) -> None:
     """Revisions analysed by ``python -m emergence.refine`` drawn hollow over a line of the panel's."""
-    refined = [r for r in revs if r.get("refined")]
+    refined = [r for r in rows if r.refined]
     if refined:
-        ax.plot([r["tokens"] for r in refined], [value(r) for r in refined], "o", mfc="w", color=colour,
+        ax.plot([r.tokens for r in refined], [value(r) for r in refined], "o", mfc="w", color=colour,
                 label="_refined")  # no legend entry of its own: the axis title says what hollow is
 
 
-def bos_vs_tokens(findings: dict, out: Path) -> Path:
+def bos_vs_tokens(findings: PanelFindings, out: Path) -> Path:
     """The BOS fraction per model, and beside it (dashed, same colour) Gu et al.'s Sink_0 where measured."""
     fig, ax = plt.subplots(figsize=(6, 4))
     both = False
-    for model, f in findings["models"].items():
-        colour = _line_with_band(ax, f["revisions"], "bos_fraction", model, scale=100)
-        if f.get("sinks_gu"):
+    for model, f in findings.models.items():
+        colour = _line_with_band(ax, f.revisions, lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci, model,
+                                 scale=100)
+        if f.sinks_gu:
             both = True
-            _line_with_band(ax, f["sinks_gu"]["revisions"], "sink_fraction", f"{model}: Sink_0", scale=100,
-                            fmt="s--", color=colour)
+            _line_with_band(ax, f.sinks_gu.revisions, lambda s: s.sink_fraction, lambda s: s.sink_fraction_ci,
+                            f"{model}: Sink_0", scale=100, refined=False, fmt="s--", color=colour)
     _tokens_axis(ax, _all_tokens(findings))
     ax.set_ylabel("sinks, % (band: CI)")
-    th = findings["thresholds"]
-    title = f"BOS fraction (first-token selectivity >= {th['class']:g}x)"
+    th = findings.thresholds
+    title = f"BOS fraction (first-token selectivity >= {th.class_:g}x)"
     if both:
-        title += f"\nand Sink_0 (key-0 importance > {th['sink_epsilon']:g}, dashed)"
+        title += f"\nand Sink_0 (key-0 importance > {th.sink_epsilon:g}, dashed)"
     if _refined_note(findings):
         title += f"\n{_refined_note(findings)}"
     ax.set_title(title, fontsize=10)
@@ -83,12 +88,12 @@ def bos_vs_tokens(findings: dict, out: Path) -> Path:
     return _save(fig, out / "bos_fraction_vs_tokens.png")
 
 
-def bos_heatmap(model: str, f: dict, out: Path) -> Path:
+def bos_heatmap(model: str, f: ModelFindings, out: Path) -> Path:
     """Per layer and revision: BOS heads (and, where measured, Sink_0's share beside it)."""
-    panels = [(np.array([r["bos_per_layer"] for r in f["revisions"]]).T, "BOS heads per layer", "{:d}")]
-    if f.get("sinks_gu"):
-        panels.append((np.array([r["sink_per_layer"] for r in f["sinks_gu"]["revisions"]]).T,
-                       f"Sink_0 per layer (eps {f['sinks_gu']['epsilon']:g})", "{:.2f}"))
+    panels = [(np.array([r.bos_per_layer for r in f.revisions]).T, "BOS heads per layer", "{:d}")]
+    if f.sinks_gu:
+        panels.append((np.array([s.sink_per_layer for s in f.sinks_gu.revisions]).T,
+                       f"Sink_0 per layer (eps {f.sinks_gu.epsilon:g})", "{:.2f}"))
     n_layers, n_revs = panels[0][0].shape
     fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * (1 + 0.7 * n_revs), 1.5 + 0.3 * n_layers),
                              squeeze=False)
@@ -97,42 +102,42 @@ def bos_heatmap(model: str, f: dict, out: Path) -> Path:
         top = values.max() or 1
         for (l, r), v in np.ndenumerate(values):
             ax.text(r, l, fmt.format(v), ha="center", va="center", fontsize=6, color="w" if v < top / 2 else "k")
-        ax.set_xticks(range(n_revs), [r["revision"] for r in f["revisions"]], rotation=60, ha="right", fontsize=7)
+        ax.set_xticks(range(n_revs), [r.revision for r in f.revisions], rotation=60, ha="right", fontsize=7)
         ax.set_ylabel("layer")
         ax.set_title(f"{model}: {title}", fontsize=9)
         fig.colorbar(im, ax=ax)
     return _save(fig, out / f"bos_per_layer_{model}.png")
 
 
-def head_trajectories(model: str, f: dict, out: Path) -> Path | None:
-    heads = f["f5"]["heads"]
+def head_trajectories(model: str, f: ModelFindings, out: Path) -> Path | None:
+    """F5's heads: induction selectivity and PR per revision."""
+    heads = f.f5.heads
     if not heads:
         return None
-    tokens = [r["tokens"] for r in f["revisions"]]
+    tokens = [r.tokens for r in f.revisions]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
     for name, h in heads.items():
-        top.plot(tokens, np.maximum(h["selectivity"], 1e-3), "o-", label=name)
-        if "pr" in h:
-            bottom.plot(tokens, h["pr"], "o-", label=name)
+        top.plot(tokens, np.maximum(h.selectivity, 1e-3), "o-", label=name)
+        if h.pr is not None:
+            bottom.plot(tokens, h.pr, "o-", label=name)
     top.set_yscale("log")
     top.set_ylabel("induction selectivity (x baseline)")
     top.set_title(f"{model}: final induction circuit")
     top.legend(fontsize=7)
-    bottom.set_ylabel(f["f5"]["pr_estimator"] or "PR")
+    bottom.set_ylabel(f.f5.pr_estimator or "PR")
     _tokens_axis(bottom, tokens)
     return _save(fig, out / f"induction_heads_{model}.png")
 
 
-def recall_vs_tokens(findings: dict, out: Path) -> Path | None:
-    if all(r["induction_recall"] is None for f in findings["models"].values() for r in f["revisions"]):
+def recall_vs_tokens(findings: PanelFindings, out: Path) -> Path | None:
+    if all(r.induction_recall is None for f in findings.models.values() for r in f.revisions):
         return None  # no model has a final circuit at these thresholds: nothing to recall
     fig, ax = plt.subplots(figsize=(6, 4))
-    for model, f in findings["models"].items():
-        revs = [r for r in f["revisions"] if r["induction_recall"] is not None]
-        line, = ax.plot([r["tokens"] for r in revs], [r["induction_recall"] for r in revs], "o-",
-                        label=f"{model} recall")
-        _refined_points(ax, revs, lambda r: r["induction_recall"], line.get_color())
-        ax.plot([r["tokens"] for r in revs], [r["topk_recall"] for r in revs], "x:", label=f"{model} top-k")
+    for model, f in findings.models.items():
+        rows = [r for r in f.revisions if r.induction_recall is not None]
+        line, = ax.plot([r.tokens for r in rows], [r.induction_recall for r in rows], "o-", label=f"{model} recall")
+        _refined_points(ax, rows, lambda r: r.induction_recall, line.get_color())
+        ax.plot([r.tokens for r in rows], [r.topk_recall for r in rows], "x:", label=f"{model} top-k")
     ax.axhline(2 / 3, color="0.6", lw=0.8)
     _tokens_axis(ax, _all_tokens(findings))
     ax.set_ylabel("share of the final induction circuit")
@@ -141,16 +146,17 @@ def recall_vs_tokens(findings: dict, out: Path) -> Path | None:
     return _save(fig, out / "recall_vs_tokens.png")
 
 
-def trajectories(findings: dict, out: Path) -> Path:
+def trajectories(findings: PanelFindings, out: Path) -> Path:
     """Per revision: induction heads, BOS fraction and (toy models) the in-context score."""
-    panels = [("n_induction", f"induction heads (>= {findings['thresholds']['circuit']:g}x)"),
-              ("bos_fraction", "BOS fraction")]
-    if any("icl_score" in r for f in findings["models"].values() for r in f["revisions"]):
-        panels.append(("icl_score", "in-context score (nats)"))
+    panels = [(f"induction heads (>= {findings.thresholds.circuit:g}x)", lambda r: r.n_induction,
+               lambda r: r.n_induction_ci),
+              ("BOS fraction", lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci)]
+    if any(r.icl_score is not None for f in findings.models.values() for r in f.revisions):
+        panels.append(("in-context score (nats)", lambda r: r.icl_score, lambda r: None))
     fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.4 * len(panels)), sharex=True)
-    for ax, (key, label) in zip(axes, panels):
-        for model, f in findings["models"].items():
-            _line_with_band(ax, [r for r in f["revisions"] if key in r], key, model)
+    for ax, (label, value, ci) in zip(axes, panels):
+        for model, f in findings.models.items():
+            _line_with_band(ax, [r for r in f.revisions if value(r) is not None], value, ci, model)
         ax.set_ylabel(label)
     _tokens_axis(axes[-1], _all_tokens(findings))
     axes[0].set_title(_refined_note(findings), fontsize=8)

@@ -1,26 +1,34 @@
-"""report.md: each finding in words next to its numbers (and the published ones, when
-the reference study's data is the input)."""
+"""report.md: each finding in words next to its numbers (and the published ones, when the
+reference study's data is the input).
+
+One function per section, in the order report.md shows them, each reading the record
+(``records.py``) it renders. ``study`` is the model's key in ``published.py`` where the
+input is the study's own data and it published numbers for that model, else None.
+"""
 
 from __future__ import annotations
 
 from emergence.report import published
+from emergence.report.records import (F1, F3, F4, F5, BosShape, Conclusion, DtypeNote, Milestone, ModelFindings,
+                                      NullFloor, PanelFindings, PrIntegralRanking, RevisionRow, SeedFamily,
+                                      SinkFindings, Thresholds)
 from emergence.report.sensitivity import GRID_POINTS, GRID_RANGE
 from emergence.results import format_tokens
 
 
-def _m(milestone) -> str:
+def milestone_text(milestone: Milestone | None) -> str:
     """A milestone with its bracket, and the bootstrap's most likely revision when there is one."""
-    milestone = milestone or {"revision": None}
-    if milestone["revision"] is None:
+    m = milestone or Milestone(None, None, None)
+    if m.revision is None:
         text = "never"
     else:
-        low, high = milestone["bracket_tokens"]
-        text = (f"{milestone['revision']} ({format_tokens(milestone['tokens'])}; in "
+        low, high = m.bracket_tokens
+        text = (f"{m.revision} ({format_tokens(m.tokens)}; in "
                 f"{'[0' if low is None else '(' + format_tokens(low)}, {format_tokens(high)}])")
-    if "probability" in milestone:
-        text += f" [P = {milestone['probability'].get(milestone['revision'] or 'never', 0):.2f}]"
-    if milestone.get("near_threshold_heads"):
-        text += f" (depends on heads near a threshold: {', '.join(milestone['near_threshold_heads'])})"
+    if m.probability is not None:
+        text += f" [P = {m.probability.get(m.revision or 'never', 0):.2f}]"
+    if m.near_threshold_heads:
+        text += f" (depends on heads near a threshold: {', '.join(m.near_threshold_heads)})"
     return text
 
 
@@ -37,8 +45,259 @@ def _signed(x) -> str:
     return "-" if x is None else f"{x:+.3f}"
 
 
+def _heads(names: list[str] | None) -> str:
+    return "-" if names is None else ", ".join(names) or "none"
+
+
+def _times(x: float) -> str:
+    return f"{x:.1f}x"
+
+
+def header(findings: PanelFindings, reference: bool) -> list[str]:
+    """The thresholds, the input, and how to read brackets and intervals."""
+    th = findings.thresholds
+    models = findings.models.values()
+    intervals = findings.intervals
+    return [f"# Panel report\n",
+            f"Thresholds: class / BOS membership >= {th.class_:g}x baseline, induction circuit >= "
+            f"{th.circuit:g}x" + (f"; Gu et al.'s Sink_0 at key-0 importance > {th.sink_epsilon:g}"
+                                  if any(f.sinks_gu for f in models) else "")
+            + f". Input: {'the reference study data' if reference else 'run directories'}.\n",
+            "How to read the numbers: a milestone first seen at a revision happened after the revision "
+            "before it and by its own, so each comes with that bracket in tokens, `(before, at]`. "
+            + ("Intervals need run directories (their per-sequence attentions): on this input only the "
+               "brackets apply.\n" if not any(f.intervals for f in models) else
+               f"Intervals are {intervals.ci:.0%} percentile bootstrap intervals over the probe's "
+               f"sequences ({intervals.n_boot} replicates, one resample matrix for every "
+               "revision); `P` is the share of replicates in which that revision is the milestone.\n")]
+
+
+def revisions_table(rows: list[RevisionRow], study: str | None) -> list[str]:
+    """Per revision: tokens, BOS fraction, induction heads, recall (the study's numbers beside them,
+    the in-context score and the heads near a threshold where known)."""
+    head = "| revision | tokens | BOS % | induction heads | recall | top-k recall |"
+    sep = "|---|---|---|---|---|---|"
+    if study:
+        head += " published BOS % | published induction |"
+        sep += "---|---|"
+    if any(r.icl_score is not None for r in rows):
+        head += " in-context score |"
+        sep += "---|"
+    near = any(r.near_threshold is not None for r in rows)
+    if near:
+        head += " near a threshold |"
+        sep += "---|"
+    out = [head, sep]
+    for i, r in enumerate(rows):
+        row = (f"| {r.revision}{' (refinement)' if r.refined else ''} | {format_tokens(r.tokens)} | "
+               f"{100 * r.bos_fraction:.1f} | {r.n_induction} | {_pct(r.induction_recall)} | {_pct(r.topk_recall)} |")
+        if study and i < len(published.BOS_FRACTION[study]):
+            row += f" {published.BOS_FRACTION[study][i]} | {published.N_INDUCTION[study][i]} |"
+        if r.icl_score is not None:
+            row += f" {r.icl_score:.2f} |"
+        if near:
+            row += f" {_heads(r.near_threshold)} |"
+        out.append(row)
+    return out
+
+
+def dtype_line(d: DtypeNote, study: str | None) -> str:
+    """Which dtype the numbers come from, against the study's, and what rounding can move."""
+    errors = "; ".join(f"{dtype} moves a selectivity by up to {100 * e:.2g}%" for dtype, e in d.relative_error.items())
+    near = (f" ({errors}: heads within that of a threshold are listed as near a threshold, docs/dtype_error_cpu.json)"
+            if errors else "")
+    if study:
+        return f"- **Dtype**: the study's numbers, computed in {d.reference_dtype}{near}."
+    if d.differs:
+        return (f"- **Dtype**: these runs used {', '.join(d.dtypes)}, the study {d.reference_dtype}: they match "
+                f"its published numbers only up to both dtypes' rounding{near}.")
+    return f"- **Dtype**: {', '.join(d.dtypes) or 'unknown'}" + (
+        f", as the study ran it{near}." if d.reference_dtype else f"{near}.")
+
+
+def identical_weights_line(same: list[str]) -> str:
+    return (f"- **Identical weights**: {' = '.join(same)} have the same weights (weights_sha256): "
+            "at most one of them is the checkpoint its name says; check the repo before reading trends.")
+
+
+def null_floor_line(f: NullFloor, n_revisions: int) -> str:
+    """The null floor the runs used (each run's ``summary.json`` ``null``): its rule, range and set-aside heads."""
+    rules = "; ".join(f"`{rule}` at {len(r.revisions)} of {n_revisions} revisions ({r.definition})"
+                      for rule, r in f.rules.items())
+    floors = "none" if f.floor_range is None else _range(f.floor_range, lambda x: f"{x:.2f}x")
+    set_aside = "; ".join(f"{head} at {', '.join(revisions)}" for head, revisions in f.set_aside.items())
+    return (f"- **Null floor** (from the runs; the report computes none): rule {rules}; floors {floors}; "
+            f"heads set aside for a degenerate baseline: {set_aside or 'none'}.")
+
+
+def f1_line(f1: F1) -> str:
+    return f"- **F1 zero-BOS layers**: layers with no BOS head at any revision: {f1.zero_bos_layers or 'none'}."
+
+
+def f2_line(f2: BosShape, study: str | None) -> str:
+    """The BOS fraction's rise (where something rose)."""
+    share_ci = "" if f2.jump_share_ci is None else f" (CI {_range(f2.jump_share_ci, _pct)})"
+    final_ci = "" if f2.final_fraction_ci is None else f" (CI {_range(f2.final_fraction_ci, _pct)})"
+    text = (f"- **F2 shape**: {f2.shape}; largest adjacent rise {f2.largest_jump_pp:+.1f} pp "
+            f"({f2.largest_jump[0]} -> {f2.largest_jump[1]}), {_pct(f2.jump_share)}{share_ci} of "
+            f"the rise to the final {_pct(f2.final_fraction)}{final_ci}; "
+            f"{'monotonic' if f2.monotonic else 'not monotonic (largest drop %.1f pp)' % f2.largest_drop_pp}."
+            + ("" if f2.shape_note is None else f" Note: {f2.shape_note}."))
+    if study:
+        text += (f" Published: {published.SHAPE[study]}, {published.LARGEST_JUMP_PP[study]:+.1f} pp, "
+                 f"{published.JUMP_SHARE[study]:.0%} of the rise.")
+    return text
+
+
+def f3_line(f3: F3, study: str | None) -> str:
+    text = (f"- **F3 separation**: induction onset (>= 3 heads) {milestone_text(f3.induction_onset)}; BOS "
+            f"10/30/50/70%: {', '.join(milestone_text(m) for m in f3.bos_levels())}; gap BOS-50% / onset = "
+            f"{'-' if f3.gap_ratio is None else _times(f3.gap_ratio)}"
+            + ("" if f3.gap_ratio_range is None else
+               f" (range over the brackets {_range(f3.gap_ratio_range, _times)})") + ".")
+    if study:
+        gap = published.GAP_RATIO[study]
+        text += (f" Published: onset {format_tokens(published.ONSET_B[study] * 1e9)}, "
+                 f"BOS-50% {format_tokens(published.BOS_50_B[study] * 1e9)}"
+                 + (f", gap {gap}x." if gap else " (Pythia: both ~6B, below the panel's resolution)."))
+    return text
+
+
+def sinks_two_ways(g: SinkFindings, rows: list[RevisionRow]) -> list[str]:
+    """The second sink definition (Gu et al.) beside the BOS fraction: per revision, then F1-F3 under
+    it and where the two disagree."""
+    out = [f"- **Sinks two ways**: Sink_0 = {g.definition.replace('epsilon', f'epsilon = {g.epsilon:g}')}; "
+           "the BOS fraction uses the last query only and a ratio to the baseline.", "",
+           "  | revision | BOS % | Sink_0 % | Sink_0 CI | Sink_0 per layer % |", "  |---|---|---|---|---|"]
+    for r, s in zip(rows, g.revisions):
+        ci = "-" if s.sink_fraction_ci is None else _range(s.sink_fraction_ci, _pct)
+        out.append(f"  | {r.revision} | {100 * r.bos_fraction:.1f} | {100 * s.sink_fraction:.1f} | {ci} | "
+                   + " / ".join(f"{100 * x:.0f}" for x in s.sink_per_layer) + " |")
+    f2, f3 = g.f2, g.f3
+    shape = ("no rise" if not f2.largest_jump else
+             f"{f2.shape}, largest adjacent rise {f2.largest_jump_pp:+.1f} pp ({f2.largest_jump[0]} -> "
+             f"{f2.largest_jump[1]}), {_pct(f2.jump_share)} of the rise to the final "
+             f"{_pct(f2.final_fraction)}" + ("" if f2.shape_note is None else f" (note: {f2.shape_note})"))
+    gap = "-" if f3.gap_ratio is None else _times(f3.gap_ratio)
+    if f3.gap_ratio_range is not None:
+        gap += f" (range {_range(f3.gap_ratio_range, _times)})"
+    out += ["", f"  Under Sink_0: F1 layers without sinks {g.f1.zero_sink_layers or 'none'}; F2 {shape}; "
+                f"F3 Sink_0 10/30/50/70%: {', '.join(milestone_text(m) for m in f3.sink_levels())}; "
+                f"gap Sink_0-50% / induction onset {gap}.",
+            "  Where the two definitions disagree: " + ("; ".join(g.disagreements) or "nowhere on this panel")
+            + "."]
+    return out + [""]
+
+
+def refined_milestones(refined: dict[str, dict]) -> list[str]:
+    """The milestones ``python -m emergence.refine`` narrowed (its ``Refinement`` answers): panel
+    bracket -> refined interval."""
+    out = ["- **Refined milestones** (`refined.json`): each panel bracket narrowed by analysing checkpoints "
+           "inside it; the answer is one interval between adjacent existing checkpoints.", "",
+           "  | milestone | panel bracket | refined interval | tokens | evaluations / checkpoints inside | P | "
+           "first crossing |", "  |---|---|---|---|---|---|---|"]
+    for name, r in refined.items():
+        if r["panel_bracket"] is None:
+            out.append(f"  | {name} | - | - | - | - | - | {r['reason']} |")
+            continue
+        interval = "in progress" if not r["complete"] else f"{r['interval'][0]} -> {r['interval'][1]}"
+        tokens = "-" if not r["complete"] else f"({format_tokens(r['tokens'][0])}, {format_tokens(r['tokens'][1])}]"
+        certainty = ("certain (every checkpoint below it analysed)" if r["first_crossing_guaranteed"] else
+                     f"assumed ({r['method']}: the metric taken not to cross and fall back)")
+        if r["monotone"] is False:
+            certainty += "; the analysed points are not monotone"
+        probability = "-" if r["probability"] is None else f"{r['probability']:.2f}"
+        out.append(f"  | {name} | {r['panel_bracket'][0]} -> {r['panel_bracket'][1]} | {interval} | {tokens} | "
+                   f"{r['evaluations']} / {r['inside_bracket']} | {probability} | {certainty} |")
+    return out + [""]
+
+
+def f4_line(f4: F4, class_threshold: float, study: str | None) -> str:
+    def at(m: Milestone | None) -> str:
+        if m is None or m.fraction_of_training is None:
+            return milestone_text(m)
+        return milestone_text(m) + f", {100 * m.fraction_of_training:.1f}% of training"
+
+    text = (f"- **F4 early convergence** (final circuit {', '.join(f4.final_circuit) or 'empty'}; recall = "
+            f"share of it at >= {class_threshold:g}x): 1/3 at {at(f4.recall_33)}; 2/3 at {at(f4.recall_67)}; "
+            f"all at {at(f4.recall_100)}; top-k recall 2/3 at {milestone_text(f4.topk_recall_67)}.")
+    if study:
+        text += (f" Published 67%: {format_tokens(published.RECALL_67_B[study] * 1e9)} (the study's 33% and 100% "
+                 f"rows follow no single definition; ours are the definition above).")
+    return text
+
+
+def f5_line(f5: F5, circuit_threshold: float, study: str | None) -> str:
+    lines = []
+    for name, h in f5.heads.items():
+        if h.lead is not None:
+            lines.append(f"{name}: PR rise at {milestone_text(h.pr_rise)}, selectivity >= {circuit_threshold:g}x at "
+                         f"{milestone_text(h.selectivity_cross)}: lead {h.lead:.1f}x")
+        else:
+            lines.append(f"{name}: no lead ({h.reason})")
+    text = f"- **F5 PR leads selectivity** ({f5.pr_estimator or 'no PR'}): " + ("; ".join(lines) or "no heads.")
+    if study in published.F5_LEAD:
+        text += " Published: " + ", ".join(f"{h} ~{v}x" for h, v in published.F5_LEAD[study].items()) + "."
+    return text
+
+
+def pr_ranking_line(ranking: PrIntegralRanking) -> str:
+    return (f"- **PR-integral ranking**: of the top {ranking.top_k} heads by the integral of PR over "
+            f"log tokens, {_pct(ranking.classified_share)} are classified by the screen at the last "
+            f"revision ({_pct(ranking.induction_share)} as induction members).")
+
+
+def model_section(model: str, f: ModelFindings, th: Thresholds, reference: bool) -> list[str]:
+    study = model if reference and model in published.BOS_FRACTION else None
+    out = [f"## {model}\n", *revisions_table(f.revisions, study), ""]
+    if f.dtype:
+        out.append(dtype_line(f.dtype, study))
+    out += [identical_weights_line(same) for same in f.identical_weights]
+    if f.null_floor:
+        out.append(null_floor_line(f.null_floor, len(f.revisions)))
+    out.append(f1_line(f.f1))
+    if f.f2.largest_jump:
+        out.append(f2_line(f.f2, study))
+    out.append(f3_line(f.f3, study))
+    if f.sinks_gu:
+        out += sinks_two_ways(f.sinks_gu, f.revisions)
+    if f.refined:
+        out += refined_milestones(f.refined)
+    out += [f4_line(f.f4, th.class_, study), f5_line(f.f5, th.circuit, study)]
+    if f.pr_integral_ranking:
+        out.append(pr_ranking_line(f.pr_integral_ranking))
+    return out + [""]
+
+
+def seeds_section(family: str, entry: SeedFamily) -> list[str]:
+    """One model trained from several seeds: each milestone over them."""
+    out = [f"## Across training seeds: {family} ({len(entry.seeds)} seeds)\n",
+           "| milestone | reached in | median | range | per seed |", "|---|---|---|---|---|"]
+    for milestone, m in entry.milestones().items():
+        per_seed = ", ".join(f"{name.rsplit('-', 1)[-1]}: {format_tokens(t) if t is not None else 'never'}"
+                             for name, t in m.per_seed.items())
+        span = "-" if m.range is None else f"{format_tokens(m.range[0])} to {format_tokens(m.range[1])}"
+        median = "-" if m.median is None else format_tokens(m.median)
+        out.append(f"| {milestone} | {m.reached}/{len(entry.seeds)} | {median} | {span} | {per_seed} |")
+    return out + [""]
+
+
+def sensitivity_section(conclusions: list[Conclusion]) -> list[str]:
+    """Where each conclusion holds over the threshold grid (``sensitivity.py``)."""
+    out = ["## Threshold sensitivity\n",
+           f"Recomputed from the stored per-head selectivities at {GRID_POINTS} x {GRID_POINTS} "
+           f"(class / BOS, circuit) thresholds, log-spaced over {GRID_RANGE[0]:g}-{GRID_RANGE[1]:g}x on both "
+           "axes (`sensitivity.csv`: what each finding gives and concludes at every setting; "
+           "`sensitivity.png`: where each conclusion holds). *Flips*: where the conclusion changes along "
+           "each axis through the report's thresholds.\n",
+           "| model | conclusion | at the report's thresholds | share of the grid | flips |", "|---|---|---|---|---|"]
+    return out + [f"| {c.model} | {c.conclusion} | {'yes' if c.holds_at_report_thresholds else 'no'} | "
+                  f"{_pct(c.share)} | {c.flips} |" for c in conclusions]
+
+
 def causal_threshold(sweeps: list[dict]) -> list[str]:
-    """The causal-threshold section: per swept checkpoint, each threshold's circuit and verdict, and T*."""
+    """The causal-threshold section (``causal_threshold.load_sweeps``): per swept checkpoint, each threshold's
+    circuit and verdict, and T*."""
     out = ["## Causal threshold (T*)\n",
            "Each checkpoint's circuit screened at several thresholds, ablated against control sets "
            "(docs/method.md section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
@@ -60,211 +319,14 @@ def causal_threshold(sweeps: list[dict]) -> list[str]:
     return out
 
 
-def null_floor(f: dict, n_revisions: int) -> str:
-    """The null floor the runs used (each run's ``summary.json`` ``null``): its rule, range and set-aside heads."""
-    rules = "; ".join(f"`{rule}` at {len(r['revisions'])} of {n_revisions} revisions ({r['definition']})"
-                      for rule, r in f["rules"].items())
-    floors = "none" if f["floor_range"] is None else _range(f["floor_range"], lambda x: f"{x:.2f}x")
-    set_aside = "; ".join(f"{head} at {', '.join(revisions)}" for head, revisions in f["set_aside"].items())
-    return (f"- **Null floor** (from the runs; the report computes none): rule {rules}; floors {floors}; "
-            f"heads set aside for a degenerate baseline: {set_aside or 'none'}.")
-
-
-def sinks_two_ways(g: dict, revisions: list[dict]) -> list[str]:
-    """The second sink definition (Gu et al.) beside the BOS fraction: per revision, then F1-F3 under
-    it and where the two disagree."""
-    eps = g["epsilon"]
-    out = [f"- **Sinks two ways**: Sink_0 = {g['definition'].replace('epsilon', f'epsilon = {eps:g}')}; "
-           "the BOS fraction uses the last query only and a ratio to the baseline.", "",
-           "  | revision | BOS % | Sink_0 % | Sink_0 CI | Sink_0 per layer % |", "  |---|---|---|---|---|"]
-    for r, s in zip(revisions, g["revisions"]):
-        ci = _range(s["sink_fraction_ci"], _pct) if "sink_fraction_ci" in s else "-"
-        out.append(f"  | {r['revision']} | {100 * r['bos_fraction']:.1f} | {100 * s['sink_fraction']:.1f} | {ci} | "
-                   + " / ".join(f"{100 * x:.0f}" for x in s["sink_per_layer"]) + " |")
-    f2, f3 = g["f2"], g["f3"]
-    shape = ("no rise" if not f2["largest_jump"] else
-             f"{f2['shape']}, largest adjacent rise {f2['largest_jump_pp']:+.1f} pp ({f2['largest_jump'][0]} -> "
-             f"{f2['largest_jump'][1]}), {_pct(f2['jump_share'])} of the rise to the final "
-             f"{_pct(f2['final_sink_fraction'])}" + (f" (note: {f2['shape_note']})" if "shape_note" in f2 else ""))
-    gap = "-" if f3["gap_ratio"] is None else f"{f3['gap_ratio']:.1f}x"
-    if f3["gap_ratio_range"] is not None:
-        gap += f" (range {_range(f3['gap_ratio_range'], lambda x: f'{x:.1f}x')})"
-    out += ["", f"  Under Sink_0: F1 layers without sinks {g['f1']['zero_sink_layers'] or 'none'}; F2 {shape}; "
-                f"F3 Sink_0 10/30/50/70%: {', '.join(_m(f3[f'sink_{p}']) for p in (10, 30, 50, 70))}; "
-                f"gap Sink_0-50% / induction onset {gap}.",
-            "  Where the two definitions disagree: " + ("; ".join(g["disagreements"]) or "nowhere on this panel")
-            + "."]
-    return out + [""]
-
-
-def refined_milestones(refined: dict) -> list[str]:
-    """The milestones ``python -m emergence.refine`` narrowed: panel bracket -> refined interval."""
-    out = ["- **Refined milestones** (`refined.json`): each panel bracket narrowed by analysing checkpoints "
-           "inside it; the answer is one interval between adjacent existing checkpoints.", "",
-           "  | milestone | panel bracket | refined interval | tokens | evaluations / checkpoints inside | P | "
-           "first crossing |", "  |---|---|---|---|---|---|---|"]
-    for name, r in refined.items():
-        if r["panel_bracket"] is None:
-            out.append(f"  | {name} | - | - | - | - | - | {r['reason']} |")
-            continue
-        interval = "in progress" if not r["complete"] else f"{r['interval'][0]} -> {r['interval'][1]}"
-        tokens = "-" if not r["complete"] else f"({format_tokens(r['tokens'][0])}, {format_tokens(r['tokens'][1])}]"
-        certainty = ("certain (every checkpoint below it analysed)" if r["first_crossing_guaranteed"] else
-                     f"assumed ({r['method']}: the metric taken not to cross and fall back)")
-        if r["monotone"] is False:
-            certainty += "; the analysed points are not monotone"
-        probability = "-" if r["probability"] is None else f"{r['probability']:.2f}"
-        out.append(f"  | {name} | {r['panel_bracket'][0]} -> {r['panel_bracket'][1]} | {interval} | {tokens} | "
-                   f"{r['evaluations']} / {r['inside_bracket']} | {probability} | {certainty} |")
-    return out + [""]
-
-
-def _heads(names: list[str] | None) -> str:
-    return "-" if names is None else ", ".join(names) or "none"
-
-
-def dtype_line(d: dict, published_here: bool) -> str:
-    """Which dtype the numbers come from, against the study's, and what rounding can move."""
-    errors = "; ".join(f"{dtype} moves a selectivity by up to {100 * e:.2g}%" for dtype, e in d["relative_error"].items())
-    near = (f" ({errors}: heads within that of a threshold are listed as near a threshold, docs/dtype_error_cpu.json)"
-            if errors else "")
-    if published_here:
-        return f"- **Dtype**: the study's numbers, computed in {d['reference_dtype']}{near}."
-    if d["differs"]:
-        return (f"- **Dtype**: these runs used {', '.join(d['dtypes'])}, the study {d['reference_dtype']}: they match "
-                f"its published numbers only up to both dtypes' rounding{near}.")
-    return f"- **Dtype**: {', '.join(d['dtypes']) or 'unknown'}" + (
-        f", as the study ran it{near}." if d["reference_dtype"] else f"{near}.")
-
-
-def render(findings: dict, conclusions: list[dict], figures: list[str], reference: bool) -> str:
-    th = findings["thresholds"]
-    out = [f"# Panel report\n",
-           f"Thresholds: class / BOS membership >= {th['class']:g}x baseline, induction circuit >= "
-           f"{th['circuit']:g}x" + (f"; Gu et al.'s Sink_0 at key-0 importance > {th['sink_epsilon']:g}"
-                                    if any(f.get("sinks_gu") for f in findings["models"].values()) else "")
-           + f". Input: {'the reference study data' if reference else 'run directories'}.\n",
-           "How to read the numbers: a milestone first seen at a revision happened after the revision "
-           "before it and by its own, so each comes with that bracket in tokens, `(before, at]`. "
-           + ("Intervals need run directories (their per-sequence attentions): on this input only the "
-              "brackets apply.\n" if not any(f.get("intervals") for f in findings["models"].values()) else
-              f"Intervals are {findings['intervals']['ci']:.0%} percentile bootstrap intervals over the probe's "
-              f"sequences ({findings['intervals']['n_boot']} replicates, one resample matrix for every "
-              "revision); `P` is the share of replicates in which that revision is the milestone.\n")]
-    for model, f in findings["models"].items():
-        pub = reference and model in published.BOS_FRACTION
-        out.append(f"## {model}\n")
-        head = "| revision | tokens | BOS % | induction heads | recall | top-k recall |"
-        sep = "|---|---|---|---|---|---|"
-        if pub:
-            head += " published BOS % | published induction |"
-            sep += "---|---|"
-        if any("icl_score" in r for r in f["revisions"]):
-            head += " in-context score |"
-            sep += "---|"
-        near = any(r["near_threshold"] is not None for r in f["revisions"])
-        if near:
-            head += " near a threshold |"
-            sep += "---|"
-        out += [head, sep]
-        for i, r in enumerate(f["revisions"]):
-            row = (f"| {r['revision']}{' (refinement)' if r['refined'] else ''} | {format_tokens(r['tokens'])} | {100 * r['bos_fraction']:.1f} | {r['n_induction']} | "
-                   f"{_pct(r['induction_recall'])} | {_pct(r['topk_recall'])} |")
-            if pub and i < len(published.BOS_FRACTION[model]):
-                row += f" {published.BOS_FRACTION[model][i]} | {published.N_INDUCTION[model][i]} |"
-            if "icl_score" in r:
-                row += f" {r['icl_score']:.2f} |"
-            if near:
-                row += f" {_heads(r['near_threshold'])} |"
-            out.append(row)
-        f1, f2, f3, f4 = f["f1"], f["f2"], f["f3"], f["f4"]
-        out.append("")
-        if f["dtype"]:
-            out.append(dtype_line(f["dtype"], pub))
-        for same in f["identical_weights"]:
-            out.append(f"- **Identical weights**: {' = '.join(same)} have the same weights (weights_sha256): "
-                       "at most one of them is the checkpoint its name says; check the repo before reading trends.")
-        if f["null_floor"]:
-            out.append(null_floor(f["null_floor"], len(f["revisions"])))
-        out.append(f"- **F1 zero-BOS layers**: layers with no BOS head at any revision: "
-                   f"{f1['zero_bos_layers'] or 'none'}.")
-        if f2["largest_jump"]:
-            share_ci = f" (CI {_range(f2['jump_share_ci'], _pct)})" if "jump_share_ci" in f2 else ""
-            final_ci = f" (CI {_range(f2['final_bos_fraction_ci'], _pct)})" if "final_bos_fraction_ci" in f2 else ""
-            text = (f"- **F2 shape**: {f2['shape']}; largest adjacent rise {f2['largest_jump_pp']:+.1f} pp "
-                    f"({f2['largest_jump'][0]} -> {f2['largest_jump'][1]}), {_pct(f2['jump_share'])}{share_ci} of "
-                    f"the rise to the final {_pct(f2['final_bos_fraction'])}{final_ci}; "
-                    f"{'monotonic' if f2['monotonic'] else 'not monotonic (largest drop %.1f pp)' % f2['largest_drop_pp']}."
-                    + (f" Note: {f2['shape_note']}." if "shape_note" in f2 else ""))
-            if pub:
-                text += (f" Published: {published.SHAPE[model]}, {published.LARGEST_JUMP_PP[model]:+.1f} pp, "
-                         f"{published.JUMP_SHARE[model]:.0%} of the rise.")
-            out.append(text)
-        text = (f"- **F3 separation**: induction onset (>= 3 heads) {_m(f3['induction_onset'])}; BOS 10/30/50/70%: "
-                f"{', '.join(_m(f3[f'bos_{p}']) for p in (10, 30, 50, 70))}; gap BOS-50% / onset = "
-                f"{'-' if f3['gap_ratio'] is None else '%.1fx' % f3['gap_ratio']}"
-                + ("" if f3["gap_ratio_range"] is None else
-                   f" (range over the brackets {_range(f3['gap_ratio_range'], lambda x: f'{x:.1f}x')})") + ".")
-        if pub:
-            gap = published.GAP_RATIO[model]
-            text += (f" Published: onset {format_tokens(published.ONSET_B[model] * 1e9)}, "
-                     f"BOS-50% {format_tokens(published.BOS_50_B[model] * 1e9)}"
-                     + (f", gap {gap}x." if gap else " (Pythia: both ~6B, below the panel's resolution)."))
-        out.append(text)
-        if f.get("sinks_gu"):
-            out += sinks_two_ways(f["sinks_gu"], f["revisions"])
-        if f.get("refined"):
-            out += refined_milestones(f["refined"])
-        frac = lambda m: "" if m is None else f", {100 * m['fraction_of_training']:.1f}% of training"  # noqa: E731
-        text = (f"- **F4 early convergence** (final circuit {', '.join(f4['final_circuit']) or 'empty'}; recall = "
-                f"share of it at >= {th['class']:g}x): 1/3 at {_m(f4['recall_33'])}{frac(f4['recall_33'])}; "
-                f"2/3 at {_m(f4['recall_67'])}{frac(f4['recall_67'])}; all at {_m(f4['recall_100'])}"
-                f"{frac(f4['recall_100'])}; top-k recall 2/3 at {_m(f4['topk_recall_67'])}.")
-        if pub:
-            text += (f" Published 67%: {format_tokens(published.RECALL_67_B[model] * 1e9)} (the study's 33% and 100% rows follow no "
-                     f"single definition; ours are the definition above).")
-        out.append(text)
-        f5 = f["f5"]
-        lines = []
-        for name, h in f5["heads"].items():
-            if h["lead"] is not None:
-                lines.append(f"{name}: PR rise at {_m(h['pr_rise'])}, selectivity >= {th['circuit']:g}x at "
-                             f"{_m(h['selectivity_cross'])}: lead {h['lead']:.1f}x")
-            else:
-                lines.append(f"{name}: no lead ({h.get('reason')})")
-        text = f"- **F5 PR leads selectivity** ({f5['pr_estimator'] or 'no PR'}): " + ("; ".join(lines) or "no heads.")
-        if pub and model in published.F5_LEAD:
-            text += " Published: " + ", ".join(f"{h} ~{v}x" for h, v in published.F5_LEAD[model].items()) + "."
-        out.append(text)
-        ranking = f["pr_integral_ranking"]
-        if ranking:
-            out.append(f"- **PR-integral ranking**: of the top {ranking['top_k']} heads by the integral of PR over "
-                       f"log tokens, {_pct(ranking['classified_share'])} are classified by the screen at the last "
-                       f"revision ({_pct(ranking['induction_share'])} as induction members).")
-        out.append("")
-    for family, entry in findings.get("seeds", {}).items():
-        out.append(f"## Across training seeds: {family} ({len(entry['seeds'])} seeds)\n")
-        out += ["| milestone | reached in | median | range | per seed |", "|---|---|---|---|---|"]
-        for milestone, m in entry.items():
-            if milestone == "seeds":
-                continue
-            per_seed = ", ".join(f"{name.rsplit('-', 1)[-1]}: {format_tokens(t) if t is not None else 'never'}"
-                                 for name, t in m["per_seed"].items())
-            span = "-" if m["range"] is None else f"{format_tokens(m['range'][0])} to {format_tokens(m['range'][1])}"
-            median = "-" if m["median"] is None else format_tokens(m["median"])
-            out.append(f"| {milestone} | {m['reached']}/{len(entry['seeds'])} | {median} | {span} | {per_seed} |")
-        out.append("")
-    out.append("## Threshold sensitivity\n")
-    out.append(f"Recomputed from the stored per-head selectivities at {GRID_POINTS} x {GRID_POINTS} "
-               f"(class / BOS, circuit) thresholds, log-spaced over {GRID_RANGE[0]:g}-{GRID_RANGE[1]:g}x on both "
-               "axes (`sensitivity.csv`: what each finding gives and concludes at every setting; "
-               "`sensitivity.png`: where each conclusion holds). *Flips*: where the conclusion changes along "
-               "each axis through the report's thresholds.\n")
-    out += ["| model | conclusion | at the report's thresholds | share of the grid | flips |", "|---|---|---|---|---|"]
-    out += [f"| {c['model']} | {c['conclusion']} | {'yes' if c['holds_at_report_thresholds'] else 'no'} | "
-            f"{_pct(c['share'])} | {c['flips']} |" for c in conclusions]
-    if findings.get("causal_threshold"):
-        out += ["", *causal_threshold(findings["causal_threshold"])]
-    out.append("\n## Figures\n")
-    out += [f"![{name}]({name})" for name in figures]
+def render(findings: PanelFindings, reference: bool) -> str:
+    out = header(findings, reference)
+    for model, f in findings.models.items():
+        out += model_section(model, f, findings.thresholds, reference)
+    for family, entry in findings.seeds.items():
+        out += seeds_section(family, entry)
+    out += sensitivity_section(findings.sensitivity)
+    if findings.causal_threshold:
+        out += ["", *causal_threshold(findings.causal_threshold)]
+    out += ["\n## Figures\n", *(f"![{name}]({name})" for name in findings.figures)]
     return "\n".join(out) + "\n"

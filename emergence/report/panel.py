@@ -1,4 +1,5 @@
-"""Reading a panel: per-head selectivities (and PR) of one model at several revisions.
+"""Reading a panel: per-head selectivities (and a spectral estimator, F5's PR) of one model at
+several revisions.
 
 Two sources give the same ``Trajectory``:
 * run directories written by ``python -m emergence`` (``summary.json`` + ``heads.csv``);
@@ -7,6 +8,7 @@ Two sources give the same ``Trajectory``:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from emergence.config import ModelConfig, compose_config
 from emergence.results import PER_SEQUENCE_FILE, SUMMARY_FILE, read_json, read_run
 from emergence.screen import CLASSES
 
@@ -22,7 +25,6 @@ REFERENCE_PREFIXES = {"pythia1b": "pythia", "olmo": "olmo", "olmoe": "olmoe"}
 REFERENCE_PR_FILES = {"pythia": "pythia_1b_phase1_trajectory.json", "olmo": "olmo_phase1_trajectory.json",
                       "olmoe": "olmoe_phase1_trajectory.json"}
 REFERENCE_CLASSES = {"bos": "first-token"}  # the reference files' class names where ours differ (else _ -> -)
-PYTHIA_TOKENS_PER_STEP = 2_097_152
 REFERENCE_DATA = Path(__file__).with_name("reference_data")  # the study's results, package data (its SOURCE.md)
 REFINE_FOLDER = "refine"  # python -m emergence.refine writes its runs to <sweep>/refine/<model>/<revision>/
 REFINED_FILE = "refined.json"  # ... and its answers to <sweep>/refined.json
@@ -30,12 +32,13 @@ REFINED_FILE = "refined.json"  # ... and its answers to <sweep>/refined.json
 
 @dataclass
 class Checkpoint:
-    """One revision of one model. ``sel`` [layers, heads, 6] (order ``CLASSES``); ``pr`` [layers, heads]."""
+    """One revision of one model. ``sel`` [layers, heads, 6] (order ``CLASSES``); ``spectral``
+    [layers, heads], the spectral estimator its trajectory names (F5's PR)."""
 
     revision: str
     tokens: float
     sel: np.ndarray
-    pr: np.ndarray | None = None
+    spectral: np.ndarray | None = None
     extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score, the dtype it ran in
     targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
     sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
@@ -47,7 +50,7 @@ class Checkpoint:
 class Trajectory:
     model: str  # the panel's name: the model key, with "-seed<N>" when several training seeds are compared
     checkpoints: list[Checkpoint]  # ordered by tokens
-    pr_estimator: str | None  # which spectral estimator ``pr`` holds
+    spectral_estimator: str | None  # which estimator ``Checkpoint.spectral`` holds (heads.csv's column)
     thresholds: tuple[float, float] | None = None  # (class, circuit) the runs were screened with, if one pair
     family: str | None = None  # the model key shared by the seeds of one model (None: a single panel)
 
@@ -61,17 +64,19 @@ class Trajectory:
         return np.stack([c.sel for c in self.checkpoints])
 
 
+@functools.cache
+def preset(model: str) -> ModelConfig:
+    """``model``'s preset (``conf/model/<model>.yaml``) as a run composes it; once per model
+    (composing takes a fifth of a second)."""
+    return compose_config([f"model={model}"]).model
+
+
 def reference_tokens(model: str, revision: str) -> float:
+    """The tokens of a reference revision: Pythia's names give the step (its preset the tokens
+    per step), the others' the tokens themselves."""
     if model == "pythia":
-        return int(re.fullmatch(r"step(\d+)", revision).group(1)) * PYTHIA_TOKENS_PER_STEP
+        return int(re.fullmatch(r"step(\d+)", revision).group(1)) * preset(model).tokens_per_step
     return int(re.search(r"tokens(\d+)B", revision).group(1)) * 1e9
-
-
-def reference_dtype(model: str) -> str | None:
-    """The dtype the study ran ``model`` in: its preset's ``model.reference_dtype``."""
-    from emergence.config import compose_config
-
-    return compose_config([f"model={model}"]).model.reference_dtype
 
 
 def _head_grid(per_head: dict, value) -> np.ndarray:
@@ -95,7 +100,7 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
         data = read_json(path)
         sel = _head_grid(data["all_head_selectivity"], lambda d: [d[REFERENCE_CLASSES.get(c, c.replace("_", "-"))]
                                                                   for c in CLASSES])
-        dtype = reference_dtype(model)  # the study's own numbers: computed in the dtype it ran
+        dtype = preset(model).reference_dtype  # the study's own numbers: computed in the dtype it ran
         by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel,
                                                          extras={"dtype": dtype, "reference_dtype": dtype}))
     trajectories = {}
@@ -108,7 +113,7 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
                 pr = _head_grid(pr_data["pr"], lambda values: values[i])
                 for c in checkpoints:
                     if c.revision == revision:
-                        c.pr = pr
+                        c.spectral = pr
         trajectories[model] = Trajectory(model, checkpoints, "pr_entropy_rank" if pr_path.exists() else None)
     return trajectories
 
@@ -124,9 +129,9 @@ def find_runs(paths: list[Path]) -> dict[Path, bool]:
     return dict(sorted(found.items()))
 
 
-def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
+def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
     """Runs grouped by their summary's ``model`` (and by training seed where a model has several),
-    ordered by tokens. A revision analysed twice (e.g. under two threshold presets) is kept
+    ordered by tokens, with heads.csv's ``spectral_estimator`` column as the spectral one. A revision analysed twice (e.g. under two threshold presets) is kept
     once: the selectivities do not depend on it."""
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
@@ -138,10 +143,10 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
                              "where the family's tokens per step are known")
         n_layers, n_heads = summary.n_layers, summary.n_heads
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
-        pr = np.zeros((n_layers, n_heads))
+        spectral = np.zeros((n_layers, n_heads))
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
-            pr[r["layer"], r["head"]] = r[pr_estimator]
+            spectral[r["layer"], r["head"]] = r[spectral_estimator]
         extras = {k: getattr(summary, k) for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null")
                   if getattr(summary, k) is not None}
         classes = set(summary.thresholds["classes"].values())
@@ -153,7 +158,7 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
         by_model.setdefault(panel, {})[summary.revision] = Checkpoint(
-            summary.revision, float(summary.tokens), sel, pr, extras, **arrays, run_dir=run_dir, refined=refined)
+            summary.revision, float(summary.tokens), sel, spectral, extras, **arrays, run_dir=run_dir, refined=refined)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     seeds = Counter(model for model, _ in by_model)
@@ -161,7 +166,7 @@ def load_runs(paths: list[Path], pr_estimator: str = "pr_entropy_rank") -> dict[
     for (model, seed), cs in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
         several = seeds[model] > 1
         name = f"{model}-seed{seed}" if several else model
-        trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), pr_estimator,
+        trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), spectral_estimator,
                                         next(iter(used[(model, seed)])) if len(used[(model, seed)]) == 1 else None,
                                         family=model if several else None)
     return trajectories

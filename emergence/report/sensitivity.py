@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emergence.report.findings import (ABRUPT_SHARE, BOS, INDUCTION, ONSET_HEADS, RECALL_MILESTONES)
+from emergence.report.findings import ABRUPT_SHARE, BOS, INDUCTION, ONSET_HEADS, RECALL_MILESTONES, at_level
 from emergence.report.panel import Trajectory
+from emergence.report.records import Conclusion
 
 GRID_POINTS = 32  # per axis: 32 x 32 = 1,024 (class, circuit) settings per model
 GRID_RANGE = (2.0, 200.0)  # x baseline, both axes
@@ -115,7 +116,7 @@ def dense(traj: Trajectory, class_grid: np.ndarray = GRID, circuit_grid: np.ndar
         jump_share=np.where(has_rise, largest / np.where(has_rise, rise, 1.0), np.nan),
         final_bos_fraction=rise,
         onset=_first(n_ind >= ONSET_HEADS, axis=1),
-        bos_50=_first(bos >= 0.5 - 1e-12, axis=1),
+        bos_50=_first(at_level(bos, 50), axis=1),
         recall_67=_first(reached, axis=0),
         circuit_size=size,
     )
@@ -153,7 +154,7 @@ def _num(x) -> float | None:
 
 
 def conclusions(trajectories: dict[str, Trajectory], grids: list[Grid], class_threshold: float,
-                circuit_threshold: float) -> list[dict]:
+                circuit_threshold: float) -> list[Conclusion]:
     """Per model and conclusion: whether it holds at the report's thresholds, the share of the
     grid where it holds, and where it flips along each axis through the report's thresholds."""
     out = []
@@ -165,9 +166,9 @@ def conclusions(trajectories: dict[str, Trajectory], grids: list[Grid], class_th
         for name, held in g.conclusions().items():
             where = [f"class {a:.3g}x -> {b:.3g}x" for a, b in _flips(along_class[name][:, 0], g.class_grid)]
             where += [f"circuit {a:.3g}x -> {b:.3g}x" for a, b in _flips(along_circuit[name][0], g.circuit_grid)]
-            out.append({"model": g.model, "conclusion": CONCLUSIONS[name], "key": name,
-                        "holds_at_report_thresholds": bool(here[name][0, 0]), "share": float(held.mean()),
-                        "holds_everywhere": bool(held.all()), "flips": "; ".join(where) or "none"})
+            out.append(Conclusion(model=g.model, conclusion=CONCLUSIONS[name], key=name,
+                                  holds_at_report_thresholds=bool(here[name][0, 0]), share=float(held.mean()),
+                                  holds_everywhere=bool(held.all()), flips="; ".join(where) or "none"))
     return out
 
 
