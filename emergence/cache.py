@@ -20,7 +20,7 @@ import numpy as np
 
 import emergence
 from emergence import spectral
-from emergence.results import atomic_write_bytes, npz_bytes
+from emergence.atomic import atomic_write_bytes, npz_bytes
 
 # Bump when the capture or the probe changes numerically: old entries then stop matching.
 MEASUREMENT_VERSION = 3  # 2: per-sequence attentions, the null's sums and clean losses of B; 3: sink importance

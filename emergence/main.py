@@ -25,8 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from emergence import (ablation, cache, capture, checkpoints, prefetch, probe, results, screen, sinks, stats, sweep,
                        tracking)
-from emergence.config import Config, UsageError, config_digest, validate, validate_for_model
+from emergence.config import Config, config_digest, register_configs
+from emergence.errors import UsageError
 from emergence.toy import train as toy_train
+from emergence.validation import validate, validate_for_model
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +166,7 @@ def discard_run_dir(out_dir: Path, job_name: str) -> None:
 
 @hydra.main(version_base="1.3", config_path="pkg://emergence.conf", config_name="config")
 def main(dict_cfg: DictConfig) -> None:
+    register_configs()  # again in a job that another process launched (submitit): cache_dir's resolver
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from emergence.ablation import score_logits
-from emergence.capture import ATTN_IMPLEMENTATION, run_probe
+from emergence.capture import ATTN_IMPLEMENTATION, register_attention, run_probe
 from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
 from emergence.config import StatsConfig
@@ -19,7 +19,7 @@ T = 64
 
 def capture_model(path):
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                attn_implementation=ATTN_IMPLEMENTATION).eval()
+                                                attn_implementation=register_attention()).eval()
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, probe_batch, monkeypatch):
+def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, probe_batch):
     """The whole row T-1, every key, from the tensors the model passes to the attention function."""
     from emergence import capture
 
@@ -74,9 +74,8 @@ def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, prob
     def keep_row(module, query, key, mask, scaling, softcap, out, to_key0):
         rows[arch_info.attentions.index(module)] = capture.last_query_row(query, key, mask, scaling, softcap)
 
-    monkeypatch.setattr(capture, "_listener", keep_row)
     with torch.no_grad():
-        model(batch.tokens)
+        model(batch.tokens, **{capture.LISTENER: keep_row})
         attentions = eager_model(tiny_dirs[arch])(batch.tokens, output_attentions=True).attentions
     assert sorted(rows) == list(range(len(attentions)))
     for layer, eager in enumerate(attentions):
@@ -143,7 +142,7 @@ TWISTS = [("olmo", {"clip_qkv": None}), ("olmoe", {"clip_qkv": None}), ("mistral
 def test_family_twists_stay_in_effect(arch, off, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     plain = AutoModelForCausalLM.from_pretrained(tiny_dirs[arch], dtype=torch.float32,
-                                                 attn_implementation=ATTN_IMPLEMENTATION, **off).eval()
+                                                 attn_implementation=register_attention(), **off).eval()
     cap_plain = run_probe(plain, Architecture.of(plain), batch, baseline, 12, 12, False, score_logits)
     model = capture_model(tiny_dirs[arch])
     cap = run_probe(model, Architecture.of(model), batch, baseline, 12, 12, False, score_logits)
@@ -156,7 +155,7 @@ def test_attention_that_bypasses_the_interface_stops_with_one_line(tiny_dirs, mo
     """As remote code might: the attention layers run eager attention without asking the interface."""
     from transformers.models.llama import modeling_llama
 
-    from emergence.config import UsageError
+    from emergence.errors import UsageError
 
     class EagerOnly:
         def get_interface(self, name, default):
@@ -198,7 +197,7 @@ def test_a_layer_without_a_mask_or_with_attention_sinks_is_refused(tiny_dirs, mo
     from transformers.models.llama import modeling_llama
 
     from emergence.capture import capture_attention
-    from emergence.config import UsageError
+    from emergence.errors import UsageError
 
     q = k = v = torch.randn(1, 2, 4, 8)
     mask = torch.zeros(1, 1, 4, 4)

@@ -8,7 +8,9 @@ from hydra import compose, initialize_config_module
 from hydra.utils import get_class
 
 from emergence.checkpoints import resolve_revision
-from emergence.config import UsageError, compose_config, validate
+from emergence.config import compose_config, register_configs
+from emergence.errors import UsageError
+from emergence.validation import validate
 
 CONF = Path(__file__).parents[1] / "conf"
 GROUPS = ("model", "revision", "probe", "threshold")
@@ -37,8 +39,7 @@ def test_every_group_has_options_and_the_schema_knows_them():
 
 @pytest.mark.parametrize("launcher", sorted(p.stem for p in (CONF / "hydra" / "launcher").glob("*.yaml")))
 def test_launcher_options_name_a_launcher_that_exists(launcher):
-    import emergence.config  # noqa: F401  (registers the schema)
-
+    register_configs()  # compose() below needs the schema
     with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
     assert get_class(cfg.hydra.launcher._target_).__name__.endswith("Launcher")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from emergence.config import compose_config
 from emergence.results import PER_SEQUENCE_FILE, SUMMARY_FILE, read_json, read_run
 from emergence.screen import CLASSES
 
@@ -67,8 +68,6 @@ def reference_tokens(model: str, revision: str) -> float:
 
 def reference_dtype(model: str) -> str | None:
     """The dtype the study ran ``model`` in: its preset's ``model.reference_dtype``."""
-    from emergence.config import compose_config
-
     return compose_config([f"model={model}"]).model.reference_dtype
 
 
