@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from emergence import ablation
+from emergence import ablation, capture
 from emergence.ablation import (ablating, control_shortfall, decoder_layers, head_mask, matched_random_sets,
                                 run_ablation, score_logits)
 from emergence.capture import run_probe
@@ -118,6 +118,24 @@ def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs
     for h in hooks:
         h.remove()
     assert rows == {0: [2, 2, 2], 1: [6, 6, 6]}  # 3 minibatches of 2 sequences x 3 head sets above layer 0
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "olmoe", "gemma2"])
+def test_the_last_layer_attends_from_its_last_query_alone(arch, tiny_dirs, batch, monkeypatch):
+    """``last_position_only`` hands the attention function the last layer as a keyword argument
+    of the forward: that layer's attention is computed for T-1 alone, the others' for every query."""
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    queries = []
+
+    def attend(query, *args, **kwargs):
+        queries.append(query.shape[2])
+        return real_attend(query, *args, **kwargs)
+
+    real_attend = capture.attend
+    monkeypatch.setattr(capture, "attend", attend)
+    run_ablation(model, info, batch, {"a": [(0, 1)], "b": [(1, 0)]}, batch_size=6)
+    assert queries == [T] * (info.n_layers - 1) + [1]
 
 
 def test_a_stop_rule_ends_the_run_after_a_minibatch(tiny_dirs, batch):

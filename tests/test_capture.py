@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from emergence import capture
 from emergence.ablation import score_logits
 from emergence.capture import ATTN_IMPLEMENTATION, register_attention, run_probe
 from emergence.checkpoints import Architecture
@@ -45,8 +46,6 @@ def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_
     """Key 0's importance from every query (the kernel's log-sum-exp on a CPU; elsewhere, and with a
     softcap, a transient score matrix) vs the column of the full eager pattern; the sink fraction
     agrees to at most one (sequence, layer, head) at an epsilon between the tiny models' importances."""
-    from emergence import capture
-
     monkeypatch.setattr(capture, "kernel_returns_lse", lambda query: kernel_lse)
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
@@ -64,8 +63,6 @@ def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_
 @pytest.mark.parametrize("arch", ARCHS)
 def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, probe_batch):
     """The whole row T-1, every key, from the tensors the model passes to the attention function."""
-    from emergence import capture
-
     batch, _ = probe_batch
     model = capture_model(tiny_dirs[arch])
     arch_info = Architecture.of(model)
@@ -208,3 +205,42 @@ def test_a_layer_without_a_mask_or_with_attention_sinks_is_refused(tiny_dirs, mo
     monkeypatch.setattr(modeling_llama, "create_causal_mask", lambda **kwargs: None)
     with pytest.raises(UsageError, match="no attention mask"):
         Architecture.of(model)
+
+
+def drop_our_kwargs(module, args, kwargs):
+    """A forward pre-hook: the layer passes none of the forward's keyword arguments for us on (as remote code might)."""
+    return args, {k: v for k, v in kwargs.items() if k not in (capture.LISTENER, capture.LAST_QUERY_ONLY)}
+
+
+def test_a_layer_that_does_not_pass_the_forwards_keyword_arguments_on_is_refused(tiny_dirs, probe_batch):
+    """The pass hands the attention function its state as keyword arguments of the forward: a layer
+    that drops them is found missing, at discovery or, if it drops them later, in the probe pass."""
+    from emergence.errors import UsageError
+
+    batch, baseline = probe_batch
+    model = capture_model(tiny_dirs["llama"])
+    hook = model.model.layers[1].self_attn.register_forward_pre_hook(drop_our_kwargs, with_kwargs=True)
+    with pytest.raises(UsageError, match="'llama' is not supported: 1 of 2 attention layers went through the capture"):
+        Architecture.of(model)
+    hook.remove()
+    arch = Architecture.of(model)
+    model.model.layers[0].self_attn.register_forward_pre_hook(drop_our_kwargs, with_kwargs=True)
+    with pytest.raises(UsageError, match="'llama' is not supported: 1 of 2 attention layers went through the capture"):
+        run_probe(model, arch, batch, baseline, 6, 12, False, score_logits)
+
+
+def test_the_capture_registers_nothing_on_import():
+    """transformers knows our attention only once a loader asks for it (``register_attention``)."""
+    import subprocess
+    import sys
+
+    code = ("import emergence.capture, emergence.checkpoints\n"
+            "from transformers import AttentionInterface\n"
+            "from transformers.masking_utils import AttentionMaskInterface\n"
+            "name = emergence.capture.ATTN_IMPLEMENTATION\n"
+            "assert name not in AttentionInterface._global_mapping, 'registered on import'\n"
+            "assert name not in AttentionMaskInterface._global_mapping, 'registered on import'\n"
+            "assert emergence.capture.register_attention() == emergence.capture.register_attention() == name\n"
+            "assert AttentionInterface._global_mapping[name] is emergence.capture.capture_attention\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -63,6 +63,38 @@ def test_wandb_defaults_read_the_wandb_environment_and_overrides_win(monkeypatch
         validate(compose_config([]))
 
 
+def test_the_schema_imports_no_step_and_registers_nothing_on_import():
+    """config.py is the schema only: importing it loads no step of the recipe (nor torch) and puts
+    nothing in Hydra's ConfigStore or OmegaConf's resolvers; ``register_configs`` does, idempotently."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import emergence.config as config\n"
+            "from hydra.core.config_store import ConfigStore\n"
+            "from omegaconf import OmegaConf\n"
+            "steps = sorted(m for m in sys.modules if m.startswith('emergence.') and m != 'emergence.config')\n"
+            "assert not steps and 'torch' not in sys.modules, steps\n"
+            "assert 'emergence_schema.yaml' not in ConfigStore.instance().repo, 'registered on import'\n"
+            "assert not OmegaConf.has_resolver('emergence_cache_dir'), 'registered on import'\n"
+            "config.register_configs()\n"
+            "config.register_configs()\n"
+            "assert 'emergence_schema.yaml' in ConfigStore.instance().repo\n"
+            "assert OmegaConf.has_resolver('emergence_cache_dir')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_per_class_thresholds_are_the_screens_classes():
+    from dataclasses import fields
+
+    from emergence.config import PerClassThresholds
+    from emergence.screen import CLASSES
+
+    assert tuple(f.name for f in fields(PerClassThresholds)) == CLASSES
+    assert list(PerClassThresholds(local=2.0, induction=1.0).overrides().items()) == [("induction", 1.0), ("local", 2.0)]
+
+
 def restated(data: dict, node, where: str) -> list[str]:
     """Keys of a YAML mapping that set the value the schema ``node`` already defaults to."""
     from omegaconf import OmegaConf
