@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from emergence import (ablation, cache, capture, checkpoints, prefetch, probe, results, screen, sinks, stats, sweep,
                        tracking)
-from emergence.config import Config, config_digest, register_configs
+from emergence.config import Config, config_digest
 from emergence.errors import UsageError
 from emergence.toy import train as toy_train
 from emergence.validation import validate, validate_for_model
@@ -166,7 +166,6 @@ def discard_run_dir(out_dir: Path, job_name: str) -> None:
 
 @hydra.main(version_base="1.3", config_path="pkg://emergence.conf", config_name="config")
 def main(dict_cfg: DictConfig) -> None:
-    register_configs()  # again in a job that another process launched (submitit): cache_dir's resolver
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
