@@ -223,19 +223,19 @@ def shared_prefix(layers: list, rows: int, copies: int):
 @contextmanager
 def last_position_only(layer, out_proj, attention):
     """Only the last position of the last decoder layer reaches the logits (``logits_to_keep=1``),
-    so that layer attends from its last query alone (``capture.last_query_only``) and its output
-    projection and MLP (``layer.mlp``, where it has one) run on that position alone. The
-    residual additions broadcast [rows, 1, hidden] over [rows, T, hidden], so the layer's
-    output is exact at T-1 (the rest is never read). Enter it after ``ablating``: hooks run in
-    order, and ablation needs every position (mean ablation fills each from its own mean)."""
+    so that layer attends from its last query alone (under the forward's keyword arguments it
+    yields, ``capture.last_query_only``) and its output projection and MLP (``layer.mlp``, where it
+    has one) run on that position alone. The residual additions broadcast [rows, 1, hidden] over
+    [rows, T, hidden], so the layer's output is exact at T-1 (the rest is never read). Enter it after
+    ``ablating``: hooks run in order, and ablation needs every position (mean ablation fills each
+    from its own mean)."""
     def last(module, args):
         return (args[0][:, -1:], *args[1:])
 
     modules = [out_proj, *([layer.mlp] if isinstance(getattr(layer, "mlp", None), torch.nn.Module) else [])]
     handles = [m.register_forward_pre_hook(last) for m in modules]
     try:
-        with capture.last_query_only(attention):
-            yield
+        yield capture.last_query_only(attention)
     finally:
         for h in handles:
             h.remove()
@@ -275,8 +275,9 @@ def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int,
             b = stop_at - start
             row_masks = masks.repeat_interleave(b, dim=0)  # head-set-major, as shared_prefix repeats rows
             with shared_prefix(suffix, b, k), ablating(arch, row_masks, position_mean), \
-                    last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]):
-                logits = model(batch.tokens[start:stop_at].to(device), logits_to_keep=1, use_cache=False).logits[:, -1]
+                    last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]) as last_only:
+                logits = model(batch.tokens[start:stop_at].to(device), logits_to_keep=1, use_cache=False,
+                               **last_only).logits[:, -1]
             target = batch.b[start:stop_at].to(device)
             rows = metrics_per_sequence(logits, target.repeat(k)).cpu().view(k, b, len(METRICS))
             sums += rows.sum(1)

@@ -95,11 +95,11 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from emergence.ablation import metrics_per_sequence
-    from emergence.capture import ATTN_IMPLEMENTATION, run_probe
+    from emergence.capture import register_attention, run_probe
     from emergence.checkpoints import Architecture
     bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
     ours = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                attn_implementation=ATTN_IMPLEMENTATION).eval()
+                                                attn_implementation=register_attention()).eval()
     arch = Architecture.of(ours)
     batch, baseline, batch_size = paper_probe(n)
     times: dict[str, list[float]] = {"probe_pass_s": [], "probe_pass_without_sink_metric_s": [],
@@ -127,12 +127,12 @@ def ablation_paths(path: str, n: int, repeats: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from emergence.ablation import control_sets, run_ablation
-    from emergence.capture import ATTN_IMPLEMENTATION
+    from emergence.capture import register_attention
     from emergence.checkpoints import Architecture
     from emergence.screen import parse_head_name
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                 attn_implementation=ATTN_IMPLEMENTATION).eval()
+                                                 attn_implementation=register_attention()).eval()
     arch = Architecture.of(model)
     batch, _, batch_size = paper_probe(n)
     circuit = [parse_head_name(h) for h in HEADS[0].split("=")[1].strip("[]").split(",")]
@@ -221,14 +221,14 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
     (and q/k norms) x SHARP_SCALE."""
     import transformers
 
-    from emergence.capture import ATTN_IMPLEMENTATION
+    from emergence.capture import register_attention
 
     config_class, kwargs = DTYPE_ARCHS[arch]
     config = getattr(transformers, config_class)(
         vocab_size=DTYPE_VOCAB, hidden_size=8 * DTYPE_HEAD_DIM, num_hidden_layers=4, num_attention_heads=8, intermediate_size=256,
         max_position_embeddings=2 * DTYPE_SEQ_LEN, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kwargs)
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=register_attention()).eval()
     if sharp:
         with torch.no_grad():
             for name, p in model.named_parameters():

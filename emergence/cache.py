@@ -21,7 +21,7 @@ import numpy as np
 import emergence
 from emergence import spectral
 from emergence.ablation import METRICS
-from emergence.results import atomic_write_bytes, npz_bytes
+from emergence.atomic import atomic_write_bytes, npz_bytes
 
 # Bump when the capture, the probe or what an entry holds changes: old entries then stop matching.
 MEASUREMENT_VERSION = 4

@@ -1,13 +1,28 @@
 """The one forward pass over the probe that feeds steps 2 and 3, reduced on the fly.
 
-We register an attention function ("emergence") through transformers'
+``register_attention`` registers an attention function ("emergence") through transformers'
 ``AttentionInterface``, so it serves every architecture whose attention goes through that
-interface, q/k/v already transformed by the model (RoPE, q/k norms, OLMo's ``clip_qkv``).
-It computes the layer's attention output itself (SDPA, or the eager formula where the
+interface, q/k/v already transformed by the model (RoPE, q/k norms, OLMo's ``clip_qkv``);
+whoever loads a model for the capture calls it (``checkpoints.load_model``). The function
+computes the layer's attention output itself (SDPA, or the eager formula where the
 model passes a logit ``softcap`` that SDPA cannot apply), always with the ``scaling`` and
 the mask the model passes: the mask function is transformers' ``eager_mask`` registered
 under our name, so every layer gets its real additive mask (causal, sliding window,
-padding). While a ``Recorder`` is active it also computes the one attention row the
+padding).
+
+This module keeps no state: a pass hands the attention function what it needs as keyword
+arguments of the model's forward, which transformers passes on to every attention call
+(and which the function passes on to no one):
+
+* ``emergence_listener`` (``LISTENER``): called with each layer's tensors (a ``Recorder``
+  in the probe pass, ``discover``'s collector in the discovery pass);
+* ``emergence_last_query_only`` (``LAST_QUERY_ONLY``): the attention modules that attend
+  from their last query alone (``last_query_only``; the last layer in ablation).
+
+A layer that does not pass them on is not seen: ``discover`` and ``run_probe`` count the
+layers that reported and refuse the model when one is missing.
+
+With a ``Recorder`` as the listener, the function also computes the one attention row the
 screen needs (query T-1 against all keys) and keeps only:
 
 * ``targets`` [n, layers, heads, 7]: attention from T-1 to each class's target
@@ -26,8 +41,7 @@ screen needs (query T-1 against all keys) and keeps only:
 
 The full attention pattern [n, layers, heads, T, T] is never materialised; each layer's
 pieces wait in the Recorder until the minibatch's forward pass ends and are then reduced
-for all layers at once. During ablation, ``last_query_only`` has the last layer attend
-from T-1 alone (the only position its output is read at).
+for all layers at once.
 
 ``discover`` finds the layout by capability, not by a table of names: one short forward
 pass lists the modules that call the attention function (the attention layers, in call
@@ -37,7 +51,6 @@ output projection, whose input holds the per-head outputs).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +62,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from emergence import sinks
-from emergence.config import UsageError
+from emergence.errors import UsageError
 from emergence.probe import LOCAL_OFFSETS, ProbeBatch
 from emergence.screen import N_TARGETS
 
@@ -59,10 +72,9 @@ ATTN_IMPLEMENTATION = "emergence"
 # (gpt_oss's attention sinks, T5-style position bias, sparse index selection): refused, never ignored.
 UNSUPPORTED_KWARGS = ("s_aux", "sinks", "position_bias", "indices", "block_indices")
 
-# What the attention function reports each call to (a Recorder or a discovery pass), if anything.
-_listener = None
-# The attention modules whose output is read at the last position only (``last_query_only``).
-_last_query_only: set[int] = set()
+# The model forward's keyword arguments that reach the attention function (the module docstring).
+LISTENER = "emergence_listener"
+LAST_QUERY_ONLY = "emergence_last_query_only"
 
 
 def softcapped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
@@ -217,8 +229,9 @@ class Recorder:
 
 
 def capture_attention(module, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs):
-    """The layer's attention output (see ``attend``), reported to the active listener (if any);
-    under ``last_query_only``, T-1's output at every position, reported to no one."""
+    """The layer's attention output (see ``attend``), reported to the pass's listener (``LISTENER``,
+    if any); for a module under ``LAST_QUERY_ONLY``, T-1's output at every position, reported to no one."""
+    listener = kwargs.get(LISTENER)
     refused = [k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None]
     if refused:
         raise UsageError(f"model architecture {type(module).__name__} passes {refused[0]!r} to its attention, "
@@ -228,36 +241,36 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, s
         raise UsageError(f"model architecture {type(module).__name__} built no attention mask for our attention "
                          "function (it would run non-causally); this model is not supported")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    if id(module) in _last_query_only:
+    if module in kwargs.get(LAST_QUERY_ONLY, ()):
         # Only T-1 is read: attend from it alone (its mask row keeps any sliding window) and give
         # every position its output, the shape the layer expects.
         out, _ = attend(query[:, :, -1:], key, value, None if attention_mask is None else attention_mask[:, :, -1:],
                         scale, softcap)
         return out.expand(-1, query.shape[2], -1, -1), None
     # only the probe pass measures the sink importance
-    keep_key0 = isinstance(_listener, Recorder) and _listener.sink_importance is not None
+    keep_key0 = isinstance(listener, Recorder) and listener.sink_importance is not None
     out, to_key0 = attend(query, key, value, attention_mask, scale, softcap, first_key=keep_key0)
-    if _listener is not None:
-        _listener(module, query, key, attention_mask, scale, softcap, out, to_key0)
+    if listener is not None:
+        listener(module, query, key, attention_mask, scale, softcap, out, to_key0)
     return out, None
 
 
-@contextmanager
-def last_query_only(module):
-    """While active, ``module`` (an attention layer) attends from its last query alone, and
-    every position of its output holds that query's output: for a layer of which nothing but
-    the last position is read (the last layer in ablation, ``ablation.last_position_only``)."""
-    _last_query_only.add(id(module))
-    try:
-        yield
-    finally:
-        _last_query_only.discard(id(module))
+def last_query_only(*modules) -> dict:
+    """The forward's keyword arguments under which ``modules`` (attention layers) attend from
+    their last query alone, every position of their output holding that query's output: for a
+    layer of which nothing but the last position is read (the last layer in ablation,
+    ``ablation.last_position_only``)."""
+    return {LAST_QUERY_ONLY: frozenset(modules)}
 
 
-AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention)
-# Without a mask function of the same name the model would build no mask for us; eager_mask
-# gives every layer (not only sliding-window ones) its additive float mask.
-AttentionMaskInterface.register(ATTN_IMPLEMENTATION, eager_mask)
+def register_attention() -> str:
+    """Register our attention and mask functions with transformers (idempotent); returns the
+    name to load a model with: ``attn_implementation=register_attention()``."""
+    AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention)
+    # Without a mask function of the same name the model would build no mask for us; eager_mask
+    # gives every layer (not only sliding-window ones) its additive float mask.
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, eager_mask)
+    return ATTN_IMPLEMENTATION
 
 
 @dataclass(frozen=True)
@@ -273,16 +286,19 @@ class AttentionSite:
 def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
     """The attention layers of ``model`` in call order, found by one short forward pass.
 
-    A layer counts if it calls our attention function; its output projection is the child
-    module whose input equals that call's output (reshaped to [b, T, heads * d]). A model
-    that calls no attention function of ours, or whose projection input is not the bare
-    attention output, cannot be captured correctly: ``UsageError`` instead of zeros."""
-    global _listener
+    A layer counts if it calls our attention function with the forward's ``LISTENER``; its
+    output projection is the child module whose input equals that call's output (reshaped to
+    [b, T, heads * d]). A model that calls no attention function of ours, that has a layer of
+    the same class run without reporting (it does not pass the forward's keyword arguments
+    on), or whose projection input is not the bare attention output, cannot be captured
+    correctly: ``UsageError`` instead of zeros."""
     check_loaded_for_capture(model)
     calls: list[tuple[torch.nn.Module, torch.Tensor]] = []
     inputs: dict[int, torch.Tensor] = {}
+    ran: set[int] = set()  # every module that ran in the pass
 
     def keep_input(module, args):
+        ran.add(id(module))
         if args and isinstance(args[0], torch.Tensor):
             inputs.setdefault(id(module), args[0])
 
@@ -291,21 +307,25 @@ def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
 
     hooks = [m.register_forward_pre_hook(keep_input) for m in model.modules()]
     tokens = (torch.arange(n_tokens) % model.config.vocab_size)[None].to(next(model.parameters()).device)
-    _listener = keep_call
     try:
         with torch.inference_mode():
-            model(tokens)
+            model(tokens, **{LISTENER: keep_call})
     finally:
-        _listener = None
         for hook in hooks:
             hook.remove()
     model_type = model.config.model_type
     if not calls:
         raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
-                         "transformers' AttentionInterface (no layer called it), so nothing could be captured")
+                         "transformers' AttentionInterface (no layer called it, or none passed the forward's keyword "
+                         "arguments on), so nothing could be captured")
     if len({id(m) for m, _ in calls}) != len(calls):
         raise UsageError(f"model architecture {model_type!r} is not supported: an attention module ran twice in "
                          "one forward pass, so its calls cannot be told apart")
+    kinds, reported = {type(m) for m, _ in calls}, {id(m) for m, _ in calls}
+    silent = [m for m in model.modules() if type(m) in kinds and id(m) in ran and id(m) not in reported]
+    if silent:  # e.g. remote code whose layers do not all pass the forward's keyword arguments on
+        raise UsageError(f"model architecture {model_type!r} is not supported: {len(calls)} of "
+                         f"{len(calls) + len(silent)} attention layers went through the capture")
     sites = []
     for module, out in calls:
         if not torch.isfinite(out).all():  # NaN matches NaN anywhere: no projection could be told apart
@@ -348,7 +368,7 @@ class Capture:
 def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: int,
               spectral_n: int, keep_position_means: bool, score, null_positions: np.ndarray | None = None,
               sink_importance: bool = True) -> Capture:
-    """Forward the probe in minibatches under a Recorder.
+    """Forward the probe in minibatches, a Recorder as the forward's ``LISTENER``.
 
     ``arch`` is the model's ``checkpoints.Architecture``; ``score(logits [b, V], b [b])``
     returns each sequence's next-token metrics [b, metrics] (``ablation.metrics_per_sequence``),
@@ -356,7 +376,6 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
     ``null_positions`` [draws, n] are the reference null's random key positions;
     ``sink_importance=False`` skips Gu et al.'s metric (the benchmark prices it that way).
     """
-    global _listener
     check_loaded_for_capture(model)
     device = next(model.parameters()).device
     n, spectral_n = batch.n, min(spectral_n, batch.n)
@@ -364,23 +383,19 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
     rec = Recorder(n, layer_of, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
                    spectral_n, keep_position_means, device, null_positions, sink_importance)
     scores: list[torch.Tensor] = []  # per minibatch, [b, metrics]
-    _listener = rec
-    try:
-        with torch.inference_mode():
-            for start in tqdm(range(0, n, batch_size), desc="probe", unit="batch", leave=False):
-                stop = min(start + batch_size, n)
-                rec.begin_batch(start, batch.ab[start:stop].to(device))
-                logits = model(batch.tokens[start:stop].to(device), logits_to_keep=1,
-                               use_cache=False).logits[:, -1]  # no KV cache: nothing generates after it
-                if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
-                    raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
-                                     f"{arch.n_layers} attention layers went through the capture")
-                rec.end_batch()
-                if not rec.finite:
-                    raise non_finite(model.dtype)
-                scores.append(score(logits, batch.b[start:stop].to(device)).cpu())
-    finally:
-        _listener = None
+    with torch.inference_mode():
+        for start in tqdm(range(0, n, batch_size), desc="probe", unit="batch", leave=False):
+            stop = min(start + batch_size, n)
+            rec.begin_batch(start, batch.ab[start:stop].to(device))
+            logits = model(batch.tokens[start:stop].to(device), logits_to_keep=1, use_cache=False,
+                           **{LISTENER: rec}).logits[:, -1]  # no KV cache: nothing generates after it
+            if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
+                raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
+                                 f"{arch.n_layers} attention layers went through the capture")
+            rec.end_batch()
+            if not rec.finite:
+                raise non_finite(model.dtype)
+            scores.append(score(logits, batch.b[start:stop].to(device)).cpu())
     return Capture(
         targets=rec.targets.numpy(),
         sink_importance=None if rec.sink_importance is None else rec.sink_importance.numpy(),

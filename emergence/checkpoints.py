@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,9 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from emergence import capture, revisions
-from emergence.config import Config, UsageError
+from emergence.config import Config
+from emergence.errors import UsageError
+from emergence.hub import caused_by, connection_lost, hub_endpoint, hub_reachable
 
 
 @dataclass(frozen=True)
@@ -161,42 +162,6 @@ def _cached_snapshot(repo: str, revision: str | None) -> Path | None:
     return snapshot if all((snapshot / shard).exists() for shard in shards) else None
 
 
-def hub_endpoint() -> str:
-    """The Hub the client talks to: https://huggingface.co, or the mirror ``HF_ENDPOINT`` names."""
-    from huggingface_hub import constants
-
-    return constants.ENDPOINT
-
-
-def hub_reachable(timeout: float = 5.0) -> bool:
-    """One quick connection to the Hub endpoint, instead of minutes of retries when there is no route."""
-    from urllib.parse import urlparse
-
-    url = urlparse(hub_endpoint())
-    port = url.port or (80 if url.scheme == "http" else 443)  # a mirror at http://host listens on 80
-    try:
-        socket.create_connection((url.hostname, port), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def connection_lost(err: BaseException) -> bool:
-    """Whether ``err`` (or what caused it) is a connection refused, reset or timed out: the
-    server went away. transformers rewords such a failure as a file the repo lacks, and the
-    HTTP client's own exception types differ between huggingface_hub releases; the OS-level
-    error at the bottom of the chain does not."""
-    return _caused_by(err, (ConnectionError, TimeoutError))
-
-
-def _caused_by(err: BaseException | None, types: tuple) -> bool:
-    while err is not None:
-        if isinstance(err, types):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
 def source(cfg: Config, revision: Revision) -> Source:
     """A toy panel keeps each revision in a subdirectory, the way a Hub repo keeps it in a branch."""
     if cfg.model.toy is not None:
@@ -250,7 +215,7 @@ def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None
                           "it, finished jobs are kept)")
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    if not _caused_by(err, (RepositoryNotFoundError,)):
+    if not caused_by(err, (RepositoryNotFoundError,)):
         return None
     # The Hub says "repository not found" for a missing revision too (olah, gated repos): the
     # repo's branches tell which one is missing.
@@ -384,7 +349,7 @@ def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtyp
             dtype=dtype,
             use_safetensors=True,  # never unpickle weights
             trust_remote_code=cfg.model.trust_remote_code,
-            attn_implementation=capture.ATTN_IMPLEMENTATION,
+            attn_implementation=capture.register_attention(),
         )
     except SafetensorError as err:  # a download cut short, a disk error
         fix = ("replace the file" if Path(src.path).expanduser().is_dir() else

@@ -25,8 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from emergence import (ablation, cache, capture, checkpoints, prefetch, probe, results, screen, sinks, stats, sweep,
                        tracking)
-from emergence.config import Config, UsageError, config_digest, validate, validate_for_model
+from emergence.config import Config, config_digest
+from emergence.errors import UsageError
 from emergence.toy import train as toy_train
+from emergence.validation import validate, validate_for_model
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,10 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from emergence.config import config_digest
+from emergence.errors import UsageError
+from emergence.hub import hub_reachable
+
 log = logging.getLogger(__name__)
 
 # What ``checkpoints.load_model`` reads of a revision: safetensors only, never pickles.
@@ -72,8 +76,6 @@ class Downloader:
             self._finished[key].wait()
 
     def _work(self) -> None:
-        from emergence.checkpoints import hub_reachable  # here, not at the top: the child needs no torch
-
         while True:
             key = self._queue.get()
             with self.busy:
@@ -189,8 +191,7 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from emergence import checkpoints, results
-    from emergence.config import UsageError, config_digest
+    from emergence import checkpoints, results  # here, not at the top: the downloader's child needs no torch
 
     current = HydraConfig.instance().cfg
     try:

@@ -38,11 +38,13 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from emergence.config import PanelEntry, ThresholdConfig, UsageError, compose_config
+from emergence.atomic import atomic_write_text
+from emergence.config import PanelEntry, ThresholdConfig, compose_config
+from emergence.errors import UsageError
 from emergence.report.findings import BOS_MILESTONES, RECALL_MILESTONES, milestone_reached, model_findings
 from emergence.report.panel import REFINE_FOLDER, REFINED_FILE, Trajectory, load_runs
 from emergence.report.uncertainty import replicates
-from emergence.results import SUMMARY_FILE, atomic_write_text
+from emergence.results import SUMMARY_FILE
 from emergence.revisions import existing_checkpoints
 from emergence.sweep import FAILED_FILE
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import platform
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import numpy as np
 
 import emergence
 from emergence.ablation import AblationResult
+from emergence.atomic import atomic_write_bytes, atomic_write_text, npz_bytes
 from emergence.record import Record
 from emergence.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
 from emergence.stats import DEGENERATE_BASELINE_SHARE, ScreenIntervals
@@ -235,32 +234,6 @@ def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
 def dtype_differs(dtype: str, reference_dtype: str | None) -> bool:
     """The run's dtype is not the one the reference study ran its model in (a family it ran)."""
     return reference_dtype not in (None, dtype)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``path`` whole or not at all (a temporary file in the same directory, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def npz_bytes(**arrays) -> bytes:
-    """An ``.npz`` archive of ``arrays`` in memory, for ``atomic_write_bytes``."""
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    return buf.getvalue()
 
 
 def write_run(out_dir: Path, rows: list[dict], run_summary: RunSummary, per_sequence: dict | None = None) -> None:

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from emergence.config import ModelConfig, PanelEntry, StepRange, UsageError, compose_config
+from emergence.config import ModelConfig, PanelEntry, StepRange, compose_config
+from emergence.errors import UsageError
+from emergence.hub import connection_lost, hub_endpoint, hub_reachable
 
 # What a name without a family pattern is read as: step{N} or step{N}-tokens{M}B.
 GENERIC_PATTERN = r"step(?P<step>\d+)(?:-tokens(?P<tokens>\d+)B)?"
@@ -119,7 +121,7 @@ def existing_checkpoints(cfg) -> list[PanelEntry]:
     """Every checkpoint of ``cfg``'s model, ordered by step: a toy panel's saved checkpoints (its
     manifest), a Hub repo's branches named in the family's ``revision_pattern``."""
     if cfg.model.toy is not None:
-        from emergence.toy.train import saved_checkpoints
+        from emergence.toy.train import saved_checkpoints  # here, not at the top: listing needs no torch
 
         return saved_checkpoints(cfg.model)
     if Path(cfg.model.name_or_path).expanduser().is_dir():
@@ -141,8 +143,6 @@ class HubUnavailable(UsageError):
 def list_branches(repo: str) -> list[str]:
     """The repo's branch names. A UsageError says why not: HubUnavailable when the endpoint
     cannot be asked, else what the endpoint answered (a repo that does not exist there)."""
-    from emergence.checkpoints import connection_lost, hub_endpoint, hub_reachable  # checkpoints imports this module
-
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         raise HubUnavailable("HF_HUB_OFFLINE=1")
     if not hub_reachable():

@@ -13,7 +13,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from emergence.results import atomic_write_text
+from emergence.atomic import atomic_write_text
 
 FAILED_FILE = "FAILED"
 

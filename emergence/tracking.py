@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from emergence.config import UsageError  # noqa: E402
+from emergence.errors import UsageError  # noqa: E402
 from emergence.screen import CLASSES, UNCLASSIFIED  # noqa: E402
 
 CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),

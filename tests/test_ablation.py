@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from emergence import ablation
+from emergence import ablation, capture
 from emergence.ablation import (METRICS, ablating, control_sets, control_shortfall, decoder_layers, head_mask,
                                 metrics_per_sequence, run_ablation)
 from emergence.capture import run_probe
@@ -116,6 +116,30 @@ def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs
     for h in hooks:
         h.remove()
     assert rows == {0: [2, 2, 2], 1: [6, 6, 6]}  # 3 minibatches of 2 sequences x 3 head sets above layer 0
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "olmoe", "gemma2"])
+def test_the_last_layer_attends_from_its_last_query_alone(arch, tiny_dirs, batch, monkeypatch):
+    """``last_position_only`` (as ``run_ablation`` enters it) yields the forward's keyword arguments
+    that hand the attention function the last layer: that layer's attention is computed for T-1
+    alone, the others' for every query, and the logits at T-1 are the model's own."""
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    clean = last_logits(model, batch.tokens)
+    queries = []
+
+    def attend(query, *args, **kwargs):
+        queries.append(query.shape[2])
+        return real_attend(query, *args, **kwargs)
+
+    real_attend = capture.attend
+    monkeypatch.setattr(capture, "attend", attend)
+    layers = decoder_layers(model, info)
+    with torch.inference_mode(), \
+            ablation.last_position_only(layers[-1], info.out_projs[-1], info.attentions[-1]) as last_only:
+        logits = model(batch.tokens, logits_to_keep=1, use_cache=False, **last_only).logits[:, -1]
+    assert queries == [T] * (info.n_layers - 1) + [1]
+    torch.testing.assert_close(logits, clean, rtol=1e-5, atol=1e-5)
 
 
 def test_a_stop_rule_ends_the_run_after_a_minibatch(tiny_dirs, batch):

@@ -5,8 +5,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from emergence import capture
 from emergence.ablation import METRICS, metrics_per_sequence
-from emergence.capture import ATTN_IMPLEMENTATION, run_probe
+from emergence.capture import ATTN_IMPLEMENTATION, register_attention, run_probe
 from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
 from emergence.config import StatsConfig
@@ -19,7 +20,7 @@ T = 64
 
 def capture_model(path):
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                attn_implementation=ATTN_IMPLEMENTATION).eval()
+                                                attn_implementation=register_attention()).eval()
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +46,6 @@ def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_
     """Key 0's importance from every query (the kernel's log-sum-exp on a CPU; elsewhere, and with a
     softcap, a transient score matrix) vs the column of the full eager pattern; the sink fraction
     agrees to at most one (sequence, layer, head) at an epsilon between the tiny models' importances."""
-    from emergence import capture
-
     monkeypatch.setattr(capture, "kernel_returns_lse", lambda query: kernel_lse)
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
@@ -62,10 +61,8 @@ def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, probe_batch, monkeypatch):
+def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, probe_batch):
     """The whole row T-1, every key, from the tensors the model passes to the attention function."""
-    from emergence import capture
-
     batch, _ = probe_batch
     model = capture_model(tiny_dirs[arch])
     arch_info = Architecture.of(model)
@@ -74,9 +71,8 @@ def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, prob
     def keep_row(module, query, key, mask, scaling, softcap, out, to_key0):
         rows[arch_info.attentions.index(module)] = capture.last_query_row(query, key, mask, scaling, softcap)
 
-    monkeypatch.setattr(capture, "_listener", keep_row)
     with torch.no_grad():
-        model(batch.tokens)
+        model(batch.tokens, **{capture.LISTENER: keep_row})
         attentions = eager_model(tiny_dirs[arch])(batch.tokens, output_attentions=True).attentions
     assert sorted(rows) == list(range(len(attentions)))
     for layer, eager in enumerate(attentions):
@@ -143,7 +139,7 @@ TWISTS = [("olmo", {"clip_qkv": None}), ("olmoe", {"clip_qkv": None}), ("mistral
 def test_family_twists_stay_in_effect(arch, off, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     plain = AutoModelForCausalLM.from_pretrained(tiny_dirs[arch], dtype=torch.float32,
-                                                 attn_implementation=ATTN_IMPLEMENTATION, **off).eval()
+                                                 attn_implementation=register_attention(), **off).eval()
     cap_plain = run_probe(plain, Architecture.of(plain), batch, baseline, 12, 12, False, metrics_per_sequence)
     model = capture_model(tiny_dirs[arch])
     cap = run_probe(model, Architecture.of(model), batch, baseline, 12, 12, False, metrics_per_sequence)
@@ -156,7 +152,7 @@ def test_attention_that_bypasses_the_interface_stops_with_one_line(tiny_dirs, mo
     """As remote code might: the attention layers run eager attention without asking the interface."""
     from transformers.models.llama import modeling_llama
 
-    from emergence.config import UsageError
+    from emergence.errors import UsageError
 
     class EagerOnly:
         def get_interface(self, name, default):
@@ -200,7 +196,7 @@ def test_a_layer_without_a_mask_or_with_attention_sinks_is_refused(tiny_dirs, mo
     from transformers.models.llama import modeling_llama
 
     from emergence.capture import capture_attention
-    from emergence.config import UsageError
+    from emergence.errors import UsageError
 
     q = k = v = torch.randn(1, 2, 4, 8)
     mask = torch.zeros(1, 1, 4, 4)
@@ -211,3 +207,42 @@ def test_a_layer_without_a_mask_or_with_attention_sinks_is_refused(tiny_dirs, mo
     monkeypatch.setattr(modeling_llama, "create_causal_mask", lambda **kwargs: None)
     with pytest.raises(UsageError, match="no attention mask"):
         Architecture.of(model)
+
+
+def drop_our_kwargs(module, args, kwargs):
+    """A forward pre-hook: the layer passes none of the forward's keyword arguments for us on (as remote code might)."""
+    return args, {k: v for k, v in kwargs.items() if k not in (capture.LISTENER, capture.LAST_QUERY_ONLY)}
+
+
+def test_a_layer_that_does_not_pass_the_forwards_keyword_arguments_on_is_refused(tiny_dirs, probe_batch):
+    """The pass hands the attention function its state as keyword arguments of the forward: a layer
+    that drops them is found missing, at discovery or, if it drops them later, in the probe pass."""
+    from emergence.errors import UsageError
+
+    batch, baseline = probe_batch
+    model = capture_model(tiny_dirs["llama"])
+    hook = model.model.layers[1].self_attn.register_forward_pre_hook(drop_our_kwargs, with_kwargs=True)
+    with pytest.raises(UsageError, match="'llama' is not supported: 1 of 2 attention layers went through the capture"):
+        Architecture.of(model)
+    hook.remove()
+    arch = Architecture.of(model)
+    model.model.layers[0].self_attn.register_forward_pre_hook(drop_our_kwargs, with_kwargs=True)
+    with pytest.raises(UsageError, match="'llama' is not supported: 1 of 2 attention layers went through the capture"):
+        run_probe(model, arch, batch, baseline, 6, 12, False, score=None)  # stopped before anything is scored
+
+
+def test_the_capture_registers_nothing_on_import():
+    """transformers knows our attention only once a loader asks for it (``register_attention``)."""
+    import subprocess
+    import sys
+
+    code = ("import emergence.capture, emergence.checkpoints\n"
+            "from transformers import AttentionInterface\n"
+            "from transformers.masking_utils import AttentionMaskInterface\n"
+            "name = emergence.capture.ATTN_IMPLEMENTATION\n"
+            "assert name not in AttentionInterface._global_mapping, 'registered on import'\n"
+            "assert name not in AttentionMaskInterface._global_mapping, 'registered on import'\n"
+            "assert emergence.capture.register_attention() == emergence.capture.register_attention() == name\n"
+            "assert AttentionInterface._global_mapping[name] is emergence.capture.capture_attention\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -1,7 +1,8 @@
 import pytest
 
 from emergence.checkpoints import resolve_revision
-from emergence.config import UsageError, compose_config
+from emergence.config import compose_config
+from emergence.errors import UsageError
 from emergence.revisions import check_revision_name, parse_revision_name
 
 PRESETS_WITH_PANELS = ["pythia", "olmo", "olmoe", "amber", "crfm_gpt2", "toy_neox", "toy_olmo", "toy_olmoe",
@@ -92,7 +93,7 @@ def test_index_out_of_range():
 
 
 def test_pythia_refuses_float16_unless_forced():
-    from emergence.config import validate
+    from emergence.validation import validate
 
     cfg = compose_config(["model=pythia", "model.dtype=float16"])
     with pytest.raises(UsageError, match="underflows in float16"):
@@ -157,7 +158,7 @@ def test_attention_support_is_decided_by_the_model_class_capability():
     ("model.published_steps=[{first: 10, last: 5, every: 1}]", "model.published_steps"),
 ])
 def test_bad_revision_naming_in_a_preset_is_one_line(override, field):
-    from emergence.config import validate
+    from emergence.validation import validate
 
     with pytest.raises(UsageError, match=field) as err:
         validate(compose_config(["model=pythia", override]))

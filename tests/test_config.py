@@ -8,7 +8,9 @@ from hydra import compose, initialize_config_module
 from hydra.utils import get_class
 
 from emergence.checkpoints import resolve_revision
-from emergence.config import UsageError, compose_config, validate
+from emergence.config import compose_config, register_configs
+from emergence.errors import UsageError
+from emergence.validation import validate
 
 CONF = Path(__file__).parents[1] / "conf"
 GROUPS = ("model", "revision", "probe", "threshold")
@@ -37,8 +39,7 @@ def test_every_group_has_options_and_the_schema_knows_them():
 
 @pytest.mark.parametrize("launcher", sorted(p.stem for p in (CONF / "hydra" / "launcher").glob("*.yaml")))
 def test_launcher_options_name_a_launcher_that_exists(launcher):
-    import emergence.config  # noqa: F401  (registers the schema)
-
+    register_configs()  # compose() below needs the schema
     with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
     assert get_class(cfg.hydra.launcher._target_).__name__.endswith("Launcher")
@@ -60,6 +61,38 @@ def test_wandb_defaults_read_the_wandb_environment_and_overrides_win(monkeypatch
     monkeypatch.setenv("WANDB_MODE", "dryrun")
     with pytest.raises(UsageError, match="wandb.mode='dryrun'.*WANDB_MODE"):
         validate(compose_config([]))
+
+
+def test_the_schema_imports_no_step_and_registers_nothing_on_import():
+    """config.py is the schema only: importing it loads no step of the recipe (nor torch) and puts
+    nothing in Hydra's ConfigStore or OmegaConf's resolvers; ``register_configs`` does, idempotently."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import emergence.config as config\n"
+            "from hydra.core.config_store import ConfigStore\n"
+            "from omegaconf import OmegaConf\n"
+            "steps = sorted(m for m in sys.modules if m.startswith('emergence.') and m != 'emergence.config')\n"
+            "assert not steps and 'torch' not in sys.modules, steps\n"
+            "assert 'emergence_schema.yaml' not in ConfigStore.instance().repo, 'registered on import'\n"
+            "assert not OmegaConf.has_resolver('emergence_cache_dir'), 'registered on import'\n"
+            "config.register_configs()\n"
+            "config.register_configs()\n"
+            "assert 'emergence_schema.yaml' in ConfigStore.instance().repo\n"
+            "assert OmegaConf.has_resolver('emergence_cache_dir')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_per_class_thresholds_are_the_screens_classes():
+    from dataclasses import fields
+
+    from emergence.config import PerClassThresholds
+    from emergence.screen import CLASSES
+
+    assert tuple(f.name for f in fields(PerClassThresholds)) == CLASSES
+    assert list(PerClassThresholds(local=2.0, induction=1.0).overrides().items()) == [("induction", 1.0), ("local", 2.0)]
 
 
 def restated(data: dict, node, where: str) -> list[str]:

@@ -128,7 +128,8 @@ def test_presets_run_offline_from_a_hub_cache(model, repo, arch, overrides, bran
 
 def test_a_seed_repo_needs_a_named_revision(hub_cache, tmp_path):
     from emergence.checkpoints import resolve_revision
-    from emergence.config import UsageError, compose_config
+    from emergence.config import compose_config
+    from emergence.errors import UsageError
 
     for overrides, says in ((["model=local"], "main branch may hold no weights"),
                             (["model=pythia", "revision=custom", "revision.name=main"], "'main' is invalid.*step0")):

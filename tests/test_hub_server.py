@@ -129,7 +129,7 @@ def test_an_unknown_branch_ends_in_one_line(hub_server, placeholder, tmp_path):
 def test_hub_reachable_connects_to_the_endpoints_own_port(endpoint, address, monkeypatch):
     import huggingface_hub.constants
 
-    from emergence import checkpoints
+    from emergence import hub
 
     tried = []
 
@@ -138,6 +138,6 @@ def test_hub_reachable_connects_to_the_endpoints_own_port(endpoint, address, mon
         raise ConnectionRefusedError(addr)
 
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
-    monkeypatch.setattr(checkpoints.socket, "create_connection", refuse)
-    assert not checkpoints.hub_reachable()
+    monkeypatch.setattr(hub.socket, "create_connection", refuse)
+    assert not hub.hub_reachable()
     assert tried == [address]

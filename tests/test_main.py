@@ -142,7 +142,7 @@ def test_bad_configuration_exits_2_with_one_line(overrides, field, tiny_dirs, tm
 
 
 def test_panel_index_out_of_range_and_unknown_architecture(tiny_dirs, tmp_path):
-    from emergence.config import UsageError
+    from emergence.errors import UsageError
 
     cfg = compose_cfg(["model=pythia", "revision=r3"])
     cfg.revision.index = 10
@@ -177,7 +177,7 @@ def test_unsupported_architecture_exits_2_before_loading_weights(tmp_path, monke
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
     cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", *SMALL])
-    from emergence.config import UsageError
+    from emergence.errors import UsageError
 
     with pytest.raises(UsageError):  # from the config alone: from_pretrained is never reached
         analyse(cfg, tmp_path / "run")
@@ -200,7 +200,7 @@ def test_ablating_a_chosen_head_set(tiny_dirs, tmp_path):
     ab = summary.ablation
     assert ab.heads == ["L1H2"]
     assert sorted(c.heads for c in ab.controls) == [["L1H0"], ["L1H1"], ["L1H3"]]  # all 3 that exist
-    from emergence.config import UsageError
+    from emergence.errors import UsageError
 
     with pytest.raises(UsageError, match="ablate.heads='L9H0'"):
         analyse(compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL,

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from emergence.config import UsageError, compose_config, validate
+from emergence.config import compose_config
+from emergence.errors import UsageError
+from emergence.validation import validate
 from emergence.main import analyse
 from emergence.probe import baseline_positions, make_probe_batch
 from emergence.results import read_run

@@ -14,7 +14,9 @@ from test_hub_server import OLMO2, QUICK
 from tiny_models import save_tiny_model
 
 from emergence import prefetch
-from emergence.config import UsageError, compose_config, config_digest, validate
+from emergence.config import compose_config, config_digest
+from emergence.errors import UsageError
+from emergence.validation import validate
 
 BRANCHES = ["stage1-step1000-tokens3B", "stage1-step2000-tokens5B", "stage1-step3000-tokens7B"]
 # A job's analysis long enough (seconds) for the next revision's download to finish during it

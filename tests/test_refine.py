@@ -335,7 +335,8 @@ def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, hub_
 
 
 def test_a_local_directory_has_no_checkpoints_to_refine_between(tmp_path):
-    from emergence.config import UsageError, compose_config
+    from emergence.config import compose_config
+    from emergence.errors import UsageError
     from emergence.revisions import existing_checkpoints
 
     with pytest.raises(UsageError, match="is a local directory"):

@@ -67,7 +67,8 @@ def test_a_preset_without_a_panel_proposes_one_from_the_hubs_branches_and_keeps_
 
 def test_a_preset_without_a_panel_offline_names_the_propose_command(tmp_path, monkeypatch):
     from emergence.checkpoints import resolve_revision
-    from emergence.config import UsageError, compose_config
+    from emergence.config import compose_config
+    from emergence.errors import UsageError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UsageError, match="python -m emergence.revisions olmo2 --propose 10") as err:

@@ -18,13 +18,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from emergence.config import ThresholdConfig, UsageError, WandbConfig
+from emergence.atomic import atomic_write_text
+from emergence.config import WANDB_MODES, ThresholdConfig, WandbConfig
+from emergence.errors import UsageError
+from emergence.record import to_json
 from emergence.report import causal_threshold, figures, markdown, sensitivity
 from emergence.report.findings import panel_findings
-from emergence.record import to_json
-from emergence.report.records import Conclusion, Milestone, PanelFindings
 from emergence.report.panel import REFERENCE_DATA, load_reference, load_refined, load_runs, shared_thresholds
-from emergence.results import atomic_write_text
+from emergence.report.records import Conclusion, Milestone, PanelFindings
 from emergence.tracking import check_login, tracked_run
 
 
@@ -44,7 +45,7 @@ def parse_args(argv=None):
                    help="Gu et al.'s sink level: key-0 importance above it counts as a sink (default %(default)s)")
     p.add_argument("--pr-estimator", choices=("pr", "pr_entropy_rank"), default="pr_entropy_rank",
                    help="spectral column of run directories used for F5 (the reference used pr_entropy_rank)")
-    p.add_argument("--wandb-mode", choices=("offline", "online", "disabled"), default=None,
+    p.add_argument("--wandb-mode", choices=WANDB_MODES, default=None,
                    help="default: $WANDB_MODE, else offline")
     p.add_argument("--wandb-project", default=None, help="default: $WANDB_PROJECT, else emergence")
     p.add_argument("--wandb-entity", default=None, help="default: $WANDB_ENTITY")

@@ -21,8 +21,8 @@ from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeCo
                           OlmoForCausalLM, get_cosine_with_min_lr_schedule_with_warmup)
 from transformers.utils import logging as hf_logging
 
+from emergence.atomic import atomic_write_text
 from emergence.config import PanelEntry
-from emergence.results import atomic_write_text
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 
 log = logging.getLogger(__name__)
