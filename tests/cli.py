@@ -12,6 +12,12 @@ def run_cli(*args, module: str = "emergence", env: dict | None = None, timeout: 
                           env={**os.environ, **(env or {})}, timeout=timeout, **popen)
 
 
+def run_fresh(code: str) -> None:
+    """Run ``code`` in a fresh interpreter (nothing imported yet) and fail with its stderr if it fails."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def start_cli(*args, module: str = "emergence", env: dict | None = None) -> subprocess.Popen:
     """The same, started in the background with stderr (where the run's lines go) as a text pipe."""
     return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], stdout=subprocess.DEVNULL,

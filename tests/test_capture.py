@@ -12,6 +12,7 @@ from emergence.checkpoints import Architecture
 from emergence.probe import baseline_positions, make_probe_batch
 from emergence.config import StatsConfig
 from emergence.sinks import sink_metric
+from cli import run_fresh
 from reference_impl import OUT_PROJ, eager_model, eager_sink_importance, eager_targets, head_outputs_at_last
 from tiny_models import ARCHS, VOCAB
 
@@ -233,9 +234,6 @@ def test_a_layer_that_does_not_pass_the_forwards_keyword_arguments_on_is_refused
 
 def test_the_capture_registers_nothing_on_import():
     """transformers knows our attention only once a loader asks for it (``register_attention``)."""
-    import subprocess
-    import sys
-
     code = ("import emergence.capture, emergence.checkpoints\n"
             "from transformers import AttentionInterface\n"
             "from transformers.masking_utils import AttentionMaskInterface\n"
@@ -244,5 +242,4 @@ def test_the_capture_registers_nothing_on_import():
             "assert name not in AttentionMaskInterface._global_mapping, 'registered on import'\n"
             "assert emergence.capture.register_attention() == emergence.capture.register_attention() == name\n"
             "assert AttentionInterface._global_mapping[name] is emergence.capture.capture_attention\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_fresh(code)

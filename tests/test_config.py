@@ -11,6 +11,7 @@ from emergence.checkpoints import resolve_revision
 from emergence.config import compose_config, register_configs
 from emergence.errors import UsageError
 from emergence.validation import validate
+from cli import run_fresh
 
 CONF = Path(__file__).parents[1] / "conf"
 GROUPS = ("model", "revision", "probe", "threshold")
@@ -66,9 +67,6 @@ def test_wandb_defaults_read_the_wandb_environment_and_overrides_win(monkeypatch
 def test_the_schema_imports_no_step_and_registers_nothing_on_import():
     """config.py is the schema only: importing it loads no step of the recipe (nor torch) and puts
     nothing in Hydra's ConfigStore or OmegaConf's resolvers; ``register_configs`` does, idempotently."""
-    import subprocess
-    import sys
-
     code = ("import sys\n"
             "import emergence.config as config\n"
             "from hydra.core.config_store import ConfigStore\n"
@@ -81,8 +79,7 @@ def test_the_schema_imports_no_step_and_registers_nothing_on_import():
             "config.register_configs()\n"
             "assert 'emergence_schema.yaml' in ConfigStore.instance().repo\n"
             "assert OmegaConf.has_resolver('emergence_cache_dir')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_fresh(code)
 
 
 def test_the_per_class_thresholds_are_the_screens_classes():
