@@ -13,6 +13,7 @@ A field that does not apply, or was not measured, is ``None``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from emergence.record import from_json, to_json
