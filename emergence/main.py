@@ -155,11 +155,12 @@ def measure(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np.n
     """Step 1: the probe pass, reduced on the fly, unless the measurements are cached (mean
     ablation runs it anyway: it needs the per-position means); saved to the cache when computed."""
     p, cap = cfg.probe, None
-    if loaded.cached is None or (cfg.ablate.enabled and cfg.ablate.mode == "mean"):
+    mean_ablation = cfg.ablate.enabled and cfg.ablate.mode == "mean"
+    if loaded.cached is None or mean_ablation:
         log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {name}")
         null_positions = stats.null_positions(batch.ab.numpy(), p.seq_len, cfg.stats.n_null)
         cap = capture.run_probe(loaded.model, loaded.arch, batch, baseline, loaded.batch_size,
-                                p.spectral_sequences or p.n_sequences, cfg.ablate.enabled and cfg.ablate.mode == "mean",
+                                p.spectral_sequences or p.n_sequences, mean_ablation,
                                 ablation.metrics_per_sequence, null_positions)
     measured = loaded.cached or cache.Measurements.of(cap, loaded.arch)
     if loaded.cached is None and cfg.reuse:
