@@ -1,7 +1,9 @@
 """``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks] [--force] [--override cache_dir=DIR]``: train toy panels.
 
 ``python -m emergence.toy --compare DIR_A DIR_B``: where two trained panels part (environment, the
-first step whose training loss differs, each checkpoint's sha256)."""
+first step whose training loss differs, each checkpoint's sha256). ``--document`` records trained
+panels in the documented ones (``emergence/toy/documented_panels.json``), which every training
+is compared with."""
 
 import argparse
 import json
@@ -19,6 +21,8 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="retrain even if a complete panel exists")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override for the composed config, e.g. cache_dir=/tmp/toy or model.toy.seed=1")
+    parser.add_argument("--document", action="store_true",
+                        help="record the trained panels as documented (emergence/toy/documented_panels.json)")
     parser.add_argument("--compare", nargs=2, metavar="DIR", type=Path,
                         help="compare two trained panels (their folders with manifest.json and losses.tsv)")
     args = parser.parse_args()
@@ -40,6 +44,13 @@ def main() -> None:
         print(f"{key}: {cfg.model.name_or_path}")
         if "documented" in manifest:
             print(f"  {manifest['documented']['message']}")
+        if args.document:
+            from dataclasses import asdict
+
+            from emergence.toy.repro import document
+            from emergence.toy.train import weights_recipe
+
+            print(f"  documented in {document(manifest, weights_recipe(asdict(cfg.model.toy)))}")
 
 
 if __name__ == "__main__":

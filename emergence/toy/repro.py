@@ -104,10 +104,24 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def documented_panels(path: Path = DOCUMENTED) -> list[dict]:
-    """The documented toy panels: model, recipe (what determines the weights), environment, and
-    per checkpoint its sha256 and training loss."""
+def documented_panels(path: Path | None = None) -> list[dict]:
+    """The documented toy panels (``documented_panels.json``): model, recipe (what determines the
+    weights), environment, and per checkpoint its sha256 and training loss."""
+    path = Path(path or DOCUMENTED)
     return json.loads(path.read_text())["panels"] if path.exists() else []
+
+
+def document(manifest: dict, weights: dict, path: Path | None = None) -> Path:
+    """Add a trained panel to the documented ones (replacing the entry of the same model, recipe and
+    environment): what ``python -m emergence.toy ... --document`` does."""
+    path = Path(path or DOCUMENTED)
+    entry = documented_entry(manifest, weights)
+    key = lambda p: (p["model"], json.dumps(p["recipe"], sort_keys=True),
+                     tuple(p["environment"].get(k) for k in (*BITS_FIELDS, "cpu")))
+    panels = [p for p in documented_panels(path) if key(p) != key(entry)] + [entry]
+    panels.sort(key=lambda p: (p["model"], p["recipe"].get("seed", 0), p["environment"].get("numerics", "")))
+    path.write_text(json.dumps({"panels": panels}, indent=1) + "\n")
+    return path
 
 
 def documented_entry(manifest: dict, weights: dict) -> dict:
