@@ -368,3 +368,30 @@ def test_documented_panels_are_of_the_current_recipes_and_panels():
         assert {e.revision for e in checkpoints_to_save(cfg.model)} <= set(panel["checkpoints"])
         assert all(len(c["sha256"]) == 64 for c in panel["checkpoints"].values())
         assert set(repro.BITS_FIELDS) <= set(panel["environment"])
+
+
+def test_the_per_seed_sink_summary_reads_the_panel_report():
+    from emergence.toy.seeds import seed_rows, seeds_markdown
+
+    def model(bos_per_layer, onset, bos_10, sink0):
+        revs = [{"revision": f"step{s}", "tokens": s, "bos_fraction": sum(layers) / 16, "bos_per_layer": layers,
+                 "n_induction": 3 * (s >= 2)} for s, layers in zip(range(4), bos_per_layer)]
+        return {"revisions": revs, "f3": {"induction_onset": onset and {"revision": onset},
+                                          "bos_10": bos_10 and {"revision": bos_10}},
+                "sinks_gu": {"revisions": [{"sink_fraction": 0.0}] * 3 + [{"sink_fraction": sink0}]}}
+
+    findings = {"models": {
+        "toy_olmo_sinks-seed10": model([[0] * 4, [0] * 4, [1, 0, 0, 0], [1, 0, 0, 0]], "step2", None, 0.01),
+        "toy_olmo_sinks-seed2": model([[0] * 4, [0] * 4, [0, 0, 1, 1], [0, 0, 1, 2]], "step2", "step2", 0.02),
+        "toy_olmo_sinks-seed1": model([[0] * 4, [0, 0, 0, 1], [0] * 4, [0, 0, 1, 1]], "step2", "step3", 0.03),
+        "toy_neox": model([[0] * 4] * 4, None, None, 0.0)}}
+    rows = seed_rows(findings, "toy_olmo_sinks")
+    assert [r["seed"] for r in rows] == [1, 2, 10]  # by seed, not by name
+    assert [r["final_bos"] for r in rows] == [12.5, 18.75, 6.25]
+    assert [r["final_layers"] for r in rows] == ["L2+L3", "L2+L3", "L0"]
+    assert [r["sinks_in_layers_ge_2_only"] for r in rows] == [True, True, False]
+    assert [r["bos_10_after_onset"] for r in rows] == [True, False, None]
+    assert rows[0]["bos"][1] == ("step1", 6.25, "L3") and rows[1]["final_sink0"] == 2.0
+    text = seeds_markdown(findings, "toy_olmo_sinks")
+    assert "median 12.5, range 6.2-18.8, 3 seeds" in text
+    assert "only in layers >= 2: 2 of 3" in text and "first after the induction onset: 1 of 3" in text
