@@ -22,9 +22,12 @@ def _layers(per_layer: list[int]) -> str:
 
 
 def seed_rows(findings: dict, model: str) -> list[dict]:
-    """One row per training seed of ``model`` (trajectories ``<model>-seed<N>``), ordered by seed."""
+    """One row per training seed of ``model`` (trajectories ``<model>-seed<N>``), ordered by seed; the
+    trajectory ``<model>`` (seed None) where the runs are of one seed."""
     names = sorted((n for n in findings["models"] if re.fullmatch(rf"{re.escape(model)}-seed\d+", n)),
                    key=lambda n: int(n.rsplit("seed", 1)[1]))
+    if not names and model in findings["models"]:  # runs of one seed: the trajectory is named by the model
+        names = [model]
     rows = []
     for name in names:
         m = findings["models"][name]
@@ -34,7 +37,7 @@ def seed_rows(findings: dict, model: str) -> list[dict]:
         bos_layers = {i for r in revs for i, n in enumerate(r["bos_per_layer"]) if n}
         sinks = m.get("sinks_gu")
         rows.append({
-            "seed": int(name.rsplit("seed", 1)[1]),
+            "seed": int(name.rsplit("seed", 1)[1]) if name != model else None,
             "bos": [(r["revision"], 100 * r["bos_fraction"], _layers(r["bos_per_layer"])) for r in revs],
             "final_bos": 100 * revs[-1]["bos_fraction"], "final_layers": _layers(revs[-1]["bos_per_layer"]),
             "final_heads": revs[-1]["bos_per_layer"], "n_induction": [r["n_induction"] for r in revs],
