@@ -24,6 +24,7 @@ ABLATE_MODES = ("zero", "mean")
 ABLATE_SEQUENCES = ("adaptive", "all")
 WANDB_MODES = ("offline", "online", "disabled")
 LR_SCHEDULES = ("constant", "cosine")  # the toy recipe's learning-rate schedule after warmup
+TOY_NUMERICS = ("native", "portable")  # the toy training's kernels, oneMKL branch and threads (emergence/toy/repro.py)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class ToyRecipe:
     clip_qkv: Optional[float] = None
     n_experts: int = 8  # olmoe only
     experts_per_token: int = 2  # olmoe only
+    numerics: str = "native"  # native | portable: kernels, MKL branch, threads pinned (emergence/toy/repro.py)
     # Also save a checkpoint every this many steps (folders step{N}, beside the panel's), so that a
     # milestone can be refined between panel revisions (python -m emergence.refine). Not part of
     # what the weights are: a panel trained with it serves runs without it, bit for bit.

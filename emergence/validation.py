@@ -12,8 +12,8 @@ import re
 
 import torch
 
-from emergence.config import (ABLATE_MODES, ABLATE_SEQUENCES, DTYPES, LR_SCHEDULES, WANDB_MODES, Config, ModelConfig,
-                              ToyRecipe)
+from emergence.config import (ABLATE_MODES, ABLATE_SEQUENCES, DTYPES, LR_SCHEDULES, TOY_NUMERICS, WANDB_MODES, Config,
+                              ModelConfig, ToyRecipe)
 from emergence.errors import UsageError
 from emergence.probe import min_seq_len
 from emergence.screen import parse_head_name
@@ -96,6 +96,9 @@ def validate_toy_recipe(recipe: ToyRecipe) -> None:
         _fail("model.toy.trigger_fraction", recipe.trigger_fraction, "must be in [0, 1): a share of the vocabulary")
     if recipe.save_every is not None and recipe.save_every < 1:
         _fail("model.toy.save_every", recipe.save_every, "must be >= 1 step, or null (only the panel's checkpoints)")
+    if recipe.numerics not in TOY_NUMERICS:
+        _fail("model.toy.numerics", recipe.numerics,
+              f"use one of {', '.join(TOY_NUMERICS)} (portable: the same bits on any x86 CPU with AVX2)")
 
 
 def check_device(device: str) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from cli import run_cli
 from emergence.config import PanelEntry, compose_config
 from emergence.main import analyse
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
@@ -241,3 +242,166 @@ def test_the_real_default_trains_toy_neox_and_finds_its_induction_circuit(tmp_pa
     assert adaptive["effect"]["causal"] is every["effect"]["causal"] is True
     untrained = run("r0", "revision=r0")
     assert untrained["induction_circuit"] == [] and untrained["member_counts"]["induction"] == 0
+
+
+# --- what determines the bits, and the documented panels ----------------------------------------
+
+def test_manifest_records_the_numerical_environment_each_checkpoints_sha256_and_the_step_losses(tmp_path):
+    import hashlib
+
+    from emergence.toy import repro
+    from emergence.toy.train import LOSSES
+
+    cfg = reduced("toy_olmo", tmp_path)
+    manifest = train(cfg.model)
+    root = tmp_path / "toy" / "toy_olmo" / "seed0"
+    env = manifest["environment"]
+    assert env == json.loads((root / MANIFEST).read_text())["environment"]
+    assert env["numerics"] == "native" and env["torch"] == torch.__version__
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["threads"] == torch.get_num_threads()
+    assert env["mkl_cbwr"] == repro.mkl_branch() and (env["mkl_cbwr"] is None) == (not torch.backends.mkl.is_available())
+    for c in manifest["checkpoints"]:
+        assert c["sha256"] == hashlib.sha256((root / c["revision"] / "model.safetensors").read_bytes()).hexdigest()
+    header, *rows = (root / LOSSES).read_text().splitlines()
+    losses = repro.read_losses(root)
+    assert header == "step\tloss" and [int(r.split("\t")[0]) for r in rows] == [0, 1, 2, 3] and len(losses) == 4
+    # A checkpoint's training loss is that of the last step before it, bit for bit.
+    assert [c["train_loss"] for c in manifest["checkpoints"]] == [None, losses[1], losses[3]]
+    assert manifest["documented"]["status"] == "undocumented"  # a 4-step panel is documented nowhere
+
+
+def test_a_retrain_says_whether_it_reproduces_the_documented_panel_and_how_it_differs(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    from emergence.toy import repro
+    from emergence.toy.train import weights_recipe
+
+    cfg = reduced("toy_neox", tmp_path / "a")
+    manifest = train(cfg.model)
+    weights = weights_recipe(asdict(cfg.model.toy))
+    documented = tmp_path / "documented_panels.json"
+    repro.document(manifest, weights, documented)
+    assert repro.document(manifest, weights, documented)  # documenting again replaces the entry
+    assert len(repro.documented_panels(documented)) == 1
+    monkeypatch.setattr(repro, "DOCUMENTED", documented)
+    again = train(reduced("toy_neox", tmp_path / "b").model)  # the same recipe in the same process
+    assert again["documented"]["status"] == "reproduces", again["documented"]["message"]
+    assert "reproduces the documented panel" in again["documented"]["message"]
+
+    panels = repro.documented_panels(documented)
+    step4 = panels[0]["checkpoints"]["step4"]
+    step4["sha256"] = "0" * 64  # the documented run parted after step 2
+    step4["train_loss"] += 0.5
+    same_env = repro.compare_to_documented(manifest, weights, panels)
+    assert same_env["status"] == "differs" and same_env["differing"] == ["step4"]
+    assert same_env["compared"] == ["step0", "step2", "step4"] and same_env["environment_differs"] == []
+    assert "from step4 on" in same_env["message"] and "CPU is" in same_env["message"]
+    panels[0]["environment"] = {**panels[0]["environment"], "cpu_capability": "DEFAULT", "threads": 64}
+    other_env = repro.compare_to_documented(manifest, weights, panels)
+    assert other_env["environment_differs"] == ["cpu_capability", "threads"]
+    assert f"cpu_capability {manifest['environment']['cpu_capability']} (documented DEFAULT)" in other_env["message"]
+    assert "threads" in other_env["message"] and "training loss at step4" in other_env["message"]
+    # Of two documented panels of the recipe, the one reproduced is named, not the closest other.
+    both = repro.compare_to_documented(manifest, weights, panels + repro.documented_panels(documented))
+    assert both["status"] == "reproduces"
+    assert repro.compare_to_documented(manifest, {**weights, "seed": 1}, panels)["status"] == "undocumented"
+
+
+def test_first_divergence_and_the_comparison_of_two_trainings(tmp_path):
+    from emergence.toy import repro
+
+    assert repro.first_divergence([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) is None
+    assert repro.first_divergence([1.0, 2.0, 3.0, 4.0], [1.0, 2.0 + 1e-7, 3.5, 4.0]) == 1
+    assert repro.first_divergence([1.0, 2.0, 3.0], [1.0, 2.0 + 1e-7, 3.5], tolerance=1e-3) == 2
+    train(reduced("toy_neox", tmp_path / "a").model)
+    train(reduced("toy_neox", tmp_path / "b", "model.toy.lr=1e-2").model)  # parts at the first update
+    a, b = (tmp_path / d / "toy" / "toy_neox" / "seed0" for d in ("a", "b"))
+    text = repro.compare_trainings(a, b)
+    assert "first step with |loss difference| > 0: 1" in text
+    assert "step0: identical" in text and "step4: differs" in text
+    assert "first step with |loss difference| > 0: none (of 4)" in repro.compare_trainings(a, a)
+
+
+def test_numerics_is_part_of_the_recipe_and_old_manifests_were_native(tmp_path):
+    cfg = reduced("toy_neox", tmp_path)
+    root = tmp_path / "toy" / "toy_neox" / "seed0"
+    train(cfg.model)
+    assert is_complete(root, cfg.model)
+    portable = reduced("toy_neox", tmp_path, "model.toy.numerics=portable")
+    assert not is_complete(root, portable.model)  # a native panel does not serve a portable request
+    manifest = json.loads((root / MANIFEST).read_text())
+    del manifest["recipe"]["numerics"]  # a manifest written before numerics existed
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    assert is_complete(root, cfg.model) and not is_complete(root, portable.model)
+
+
+def test_a_bad_toy_recipe_is_one_line_exit_2_and_trains_nothing(tmp_path):
+    done = run_cli("toy_neox", "--override", f"cache_dir={tmp_path}", "--override", "model.toy.numerics=fast",
+                   module="emergence.toy")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: model.toy.numerics='fast' is invalid: use one of native, portable (portable: the same bits on any "
+        "x86 CPU with AVX2)"]
+    assert not (tmp_path / "toy").exists()
+
+
+def test_portable_numerics_train_in_a_pinned_process_whatever_this_one_runs(tmp_path, monkeypatch):
+    """ATen's AVX2 kernels, oneMKL's COMPATIBLE branch and one thread, however the caller was started."""
+    from emergence.toy import repro
+
+    first = train(reduced("toy_olmo", tmp_path / "a", "model.toy.numerics=portable").model)
+    env = first["environment"]
+    assert env["numerics"] == "portable" and repro.is_portable(env)
+    assert (env["cpu_capability"], env["mkl_cbwr"], env["threads"]) == ("AVX2", "COMPATIBLE,STRICT", 1)
+    for key, value in {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO", "OMP_NUM_THREADS": "2"}.items():
+        monkeypatch.setenv(key, value)  # what the caller's environment says is overridden
+    second = train(reduced("toy_olmo", tmp_path / "b", "model.toy.numerics=portable").model)
+    assert second["environment"] == env
+    assert [c["sha256"] for c in second["checkpoints"]] == [c["sha256"] for c in first["checkpoints"]]
+
+
+def test_documented_panels_are_of_the_current_recipes_and_panels():
+    """Each documented panel is what its model's config trains now (a recipe change needs new ones)."""
+    from dataclasses import asdict
+
+    from emergence.toy import repro
+    from emergence.toy.train import checkpoints_to_save, weights_recipe
+
+    panels = repro.documented_panels()
+    assert panels, "emergence/toy/documented_panels.json documents no panel"
+    for panel in panels:
+        recipe = panel["recipe"]
+        cfg = compose_config([f"model={panel['model']}", f"model.toy.seed={recipe['seed']}",
+                              f"model.toy.numerics={recipe['numerics']}"])
+        assert weights_recipe(asdict(cfg.model.toy)) == recipe, panel["model"]
+        assert {e.revision for e in checkpoints_to_save(cfg.model)} <= set(panel["checkpoints"])
+        assert all(len(c["sha256"]) == 64 for c in panel["checkpoints"].values())
+        assert set(repro.BITS_FIELDS) <= set(panel["environment"])
+
+
+def test_the_per_seed_sink_summary_reads_the_panel_report():
+    from emergence.report.records import PanelFindings
+    from emergence.toy.seeds import seed_rows, seeds_markdown
+
+    def model(bos_per_layer, onset, bos_10, sink0):
+        revs = [{"revision": f"step{s}", "tokens": s, "bos_fraction": sum(layers) / 16, "bos_per_layer": layers,
+                 "n_induction": 3 * (s >= 2)} for s, layers in zip(range(4), bos_per_layer)]
+        return {"revisions": revs, "f3": {"induction_onset": onset and {"revision": onset},
+                                          "bos_10": bos_10 and {"revision": bos_10}},
+                "sinks_gu": {"revisions": [{"sink_fraction": 0.0}] * 3 + [{"sink_fraction": sink0}]}}
+
+    findings = PanelFindings.from_json({"models": {
+        "toy_olmo_sinks-seed10": model([[0] * 4, [0] * 4, [1, 0, 0, 0], [1, 0, 0, 0]], "step2", None, 0.01),
+        "toy_olmo_sinks-seed2": model([[0] * 4, [0] * 4, [0, 0, 1, 1], [0, 0, 1, 2]], "step2", "step2", 0.02),
+        "toy_olmo_sinks-seed1": model([[0] * 4, [0, 0, 0, 1], [0] * 4, [0, 0, 1, 1]], "step2", "step3", 0.03),
+        "toy_neox": model([[0] * 4] * 4, None, None, 0.0)}})
+    rows = seed_rows(findings, "toy_olmo_sinks")
+    assert [r.seed for r in rows] == [1, 2, 10]  # by seed, not by name
+    assert [r.final_bos for r in rows] == [12.5, 18.75, 6.25]
+    assert [r.final_layers for r in rows] == ["L2+L3", "L2+L3", "L0"]
+    assert [r.sinks_in_layers_ge_2_only for r in rows] == [True, True, False]
+    assert [r.bos_10_after_onset for r in rows] == [True, False, None]
+    assert rows[0].bos[1] == ("step1", 6.25, "L3") and rows[1].final_sink0 == 2.0
+    text = seeds_markdown(findings, "toy_olmo_sinks")
+    assert "median 12.5, range 6.2-18.8, 3 seeds" in text
+    assert "only in layers >= 2: 2 of 3" in text and "first after the induction onset: 1 of 3" in text

@@ -1,30 +1,64 @@
-"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks] [--force] [--override cache_dir=DIR]``: train toy panels."""
+"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks] [--force] [--override cache_dir=DIR]``: train toy panels.
+
+``python -m emergence.toy --compare DIR_A DIR_B``: where two trained panels part (environment, the
+first step whose training loss differs, each checkpoint's sha256). ``--document`` records trained
+panels in the documented ones (``emergence/toy/documented_panels.json``), which every training
+is compared with."""
 
 import argparse
+import json
+import sys
+from pathlib import Path
 
 from emergence.config import compose_config
-from emergence.toy.train import ensure_trained, train
+from emergence.errors import UsageError
+from emergence.toy.train import MANIFEST, ensure_trained, train
+from emergence.validation import validate_toy_recipe
 
 TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", help=f"any of {', '.join(TOY_MODELS)} (default: all four)")
     parser.add_argument("--force", action="store_true", help="retrain even if a complete panel exists")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Hydra override for the composed config, e.g. cache_dir=/tmp/toy")
+                        help="a Hydra override for the composed config, e.g. cache_dir=/tmp/toy or model.toy.seed=1")
+    parser.add_argument("--document", action="store_true",
+                        help="record the trained panels as documented (emergence/toy/documented_panels.json)")
+    parser.add_argument("--compare", nargs=2, metavar="DIR", type=Path,
+                        help="compare two trained panels (their folders with manifest.json and losses.tsv)")
     args = parser.parse_args()
+    if args.compare:
+        from emergence.toy.repro import compare_trainings
+
+        print(compare_trainings(*args.compare))
+        return
     unknown = set(args.models) - set(TOY_MODELS)
     if unknown:
         parser.error(f"unknown toy model(s) {sorted(unknown)}: choose from {', '.join(TOY_MODELS)}")
     for key in args.models or TOY_MODELS:
         cfg = compose_config([f"model={key}", *args.override])
+        try:
+            validate_toy_recipe(cfg.model.toy)
+        except UsageError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
         if args.force:
             train(cfg.model)
         else:
             ensure_trained(cfg.model)
+        manifest = json.loads((Path(cfg.model.name_or_path).expanduser() / MANIFEST).read_text())
         print(f"{key}: {cfg.model.name_or_path}")
+        if "documented" in manifest:
+            print(f"  {manifest['documented']['message']}")
+        if args.document:
+            from dataclasses import asdict
+
+            from emergence.toy.repro import document
+            from emergence.toy.train import weights_recipe
+
+            print(f"  documented in {document(manifest, weights_recipe(asdict(cfg.model.toy)))}")
 
 
 if __name__ == "__main__":

@@ -3,15 +3,23 @@
 ``train(model_cfg)`` builds a tiny GPTNeoX / Olmo / Olmoe from ``model.toy`` (the
 recipe), trains it on ``ToyCorpus`` with a fixed seed, and at every panel step saves a
 Hugging Face checkpoint (safetensors + config) in ``<name_or_path>/<revision>/``. The
-manifest (``manifest.json``: steps, tokens seen, training loss, in-context score) is
-written last, so a directory with a manifest holds a complete panel.
+per-step training losses go to ``losses.tsv``; the manifest (``manifest.json``: per checkpoint
+step, tokens seen, training loss, in-context score and the sha256 of its weights; the recipe; the
+numerical environment of the training; whether it reproduces a documented panel) is written last,
+so a directory with a manifest holds a complete panel. ``model.toy.numerics=portable`` trains in a
+fresh process with the kernels, oneMKL branch and threads pinned (``emergence/toy/repro.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import pickle
 import shutil
+import subprocess
+import sys
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,11 +31,13 @@ from transformers.utils import logging as hf_logging
 
 from emergence.atomic import atomic_write_text
 from emergence.config import PanelEntry
+from emergence.toy import repro
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+LOSSES = "losses.tsv"  # step, training loss of that step's batch (before its update)
 ICL_SPAN = 16  # length of the copied span in the in-context-learning evaluation
 ICL_EVAL_SEED = 12345
 
@@ -87,8 +97,9 @@ def checkpoints_to_save(model_cfg) -> list[PanelEntry]:
 
 
 def weights_recipe(recipe: dict) -> dict:
-    """What determines the weights: a recipe (as a dict) without ``save_every``, which only adds checkpoints."""
-    return {k: v for k, v in recipe.items() if k != "save_every"}
+    """What determines the weights: a recipe (as a dict) without ``save_every``, which only adds checkpoints
+    (a manifest from before ``numerics`` existed was trained natively)."""
+    return {"numerics": "native", **{k: v for k, v in recipe.items() if k != "save_every"}}
 
 
 def is_complete(root: Path, model_cfg) -> bool:
@@ -111,9 +122,51 @@ def saved_checkpoints(model_cfg) -> list[PanelEntry]:
 
 
 def train(model_cfg, root: Path | None = None) -> dict:
-    """Train the toy model of ``model_cfg`` and save its panel; returns the manifest."""
+    """Train the toy model of ``model_cfg`` and save its panel; returns the manifest and logs whether the
+    panel reproduces the documented one (``repro.compare_to_documented``)."""
     recipe = model_cfg.toy
     root = Path(root or model_cfg.name_or_path).expanduser()
+    if recipe.numerics == "portable" and not repro.is_portable(repro.environment()):
+        manifest = _train_in_portable_process(model_cfg, root)
+    else:
+        manifest = _train_here(model_cfg, root)
+    log.info(manifest["documented"]["message"])
+    return manifest
+
+
+def _train_in_portable_process(model_cfg, root: Path) -> dict:
+    """``_train_here`` in a new Python process whose kernels, oneMKL branch and threads are pinned from its
+    start (they cannot change once this process has run an operation)."""
+    import emergence
+
+    env = {**os.environ, **repro.PORTABLE_ENV, "OMP_NUM_THREADS": str(repro.PORTABLE_THREADS),
+           "MKL_NUM_THREADS": str(repro.PORTABLE_THREADS)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(emergence.__file__).parent.parent),
+                                                      env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg_file = Path(tmp) / "model_cfg.pickle"
+        cfg_file.write_bytes(pickle.dumps(model_cfg))
+        code = "import sys; from emergence.toy.train import portable_process; portable_process(sys.argv[1], sys.argv[2])"
+        done = subprocess.run([sys.executable, "-c", code, str(cfg_file), str(root)], env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"the portable training of {model_cfg.key} failed (exit status {done.returncode}; "
+                           "its error is above)")
+    return json.loads((root / MANIFEST).read_text())
+
+
+def portable_process(cfg_file: str, root: str) -> None:
+    """The new process of a portable training: check that the numerics are the pinned ones, then train."""
+    torch.set_num_threads(repro.PORTABLE_THREADS)
+    env = repro.environment("portable")
+    if not repro.is_portable(env):
+        raise SystemExit(f"model.toy.numerics=portable needs {repro.PORTABLE} (ATen's AVX2 kernels, oneMKL's "
+                         f"COMPATIBLE branch, {repro.PORTABLE_THREADS} thread); this machine gives {env}")
+    _train_here(pickle.loads(Path(cfg_file).read_bytes()), Path(root))
+
+
+def _train_here(model_cfg, root: Path) -> dict:
+    """Train in this process, with its numerics (recorded in the manifest)."""
+    recipe = model_cfg.toy
     save_at = {e.step: e for e in checkpoints_to_save(model_cfg)}
     steps = max(save_at)
     corpus = ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, repeat_fraction=recipe.repeat_fraction,
@@ -127,7 +180,7 @@ def train(model_cfg, root: Path | None = None) -> dict:
     if root.exists():
         shutil.rmtree(root)  # an incomplete or outdated panel: start over
     root.mkdir(parents=True)
-    checkpoints, loss = [], None  # no training loss before the first step
+    checkpoints, loss, losses = [], None, []  # no training loss before the first step
     model.train()
     bar = tqdm(range(steps + 1), desc=f"training {model_cfg.key}", unit="step")
     for step in bar:
@@ -135,7 +188,8 @@ def train(model_cfg, root: Path | None = None) -> dict:
             entry = save_at[step]
             model.save_pretrained(root / entry.revision, safe_serialization=True)
             checkpoints.append({"revision": entry.revision, "step": step, "tokens": int(entry.tokens),
-                                "train_loss": loss, "icl_score": in_context_score(model, recipe)})
+                                "train_loss": loss, "icl_score": in_context_score(model, recipe),
+                                "sha256": repro.sha256_file(root / entry.revision / "model.safetensors")})
             bar.set_postfix(icl=f"{checkpoints[-1]['icl_score']:.2f}")
         if step == steps:
             break
@@ -147,8 +201,12 @@ def train(model_cfg, root: Path | None = None) -> dict:
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         loss = out.loss.item()
+        losses.append(loss)
+    atomic_write_text(root / LOSSES, "step\tloss\n" + "".join(f"{s}\t{v!r}\n" for s, v in enumerate(losses)))
     manifest = {"model": model_cfg.key, "recipe": asdict(recipe), "checkpoints": checkpoints,
-                "torch": torch.__version__}
+                "environment": repro.environment(recipe.numerics), "torch": torch.__version__}
+    weights = weights_recipe(asdict(recipe))
+    manifest["documented"] = repro.compare_to_documented(manifest, weights, repro.documented_panels())
     atomic_write_text(root / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest
 
