@@ -560,7 +560,7 @@ def main(argv=None) -> None:
     p.add_argument("--sequences", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3, help="alternations of (f), (h) and (i); the fastest of each counts")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    p.add_argument("--revisions", type=int, default=6, help="the sweep of (j): revisions served by the Hub server")
+    p.add_argument("--revisions", type=int, default=10, help="the sweep of (j): revisions served by the Hub server")
     p.add_argument("--only", choices=(*IN_PROCESS, *SWEEPS), default=None,
                    help="run just this comparison (quicker than the whole benchmark)")
     p.add_argument("--bare", metavar="DIR", help=argparse.SUPPRESS)
