@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,3 +26,22 @@ def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
         dirs[arch] = root / arch
         save_tiny_model(arch, dirs[arch])
     return dirs
+
+
+@pytest.fixture(scope="session")
+def toy_panel(tmp_path_factory) -> tuple[Path, dict]:
+    """The real toy_neox, trained once for the session by the command line a user types (a sweep
+    over its 10-revision panel, which trains it first) with a checkpoint every 32 steps (65 in
+    all; ``save_every`` adds checkpoints, the weights are the default's): (the sweep's directory,
+    the environment that points at its cache)."""
+    from cli import run_cli
+
+    root = tmp_path_factory.mktemp("toy_panel")
+    env = {"EMERGENCE_CACHE": str(root / "cache"), "WANDB_MODE": "disabled"}
+    sweep = root / "panel"
+    res = run_cli("-m", "model=toy_neox", "revision=glob(r*)", "model.toy.save_every=32", "ablate.enabled=false",
+                  f"hydra.sweep.dir={sweep}", env=env, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((root / "cache" / "toy" / "toy_neox" / "seed0" / "manifest.json").read_text())
+    assert len(manifest["checkpoints"]) == 65  # step0 .. step2048, the panel's 10 among them
+    return sweep, env

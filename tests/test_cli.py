@@ -1,7 +1,9 @@
 """The command line as users meet it: bad input, Ctrl-C, W&B's conventions, the job log."""
 
+import os
 import shutil
 import signal
+import time
 
 import pytest
 from cli import last_line, run_cli, start_cli
@@ -68,6 +70,25 @@ def test_ctrl_c_is_one_line_and_leaves_no_results(tiny_dirs, tmp_path):
     assert proc.wait(timeout=120) == 130
     assert "Traceback" not in rest and last_line(rest).startswith("interrupted")
     assert not out.exists()
+
+
+def test_a_ctrl_c_that_python_swallows_in_a_finalizer_still_counts():
+    """The KeyboardInterrupt of a Ctrl-C that lands in a finalizer is only printed; the run's
+    handler records the Ctrl-C itself, which ``main`` then treats as an interrupt."""
+    from emergence import main
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, inside the finalizer
+
+    previous = signal.signal(signal.SIGINT, main.on_interrupt)
+    try:
+        Finalized()  # collected at once: its KeyboardInterrupt goes no further than "Exception ignored"
+        assert main.interrupted.is_set()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        main.interrupted.clear()
 
 
 @pytest.mark.slow

@@ -178,22 +178,6 @@ def test_a_finished_refinement_takes_its_probability_from_the_reports_bootstrap(
 MILESTONES = ["--milestones", "induction_onset", "recall_67"]
 
 
-@pytest.fixture(scope="module")
-def toy_panel(tmp_path_factory):
-    """toy_neox trained with a checkpoint every 32 steps (65 in all) and swept over its 10-revision panel."""
-    from cli import run_cli
-
-    root = tmp_path_factory.mktemp("refine")
-    env = {"EMERGENCE_CACHE": str(root / "cache"), "WANDB_MODE": "disabled"}
-    sweep = root / "panel"
-    res = run_cli("-m", "model=toy_neox", "revision=glob(r*)", "model.toy.save_every=32", "ablate.enabled=false",
-                  f"hydra.sweep.dir={sweep}", env=env, timeout=1800)
-    assert res.returncode == 0, res.stderr[-3000:]
-    manifest = json.loads((root / "cache" / "toy" / "toy_neox" / "seed0" / "manifest.json").read_text())
-    assert len(manifest["checkpoints"]) == 65  # step0 .. step2048, the panel's 10 among them
-    return sweep, env
-
-
 def refine_copy(toy_panel, tmp_path, name, *args):
     from cli import run_cli
 

@@ -2,6 +2,8 @@
 loading path as real checkpoints."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,10 +215,12 @@ def test_in_context_score_separates_a_copier_from_a_uniform_model():
 
 
 @pytest.mark.slow
-def test_the_real_default_trains_toy_neox_and_finds_its_induction_circuit(tmp_path):
-    """`python -m emergence` with no arguments, on a fresh cache: the full toy_neox training."""
+def test_the_real_default_finds_toy_neox_s_induction_circuit(toy_panel, tmp_path):
+    """`python -m emergence` with no arguments, on the real toy_neox (trained by the session's
+    ``toy_panel`` sweep; only its trained panel is copied, not the sweep's cached measurements)."""
     from cli import run_cli
 
+    shutil.copytree(Path(toy_panel[1]["EMERGENCE_CACHE"]) / "toy", tmp_path / "cache" / "toy")
     env = {"EMERGENCE_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
 
     def run(name, *args):
