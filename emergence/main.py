@@ -111,13 +111,15 @@ def analyse(cfg: Config, out_dir: Path) -> results.RunSummary:
         lap("summary")
         write_outputs(out_dir, run, summary, measured, screened, uncertainty, name)
     if cfg.model.cleanup:  # the results are written: the weights can go
-        with prefetch.no_download_running():
-            freed = checkpoints.remove_from_cache(loaded.source)
-        log.info(f"cleanup: removed {loaded.source.path}@{loaded.source.revision} from the Hugging Face cache "
-                 f"({freed / 2**20:.1f} MiB)")
+        prefetch.after_downloads(lambda: remove_from_cache(loaded.source))
     for line in results.report_lines(summary, screened.screen, out_dir):
         log.info(line)
     return summary
+
+
+def remove_from_cache(source: checkpoints.Source) -> None:
+    freed = checkpoints.remove_from_cache(source)
+    log.info(f"cleanup: removed {source.path}@{source.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
 
 
 def load(cfg: Config) -> Loaded:

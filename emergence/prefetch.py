@@ -11,6 +11,11 @@ then the next ones, while the job runs. Each download is a child process
 analysis for this process's interpreter lock. Other launchers run jobs elsewhere: nothing is prefetched
 and each job downloads its own checkpoint, as with ``hub.prefetch=0``.
 
+With ``model.cleanup=true`` a job's revision is removed on the same thread once the downloads
+asked before it are done (removing it while a download links a blob both share would leave
+that link dangling), so the job goes on without waiting for the next revision's download;
+the sweep waits for the last removals at its end.
+
 A prefetch never raises: a revision it could not fetch (unreachable server, too big for the
 free disk, an error) is downloaded, and its errors reported, by its own job as without it.
 A revision this sweep fetched counts as downloaded by the sweep (``summary.download``, and
@@ -28,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -54,14 +59,22 @@ Key = tuple[str, str]  # (repo id, revision)
 
 class Downloader:
     """One background thread that has Hub revisions fetched into the cache, one at a time (the
-    whole bandwidth for the one a job needs next), in the order they are asked for."""
+    whole bandwidth for the one a job needs next), in the order they are asked for, and runs
+    the cleanups handed to it in the same order."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[Key] = queue.Queue()
+        self._queue: queue.Queue[Key | Callable[[], None]] = queue.Queue()
         self._finished: dict[Key, threading.Event] = {}
         self.fetched: set[Key] = set()  # revisions this sweep put in the cache
-        self.busy = threading.Lock()  # held during a download
         threading.Thread(target=self._work, name="prefetch", daemon=True).start()
+
+    def later(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on this thread once everything asked before it is done."""
+        self._queue.put(task)
+
+    def finish(self) -> None:
+        """Wait until everything asked so far is done."""
+        self._queue.join()
 
     def ask(self, key: Key) -> None:
         if key not in self._finished:  # asked again (or already fetched): nothing to do
@@ -77,18 +90,28 @@ class Downloader:
 
     def _work(self) -> None:
         while True:
-            key = self._queue.get()
-            with self.busy:
-                # a failure is the job's to report: it downloads the revision itself
-                if hub_reachable():
-                    repo, revision = key
-                    done = subprocess.run([sys.executable, "-m", __name__, repo, revision or "main"],
-                                          capture_output=True, text=True)  # its progress bars stay out of the job's output
-                    if done.returncode == 0 and done.stdout.strip() == "fetched":
-                        self.fetched.add(key)
-                    else:
-                        log.debug(f"prefetch of {repo}@{revision}: {(done.stdout + done.stderr).strip()[-500:]}")
-                self._finished[key].set()
+            item = self._queue.get()
+            try:
+                if callable(item):
+                    item()
+                else:
+                    self._download(item)
+            except Exception as err:  # a cleanup that failed leaves files behind, nothing worse
+                log.warning(f"prefetch thread: {type(err).__name__}: {err}")
+            finally:
+                self._queue.task_done()
+
+    def _download(self, key: Key) -> None:
+        # a failure is the job's to report: it downloads the revision itself
+        if hub_reachable():
+            repo, revision = key
+            done = subprocess.run([sys.executable, "-m", __name__, repo, revision or "main"],
+                                  capture_output=True, text=True)  # its progress bars stay out of the job's output
+            if done.returncode == 0 and done.stdout.strip() == "fetched":
+                self.fetched.add(key)
+            else:
+                log.debug(f"prefetch of {repo}@{revision}: {(done.stdout + done.stderr).strip()[-500:]}")
+        self._finished[key].set()
 
 
 def fetch(repo: str, revision: str) -> bool:
@@ -123,15 +146,13 @@ def fetched_by_sweep(repo: str, revision: str | None) -> bool:
     return _downloader is not None and (repo, revision) in _downloader.fetched
 
 
-@contextmanager
-def no_download_running():
-    """Removing a revision from the cache while a download links a blob both share would leave
-    that link dangling: cleanup waits for the download in progress, if any."""
+def after_downloads(cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup`` (removing a revision from the cache) now where nothing is prefetched, else
+    on the download thread after the downloads asked so far, so that the job need not wait."""
     if _downloader is None:
-        yield
+        cleanup()
     else:
-        with _downloader.busy:
-            yield
+        _downloader.later(cleanup)
 
 
 class Prefetch(Callback):
@@ -148,6 +169,10 @@ class Prefetch(Callback):
         hydra = config.hydra
         if hydra.launcher._target_ == BASIC_LAUNCHER and hydra.sweeper._target_ == BASIC_SWEEPER:
             self.master, self.jobs = config, job_overrides(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        if _downloader is not None:  # the last jobs' cleanups
+            _downloader.finish()
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         global _downloader

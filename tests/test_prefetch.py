@@ -20,7 +20,7 @@ from emergence.validation import validate
 
 BRANCHES = ["stage1-step1000-tokens3B", "stage1-step2000-tokens5B", "stage1-step3000-tokens7B"]
 # A job's analysis long enough (seconds) for the next revision's download to finish during it
-ANALYSIS = ["probe.n_sequences=1600", "stats.n_boot=2000"]
+ANALYSIS = ["probe.n_sequences=800", "stats.n_boot=2000"]
 
 
 def sweep(hub_server, tmp_path, name, *overrides) -> tuple[list[dict], list[Path], Path]:
