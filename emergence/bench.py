@@ -416,8 +416,11 @@ def prefetch_sweeps(n_revisions: int) -> dict:
         throttle = Throttle(float("inf"))
         with olah_serving(root) as olah_port, throttled_proxy(olah_port, throttle) as port:
             def sweep(name: str, prefetch: int) -> dict:
+                # The analysis on one thread: the server, the proxy and the download keep a core of
+                # their own, as a GPU job reading from a Hub on another host would leave them.
                 env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_OFFLINE": "0",
-                       "HF_HUB_CACHE": str(root / name / "hub"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+                       "HF_HUB_CACHE": str(root / name / "hub"), "HF_HUB_DISABLE_TELEMETRY": "1",
+                       "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
                 result = measure([sys.executable, "-m", "emergence", "-m", *PREFETCH_RUN, "revision=custom",
                                   f"revision.name={','.join(branches)}", f"hub.prefetch={prefetch}",
                                   f"hydra.sweep.dir={root / name / 'sweep'}"], env)

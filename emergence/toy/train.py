@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -24,13 +23,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeConfig, OlmoeForCausalLM,
                           OlmoForCausalLM, get_cosine_with_min_lr_schedule_with_warmup)
 from transformers.utils import logging as hf_logging
 
 from emergence.atomic import atomic_write_text
-from emergence.config import PanelEntry
+from emergence.config import ModelConfig, PanelEntry
 from emergence.toy import repro
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 
@@ -144,8 +144,8 @@ def _train_in_portable_process(model_cfg, root: Path) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(emergence.__file__).parent.parent),
                                                       env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as tmp:
-        cfg_file = Path(tmp) / "model_cfg.pickle"
-        cfg_file.write_bytes(pickle.dumps(model_cfg))
+        cfg_file = Path(tmp) / "model.yaml"
+        cfg_file.write_text(OmegaConf.to_yaml(OmegaConf.structured(model_cfg)))
         code = "import sys; from emergence.toy.train import portable_process; portable_process(sys.argv[1], sys.argv[2])"
         done = subprocess.run([sys.executable, "-c", code, str(cfg_file), str(root)], env=env)
     if done.returncode != 0:
@@ -161,7 +161,8 @@ def portable_process(cfg_file: str, root: str) -> None:
     if not repro.is_portable(env):
         raise SystemExit(f"model.toy.numerics=portable needs {repro.PORTABLE} (ATen's AVX2 kernels, oneMKL's "
                          f"COMPATIBLE branch, {repro.PORTABLE_THREADS} thread); this machine gives {env}")
-    _train_here(pickle.loads(Path(cfg_file).read_bytes()), Path(root))
+    _train_here(OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(cfg_file))),
+                Path(root))
 
 
 def _train_here(model_cfg, root: Path) -> dict:
