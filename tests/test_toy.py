@@ -254,7 +254,7 @@ def test_manifest_records_the_numerical_environment_each_checkpoints_sha256_and_
     import hashlib
 
     from emergence.toy import repro
-    from emergence.toy.train import LOSSES
+    from emergence.toy.repro import LOSSES
 
     cfg = reduced("toy_olmo", tmp_path)
     manifest = train(cfg.model)

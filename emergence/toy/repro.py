@@ -30,6 +30,7 @@ PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE,STRICT"}
 PORTABLE_THREADS = 1
 PORTABLE = {"cpu_capability": "AVX2", "mkl_cbwr": "COMPATIBLE,STRICT", "threads": PORTABLE_THREADS}
 DOCUMENTED = Path(__file__).with_name("documented_panels.json")
+LOSSES = "losses.tsv"  # beside the manifest: step, training loss of that step's batch (before its update)
 # What decides the bits, in the order a difference is reported; "cpu" matters only through the others.
 BITS_FIELDS = ("torch", "cpu_capability", "mkl_cbwr", "threads")
 
@@ -181,8 +182,6 @@ def compare_to_documented(manifest: dict, weights: dict, panels: list[dict]) -> 
 
 def read_losses(root: Path) -> list[float]:
     """The per-step training losses a training wrote (``losses.tsv``: step, loss)."""
-    from emergence.toy.train import LOSSES
-
     rows = [line.split("\t") for line in (Path(root) / LOSSES).read_text().splitlines()[1:]]
     return [float(loss) for _, loss in rows]
 

@@ -37,7 +37,6 @@ from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-LOSSES = "losses.tsv"  # step, training loss of that step's batch (before its update)
 ICL_SPAN = 16  # length of the copied span in the in-context-learning evaluation
 ICL_EVAL_SEED = 12345
 
@@ -203,7 +202,7 @@ def _train_here(model_cfg, root: Path) -> dict:
         optimizer.zero_grad(set_to_none=True)
         loss = out.loss.item()
         losses.append(loss)
-    atomic_write_text(root / LOSSES, "step\tloss\n" + "".join(f"{s}\t{v!r}\n" for s, v in enumerate(losses)))
+    atomic_write_text(root / repro.LOSSES, "step\tloss\n" + "".join(f"{s}\t{v!r}\n" for s, v in enumerate(losses)))
     manifest = {"model": model_cfg.key, "recipe": asdict(recipe), "checkpoints": checkpoints,
                 "environment": repro.environment(recipe.numerics), "torch": torch.__version__}
     weights = weights_recipe(asdict(recipe))
