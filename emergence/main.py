@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
-import signal
 import sys
-import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -25,8 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence import (ablation, cache, capture, checkpoints, prefetch, probe, results, screen, sinks, stats, sweep,
-                       tracking)
+from emergence import (ablation, cache, capture, checkpoints, interrupt, prefetch, probe, results, screen, sinks, stats,
+                       sweep, tracking)
 from emergence.config import Config, config_digest
 from emergence.errors import UsageError
 from emergence.toy import train as toy_train
@@ -257,22 +255,12 @@ def discard_run_dir(out_dir: Path, job_name: str) -> None:
         pass
 
 
-# Set by Ctrl-C. Python raises KeyboardInterrupt wherever the main thread is; raised inside a
-# finalizer it is only printed and the run goes on, so the flag, not the exception, decides.
-interrupted = threading.Event()
-
-
-def on_interrupt(signum, frame) -> None:
-    interrupted.set()
-    raise KeyboardInterrupt
-
-
 @hydra.main(version_base="1.3", config_path="pkg://emergence.conf", config_name="config")
 def main(dict_cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    signal.signal(signal.SIGINT, on_interrupt)
+    interrupt.install()
     try:
         cfg: Config = OmegaConf.to_object(dict_cfg)
         if in_sweep and cfg.wandb.group is None:  # one W&B group per sweep
@@ -283,7 +271,7 @@ def main(dict_cfg: DictConfig) -> None:
         if in_sweep:  # a relaunched sweep runs its failed jobs again: their old FAILED must not list them
             sweep.clear_failure(out_dir)
         analyse(cfg, out_dir)
-        if interrupted.is_set():  # its KeyboardInterrupt was swallowed on the way
+        if interrupt.received.is_set():  # its KeyboardInterrupt was swallowed on the way
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         log.error(f"interrupted: no results written{'' if in_sweep else ' (run directory removed)'}")

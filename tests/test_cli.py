@@ -75,20 +75,20 @@ def test_ctrl_c_is_one_line_and_leaves_no_results(tiny_dirs, tmp_path):
 def test_a_ctrl_c_that_python_swallows_in_a_finalizer_still_counts():
     """The KeyboardInterrupt of a Ctrl-C that lands in a finalizer is only printed; the run's
     handler records the Ctrl-C itself, which ``main`` then treats as an interrupt."""
-    from emergence import main
+    from emergence import interrupt
 
     class Finalized:
         def __del__(self):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)  # the handler runs here, inside the finalizer
 
-    previous = signal.signal(signal.SIGINT, main.on_interrupt)
+    previous = signal.signal(signal.SIGINT, interrupt.on_sigint)
     try:
         Finalized()  # collected at once: its KeyboardInterrupt goes no further than "Exception ignored"
-        assert main.interrupted.is_set()
+        assert interrupt.received.is_set()
     finally:
         signal.signal(signal.SIGINT, previous)
-        main.interrupted.clear()
+        interrupt.received.clear()
 
 
 @pytest.mark.slow
