@@ -93,6 +93,16 @@ def key(identity: list, probe: dict, null_draws: int, dtype: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def entry_of(cfg, path: str, revision: str | None, dtype: str) -> str:
+    """The key of the checkpoint ``path@revision`` under the run ``cfg`` (a ``config.Config``): its
+    probe, null and ``dtype`` ("float32", ...)."""
+    return key(checkpoint_identity(path, revision), asdict(cfg.probe), cfg.stats.n_null, dtype)
+
+
+def has(cache_dir: str, entry: str) -> bool:
+    return _path(cache_dir, entry).exists()
+
+
 def _path(cache_dir: str, entry: str) -> Path:
     return Path(cache_dir).expanduser() / "measurements" / f"{entry}.npz"
 

@@ -137,7 +137,7 @@ def load(cfg: Config) -> Loaded:
     validate_for_model(cfg, hf_config)
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
     dtype_name = str(dtype).removeprefix("torch.")
-    cached = cache.load(cfg.cache_dir, cache_entry(cfg, src, dtype_name)) if cfg.reuse else None
+    cached = cache.load(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype_name)) if cfg.reuse else None
     need_model = cached is None or cfg.ablate.enabled
     model = checkpoints.load_model(cfg, src, device, dtype) if need_model else None
     batch_size = cfg.probe.batch_size
@@ -145,11 +145,6 @@ def load(cfg: Config) -> Loaded:
         batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), cfg.probe.seq_len, hf_config, dtype)
     return Loaded(revision, src, device, dtype_name, weight_bytes, cached, model,
                   checkpoints.Architecture.of(model) if need_model else None, batch_size)
-
-
-def cache_entry(cfg: Config, src: checkpoints.Source, dtype: str) -> str:
-    """The measurement cache's key for this checkpoint, probe, null and dtype."""
-    return cache.key(cache.checkpoint_identity(src.path, src.revision), asdict(cfg.probe), cfg.stats.n_null, dtype)
 
 
 def measure(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np.ndarray,
@@ -166,7 +161,8 @@ def measure(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np.n
                                 ablation.metrics_per_sequence, null_positions)
     measured = loaded.cached or cache.Measurements.of(cap, loaded.arch)
     if loaded.cached is None and cfg.reuse:
-        cache.save(cfg.cache_dir, cache_entry(cfg, loaded.source, loaded.dtype), measured)
+        cache.save(cfg.cache_dir, cache.entry_of(cfg, loaded.source.path, loaded.source.revision, loaded.dtype),
+                   measured)
     return measured, cap
 
 

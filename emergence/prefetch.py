@@ -211,12 +211,14 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
 
 def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key | None:
     """The Hub revision job ``num`` will download: None for a local checkpoint, one already in
-    the cache, a job resume will skip, or one whose config does not resolve (the job itself
-    then says why)."""
+    the cache, a job resume will skip, a job that will load no weights (its measurements are
+    cached and ablation is off), or one whose config does not resolve (the job itself then says
+    why)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from emergence import checkpoints, results  # here, not at the top: the downloader's child needs no torch
+    # here, not at the top: the downloader's child needs no torch
+    from emergence import cache, checkpoints, results
 
     current = HydraConfig.instance().cfg
     try:
@@ -231,6 +233,10 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
         if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
             return None
         src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
+        dtype = str(checkpoints.pick_dtype(cfg.model.dtype)).removeprefix("torch.")
+        if (not cfg.ablate.enabled and cfg.reuse
+                and cache.has(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype))):
+            return None  # the job reads its measurements from the cache and loads no weights
     except (UsageError, ValueError) as err:
         log.debug(f"no prefetch for job {num}: {err}")
         return None

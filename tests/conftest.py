@@ -10,6 +10,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hub_server import hub_server  # noqa: E402,F401  (the fixture, for every test module)
 from tiny_models import ARCHS, save_tiny_model  # noqa: E402
 
+# Under pytest-xdist (``-n``), each worker gets its share of the cores, for its own torch and for
+# every process its tests start (they inherit OMP_NUM_THREADS): workers never oversubscribe them.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    import torch
+
+    threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items):
+    """The tests of the trained toy panel run on one worker (``--dist loadgroup``), which trains it
+    once, and first: it is the longest chain of the suite, so the other workers share the rest."""
+    shared = [item for item in items if "toy_panel" in getattr(item, "fixturenames", ())]
+    for item in shared:
+        item.add_marker(pytest.mark.xdist_group("toy_panel"))
+    rest = [item for item in items if "toy_panel" not in getattr(item, "fixturenames", ())]
+    items[:] = shared + rest
+
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):

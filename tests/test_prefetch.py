@@ -98,3 +98,15 @@ def test_hub_prefetch_is_validated_and_does_not_change_what_a_run_computes():
     with pytest.raises(UsageError, match=r"^hub.prefetch=-1 is invalid: must be >= 0"):
         validate(compose_config(["hub.prefetch=-1"]))
     assert config_digest(compose_config(["hub.prefetch=0"])) == config_digest(compose_config([]))
+
+
+@pytest.mark.slow
+def test_a_sweep_that_loads_no_weights_prefetches_none(hub_server, tmp_path):
+    """With the measurements cached and ablation off (``QUICK``) a job reads no weights: none are fetched."""
+    measurements = f"cache_dir={tmp_path / 'measurements'}"
+    sweep(hub_server, tmp_path, "measure", "hub.prefetch=1", "reuse=true", measurements)
+    summaries, _, cache = sweep(hub_server, tmp_path, "reread", "hub.prefetch=1", "reuse=true", measurements)
+    assert all(s["reused_measurements"] for s in summaries)
+    assert [s["download"]["prefetched"] for s in summaries] == [False] * 3
+    assert [s["weights_sha256"] for s in summaries] == [None] * 3  # no weights on this machine
+    assert not list((cache / f"models--{OLMO2.replace('/', '--')}").glob("snapshots/*/*.safetensors"))
