@@ -103,6 +103,12 @@ def has(cache_dir: str, entry: str) -> bool:
     return _path(cache_dir, entry).exists()
 
 
+def needs_weights(cfg, measurements_cached: bool) -> bool:
+    """Whether a run of ``cfg`` loads the model: to measure what the cache lacks, or to ablate
+    (ablation depends on the thresholds, which pick the circuit, so it is never cached)."""
+    return not measurements_cached or cfg.ablate.enabled
+
+
 def _path(cache_dir: str, entry: str) -> Path:
     return Path(cache_dir).expanduser() / "measurements" / f"{entry}.npz"
 

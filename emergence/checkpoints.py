@@ -136,6 +136,11 @@ def pick_dtype(requested: str) -> torch.dtype:
     return torch.float32 if requested == "auto" else getattr(torch, requested)
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.float32 -> "float32": how summaries and the measurement cache name a dtype."""
+    return str(dtype).removeprefix("torch.")
+
+
 @dataclass(frozen=True)
 class Source:
     """Where ``from_pretrained`` reads a checkpoint from."""

@@ -123,8 +123,8 @@ def remove_from_cache(source: checkpoints.Source) -> None:
 def load(cfg: Config) -> Loaded:
     """Step 0: the checkpoint's revision, source and config, checked against the run's settings and
     the memory; then its cached measurements (reuse=true), and the model unless they make it
-    unnecessary. Ablation depends on the thresholds (they pick the circuit), so it always needs
-    the model; mean ablation also needs the probe pass's per-position means."""
+    unnecessary (``cache.needs_weights``); mean ablation also needs the probe pass's per-position
+    means."""
     revision = checkpoints.resolve_revision(cfg)
     device = checkpoints.pick_device(cfg.device)
     dtype = checkpoints.pick_dtype(cfg.model.dtype)
@@ -136,9 +136,9 @@ def load(cfg: Config) -> Loaded:
     hf_config = checkpoints.load_config(cfg, src)
     validate_for_model(cfg, hf_config)
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
-    dtype_name = str(dtype).removeprefix("torch.")
+    dtype_name = checkpoints.dtype_name(dtype)
     cached = cache.load(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype_name)) if cfg.reuse else None
-    need_model = cached is None or cfg.ablate.enabled
+    need_model = cache.needs_weights(cfg, cached is not None)
     model = checkpoints.load_model(cfg, src, device, dtype) if need_model else None
     batch_size = cfg.probe.batch_size
     if need_model and device.type == "cuda" and cfg.probe.auto_batch:

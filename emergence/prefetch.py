@@ -233,10 +233,10 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
         if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
             return None
         src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
-        dtype = str(checkpoints.pick_dtype(cfg.model.dtype)).removeprefix("torch.")
-        if (not cfg.ablate.enabled and cfg.reuse
-                and cache.has(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype))):
-            return None  # the job reads its measurements from the cache and loads no weights
+        dtype = checkpoints.dtype_name(checkpoints.pick_dtype(cfg.model.dtype))
+        cached = cfg.reuse and cache.has(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype))
+        if not cache.needs_weights(cfg, cached):
+            return None
     except (UsageError, ValueError) as err:
         log.debug(f"no prefetch for job {num}: {err}")
         return None

@@ -24,11 +24,11 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 def pytest_collection_modifyitems(items):
     """The tests of the trained toy panel run on one worker (``--dist loadgroup``), which trains it
     once, and first: it is the longest chain of the suite, so the other workers share the rest."""
-    shared = [item for item in items if "toy_panel" in getattr(item, "fixturenames", ())]
+    uses_panel = {id(item) for item in items if "toy_panel" in getattr(item, "fixturenames", ())}
+    shared = [item for item in items if id(item) in uses_panel]
     for item in shared:
         item.add_marker(pytest.mark.xdist_group("toy_panel"))
-    rest = [item for item in items if "toy_panel" not in getattr(item, "fixturenames", ())]
-    items[:] = shared + rest
+    items[:] = shared + [item for item in items if id(item) not in uses_panel]
 
 
 @pytest.fixture(scope="session", autouse=True)
