@@ -178,13 +178,6 @@ def ablating(arch, row_masks: torch.Tensor, position_mean: torch.Tensor | None =
             h.remove()
 
 
-def decoder_layers(model, arch) -> list:
-    """Each layer's decoder block: the module holding its attention, found in the model's own tree
-    (so no architecture needs its layer list spelled out twice)."""
-    parents = {id(child): module for module in model.modules() for child in module.children()}
-    return [parents[id(attention)] for attention in arch.attentions]
-
-
 @contextmanager
 def shared_prefix(layers: list, rows: int, copies: int):
     """Run the given decoder layers (the first ablated one and those above) on ``copies`` x
@@ -263,7 +256,7 @@ def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int,
     masks = torch.stack([head_mask(heads, arch.n_layers, arch.n_heads) for heads in head_sets])
     k = len(head_sets)
     ablated_layers = masks.any(dim=(0, 2)).nonzero()
-    layers = decoder_layers(model, arch)
+    layers = arch.decoder_layers
     suffix = layers[int(ablated_layers[0]) if len(ablated_layers) else 0:]
     device = next(model.parameters()).device
     sums = torch.zeros(k, len(METRICS), dtype=torch.float64)

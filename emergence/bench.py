@@ -10,7 +10,8 @@
   (f) in one process, the probe pass alone (``capture.run_probe``) against the bare SDPA
       forward pass over the same batch, alternated and timed ``--repeats`` times (the
       fastest of each): the capture's own cost, without start-up and reporting; and the
-      probe pass without Gu et al.'s sink metric, which prices it;
+      probe pass without Gu et al.'s sink metric, and without the sink mechanism (massive
+      activations, value norms), which prices each;
   (g) the intervals of a run (bootstrap and null) for a 16 x 16-head model over 2000 sequences;
   (h) in one process, the ablation step over every sequence (the fixed head set and its 5
       controls) against the path before the shared prefix (every head set through the whole
@@ -27,6 +28,11 @@
       (distinct random weights, ``model.cleanup=true``) served by a local Hub server (olah)
       through a proxy that caps its bandwidth so that one revision downloads in about the time
       one job analyses it; wall time with ``hub.prefetch=1`` over ``hub.prefetch=0``, one run;
+  (k) in one process, the text probe's pass (``probe=text``'s 512 tokens, every token's loss)
+      against a bare SDPA forward over the same batch that computes the same losses (full
+      logits, cross-entropy per token), alternated ``--repeats`` times, fastest of each, the
+      losses equal to 1e-4; on ``--sequences`` / 4 windows of a random token stream (the cost
+      does not depend on what the tokens say);
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -102,12 +108,13 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
                                                 attn_implementation=register_attention()).eval()
     arch = Architecture.of(ours)
     batch, baseline, batch_size = paper_probe(n)
-    times: dict[str, list[float]] = {"probe_pass_s": [], "probe_pass_without_sink_metric_s": [],
-                                     "bare_forward_s": []}
+    variants = {"probe_pass_s": {}, "probe_pass_without_sink_metric_s": {"sink_importance": False},
+                "probe_pass_without_sink_mechanism_s": {"sink_mechanism": False}}
+    times: dict[str, list[float]] = {**{name: [] for name in variants}, "bare_forward_s": []}
     for _ in range(repeats):
-        for sinks, name in ((True, "probe_pass_s"), (False, "probe_pass_without_sink_metric_s")):
+        for name, options in variants.items():
             start = time.perf_counter()
-            run_probe(ours, arch, batch, baseline, batch_size, n, False, metrics_per_sequence, sink_importance=sinks)
+            run_probe(ours, arch, batch, baseline, batch_size, n, False, metrics_per_sequence, **options)
             times[name].append(time.perf_counter() - start)
         start = time.perf_counter()
         forward(bare, batch, batch_size)
@@ -115,7 +122,47 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     best = {k: round(min(v), 3) for k, v in times.items()}
     return {**best, "ratio": round(best["probe_pass_s"] / best["bare_forward_s"], 3),
             "sink_metric_ratio": round(best["probe_pass_s"] / best["probe_pass_without_sink_metric_s"], 3),
+            "sink_mechanism_ratio": round(best["probe_pass_s"] / best["probe_pass_without_sink_mechanism_s"], 3),
             "repeats": repeats}
+
+
+def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
+    """(k): seconds of the text probe's pass and of a bare SDPA forward computing the same per-token
+    losses, fastest of ``repeats`` alternations; the losses must agree to 1e-4."""
+    from transformers import AutoModelForCausalLM
+
+    from emergence.ablation import metrics_per_sequence
+    from emergence.capture import register_attention, run_probe, token_losses
+    from emergence.checkpoints import Architecture
+    from emergence.config import compose_config
+    from emergence.probe import baseline_positions, make_text_batch
+
+    p = compose_config(["model=pythia", "probe=text"]).probe
+    n = max(p.batch_size, n // 4)
+    stream = np.random.RandomState(0).randint(100, 2000, size=2 * n * p.seq_len)  # last tokens recur often
+    batch = make_text_batch(stream, n, p.seq_len, p.seed, bos=None)
+    baseline = baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)
+    bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    ours = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                attn_implementation=register_attention()).eval()
+    arch = Architecture.of(ours)
+    times: dict[str, list[float]] = {"text_pass_s": [], "bare_forward_with_losses_s": []}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        cap = run_probe(ours, arch, batch, baseline, p.batch_size, n, False, metrics_per_sequence,
+                        position_losses=True)
+        times["text_pass_s"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            losses = torch.cat([token_losses(bare(batch.tokens[i:i + p.batch_size], use_cache=False).logits,
+                                             batch.tokens[i:i + p.batch_size]) for i in range(0, n, p.batch_size)])
+        times["bare_forward_with_losses_s"].append(time.perf_counter() - start)
+    gap = float(np.abs(cap.position_losses - losses.numpy()).max())
+    if gap > 1e-4:
+        raise AssertionError(f"the text pass's losses differ from the bare forward's by {gap:.2e}")
+    best = {k: round(min(v), 3) for k, v in times.items()}
+    return {**best, "ratio": round(best["text_pass_s"] / best["bare_forward_with_losses_s"], 3), "sequences": n,
+            "seq_len": p.seq_len, "max_loss_difference": gap, "repeats": repeats}
 
 
 def ablation_paths(path: str, n: int, repeats: int) -> dict:
@@ -548,7 +595,7 @@ def setup(args) -> dict:
 
 
 # The in-process comparisons ``--only`` runs by themselves: (model directory, sequences, repeats) -> row.
-IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths,
+IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths, "k": text_pass_over_forward,
               "i": lambda path, n, repeats: clear_verdict_recipe(repeats),
               "dtype": lambda path, n, repeats: dtype_error(n)}
 SELF_CONTAINED = ("i", "dtype")  # build their own models: no random stand-in of --arch's shape needed
@@ -563,7 +610,7 @@ def main(argv=None) -> None:
     p.add_argument("--sequences", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3, help="alternations of (f), (h) and (i); the fastest of each counts")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    p.add_argument("--revisions", type=int, default=10, help="the sweep of (j): revisions served by the Hub server")
+    p.add_argument("--revisions", type=int, default=16, help="the sweep of (j): revisions served by the Hub server")
     p.add_argument("--only", choices=(*IN_PROCESS, *SWEEPS), default=None,
                    help="run just this comparison (quicker than the whole benchmark)")
     p.add_argument("--bare", metavar="DIR", help=argparse.SUPPRESS)
@@ -598,6 +645,7 @@ def main(argv=None) -> None:
             "f_probe_pass_vs_bare_forward": probe_pass_over_forward(str(model_dir), n, args.repeats),
             "h_ablation_vs_full_model_ablation": ablation_paths(str(model_dir), n, args.repeats),
             "i_clear_verdict_recipe": clear_verdict_recipe(args.repeats),
+            "k_text_pass_vs_bare_forward": text_pass_over_forward(str(model_dir), n, args.repeats),
             "j_prefetch_sweep": prefetch_sweeps(args.revisions),
         }
         summaries = {k: RunSummary.read(Path(tmp) / k) for k in ("d", "e")}
@@ -615,6 +663,8 @@ def main(argv=None) -> None:
         "recipe_adaptive_over_bare_pass": round(sum(e[k] for k in RECIPE) / bare, 3),
         "probe_pass_over_bare_forward": results["f_probe_pass_vs_bare_forward"]["ratio"],
         "probe_pass_with_over_without_sink_metric": results["f_probe_pass_vs_bare_forward"]["sink_metric_ratio"],
+        "probe_pass_with_over_without_sink_mechanism": results["f_probe_pass_vs_bare_forward"]["sink_mechanism_ratio"],
+        "text_pass_over_bare_forward_with_losses": results["k_text_pass_vs_bare_forward"]["ratio"],
         "ablation_over_full_model_ablation": results["h_ablation_vs_full_model_ablation"]["ratio"],
         "clear_verdict_recipe_adaptive_over_bare_pass":
             results["i_clear_verdict_recipe"]["recipe_adaptive_over_bare_pass"],

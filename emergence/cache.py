@@ -1,7 +1,8 @@
 """Reuse: the per-head measurements of a checkpoint, cached on disk.
 
 Everything the screen, the spectral step and the intervals need (per-sequence attention
-to the targets and key 0's sink importance, the null's sums, both spectral estimators, the clean metrics) depends on
+to the targets and key 0's sink importance, the null's sums, both spectral estimators, the clean metrics,
+the sink mechanism's value norms and residual-stream reductions) depends on
 the checkpoint, the probe, the null's draws, the dtype and this code, not on the
 thresholds or the bootstrap. Keyed by those, a threshold re-sweep
 (``-m threshold=paper,strict,lenient``) with ablation off runs no model at all.
@@ -13,18 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
 import emergence
-from emergence import spectral
+from emergence import mechanism, spectral
 from emergence.ablation import METRICS
 from emergence.atomic import atomic_write_bytes, npz_bytes
 
 # Bump when the capture, the probe or what an entry holds changes: old entries then stop matching.
-MEASUREMENT_VERSION = 4
+MEASUREMENT_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,12 @@ class Measurements:
     spectral_n: int
     clean_metrics: dict  # the clean model's metrics of B at T-1 (``ablation.METRICS``), means over sequences
     clean_loss: np.ndarray  # [n] per-sequence clean loss of B, in probe order
+    value_norm_ratio: np.ndarray  # [layers, heads]: the value drain (``mechanism``)
+    residual: mechanism.ResidualStats  # [layers] each: the decoder layers' massive activations
+    position_losses: np.ndarray | None  # [n, T-1]: each token's loss (text and repeat probes; else None)
+    prefix_matching: np.ndarray | None  # [layers, heads]: the repeat probe's prefix-matching score (else None)
+    probe_fingerprint: str  # the probe batch's sha256 (``ProbeBatch.fingerprint``): a text probe's batch is
+    # named by its dataset, whose content can change under the same name
     model_type: str
     n_layers: int
     n_heads: int
@@ -55,12 +62,14 @@ class Measurements:
         return sequence_mean(self.sink_importance)
 
     @classmethod
-    def of(cls, cap, arch) -> "Measurements":
+    def of(cls, cap, arch, probe_fingerprint: str) -> "Measurements":
         """Reduce a probe pass (``capture.Capture``, scored with ``ablation.metrics_per_sequence``) to
         what the screen, spectral, interval and ablation steps keep."""
         clean_metrics = dict(zip(METRICS, cap.scores.mean(axis=0).tolist()))
         return cls(targets=cap.targets, sink_importance=cap.sink_importance, null_sums=cap.null_sums,
-                   clean_loss=cap.scores[:, METRICS.index("loss")],
+                   clean_loss=cap.scores[:, METRICS.index("loss")], value_norm_ratio=cap.value_norm_ratio,
+                   residual=cap.residual, position_losses=cap.position_losses,
+                   prefix_matching=cap.prefix_matching, probe_fingerprint=probe_fingerprint,
                    pr=spectral.participation_ratio(cap.gram, cap.total, cap.spectral_n),
                    entropy_rank=spectral.entropy_rank(cap.gram),
                    spectral_n=cap.spectral_n, clean_metrics=clean_metrics, model_type=arch.model_type,
@@ -74,7 +83,10 @@ def sequence_mean(per_sequence: np.ndarray) -> np.ndarray:
     return per_sequence.mean(axis=0, dtype=np.float64)
 
 
-ARRAYS = ("targets", "sink_importance", "null_sums", "pr", "entropy_rank", "clean_loss")  # stored as arrays; the rest as JSON
+# stored as arrays (the residual's as residual_<field>; an optional one only where measured); the rest as JSON
+ARRAYS = ("targets", "sink_importance", "null_sums", "pr", "entropy_rank", "clean_loss", "value_norm_ratio")
+OPTIONAL_ARRAYS = ("position_losses", "prefix_matching")
+RESIDUAL_PREFIX = "residual_"
 
 
 def checkpoint_identity(path: str, revision: str | None) -> list:
@@ -119,11 +131,16 @@ def load(cache_dir: str, entry: str) -> Measurements | None:
         return None
     with np.load(path) as data:
         meta = json.loads(str(data["meta"]))
-        return Measurements(**{name: data[name] for name in ARRAYS}, **meta)
+        residual = mechanism.ResidualStats(**{k.removeprefix(RESIDUAL_PREFIX): data[k] for k in data.files
+                                              if k.startswith(RESIDUAL_PREFIX)})
+        optional = {name: data[name] if name in data.files else None for name in OPTIONAL_ARRAYS}
+        return Measurements(**{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta)
 
 
 def save(cache_dir: str, entry: str, m: Measurements) -> None:
-    meta = {k: v for k, v in asdict(m).items() if k not in ARRAYS}
+    meta = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in (*ARRAYS, *OPTIONAL_ARRAYS, "residual")}
+    residual = {RESIDUAL_PREFIX + name: a for name, a in m.residual.arrays().items()}
+    optional = {name: getattr(m, name) for name in OPTIONAL_ARRAYS if getattr(m, name) is not None}
     # atomic: a crash leaves no half entry
-    atomic_write_bytes(_path(cache_dir, entry), npz_bytes(**{name: getattr(m, name) for name in ARRAYS},
+    atomic_write_bytes(_path(cache_dir, entry), npz_bytes(**{name: getattr(m, name) for name in ARRAYS}, **residual, **optional,
                                                            meta=json.dumps(meta)))

@@ -37,7 +37,16 @@ screen needs (query T-1 against all keys) and keeps only:
   at every position, for mean ablation;
 * optionally ``null_sums`` [layers, heads, draws] (float64): for each draw of the
   reference null (``stats.null_positions``), the attention from T-1 to that draw's random
-  position, summed over sequences.
+  position, summed over sequences;
+* ``value_norm_sums`` [2, layers, heads] (float64): the norms of the values v at position 0 and
+  at the other positions, summed over sequences (each KV head's for the query heads it serves):
+  the value drain (``mechanism``);
+* on the repeat probe, ``prefix_sums`` [layers, heads] (float64): the attention from each token
+  of the copy to the token after its earlier occurrence (``RepeatLayout.lag`` back), summed over
+  the copy's tokens and the sequences: the prefix-matching score.
+
+Beside the Recorder, forward hooks on the decoder layers reduce the residual stream
+(``mechanism.ResidualRecorder``: massive activations).
 
 The full attention pattern [n, layers, heads, T, T] is never materialised; each layer's
 pieces wait in the Recorder until the minibatch's forward pass ends and are then reduced
@@ -61,9 +70,9 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from emergence import sinks
+from emergence import mechanism, sinks
 from emergence.errors import UsageError
-from emergence.probe import LOCAL_OFFSETS, ProbeBatch
+from emergence.probe import LOCAL_OFFSETS, ProbeBatch, RepeatLayout
 from emergence.screen import N_TARGETS
 
 ATTN_IMPLEMENTATION = "emergence"
@@ -88,14 +97,16 @@ def kernel_returns_lse(query: torch.Tensor) -> bool:
     return query.device.type == "cpu"
 
 
-def attend(query, key, value, mask, scaling: float, softcap: float | None,
-           first_key: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def attend(query, key, value, mask, scaling: float, softcap: float | None, first_key: bool = False,
+           lag: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> the attention
-    output [b, T, h, d] and, with ``first_key``, every query's attention to key 0 [b, h, T] in
-    float32 (Gu et al.'s sink importance; None without)."""
+    output [b, T, h, d]; with ``first_key``, every query's attention to key 0 [b, h, T] in float32
+    (Gu et al.'s sink importance; None without); with ``lag``, the attention of each query q >= lag
+    to key q - lag [b, h, T - lag] in float32 (the prefix-matching score; None without)."""
     n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves n_rep query heads
-    to_key0 = None
-    if softcap is not None or (first_key and not kernel_returns_lse(query)):
+    to_key0 = to_lagged = None
+    reads = first_key or lag is not None
+    if softcap is not None or (reads and not kernel_returns_lse(query)):
         # The eager formula (softmax in float32, as the models' eager path): SDPA has no softcap and
         # returns no softmax normaliser; the score matrix lives for this layer of this minibatch only.
         key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
@@ -105,23 +116,31 @@ def attend(query, key, value, mask, scaling: float, softcap: float | None,
         probs = scores.softmax(dim=-1, dtype=torch.float32)
         out = torch.matmul(probs.to(query.dtype), value)
         to_key0 = probs[..., 0] if first_key else None
-    elif first_key:
+        to_lagged = None if lag is None else probs.diagonal(offset=-lag, dim1=-2, dim2=-1)
+    elif reads:
         # The kernel SDPA runs on a CPU, called directly because it also returns each query's
         # log-sum-exp: attention to key 0 is then exp(score(q, k0) - lse), at no extra pass.
         key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, attn_mask=mask,
                                                                                scale=scaling)
-        # key 0 against every query as a row-by-matrix product ([1, d] x [d, T]: BLAS's fast orientation)
-        score0 = torch.matmul(key[:, :, :1].float(), query.float().transpose(2, 3))[:, :, 0] * scaling
-        if mask is not None:
-            score0 = score0 + mask[..., 0].float()
-        to_key0 = torch.exp(score0 - lse.float())
+        lse = lse.float()
+        if first_key:  # key 0 against every query as a row-by-matrix product ([1, d] x [d, T]: BLAS's fast orientation)
+            score0 = torch.matmul(key[:, :, :1].float(), query.float().transpose(2, 3))[:, :, 0] * scaling
+            if mask is not None:
+                score0 = score0 + mask[..., 0].float()
+            to_key0 = torch.exp(score0 - lse)
+        if lag is not None:  # query q against key q - lag: one dot product per query
+            T = query.shape[2]
+            scores = (query[:, :, lag:].float() * key[:, :, :T - lag].float()).sum(-1) * scaling
+            if mask is not None:
+                scores = scores + mask.diagonal(offset=-lag, dim1=-2, dim2=-1).float()
+            to_lagged = torch.exp(scores - lse[..., lag:])
     elif query.device.type == "cpu":  # the CPU kernel takes GQA with a mask at full speed
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=n_rep > 1)
     else:  # CUDA kernels with a mask do not all take GQA: expand the KV heads, as transformers does
         out = F.scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask,
                                              scale=scaling)
-    return out.transpose(1, 2).contiguous(), to_key0
+    return out.transpose(1, 2).contiguous(), to_key0, to_lagged
 
 
 def last_query_row(query, key, mask, scaling: float, softcap: float | None) -> torch.Tensor:
@@ -146,7 +165,8 @@ class Recorder:
 
     def __init__(self, n: int, layer_of: dict, n_heads: int, head_dim: int, seq_len: int,
                  baseline: np.ndarray, spectral_n: int, keep_position_sums: bool, device: torch.device,
-                 null_positions: np.ndarray | None = None, keep_sink_importance: bool = True):
+                 null_positions: np.ndarray | None = None, keep_sink_importance: bool = True,
+                 repeat: RepeatLayout | None = None, keep_value_norms: bool = True):
         n_layers = len(layer_of)
         self.layer_of = layer_of  # id(attention module) -> layer index
         self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
@@ -161,6 +181,10 @@ class Recorder:
         self.null_positions = None if null_positions is None else torch.as_tensor(null_positions, device=device)
         self.null_sums = torch.zeros(n_layers, n_heads, 0 if null_positions is None else len(null_positions),
                                      dtype=torch.float64, device=device)
+        self.value_norm_sums = (torch.zeros(2, n_layers, n_heads, dtype=torch.float64, device=device)
+                                if keep_value_norms else None)
+        self.repeat = repeat
+        self.prefix_sums = torch.zeros(n_layers, n_heads, dtype=torch.float64, device=device)
         self.spectral_n = spectral_n
         # The key positions read off every T-1 row besides ab + 1 and ab (induction, duplicate token):
         # previous token, self, first token, then the local window and the baseline, each averaged.
@@ -188,14 +212,22 @@ class Recorder:
                  else self.null_positions[:, start:start + b].T)  # [b, draws]
         self._read_at = torch.cat([ab[:, None] + 1, ab[:, None], self.fixed.expand(b, -1), draws], dim=1)
 
-    def __call__(self, module, query, key, attention_mask, scaling: float, softcap: float | None,
-                 out: torch.Tensor, to_key0: torch.Tensor) -> None:
-        """query [b, h, T, d], key [b, h_kv, T, d], out [b, T, h, d] (the attention output),
-        to_key0 [b, h, T] (every query's attention to key 0)."""
+    def __call__(self, module, query, key, value, attention_mask, scaling: float, softcap: float | None,
+                 out: torch.Tensor, to_key0: torch.Tensor | None, to_lagged: torch.Tensor | None) -> None:
+        """query [b, h, T, d], key and value [b, h_kv, T, d], out [b, T, h, d] (the attention output),
+        to_key0 [b, h, T] (every query's attention to key 0), to_lagged [b, h, T - lag] (each query's
+        attention to the key ``repeat.lag`` back; None off the repeat probe)."""
         self.calls += 1
         layer = self.layer_of[id(module)]
+        if self.value_norm_sums is not None:
+            norms = value.float().norm(dim=-1)  # [b, h_kv, T]
+            first_and_rest = torch.stack([norms[..., 0].sum(0, dtype=torch.float64),
+                                          norms[..., 1:].sum((0, 2), dtype=torch.float64)])  # [2, h_kv]
+            self.value_norm_sums[:, layer] += first_and_rest.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
         self._rows[layer] = last_query_row(query, key, attention_mask, scaling, softcap)
         self._last_out[layer] = out[:self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
+        if to_lagged is not None:  # the copy's queries: the last span of them
+            self.prefix_sums[layer] += to_lagged[..., -self.repeat.span:].sum((0, 2), dtype=torch.float64)
         if self.sink_importance is not None:
             self._importance[layer] = sinks.first_key_importance(
                 to_key0, None if attention_mask is None else attention_mask[..., 0])
@@ -244,14 +276,18 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, s
     if module in kwargs.get(LAST_QUERY_ONLY, ()):
         # Only T-1 is read: attend from it alone (its mask row keeps any sliding window) and give
         # every position its output, the shape the layer expects.
-        out, _ = attend(query[:, :, -1:], key, value, None if attention_mask is None else attention_mask[:, :, -1:],
-                        scale, softcap)
+        out, _, _ = attend(query[:, :, -1:], key, value,
+                           None if attention_mask is None else attention_mask[:, :, -1:], scale, softcap)
         return out.expand(-1, query.shape[2], -1, -1), None
-    # only the probe pass measures the sink importance
-    keep_key0 = isinstance(listener, Recorder) and listener.sink_importance is not None
-    out, to_key0 = attend(query, key, value, attention_mask, scale, softcap, first_key=keep_key0)
-    if listener is not None:
-        listener(module, query, key, attention_mask, scale, softcap, out, to_key0)
+    # only the probe pass measures the sink importance and the prefix-matching score
+    recorder = listener if isinstance(listener, Recorder) else None
+    out, to_key0, to_lagged = attend(query, key, value, attention_mask, scale, softcap,
+                                     first_key=recorder is not None and recorder.sink_importance is not None,
+                                     lag=None if recorder is None or recorder.repeat is None else recorder.repeat.lag)
+    if recorder is not None:
+        recorder(module, query, key, value, attention_mask, scale, softcap, out, to_key0, to_lagged)
+    elif listener is not None:
+        listener(module, query, key, value, attention_mask, scale, softcap, out)
     return out, None
 
 
@@ -302,7 +338,7 @@ def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
         if args and isinstance(args[0], torch.Tensor):
             inputs.setdefault(id(module), args[0])
 
-    def keep_call(module, query, key, mask, scaling, softcap, out, to_key0):
+    def keep_call(module, query, key, value, mask, scaling, softcap, out):
         calls.append((module, out))
 
     hooks = [m.register_forward_pre_hook(keep_input) for m in model.modules()]
@@ -341,6 +377,19 @@ def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
     return sites
 
 
+def token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """logits [b, T, V], tokens [b, T] -> [b, T-1] float32: the loss of the token at each position
+    1..T-1 given the ones before it (the model's own next-token cross-entropy, unreduced)."""
+    return F.cross_entropy(logits[:, :-1].float().transpose(1, 2), tokens[:, 1:], reduction="none")
+
+
+def decoder_layers(model, attentions: list) -> list:
+    """Each attention layer's decoder block: the module holding it, found in the model's own tree
+    (so no architecture needs its layer list spelled out)."""
+    parents = {id(child): module for module in model.modules() for child in module.children()}
+    return [parents[id(attention)] for attention in attentions]
+
+
 def non_finite(dtype: torch.dtype) -> FloatingPointError:
     return FloatingPointError(f"non-finite attention (NaN or inf) in {dtype}: rerun with model.dtype=float32")
 
@@ -363,39 +412,60 @@ class Capture:
     position_mean: torch.Tensor | None  # [layers, T, heads, d] head outputs averaged over the batch
     scores: np.ndarray  # [n, metrics] float64: ``score`` of each sequence's clean logits at T-1
     null_sums: np.ndarray  # [layers, heads, draws] float64 (draws = 0 without the null)
+    position_losses: np.ndarray | None  # [n, T-1] float32: the loss of the token at each position 1..T-1
+    prefix_matching: np.ndarray | None  # [layers, heads] float64: the repeat probe's prefix-matching score
+    value_norm_ratio: np.ndarray | None  # [layers, heads] float64: mean norm of v at position 0 over elsewhere
+    residual: mechanism.ResidualStats | None  # the decoder layers' outputs: massive activations
+    # (both None when the pass skipped the mechanism)
 
 
 def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: int,
               spectral_n: int, keep_position_means: bool, score, null_positions: np.ndarray | None = None,
-              sink_importance: bool = True) -> Capture:
+              sink_importance: bool = True, position_losses: bool = False,
+              repeat: RepeatLayout | None = None, sink_mechanism: bool = True) -> Capture:
     """Forward the probe in minibatches, a Recorder as the forward's ``LISTENER``.
 
     ``arch`` is the model's ``checkpoints.Architecture``; ``score(logits [b, V], b [b])``
     returns each sequence's next-token metrics [b, metrics] (``ablation.metrics_per_sequence``),
     kept for the clean model;
     ``null_positions`` [draws, n] are the reference null's random key positions;
-    ``sink_importance=False`` skips Gu et al.'s metric (the benchmark prices it that way).
+    ``sink_importance=False`` skips Gu et al.'s metric (the benchmark prices it that way);
+    ``position_losses`` keeps the loss of every token (the logits at every position, reduced
+    per minibatch); ``repeat`` (the repeat probe's layout) measures the prefix-matching score;
+    ``sink_mechanism=False`` skips the massive activations and value norms (the benchmark prices them).
     """
     check_loaded_for_capture(model)
     device = next(model.parameters()).device
     n, spectral_n = batch.n, min(spectral_n, batch.n)
     layer_of = {id(a): i for i, a in enumerate(arch.attentions)}
     rec = Recorder(n, layer_of, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
-                   spectral_n, keep_position_means, device, null_positions, sink_importance)
+                   spectral_n, keep_position_means, device, null_positions, sink_importance, repeat, sink_mechanism)
+    residual = mechanism.ResidualRecorder(arch.n_layers, device)
+    hooks = ([layer.register_forward_hook(residual.hook(i)) for i, layer in enumerate(arch.decoder_layers)]
+             if sink_mechanism else [])
     scores: list[torch.Tensor] = []  # per minibatch, [b, metrics]
-    with torch.inference_mode():
-        for start in tqdm(range(0, n, batch_size), desc="probe", unit="batch", leave=False):
-            stop = min(start + batch_size, n)
-            rec.begin_batch(start, batch.ab[start:stop].to(device))
-            logits = model(batch.tokens[start:stop].to(device), logits_to_keep=1, use_cache=False,
-                           **{LISTENER: rec}).logits[:, -1]  # no KV cache: nothing generates after it
-            if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
-                raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
-                                 f"{arch.n_layers} attention layers went through the capture")
-            rec.end_batch()
-            if not rec.finite:
-                raise non_finite(model.dtype)
-            scores.append(score(logits, batch.b[start:stop].to(device)).cpu())
+    losses: list[torch.Tensor] = []  # per minibatch, [b, T-1] (position_losses)
+    try:
+        with torch.inference_mode():
+            for start in tqdm(range(0, n, batch_size), desc="probe", unit="batch", leave=False):
+                stop = min(start + batch_size, n)
+                rec.begin_batch(start, batch.ab[start:stop].to(device))
+                tokens = batch.tokens[start:stop].to(device)
+                logits = model(tokens, logits_to_keep=0 if position_losses else 1, use_cache=False,
+                               **{LISTENER: rec}).logits  # no KV cache: nothing generates after it
+                if position_losses:
+                    losses.append(token_losses(logits, tokens).cpu())
+                logits = logits[:, -1]
+                if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
+                    raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
+                                     f"{arch.n_layers} attention layers went through the capture")
+                rec.end_batch()
+                if not rec.finite:
+                    raise non_finite(model.dtype)
+                scores.append(score(logits, batch.b[start:stop].to(device)).cpu())
+    finally:
+        for hook in hooks:
+            hook.remove()
     return Capture(
         targets=rec.targets.numpy(),
         sink_importance=None if rec.sink_importance is None else rec.sink_importance.numpy(),
@@ -405,4 +475,9 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
         position_mean=None if rec.position_sum is None else (rec.position_sum / n).to(model.dtype),
         scores=torch.cat(scores).double().numpy(),
         null_sums=rec.null_sums.cpu().numpy(),
+        position_losses=torch.cat(losses).numpy() if position_losses else None,
+        prefix_matching=None if repeat is None else (rec.prefix_sums / (n * repeat.span)).cpu().numpy(),
+        value_norm_ratio=(None if not sink_mechanism else
+                          mechanism.first_over_rest(rec.value_norm_sums[0], rec.value_norm_sums[1], n, batch.seq_len)),
+        residual=residual.result() if sink_mechanism else None,
     )

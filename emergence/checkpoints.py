@@ -83,6 +83,7 @@ class Architecture:
     head_dim: int
     attentions: list  # the modules that call the attention function, in layer order
     out_projs: list  # each one's output projection: its input holds the per-head outputs
+    decoder_layers: list  # the decoder block that holds each attention module (``capture.decoder_layers``)
 
     @classmethod
     def of(cls, model) -> "Architecture":
@@ -92,8 +93,9 @@ class Architecture:
             raise UsageError(f"model architecture {model.config.model_type!r} is not supported: its layers "
                              f"differ in (heads, head_dim): {sorted(shapes)}")
         (n_heads, head_dim), = shapes
-        return cls(model.config.model_type, len(sites), n_heads, head_dim,
-                   [s.module for s in sites], [s.out_proj for s in sites])
+        attentions = [s.module for s in sites]
+        return cls(model.config.model_type, len(sites), n_heads, head_dim, attentions, [s.out_proj for s in sites],
+                   capture.decoder_layers(model, attentions))
 
 
 # Architectures these tests run against eager attention (tests/tiny_models.py); others whose

@@ -20,6 +20,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+PROBE_KINDS = ("synthetic", "repeat", "text")  # emergence/probe.py, docs/probes.md
+PROBE_TOKENIZERS = ("auto", "bytes")  # the text probe's: the checkpoint's own, or UTF-8 bytes
 ABLATE_MODES = ("zero", "mean")
 ABLATE_SEQUENCES = ("adaptive", "all")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -119,8 +121,10 @@ class RevisionConfig:
 
 @dataclass
 class ProbeConfig:
-    """The protocol's values (``probe/paper.yaml``) are the probe; the rest are run settings."""
+    """The protocol's values (``probe/paper.yaml``) are the probe; the rest are run settings.
+    ``kind`` picks the batch (docs/probes.md); the text probe's source and scores follow."""
 
+    kind: str = "synthetic"  # synthetic (the reference protocol) | repeat | text
     n_sequences: int = MISSING
     seq_len: int = MISSING
     vocab_low: int = MISSING
@@ -131,6 +135,16 @@ class ProbeConfig:
     batch_size: int = 16  # sequences per forward on a CPU (and on a GPU when auto_batch is false)
     auto_batch: bool = True  # on a GPU: size batches to the free memory after loading the weights
     spectral_sequences: Optional[int] = None  # rows for the spectral estimators; None: all (the reference: 500)
+    # kind=text: a Hugging Face dataset (its split and text column), unless text_file names a local
+    # .txt (one document) or .jsonl (one per line, its `column` field)
+    dataset: Optional[str] = None
+    split: str = "train"
+    column: str = "text"
+    text_file: Optional[str] = None
+    tokenizer: str = "auto"  # auto: the checkpoint's own (its repo and revision) | bytes: UTF-8 bytes as ids
+    # Olsson et al.'s in-context learning score: mean loss at icl_positions[1] minus at [0]
+    # (0-based positions of the predicted token)
+    icl_positions: List[int] = field(default_factory=lambda: [50, 500])
 
 
 @dataclass

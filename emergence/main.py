@@ -23,8 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence import (ablation, cache, capture, checkpoints, interrupt, prefetch, probe, results, screen, sinks, stats,
-                       sweep, tracking)
+from emergence import (ablation, cache, capture, checkpoints, icl, interrupt, prefetch, probe, results, screen, sinks,
+                       stats, sweep, text, tracking)
 from emergence.config import Config, config_digest
 from emergence.errors import UsageError
 from emergence.toy import train as toy_train
@@ -42,6 +42,8 @@ class Loaded:
     device: torch.device
     dtype: str  # "float32", "bfloat16" or "float16"
     weight_bytes: int
+    batch: probe.ProbeBatch  # the probe (built before the weights load: the text probe's can fail)
+    tokenizer: str | None  # the text probe's tokenizer: the checkpoint's (repo@revision) or bytes
     cached: cache.Measurements | None  # the probe's measurements from the cache (reuse=true), if there
     model: torch.nn.Module | None  # None: the cached measurements serve and ablation is off
     arch: checkpoints.Architecture | None
@@ -85,10 +87,9 @@ def analyse(cfg: Config, out_dir: Path) -> results.RunSummary:
     validate(cfg)  # everything that can be checked without the weights, before they load
     tracking.check_login(cfg.wandb)
     p = cfg.probe
-    batch = probe.make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
     baseline = probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)  # [n_baseline] key positions
-    lap("probe_batch")
     loaded = load(cfg)
+    batch = loaded.batch
     lap("load")
     name = f"{cfg.model.key}@{loaded.revision.name or 'as-is'}"
     run_config = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": loaded.revision.step,
@@ -107,7 +108,7 @@ def analyse(cfg: Config, out_dir: Path) -> results.RunSummary:
         lap("ablate")
         summary = summarise(cfg, loaded, batch, baseline, measured, screened, uncertainty, ablated, lap.seconds)
         lap("summary")
-        write_outputs(out_dir, run, summary, measured, screened, uncertainty, name)
+        write_outputs(out_dir, run, summary, measured, batch.tokens, screened, uncertainty, name)
     if cfg.model.cleanup:  # the results are written: the weights can go
         prefetch.after_downloads(lambda: remove_from_cache(loaded.source))
     for line in results.report_lines(summary, screened.screen, out_dir):
@@ -122,9 +123,9 @@ def remove_from_cache(source: checkpoints.Source) -> None:
 
 def load(cfg: Config) -> Loaded:
     """Step 0: the checkpoint's revision, source and config, checked against the run's settings and
-    the memory; then its cached measurements (reuse=true), and the model unless they make it
-    unnecessary (``cache.needs_weights``); mean ablation also needs the probe pass's per-position
-    means."""
+    the memory; the probe batch (``make_batch``); then its cached measurements (reuse=true), and
+    the model unless they make it unnecessary (``cache.needs_weights``); mean ablation also needs
+    the probe pass's per-position means."""
     revision = checkpoints.resolve_revision(cfg)
     device = checkpoints.pick_device(cfg.device)
     dtype = checkpoints.pick_dtype(cfg.model.dtype)
@@ -136,15 +137,29 @@ def load(cfg: Config) -> Loaded:
     hf_config = checkpoints.load_config(cfg, src)
     validate_for_model(cfg, hf_config)
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
+    batch, tokenizer = make_batch(cfg, src, hf_config.vocab_size)
     dtype_name = checkpoints.dtype_name(dtype)
     cached = cache.load(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype_name)) if cfg.reuse else None
+    if cached is not None and cached.probe_fingerprint != batch.fingerprint():  # the dataset changed under its name
+        cached = None
     need_model = cache.needs_weights(cfg, cached is not None)
     model = checkpoints.load_model(cfg, src, device, dtype) if need_model else None
     batch_size = cfg.probe.batch_size
     if need_model and device.type == "cuda" and cfg.probe.auto_batch:
         batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), cfg.probe.seq_len, hf_config, dtype)
-    return Loaded(revision, src, device, dtype_name, weight_bytes, cached, model,
+    return Loaded(revision, src, device, dtype_name, weight_bytes, batch, tokenizer, cached, model,
                   checkpoints.Architecture.of(model) if need_model else None, batch_size)
+
+
+def make_batch(cfg: Config, src: checkpoints.Source, vocab_size: int) -> tuple[probe.ProbeBatch, str | None]:
+    """The probe batch ``probe.kind`` names, and the text probe's tokenizer (None for the others)."""
+    p = cfg.probe
+    if p.kind == "text":
+        tokenizer = (text.byte_tokenizer() if p.tokenizer == "bytes"
+                     else text.checkpoint_tokenizer(src.path, src.revision, cfg.model.trust_remote_code))
+        return text.text_batch(p, tokenizer, vocab_size), tokenizer.name
+    make = probe.make_repeat_batch if p.kind == "repeat" else probe.make_probe_batch
+    return make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), None
 
 
 def measure(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np.ndarray,
@@ -158,8 +173,9 @@ def measure(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np.n
         null_positions = stats.null_positions(batch.ab.numpy(), p.seq_len, cfg.stats.n_null)
         cap = capture.run_probe(loaded.model, loaded.arch, batch, baseline, loaded.batch_size,
                                 p.spectral_sequences or p.n_sequences, mean_ablation,
-                                ablation.metrics_per_sequence, null_positions)
-    measured = loaded.cached or cache.Measurements.of(cap, loaded.arch)
+                                ablation.metrics_per_sequence, null_positions, position_losses=p.kind != "synthetic",
+                                repeat=probe.RepeatLayout(p.seq_len) if p.kind == "repeat" else None)
+    measured = loaded.cached or cache.Measurements.of(cap, loaded.arch, batch.fingerprint())
     if loaded.cached is None and cfg.reuse:
         cache.save(cfg.cache_dir, cache.entry_of(cfg, loaded.source.path, loaded.source.revision, loaded.dtype),
                    measured)
@@ -220,17 +236,26 @@ def summarise(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np
         spectral={**results.SPECTRAL_ESTIMATORS, "n_sequences": measured.spectral_n},
         reused_measurements=loaded.cached is not None, ablation=ablated,
         icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
-        timings=timings, versions=results.versions())
+        timings=timings, versions=results.versions(), massive_activations=measured.residual.records(),
+        text=None if cfg.probe.kind != "text" else icl.text_scores(
+            measured.position_losses, list(cfg.probe.icl_positions), cfg.stats, text.source_name(cfg.probe),
+            loaded.tokenizer),
+        repeat=None if cfg.probe.kind != "repeat" else icl.repeat_scores(
+            measured.position_losses, probe.RepeatLayout(cfg.probe.seq_len), cfg.stats))
 
 
-def write_outputs(out_dir: Path, run, summary: results.RunSummary, measured: cache.Measurements,
+def write_outputs(out_dir: Path, run, summary: results.RunSummary, measured: cache.Measurements, tokens: torch.Tensor,
                   screened: Screened, uncertainty: Uncertainty, name: str) -> None:
-    """heads.csv, per_sequence.npz and summary.json (last), the class grid, and the W&B run's log."""
+    """heads.csv, per_sequence.npz (with the token batch ``tokens`` [n, T]) and summary.json (last),
+    the class grid, and the W&B run's log."""
     null = uncertainty.null
     rows = results.head_rows(screened.screen, measured.mean_attention, measured.pr, measured.entropy_rank,
                              uncertainty.intervals, null.per_head_p99, null.degenerate, measured.mean_sink_importance,
-                             screened.near_threshold)
-    results.write_run(out_dir, rows, summary, {"targets": measured.targets, "sink_importance": measured.sink_importance})
+                             screened.near_threshold, measured.value_norm_ratio, measured.prefix_matching)
+    per_sequence = {"targets": measured.targets, "sink_importance": measured.sink_importance, "tokens": tokens.numpy()}
+    if measured.position_losses is not None:
+        per_sequence["position_losses"] = measured.position_losses
+    results.write_run(out_dir, rows, summary, per_sequence)
     figure = tracking.class_figure(screened.screen.head_class, name)
     figure.savefig(out_dir / "classes.png", dpi=120)
     tracking.log_checkpoint(run, summary, rows, figure)

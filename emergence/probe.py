@@ -1,9 +1,18 @@
-"""Step 1 - the synthetic induction batch (docs/method.md section 3).
+"""Step 1 - the probe batch: ``probe.kind`` synthetic (docs/method.md section 3), repeat or text
+(docs/probes.md).
 
-Each sequence is uniform random tokens with one planted pair ``A B`` at ``ab, ab+1``
-and a second ``A`` at the last position; a model that has induction heads predicts ``B``
-there. The generator reproduces the reference study draw for draw (numpy's legacy
-``RandomState``), so the first ``n`` sequences equal the reference batch for any ``n``.
+Every kind gives each sequence an ``A`` at the last position T-1 that occurred earlier at ``ab``,
+followed there by ``B`` at ``ab+1``: a model that has induction heads predicts ``B`` at T-1, and
+the screen reads the attention from T-1 to ``ab+1`` (induction) and ``ab`` (duplicate token).
+
+* **synthetic**: uniform random tokens with one planted pair ``A B`` at ``ab, ab+1`` and a
+  second ``A`` at T-1. The generator reproduces the reference study draw for draw (numpy's
+  legacy ``RandomState``), so the first ``n`` sequences equal the reference batch for any ``n``.
+* **repeat**: a random span repeated (TransformerLens's convention for the prefix-matching
+  score): ``prefix`` random tokens, then a span of L = (T-1)//2 random tokens, then the span
+  again, ending at T-1 (``RepeatLayout``).
+* **text**: windows of natural text (``make_text_batch``), each chosen so that its last token
+  occurred earlier; ``ab`` is its latest earlier occurrence in [20, T/2).
 """
 
 from __future__ import annotations
@@ -42,6 +51,31 @@ class ProbeBatch:
         return hashlib.sha256(self.tokens.numpy().astype(np.int64).tobytes()).hexdigest()
 
 
+@dataclass(frozen=True)
+class RepeatLayout:
+    """Where the repeat probe's pieces lie in a sequence of ``seq_len`` tokens: positions
+    [0, prefix) random, the span at [prefix, prefix + span), its copy at [prefix + span, T)."""
+
+    seq_len: int
+
+    @property
+    def span(self) -> int:
+        return (self.seq_len - 1) // 2
+
+    @property
+    def prefix(self) -> int:
+        return self.seq_len - 2 * self.span  # 1 for odd T, 2 for even
+
+    @property
+    def copy_start(self) -> int:
+        return self.prefix + self.span
+
+    @property
+    def lag(self) -> int:
+        """A token of the copy at q reads ahead of its earlier occurrence at q - span: key q - lag."""
+        return self.span - 1
+
+
 def min_seq_len(n_baseline: int) -> int:
     """Shortest T for which the pair, local, and baseline positions all exist."""
     pair_ok = 2 * (PAIR_START + 1)  # ab is drawn from [20, T // 2): needs T // 2 > 20
@@ -77,6 +111,55 @@ def make_probe_batch(n: int, seq_len: int, vocab_low: int, vocab_high: int, seed
         a=torch.from_numpy(a_tok),
         b=torch.from_numpy(b_tok),
     )
+
+
+def make_repeat_batch(n: int, seq_len: int, vocab_low: int, vocab_high: int, seed: int) -> ProbeBatch:
+    """The repeat probe (``RepeatLayout``): T-1 ends the copy, its earlier occurrence ends the span
+    (``ab``), and ``B`` is the token after it, the copy's first (the span read a third time)."""
+    layout = RepeatLayout(seq_len)
+    rs = np.random.RandomState(seed)
+    prefix = rs.randint(vocab_low, vocab_high, size=(n, layout.prefix))
+    span = rs.randint(vocab_low, vocab_high, size=(n, layout.span))
+    tokens = np.concatenate([prefix, span, span], axis=1).astype(np.int64)
+    ab = np.full(n, layout.copy_start - 1, dtype=np.int64)
+    return ProbeBatch(tokens=torch.from_numpy(tokens), ab=torch.from_numpy(ab),
+                      a=torch.from_numpy(tokens[:, -1].copy()), b=torch.from_numpy(tokens[:, layout.copy_start].copy()))
+
+
+def latest_earlier_occurrence(window: np.ndarray) -> int | None:
+    """The latest position in [PAIR_START, T/2) holding the window's last token (None: none does)."""
+    T = len(window)
+    hits = np.flatnonzero(window[PAIR_START:T // 2] == window[-1])
+    return PAIR_START + int(hits[-1]) if len(hits) else None
+
+
+def make_text_batch(stream: np.ndarray, n: int, seq_len: int, seed: int, bos: int | None) -> ProbeBatch:
+    """``n`` windows of ``seq_len`` tokens from the token ``stream`` (documents concatenated): the
+    stream cut into consecutive windows (of T - 1 tokens after ``bos`` where the model's tokenizer
+    starts every text with one, else of T), taken in the order of a ``RandomState(seed)``
+    permutation, keeping those whose last token occurred in [20, T/2) (``latest_earlier_occurrence``).
+    Fewer than ``n`` such windows: ValueError, with the number found."""
+    body = seq_len - (bos is not None)
+    n_windows = len(stream) // body
+    order = np.random.RandomState(seed).permutation(n_windows)
+    tokens, ab = [], []
+    for w in order:
+        window = stream[w * body:(w + 1) * body]
+        if bos is not None:
+            window = np.concatenate([[bos], window])
+        at = latest_earlier_occurrence(window)
+        if at is not None:
+            tokens.append(window)
+            ab.append(at)
+            if len(tokens) == n:
+                break
+    if len(tokens) < n:
+        raise ValueError(f"the text holds {len(tokens)} windows of {seq_len} tokens whose last token occurred "
+                         f"in [{PAIR_START}, {seq_len // 2}) (of {n_windows} windows), fewer than the {n} asked for")
+    tokens_np, ab_np = np.stack(tokens).astype(np.int64), np.array(ab, dtype=np.int64)
+    rows = np.arange(n)
+    return ProbeBatch(tokens=torch.from_numpy(tokens_np), ab=torch.from_numpy(ab_np),
+                      a=torch.from_numpy(tokens_np[:, -1].copy()), b=torch.from_numpy(tokens_np[rows, ab_np + 1]))
 
 
 def baseline_positions(seq_len: int, n_baseline: int, seed: int = 0) -> np.ndarray:

@@ -20,6 +20,8 @@ import numpy as np
 import emergence
 from emergence.ablation import AblationResult
 from emergence.atomic import atomic_write_bytes, atomic_write_text, npz_bytes
+from emergence.icl import RepeatScores, TextScores
+from emergence.mechanism import MassiveActivation
 from emergence.record import Record
 from emergence.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
 from emergence.stats import DEGENERATE_BASELINE_SHARE, ScreenIntervals
@@ -38,19 +40,22 @@ HEAD_COLUMNS = (
     + [f"attn_{c}" for c in CLASSES] + ["attn_baseline"]
     + [f"sel_{c}_ci_{end}" for c in CLASSES for end in ("low", "high")]
     + [f"p_{c}_member" for c in CLASSES]
-    + ["null_p99", "degenerate_baseline", "sink_importance", "near_threshold"]
+    + ["null_p99", "degenerate_baseline", "sink_importance", "near_threshold", "value_norm_ratio", "prefix_matching"]
 )
 
 
 def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_rank: np.ndarray,
               intervals: ScreenIntervals, null_p99: np.ndarray, degenerate_baseline: np.ndarray,
-              sink_importance: np.ndarray, near_threshold: np.ndarray) -> list[dict]:
+              sink_importance: np.ndarray, near_threshold: np.ndarray,
+              value_norm_ratio: np.ndarray | None = None, prefix_matching: np.ndarray | None = None) -> list[dict]:
     """One dict per head, keys ``HEAD_COLUMNS``; ``mean_attention`` is [layers, heads, 7],
     ``null_p99`` [layers, heads] the head's 99th percentile of null selectivity,
     ``degenerate_baseline`` [layers, heads] whether its baseline attention is degenerate
     (``stats.degenerate_baseline``: its selectivities are ratios over the softmax's far tail),
     ``sink_importance`` [layers, heads] key 0's importance (``sinks``) averaged over sequences,
-    ``near_threshold`` [layers, heads] whether the run's dtype could flip it (``screen.near_threshold``)."""
+    ``near_threshold`` [layers, heads] whether the run's dtype could flip it (``screen.near_threshold``),
+    ``value_norm_ratio`` [layers, heads] the value drain (``mechanism``) and ``prefix_matching``
+    [layers, heads] the repeat probe's prefix-matching score (None: not measured; NaN in the file)."""
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):
@@ -72,6 +77,8 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
             row["degenerate_baseline"] = bool(degenerate_baseline[layer, head])
             row["sink_importance"] = float(sink_importance[layer, head])
             row["near_threshold"] = bool(near_threshold[layer, head])
+            for name, values in (("value_norm_ratio", value_norm_ratio), ("prefix_matching", prefix_matching)):
+                row[name] = float("nan") if values is None else float(values[layer, head])
             rows.append(row)
     return rows
 
@@ -132,6 +139,10 @@ class RunSummary(Record):
     config_digest: str
     timings: dict[str, float]  # seconds per step
     versions: dict[str, str]
+    # the sink mechanism (``mechanism``): each decoder layer's output over the probe
+    massive_activations: list[MassiveActivation] | None = None
+    text: TextScores | None = None  # probe.kind=text: Olsson et al.'s in-context learning score (``icl``)
+    repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy (``icl``)
 
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")
@@ -238,10 +249,12 @@ def dtype_differs(dtype: str, reference_dtype: str | None) -> bool:
 
 def write_run(out_dir: Path, rows: list[dict], run_summary: RunSummary, per_sequence: dict | None = None) -> None:
     """heads.csv, per_sequence.npz (if given: the probe's per-sequence arrays by name, e.g.
-    ``targets`` [n, layers, heads, 7] and ``sink_importance`` [n, layers, heads]), then summary.json."""
+    ``targets`` [n, layers, heads, 7] and ``sink_importance`` [n, layers, heads] in float32, and
+    the token batch ``tokens`` [n, T] as it is), then summary.json."""
     if per_sequence is not None:
-        atomic_write_bytes(out_dir / PER_SEQUENCE_FILE,
-                           npz_bytes(**{name: a.astype(np.float32) for name, a in per_sequence.items()}))
+        arrays = {name: a.astype(np.float32) if np.issubdtype(a.dtype, np.floating) else a
+                  for name, a in per_sequence.items()}
+        atomic_write_bytes(out_dir / PER_SEQUENCE_FILE, npz_bytes(**arrays))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=HEAD_COLUMNS, lineterminator="\n")
     writer.writeheader()

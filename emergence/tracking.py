@@ -112,6 +112,12 @@ def log_checkpoint(run, summary, rows: list[dict], figure) -> None:
         "n_induction": len(summary.induction_circuit),
         **{f"class_counts/{k}": v for k, v in summary.class_counts.items()},
     }
+    if summary.massive_activations:  # the sink mechanism: the largest activation over its median, any layer
+        metrics["massive_activation_ratio"] = max(m.ratio for m in summary.massive_activations)
+    if summary.text is not None:
+        metrics["text/icl_score"] = summary.text.icl_score
+    if summary.repeat is not None:
+        metrics["repeat/loss_drop"] = summary.repeat.loss_drop
     ablation = summary.ablation
     if ablation.effect:
         metrics.update({f"ablation/{k}": v for k, v in ablation.effect.to_json().items() if v is not None})

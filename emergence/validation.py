@@ -9,14 +9,16 @@ status 2 before writing anything.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import torch
 
-from emergence.config import (ABLATE_MODES, ABLATE_SEQUENCES, DTYPES, LR_SCHEDULES, TOY_NUMERICS, WANDB_MODES, Config,
-                              ModelConfig, ToyRecipe)
+from emergence.config import (ABLATE_MODES, ABLATE_SEQUENCES, DTYPES, LR_SCHEDULES, PROBE_KINDS, PROBE_TOKENIZERS,
+                              TOY_NUMERICS, WANDB_MODES, Config, ModelConfig, ProbeConfig, ToyRecipe)
 from emergence.errors import UsageError
-from emergence.probe import min_seq_len
+from emergence.probe import PAIR_START, min_seq_len
 from emergence.screen import parse_head_name
+from emergence.text import TEXT_FILE_SUFFIXES
 from emergence.stats import NULL_RULES
 
 
@@ -45,6 +47,7 @@ def validate(cfg: Config) -> None:
         _fail("probe.vocab_low/vocab_high", [p.vocab_low, p.vocab_high], "need 0 <= vocab_low < vocab_high - 1")
     if p.spectral_sequences is not None and p.spectral_sequences < 2:
         _fail("probe.spectral_sequences", p.spectral_sequences, "must be >= 2 or null (all sequences)")
+    validate_probe_kind(p)
     if t.class_default <= 0:
         _fail("threshold.class_default", t.class_default, "must be > 0")
     if t.circuit <= 0:
@@ -120,6 +123,33 @@ def check_device(device: str) -> None:
         _fail("device", device, "use auto, cpu, cuda, cuda:N or mps")
 
 
+def validate_probe_kind(p: ProbeConfig) -> None:
+    """The repeat and text probes' own fields."""
+    if p.kind not in PROBE_KINDS:
+        _fail("probe.kind", p.kind, f"use one of {', '.join(PROBE_KINDS)}")
+    if p.kind == "repeat" and (p.seq_len - 1) // 2 < PAIR_START + 1:
+        _fail("probe.seq_len", p.seq_len, f"the repeat probe's span (seq_len-1)//2 must reach {PAIR_START + 1} tokens")
+    if p.kind != "text":
+        return
+    if p.tokenizer not in PROBE_TOKENIZERS:
+        _fail("probe.tokenizer", p.tokenizer, f"use one of {', '.join(PROBE_TOKENIZERS)}")
+    if p.text_file is None and not p.dataset:
+        _fail("probe.dataset", p.dataset, "the text probe needs a dataset (e.g. NeelNanda/pile-10k) or "
+              "probe.text_file=PATH")
+    if p.text_file is not None:
+        path = Path(p.text_file).expanduser()
+        if path.suffix not in TEXT_FILE_SUFFIXES:
+            _fail("probe.text_file", p.text_file, "use a .txt file (one document) or a .jsonl file (one per line)")
+        if not path.is_file():
+            _fail("probe.text_file", p.text_file, "no such file")
+    positions = list(p.icl_positions)
+    if len(positions) != 2 or not 1 <= positions[0] < positions[1]:
+        _fail("probe.icl_positions", positions, "give two positions [early, late] with 1 <= early < late")
+    if positions[1] >= p.seq_len:
+        _fail("probe.seq_len", p.seq_len, f"must exceed the ICL score's later position {positions[1]} "
+              f"(probe.icl_positions={positions})")
+
+
 def validate_revision_naming(model: ModelConfig) -> None:
     """A preset's revision naming is data: check it is usable before it is used."""
     pattern = model.revision_pattern
@@ -143,7 +173,7 @@ def validate_for_model(cfg: Config, hf_config) -> None:
     context = getattr(hf_config, "max_position_embeddings", None)
     if context is not None and p.seq_len > context:
         _fail("probe.seq_len", p.seq_len, f"the model's context is {context} tokens")
-    if p.vocab_high > hf_config.vocab_size:
+    if p.kind != "text" and p.vocab_high > hf_config.vocab_size:  # text ids come from the tokenizer (checked there)
         _fail("probe.vocab_high", p.vocab_high, f"the model's vocabulary has {hf_config.vocab_size} ids")
     expected = cfg.model.architecture
     if expected is not None and hf_config.model_type != expected:

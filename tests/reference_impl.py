@@ -14,6 +14,9 @@ OUT_PROJ = {"gpt_neox": lambda m: [l.attention.dense for l in m.gpt_neox.layers]
             "gpt2": lambda m: [b.attn.c_proj for b in m.transformer.h],  # Conv1D: its input is [b, T, heads*d] too
             **dict.fromkeys(("olmo", "olmoe", "olmo2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"),
                             _LLAMA_LIKE)}
+DECODER_LAYERS = {"gpt_neox": lambda m: list(m.gpt_neox.layers), "gpt2": lambda m: list(m.transformer.h),
+                  **dict.fromkeys(("olmo", "olmoe", "olmo2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"),
+                                  lambda m: list(m.model.layers))}
 
 
 def eager_model(path):
@@ -76,3 +79,37 @@ def entropy_rank_svd(x: np.ndarray) -> float:
     p = s**2 / (s**2).sum()
     p = p[p > 0]
     return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def eager_residual_and_values(path, arch: str, tokens: torch.Tensor) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each decoder layer's output [n, T, D] (a hook on the layers named per family) and the values
+    each attention layer's eager function receives [n, h_kv, T, d] (transformers' own eager function,
+    wrapped), float64."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward  # the one with a softcap
+
+    values: list[np.ndarray] = []
+
+    def eager_keeping_values(module, query, key, value, attention_mask, **kwargs):
+        values.append(value.double().numpy().copy())
+        if kwargs.get("softcap") is None:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return eager_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("test_keep_values", eager_keeping_values)
+    AttentionMaskInterface.register("test_keep_values", eager_mask)  # every layer its additive mask
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    model.set_attn_implementation("test_keep_values")
+    hidden: list[np.ndarray] = []
+    hooks = [layer.register_forward_hook(
+        lambda m, args, out: hidden.append((out[0] if isinstance(out, tuple) else out).double().numpy().copy()))
+        for layer in DECODER_LAYERS[arch](model)]
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return hidden, values

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from emergence import ablation, capture
-from emergence.ablation import (METRICS, ablating, control_sets, control_shortfall, decoder_layers, head_mask,
+from emergence.ablation import (METRICS, ablating, control_sets, control_shortfall, head_mask,
                                 metrics_per_sequence, run_ablation)
 from emergence.capture import run_probe
 from emergence.checkpoints import Architecture
@@ -105,7 +105,7 @@ def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs
     model = capture_model(tiny_dirs["olmoe"])
     info = Architecture.of(model)
     rows = {}
-    layers = decoder_layers(model, info)
+    layers = info.decoder_layers
     def output_rows(i):
         def hook(module, args, out):
             rows.setdefault(i, []).append((out[0] if isinstance(out, tuple) else out).shape[0])
@@ -134,7 +134,7 @@ def test_the_last_layer_attends_from_its_last_query_alone(arch, tiny_dirs, batch
 
     real_attend = capture.attend
     monkeypatch.setattr(capture, "attend", attend)
-    layers = decoder_layers(model, info)
+    layers = info.decoder_layers
     with torch.inference_mode(), \
             ablation.last_position_only(layers[-1], info.out_projs[-1], info.attentions[-1]) as last_only:
         logits = model(batch.tokens, logits_to_keep=1, use_cache=False, **last_only).logits[:, -1]

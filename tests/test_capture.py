@@ -69,7 +69,7 @@ def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, prob
     arch_info = Architecture.of(model)
     rows = {}
 
-    def keep_row(module, query, key, mask, scaling, softcap, out, to_key0):
+    def keep_row(module, query, key, value, mask, scaling, softcap, out):
         rows[arch_info.attentions.index(module)] = capture.last_query_row(query, key, mask, scaling, softcap)
 
     with torch.no_grad():

@@ -164,6 +164,42 @@ def trajectories(findings: PanelFindings, out: Path) -> Path:
     return _save(fig, out / "trajectories.png")
 
 
+MEASURE_LABELS = {"icl_score": "ICL score (nats)", "loss_drop": "repeat loss drop (nats)",
+                  "prefix_matching_max": "top prefix matching", "massive_activation_ratio": "top / median |h|",
+                  "value_norm_ratio_min": "lowest |v_0| / |v|"}
+
+
+def token_axis(findings: PanelFindings, out: Path) -> Path | None:
+    """Every model's measures against tokens, one panel per measure and a line per probe, with the
+    induction onset and BOS / Sink_eps 50 % of each probe marked; None without any."""
+    if not findings.token_axis:
+        return None
+    measures = list(dict.fromkeys(t.measure for axis in findings.token_axis.values() for t in axis.transitions))
+    fig, axes = plt.subplots(len(measures), 1, figsize=(6.5, 2.2 * len(measures)), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    for model, axis in findings.token_axis.items():
+        for t in axis.transitions:
+            ax = axes[measures.index(t.measure)]
+            shown = [(x, v) for x, v in zip(t.tokens, t.values) if v is not None]
+            ax.plot(*zip(*shown), "o-", ms=3, label=f"{model} ({t.probe})")
+            if t.half_way is not None:
+                ax.axvline(t.half_way.tokens, color=ax.lines[-1].get_color(), lw=0.8, ls=":")
+        for name, m in axis.events.items():
+            if m is not None and m.tokens is not None and name.split(" ")[0] in ("induction_onset", "bos_50", "sink_50"):
+                for ax in axes:
+                    ax.axvline(m.tokens, color="0.5", lw=0.6, ls={"induction_onset": "-", "bos_50": "--",
+                                                                  "sink_50": "-."}[name.split(" ")[0]])
+    for ax, measure in zip(axes, measures):
+        ax.set_ylabel(MEASURE_LABELS[measure], fontsize=8)
+        if measure == "massive_activation_ratio":
+            ax.set_yscale("log")
+        ax.legend(fontsize=6)
+    _tokens_axis(axes[-1], [x for axis in findings.token_axis.values() for t in axis.transitions for x in t.tokens])
+    axes[0].set_title("grey: induction onset (solid), BOS 50% (dashed), Sink_eps 50% (dash-dot); "
+                      "dotted: a transition", fontsize=7)
+    return _save(fig, out / "token_axis.png")
+
+
 def _threshold_plane(ax, g, values, class_threshold: float, circuit_threshold: float, **style):
     """``values`` [class, circuit] over the log-spaced threshold plane, the report's thresholds marked."""
     mesh = ax.pcolormesh(g.circuit_grid, g.class_grid, values, shading="nearest", **style)

@@ -41,6 +41,7 @@ from emergence.report.records import (F1, F3, F4, F5, BosShape, DtypeNote, HeadL
                                       RevisionRow, SeedFamily, SeedSpread, Shape, SinkF1, SinkF3, SinkFindings,
                                       SinkRow, SinkShape, Thresholds)
 from emergence.report.uncertainty import Replicates, bracket, first_crossing_probability, ratio_range, replicates
+from emergence.report.token_axis import token_axes
 from emergence.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, head_name, near_threshold
 from emergence.stats import NULL_RULES, interval
 
@@ -472,4 +473,4 @@ def panel_findings(trajectories: dict[str, Trajectory], class_threshold: float =
         thresholds=Thresholds(class_=class_threshold, circuit=circuit_threshold, sink_epsilon=sink_epsilon),
         intervals=IntervalSettings(n_boot=StatsConfig.n_boot, ci=StatsConfig.ci, seed=StatsConfig.seed,
                                    method="percentile bootstrap over sequences, one resample matrix for all revisions"),
-        models=models, seeds=across_seeds(trajectories, models))
+        models=models, seeds=across_seeds(trajectories, models), token_axis=token_axes(trajectories, models))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from emergence.report import published
 from emergence.report.records import (F1, F3, F4, F5, BosShape, Conclusion, DtypeNote, Milestone, ModelFindings,
                                       NullFloor, PanelFindings, PrIntegralRanking, RevisionRow, SeedFamily,
-                                      SinkFindings, Thresholds)
+                                      SinkFindings, Thresholds, TokenAxis)
 from emergence.report.sensitivity import GRID_POINTS, GRID_RANGE
 from emergence.results import format_tokens
 
@@ -269,6 +269,40 @@ def model_section(model: str, f: ModelFindings, th: Thresholds, reference: bool)
     return out + [""]
 
 
+def _value(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def token_axis_section(model: str, axis: TokenAxis) -> list[str]:
+    """The probes' measures side by side: each transition, the events in token order, every
+    pair's separation, and where the random-token and text probes disagree about sinks."""
+    out = [f"## {model}: measures on one token axis\n",
+           f"Probes: {', '.join(axis.probes)} (docs/probes.md). A transition is a measure's largest change "
+           "between adjacent revisions; its milestone is the first revision past half of it.", "",
+           "| measure (probe) | per revision | largest change | transition |", "|---|---|---|---|"]
+    for t in axis.transitions:
+        change = "-" if t.largest_jump is None else f"{t.jump:+.4g} ({t.largest_jump[0]} -> {t.largest_jump[1]})"
+        out.append(f"| {t.measure} ({t.probe}) | {' / '.join(_value(v) for v in t.values)} | {change} | "
+                   f"{milestone_text(t.half_way)} |")
+    out += ["", "Events in token order: " + "; ".join(
+        f"{name} {milestone_text(m)}" for name, m in sorted(axis.events.items(), key=lambda item: (
+            item[1] is None or item[1].tokens is None, item[1].tokens if item[1] and item[1].tokens else 0)))
+        + ".", ""]
+    if axis.separations:
+        out += ["| earlier | later | tokens later / earlier | range over the brackets |", "|---|---|---|---|"]
+        out += [f"| {s.earlier} | {s.later} | {'-' if s.gap_ratio is None else _times(s.gap_ratio)} | "
+                f"{'-' if s.gap_ratio_range is None else _range(s.gap_ratio_range, _times)} |" for s in axis.separations]
+        out.append("")
+    if axis.sinks:
+        out += ["Sinks on random tokens and on text (Sink_eps; BOS fraction):", "",
+                "| revision | Sink_eps synthetic | Sink_eps text | BOS synthetic | BOS text |", "|---|---|---|---|---|"]
+        out += [f"| {s.revision} | {_pct(s.sink_fraction['synthetic'])} | {_pct(s.sink_fraction['text'])} | "
+                f"{_pct(s.bos_fraction['synthetic'])} | {_pct(s.bos_fraction['text'])} |" for s in axis.sinks]
+        out += ["", "Where the probes disagree (Sink_eps >= 50% on one, below on the other): "
+                + (", ".join(axis.disagreements()) or "nowhere on this panel") + ".", ""]
+    return out
+
+
 def seeds_section(family: str, entry: SeedFamily) -> list[str]:
     """One model trained from several seeds: each milestone over them."""
     out = [f"## Across training seeds: {family} ({len(entry.seeds)} seeds)\n",
@@ -323,6 +357,8 @@ def render(findings: PanelFindings, reference: bool) -> str:
     out = header(findings, reference)
     for model, f in findings.models.items():
         out += model_section(model, f, findings.thresholds, reference)
+    for model, axis in findings.token_axis.items():
+        out += token_axis_section(model, axis)
     for family, entry in findings.seeds.items():
         out += seeds_section(family, entry)
     out += sensitivity_section(findings.sensitivity)

@@ -44,15 +44,23 @@ class Checkpoint:
     sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
     run_dir: Path | None = None  # the run directory it was read from (run directories only)
     refined: bool = False  # analysed by ``python -m emergence.refine`` (a run under <sweep>/refine/), not the panel
+    # The sink mechanism and the repeat probe's score (run directories of this version): heads.csv's
+    # value_norm_ratio and prefix_matching [layers, heads] (NaN where not measured), and summary.json's
+    # massive_activations' ratio per layer [layers]
+    value_norm_ratio: np.ndarray | None = None
+    prefix_matching: np.ndarray | None = None
+    massive_activation_ratio: np.ndarray | None = None
 
 
 @dataclass
 class Trajectory:
-    model: str  # the panel's name: the model key, with "-seed<N>" when several training seeds are compared
+    model: str  # the panel's name: the model key, with "-seed<N>" when several training seeds are compared and
+    # "-<probe>" for a probe other than the synthetic one
     checkpoints: list[Checkpoint]  # ordered by tokens
     spectral_estimator: str | None  # which estimator ``Checkpoint.spectral`` holds (heads.csv's column)
     thresholds: tuple[float, float] | None = None  # (class, circuit) the runs were screened with, if one pair
     family: str | None = None  # the model key shared by the seeds of one model (None: a single panel)
+    probe: str = "synthetic"  # the runs' probe.kind: one trajectory per model, seed and probe
 
     @property
     def tokens(self) -> np.ndarray:
@@ -130,8 +138,8 @@ def find_runs(paths: list[Path]) -> dict[Path, bool]:
 
 
 def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
-    """Runs grouped by their summary's ``model`` (and by training seed where a model has several),
-    ordered by tokens, with heads.csv's ``spectral_estimator`` column as the spectral one. A revision analysed twice (e.g. under two threshold presets) is kept
+    """Runs grouped by their summary's ``model``, by training seed where a model has several, and by
+    probe (a trajectory "<model>-text" for ``probe.kind=text``), ordered by tokens, with heads.csv's ``spectral_estimator`` column as the spectral one. A revision analysed twice (e.g. under two threshold presets) is kept
     once: the selectivities do not depend on it."""
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
@@ -144,13 +152,18 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         n_layers, n_heads = summary.n_layers, summary.n_heads
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         spectral = np.zeros((n_layers, n_heads))
+        per_head = {name: np.full((n_layers, n_heads), np.nan) for name in ("value_norm_ratio", "prefix_matching")}
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
-        extras = {k: getattr(summary, k) for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null")
-                  if getattr(summary, k) is not None}
+            for name, grid in per_head.items():
+                grid[r["layer"], r["head"]] = r.get(name, np.nan)  # absent from the heads.csv of older runs
+        extras = {k: getattr(summary, k) for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null",
+                                                   "text", "repeat") if getattr(summary, k) is not None}
+        massive = (None if summary.massive_activations is None
+                   else np.array([m.ratio for m in summary.massive_activations]))
         classes = set(summary.thresholds["classes"].values())
-        panel = (summary.model, summary.training_seed)
+        panel = (summary.model, summary.training_seed, summary.probe.get("kind", "synthetic"))
         used.setdefault(panel, set()).add(
             (classes.pop(), summary.thresholds["circuit"]) if len(classes) == 1 else None)
         arrays = {}
@@ -158,17 +171,20 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
         by_model.setdefault(panel, {})[summary.revision] = Checkpoint(
-            summary.revision, float(summary.tokens), sel, spectral, extras, **arrays, run_dir=run_dir, refined=refined)
+            summary.revision, float(summary.tokens), sel, spectral, extras, **arrays, run_dir=run_dir, refined=refined,
+            **{name: None if np.isnan(grid).all() else grid for name, grid in per_head.items()},
+            massive_activation_ratio=massive)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
-    seeds = Counter(model for model, _ in by_model)
+    seeds = Counter((model, probe) for model, _, probe in by_model)
     trajectories = {}
-    for (model, seed), cs in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
-        several = seeds[model] > 1
-        name = f"{model}-seed{seed}" if several else model
+    for (model, seed, probe), cs in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1] or 0, item[0][2])):
+        several = seeds[(model, probe)] > 1
+        name = (f"{model}-seed{seed}" if several else model) + ("" if probe == "synthetic" else f"-{probe}")
+        thresholds = used[(model, seed, probe)]
         trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), spectral_estimator,
-                                        next(iter(used[(model, seed)])) if len(used[(model, seed)]) == 1 else None,
-                                        family=model if several else None)
+                                        next(iter(thresholds)) if len(thresholds) == 1 else None,
+                                        family=model if several else None, probe=probe)
     return trajectories
 
 

@@ -331,6 +331,57 @@ class IntervalSettings:
 
 
 @dataclass(frozen=True)
+class Transition:
+    """One measure over one probe's panel of a model (``token_axis``): its value per revision, its
+    largest change between adjacent revisions, and the first revision past half of that change."""
+
+    measure: str  # e.g. icl_score, prefix_matching_max (``token_axis.MEASURES``)
+    probe: str  # the probe.kind it was measured on
+    revisions: list[str]
+    tokens: list[float]
+    values: list[float | None]  # None: not measured at that revision
+    largest_jump: list[str] | None  # [revision before, revision after]; None: fewer than two values
+    jump: float | None  # the value after minus before (signed)
+    half_way: Milestone | None  # the first revision past the midpoint of the largest jump
+
+
+@dataclass(frozen=True)
+class Separation:
+    """The tokens between two events of one model (F3's gap, for any pair of measures)."""
+
+    earlier: str  # "<measure> (<probe>)", the event reached first
+    later: str
+    gap_ratio: float | None  # tokens(later) / tokens(earlier); None: the earlier is at 0 tokens
+    gap_ratio_range: list[float | None] | None  # over both brackets; a None end is open
+
+
+@dataclass(frozen=True)
+class SinkProbes:
+    """Sinks at one revision on the random-token probe and on text: Sink_eps and the BOS fraction."""
+
+    revision: str
+    tokens: float
+    sink_fraction: dict[str, float | None]  # by probe.kind
+    bos_fraction: dict[str, float | None]
+    disagree: bool  # one probe puts Sink_eps at >= 50 % and the other below
+
+
+@dataclass(frozen=True)
+class TokenAxis:
+    """One model's measures on one token axis (docs/probes.md): each probe's milestones and the
+    transitions of the scores the field times these circuits by, and how far apart they are."""
+
+    probes: list[str]  # the probe.kind of each trajectory it reads
+    transitions: list[Transition]
+    events: dict[str, Milestone | None]  # "<event> (<probe>)": the milestones and the transitions' half-ways
+    separations: list[Separation]  # every pair of reached events, earlier first
+    sinks: list[SinkProbes]  # revisions both the synthetic and the text probe measured; empty: not both
+
+    def disagreements(self) -> list[str]:
+        return [s.revision for s in self.sinks if s.disagree]
+
+
+@dataclass(frozen=True)
 class PanelFindings:
     """The panel report: every model's findings at one pair of thresholds. ``findings.json``."""
 
@@ -341,6 +392,7 @@ class PanelFindings:
     causal_threshold: list[dict] = field(default_factory=list)  # the causal-threshold sweeps (``causal_threshold.load_sweeps``)
     sensitivity: list[Conclusion] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # file names, in the report's folder
+    token_axis: dict[str, TokenAxis] = field(default_factory=dict)  # by model (and seed) with the mechanism measured
 
     def to_json(self) -> dict:
         """``findings.json``'s content."""
