@@ -139,7 +139,7 @@ def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
 
     p = compose_config(["model=pythia", "probe=text"]).probe
     n = max(p.batch_size, n // 4)
-    stream = np.random.RandomState(0).randint(100, 2000, size=2 * n * p.seq_len)  # last tokens recur often
+    stream = np.random.RandomState(0).randint(100, 300, size=4 * n * p.seq_len)  # 200 ids: last tokens recur
     batch = make_text_batch(stream, n, p.seq_len, p.seed, bos=None)
     baseline = baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)
     bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from emergence import mechanism
 from emergence.ablation import metrics_per_sequence
 from emergence.capture import register_attention, run_probe
 from emergence.checkpoints import Architecture
@@ -90,3 +91,18 @@ def test_a_massive_activation_planted_at_the_first_position_is_found(tiny_dirs, 
     assert (first.position, first.dimension) == (0, 5) and first.ratio > 1000
     assert first.first_position_norm_ratio > 10
 
+
+
+def test_the_median_of_a_long_sequence_is_taken_over_an_even_sample_of_every_dimension():
+    """Past ``MEDIAN_SAMPLE`` activations a sequence's median is the sample's (every k-th, k
+    coprime with D): within 1% of the whole median on a 512 x 768 residual stream whose
+    dimensions differ in scale, and exact below it."""
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 512, 768) * torch.linspace(0.1, 3.0, 768)  # each dimension its own scale
+    stride = mechanism.median_stride(512, 768)
+    assert stride > 1 and np.gcd(stride, 768) == 1
+    rec = mechanism.ResidualRecorder(1, torch.device("cpu"))
+    rec.add(0, hidden)
+    whole = np.median(np.abs(hidden.numpy()).reshape(3, -1), axis=1).mean()
+    assert rec.result().median[0] == pytest.approx(whole, rel=1e-2)
+    assert mechanism.median_stride(64, 32) == 1

@@ -250,3 +250,11 @@ def test_the_toy_panels_report_times_the_icl_score_and_the_mechanism_beside_the_
     text = (report / "report.md").read_text()
     assert "## toy_neox: measures on one token axis" in text and "icl_score (text)" in text
     assert "token_axis.png" in findings["figures"] and (report / "token_axis.png").stat().st_size > 0
+
+
+def test_a_checkpoint_without_a_tokenizer_is_told_to_read_bytes(tiny_dirs, corpus, tmp_path):
+    from emergence.errors import UsageError
+
+    with pytest.raises(UsageError, match="has no tokenizer.*probe.tokenizer=bytes"):
+        analyse(compose_config(text_overrides(tiny_dirs["llama"], f"probe.text_file={corpus[0]}")), tmp_path)
+    assert not (tmp_path / "summary.json").exists()
