@@ -142,5 +142,5 @@ def save(cache_dir: str, entry: str, m: Measurements) -> None:
     residual = {RESIDUAL_PREFIX + name: a for name, a in m.residual.arrays().items()}
     optional = {name: getattr(m, name) for name in OPTIONAL_ARRAYS if getattr(m, name) is not None}
     # atomic: a crash leaves no half entry
-    atomic_write_bytes(_path(cache_dir, entry), npz_bytes(**{name: getattr(m, name) for name in ARRAYS}, **residual, **optional,
-                                                           meta=json.dumps(meta)))
+    arrays = {**{name: getattr(m, name) for name in ARRAYS}, **residual, **optional}
+    atomic_write_bytes(_path(cache_dir, entry), npz_bytes(**arrays, meta=json.dumps(meta)))

@@ -89,7 +89,6 @@ class ResidualRecorder:
         self.rest_norm_sum = torch.zeros(n_layers, dtype=torch.float64, device=device)
         self.sequences = 0
         self.seq_len = 0
-        self.calls = 0
 
     def hook(self, layer: int):
         def reduce_output(module, args, output):
@@ -99,7 +98,6 @@ class ResidualRecorder:
 
     def add(self, layer: int, hidden: torch.Tensor) -> None:
         """hidden [b, T, D]: one decoder layer's output for one minibatch."""
-        self.calls += 1
         b, T, D = hidden.shape
         magnitude = hidden.detach().abs().reshape(b, T * D)
         best, where = magnitude.max(dim=1)  # per sequence

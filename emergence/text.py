@@ -12,9 +12,9 @@ how to get it: it is raised before the weights load.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -56,8 +56,9 @@ def checkpoint_tokenizer(path: str, revision: str | None, trust_remote_code: boo
                      name=f"{path}@{revision or 'main'}")
 
 
-def documents(probe_cfg) -> list[str]:
-    """The probe's documents, in the order the file or dataset holds them."""
+def documents(probe_cfg) -> Sequence[str]:
+    """The probe's documents, in the order the file or dataset holds them (a dataset's column is
+    read lazily: ``token_stream`` slices it only as far as it needs)."""
     p = probe_cfg
     if p.text_file:
         path = Path(p.text_file).expanduser()
@@ -75,7 +76,7 @@ def documents(probe_cfg) -> list[str]:
     return dataset_documents(p.dataset, p.split, p.column)
 
 
-def dataset_documents(name: str, split: str, column: str) -> list[str]:
+def dataset_documents(name: str, split: str, column: str) -> Sequence[str]:
     import datasets
 
     try:
@@ -91,7 +92,7 @@ def dataset_documents(name: str, split: str, column: str) -> list[str]:
     return data[column]
 
 
-def token_stream(docs: list[str], tokenizer: Tokenizer, budget: int) -> np.ndarray:
+def token_stream(docs: Sequence[str], tokenizer: Tokenizer, budget: int) -> np.ndarray:
     """The documents' ids, each followed by ``eos`` (if any), concatenated until ``budget`` ids."""
     pieces, total = [], 0
     for start in range(0, len(docs), DOCUMENTS_PER_CALL):
