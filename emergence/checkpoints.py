@@ -3,15 +3,17 @@
 * ``resolve_revision``: the model's panel + the revision config -> branch, step, tokens.
 * ``Architecture``: a loaded model's attention layers and output projections, found by
   capability; ``check_attention_support`` refuses unsupported classes from the config alone.
-* ``load_model``: safe ``from_pretrained`` (safetensors only, no remote code) with our
-  capturing attention function.
+* ``load_config``: the checkpoint's config.json (a development ``model_type`` mapped to its
+  released name, ``MODEL_TYPE_ALIASES``).
+* ``checkpoint_files`` / ``load_model``: the weight files a run reads (``weights``: safetensors,
+  else pickles through torch's restricted unpickler), fetched alone, and a safe ``from_pretrained``
+  (no remote code) with our capturing attention function.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from emergence import capture, revisions
+from emergence import capture, revisions, weights
 from emergence.config import Config
 from emergence.errors import UsageError
 from emergence.hub import caused_by, connection_lost, hub_endpoint, hub_reachable
@@ -151,31 +153,23 @@ class Source:
     revision: str | None
     local_only: bool  # a local directory or a revision already in the Hugging Face cache: no network
     cached_before: bool  # the Hub revision was in the cache before this run
+    weights_format: str = "auto"  # model.weights_format: which weight files may be read (``weights.select``)
 
 
-def _cached_snapshot(repo: str, revision: str | None) -> Path | None:
-    """The cache's snapshot directory of ``repo@revision`` if it holds the whole checkpoint:
-    config.json and every safetensors file of the weights. A download cut short leaves
-    config.json without the weights (huggingface_hub writes each file to a temporary name and
-    moves it in place only when complete): such a revision is not cached, it is fetched again."""
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(repo, "config.json", revision=revision)
-    if not isinstance(found, str):
-        return None
-    snapshot = Path(found).parent
-    index = snapshot / "model.safetensors.index.json"
-    shards = set(json.loads(index.read_text())["weight_map"].values()) if index.exists() else {"model.safetensors"}
-    return snapshot if all((snapshot / shard).exists() for shard in shards) else None
+def _cached_snapshot(src: Source) -> Path | None:
+    """The cache's snapshot directory of a Hub revision if it holds the whole checkpoint (``weights.cached_snapshot``)."""
+    cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
+    return None if cached is None else cached[0]
 
 
 def source(cfg: Config, revision: Revision) -> Source:
     """A toy panel keeps each revision in a subdirectory, the way a Hub repo keeps it in a branch."""
     if cfg.model.toy is not None:
-        return Source(str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True)
+        return Source(str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True,
+                      cfg.model.weights_format)
     path = cfg.model.name_or_path
     if Path(path).expanduser().is_dir():
-        return Source(str(Path(path).expanduser()), revision.name, True, True)
+        return Source(str(Path(path).expanduser()), revision.name, True, True, cfg.model.weights_format)
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -183,8 +177,8 @@ def source(cfg: Config, revision: Revision) -> Source:
     except HFValidationError:
         raise UsageError(f"model.name_or_path={path!r} is invalid: it is neither a directory nor a Hub repo id "
                          "(org/name)") from None
-    cached = _cached_snapshot(path, revision.name) is not None
-    return Source(path, revision.name, cached, cached)
+    cached = weights.cached_snapshot(path, revision.name, cfg.model.weights_format) is not None
+    return Source(path, revision.name, cached, cached, cfg.model.weights_format)
 
 
 def _where(src: Source) -> str:
@@ -232,59 +226,95 @@ def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None
                       f"{cfg.model.key} --repo {src.path}")
 
 
-def load_config(cfg: Config, src: Source):
+# Development model_type names that published configs still carry, and the released name
+# transformers knows the architecture by: OLMo-2-1124 branches uploaded before transformers
+# renamed ``olmo_1124`` to ``olmo2`` (its PR 34864; OLMo#813).
+MODEL_TYPE_ALIASES = {"olmo_1124": "olmo2"}
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """A checkpoint's config.json, as transformers reads it."""
+
+    hf_config: object  # transformers' PreTrainedConfig
+    model_type_mapped_from: str | None  # the config's own model_type where it was mapped (MODEL_TYPE_ALIASES)
+
+
+def load_config(cfg: Config, src: Source) -> CheckpointConfig:
     """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
     check_hub(src)
+    options = dict(revision=src.revision, local_files_only=src.local_only)
+    mapped_from = None
     try:
-        hf_config = AutoConfig.from_pretrained(src.path, revision=src.revision, local_files_only=src.local_only,
-                                               trust_remote_code=cfg.model.trust_remote_code)
+        hf_config = AutoConfig.from_pretrained(src.path, trust_remote_code=cfg.model.trust_remote_code, **options)
     except (OSError, ValueError) as err:  # unknown repo, branch or model type, bad path, broken download
         unknown = re.search(r"model type `([^`]+)` but Transformers does not recognize", str(err))
-        if unknown:
+        if unknown and unknown.group(1) in MODEL_TYPE_ALIASES:
+            mapped_from = unknown.group(1)
+            hf_config = _aliased_config(src.path, options)
+        elif unknown:
             raise UsageError(f"model architecture {unknown.group(1)!r} is not supported: transformers "
                              f"{transformers.__version__} does not know it; {SUPPORTED}") from None
-        hub_error = _download_error(cfg, src, err) if isinstance(err, OSError) else None
-        if hub_error:
-            raise hub_error from None
-        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: "
-                         f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+        else:
+            hub_error = _download_error(cfg, src, err) if isinstance(err, OSError) else None
+            if hub_error:
+                raise hub_error from None
+            raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: "
+                             f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)
-    return hf_config
+    return CheckpointConfig(hf_config, mapped_from)
+
+
+def _aliased_config(path: str, options: dict):
+    """A config whose model_type is a development name, read as the released architecture."""
+    from transformers import CONFIG_MAPPING, PretrainedConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    values, _ = PretrainedConfig.get_config_dict(path, **options)
+    model_type = MODEL_TYPE_ALIASES[values.pop("model_type")]
+    values["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]]
+    return CONFIG_MAPPING[model_type].from_dict(values)
+
+
+def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFiles]:
+    """The local directory holding the checkpoint's config and weights, and the weight files a run
+    reads there (``weights.select``): a local checkpoint as it is; a Hub revision from the cache,
+    or else downloaded (its config and those files only)."""
+    local = Path(src.path).expanduser()
+    if local.is_dir():
+        found = weights.formats_in(p.name for p in local.iterdir())
+        return local, weights.select(found, src.weights_format, str(local))
+    cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
+    if cached is not None:
+        return cached
+    check_hub(src)
+    try:
+        listing = weights.remote_files(src.path, src.revision)
+        files = weights.select(weights.formats_in(f.path for f in listing), src.weights_format, _where(src))
+        return weights.download(src.path, src.revision, files), files
+    except OSError as err:  # the server gone, no such revision (huggingface_hub's errors are OSErrors)
+        raise (_download_error(cfg, src, err) or
+               UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}")) from None
 
 
 def weights_sha256(src: Source) -> str | None:
-    """A fingerprint of the checkpoint's weights (its ``*.safetensors`` files); None if they are
-    not on this machine. Two revisions with the same fingerprint serve the same weights.
-
-    In the Hub cache a safetensors file is a link to ``blobs/<sha256 of its content>``, so the
-    digest is read from the link's target without reading the weights; other files are hashed.
-    Several shards combine as the sha256 of their "name digest" lines, in name order."""
-    snapshot = Path(src.path) if Path(src.path).is_dir() else _cached_snapshot(src.path, src.revision)
-    files = sorted(snapshot.glob("*.safetensors")) if snapshot is not None else []
-    if not files:
+    """A fingerprint of the checkpoint's weights (the files of the format a run reads, ``weights``),
+    from each weight file's content sha256; None if they are not on this machine. Two revisions
+    with the same fingerprint serve the same weights. In the Hub cache the digests are the blobs'
+    names: no weights are read."""
+    snapshot = Path(src.path) if Path(src.path).is_dir() else _cached_snapshot(src)
+    found = weights.formats_in(p.name for p in snapshot.iterdir()) if snapshot is not None else {}
+    if not found:
         return None
-    digests = [_file_sha256(f) for f in files]
-    if len(digests) == 1:
-        return digests[0]
-    return hashlib.sha256("".join(f"{f.name} {d}\n" for f, d in zip(files, digests)).encode()).hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    target = path.resolve()
-    if path.is_symlink() and target.parent.name == "blobs" and re.fullmatch(r"[0-9a-f]{64}", target.name):
-        return target.name
-    digest = hashlib.sha256()
-    with open(target, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 24), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    files = found.get("safetensors") or found["pickle"]
+    return weights.fingerprint({name: weights.file_sha256(snapshot / name) for name in files.shards})
 
 
 def downloaded_bytes(src: Source) -> int:
     """Bytes of the revision's files in the cache if this run downloaded them, else 0."""
     if src.cached_before:
         return 0
-    snapshot = _cached_snapshot(src.path, src.revision)
+    snapshot = _cached_snapshot(src)
     return 0 if snapshot is None else sum(f.resolve().stat().st_size for f in snapshot.rglob("*") if f.is_file())
 
 
@@ -292,7 +322,7 @@ def remove_from_cache(src: Source) -> int:
     """Delete a revision this run downloaded from the Hugging Face cache; returns bytes freed."""
     if src.cached_before:
         return 0
-    snapshot = _cached_snapshot(src.path, src.revision)
+    snapshot = _cached_snapshot(src)
     if snapshot is None:
         return 0
     from huggingface_hub import scan_cache_dir
@@ -344,17 +374,23 @@ def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype
     return int(max(1, min(ceiling, free_bytes // 2 // per_sequence)))
 
 
-def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtype):
+def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: torch.device, dtype: torch.dtype):
+    """The model, with our capturing attention function, from the weight files ``checkpoint_files``
+    picks: safetensors, or pickles through torch's restricted unpickler (``weights_only=True``, which
+    refuses any pickle that would call code); never code from the checkpoint unless
+    ``model.trust_remote_code``."""
     from safetensors import SafetensorError
 
-    check_hub(src)  # again: the server may have gone since the config was fetched
+    directory, files = checkpoint_files(cfg, src)
+    os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"  # transformers must not ask the Hub to convert a pickle
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            src.path,
-            revision=src.revision,
-            local_files_only=src.local_only,
+            directory,
+            config=checkpoint.hf_config,
+            local_files_only=True,
             dtype=dtype,
-            use_safetensors=True,  # never unpickle weights
+            use_safetensors=files.format == "safetensors",
+            weights_only=True,
             trust_remote_code=cfg.model.trust_remote_code,
             attn_implementation=capture.register_attention(),
         )
@@ -363,7 +399,16 @@ def load_model(cfg: Config, src: Source, device: torch.device, dtype: torch.dtyp
                f"fetch it again: {_fetch_hint(src)} --force-download")
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its safetensors weights are truncated "
                          f"or corrupt ({str(err).splitlines()[0]}); {fix}") from None
-    except OSError as err:  # no safetensors weights (only pickled ones), a missing shard, the server gone
-        raise (_download_error(cfg, src, err) or
-               UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}")) from None
+    except pickle.UnpicklingError as err:  # the restricted unpickler refused a pickle that calls code
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {', '.join(files.shards)} is refused: "
+                         f"its pickle would call code ({_refused_global(err)}), which weights_only=True never runs; "
+                         "use a checkpoint in safetensors, or one from a source you trust") from None
+    except OSError as err:  # a missing shard
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}") from None
     return model.to(device).eval()
+
+
+def _refused_global(err: pickle.UnpicklingError) -> str:
+    """The global torch's restricted unpickler refused, as its message names it."""
+    found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)", str(err))
+    return f"global {found.group(1)}" if found else "a global the unpickler does not allow"

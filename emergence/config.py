@@ -106,6 +106,9 @@ class ModelConfig:
     revision_required_for: Optional[str] = None  # regex on name_or_path: repos whose main branch may hold no weights
     panel: List[PanelEntry] = field(default_factory=list)  # empty: revision=rK proposes one from the Hub's branches
     trust_remote_code: bool = False
+    # auto: a revision's safetensors where it has them, else its pickled .bin through torch's restricted
+    # unpickler; safetensors: refuse pickles (docs/hub.md)
+    weights_format: str = "auto"
     cleanup: bool = False  # delete each Hub revision this run downloaded, once its results are written
     fp16_unsafe: bool = False  # early checkpoints underflow in float16 (Pythia): refuse it unless forced
     force_dtype: bool = False  # run a dtype this model is known to fail in anyway

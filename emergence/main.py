@@ -39,6 +39,7 @@ class Loaded:
 
     revision: checkpoints.Revision
     source: checkpoints.Source
+    model_type_mapped_from: str | None  # the config's development model_type, read as its released name
     device: torch.device
     dtype: str  # "float32", "bfloat16" or "float16"
     weight_bytes: int
@@ -134,7 +135,8 @@ def load(cfg: Config) -> Loaded:
     src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
     if prefetch.fetched_by_sweep(src.path, src.revision):  # the sweep downloaded it: count it, and clean it up
         src = dataclasses.replace(src, cached_before=False)
-    hf_config = checkpoints.load_config(cfg, src)
+    checkpoint = checkpoints.load_config(cfg, src)
+    hf_config = checkpoint.hf_config
     validate_for_model(cfg, hf_config)
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
     batch, tokenizer = make_batch(cfg, src, hf_config.vocab_size)
@@ -143,12 +145,12 @@ def load(cfg: Config) -> Loaded:
     if cached is not None and cached.probe_fingerprint != batch.fingerprint():  # the dataset changed under its name
         cached = None
     need_model = cache.needs_weights(cfg, cached is not None)
-    model = checkpoints.load_model(cfg, src, device, dtype) if need_model else None
+    model = checkpoints.load_model(cfg, src, checkpoint, device, dtype) if need_model else None
     batch_size = cfg.probe.batch_size
     if need_model and device.type == "cuda" and cfg.probe.auto_batch:
         batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), cfg.probe.seq_len, hf_config, dtype)
-    return Loaded(revision, src, device, dtype_name, weight_bytes, batch, tokenizer, cached, model,
-                  checkpoints.Architecture.of(model) if need_model else None, batch_size)
+    return Loaded(revision, src, checkpoint.model_type_mapped_from, device, dtype_name, weight_bytes, batch,
+                  tokenizer, cached, model, checkpoints.Architecture.of(model) if need_model else None, batch_size)
 
 
 def make_batch(cfg: Config, src: checkpoints.Source, vocab_size: int) -> tuple[probe.ProbeBatch, str | None]:
@@ -241,7 +243,8 @@ def summarise(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np
             measured.position_losses, list(cfg.probe.icl_positions), cfg.stats, text.source_name(cfg.probe),
             loaded.tokenizer),
         repeat=None if cfg.probe.kind != "repeat" else icl.repeat_scores(
-            measured.position_losses, probe.RepeatLayout(cfg.probe.seq_len), cfg.stats))
+            measured.position_losses, probe.RepeatLayout(cfg.probe.seq_len), cfg.stats),
+        model_type_mapped_from=loaded.model_type_mapped_from)
 
 
 def write_outputs(out_dir: Path, run, summary: results.RunSummary, measured: cache.Measurements, tokens: torch.Tensor,

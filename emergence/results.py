@@ -143,6 +143,8 @@ class RunSummary(Record):
     massive_activations: list[MassiveActivation] | None = None
     text: TextScores | None = None  # probe.kind=text: Olsson et al.'s in-context learning score (``icl``)
     repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy (``icl``)
+    # a config whose model_type is a development name (olmo_1124) is read as the released one (``architecture``)
+    model_type_mapped_from: str | None = None
 
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")

@@ -19,6 +19,7 @@ from emergence.errors import UsageError
 from emergence.probe import PAIR_START, min_seq_len
 from emergence.screen import parse_head_name
 from emergence.text import TEXT_FILE_SUFFIXES
+from emergence.weights import WEIGHTS_FORMATS
 from emergence.stats import NULL_RULES
 
 
@@ -31,6 +32,8 @@ def validate(cfg: Config) -> None:
     p, t, a = cfg.probe, cfg.threshold, cfg.ablate
     if cfg.model.dtype not in DTYPES:
         _fail("model.dtype", cfg.model.dtype, f"use one of {', '.join(DTYPES)}")
+    if cfg.model.weights_format not in WEIGHTS_FORMATS:
+        _fail("model.weights_format", cfg.model.weights_format, f"use one of {', '.join(WEIGHTS_FORMATS)}")
     if cfg.model.reference_dtype not in (None, *DTYPES[1:]):
         _fail("model.reference_dtype", cfg.model.reference_dtype, f"use one of {', '.join(DTYPES[1:])} or null")
     if cfg.model.dtype == "float16" and cfg.model.fp16_unsafe and not cfg.model.force_dtype:
