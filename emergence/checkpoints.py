@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from emergence import capture, revisions, weights
 from emergence.config import Config
 from emergence.errors import UsageError
+from emergence.integrity import MODEL_TYPE_ALIASES
 from emergence.hub import caused_by, connection_lost, hub_endpoint, hub_reachable
 
 
@@ -226,12 +227,6 @@ def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None
                       f"{cfg.model.key} --repo {src.path}")
 
 
-# Development model_type names that published configs still carry, and the released name
-# transformers knows the architecture by: OLMo-2-1124 branches uploaded before transformers
-# renamed ``olmo_1124`` to ``olmo2`` (its PR 34864; OLMo#813).
-MODEL_TYPE_ALIASES = {"olmo_1124": "olmo2"}
-
-
 @dataclass(frozen=True)
 class CheckpointConfig:
     """A checkpoint's config.json, as transformers reads it."""
@@ -291,10 +286,15 @@ def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFile
     try:
         listing = weights.remote_files(src.path, src.revision)
         files = weights.select(weights.formats_in(f.path for f in listing), src.weights_format, _where(src))
-        return weights.download(src.path, src.revision, files), files
+        weights.download(src.path, src.revision, files)
     except OSError as err:  # the server gone, no such revision (huggingface_hub's errors are OSErrors)
         raise (_download_error(cfg, src, err) or
                UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}")) from None
+    cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
+    if cached is None:  # the server listed files it then did not serve whole
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its download is incomplete; "
+                         f"run again, or fetch it: {_fetch_hint(src)}")
+    return cached
 
 
 def weights_sha256(src: Source) -> str | None:
@@ -303,10 +303,9 @@ def weights_sha256(src: Source) -> str | None:
     with the same fingerprint serve the same weights. In the Hub cache the digests are the blobs'
     names: no weights are read."""
     snapshot = Path(src.path) if Path(src.path).is_dir() else _cached_snapshot(src)
-    found = weights.formats_in(p.name for p in snapshot.iterdir()) if snapshot is not None else {}
-    if not found:
+    files = weights.preferred(weights.formats_in(p.name for p in snapshot.iterdir())) if snapshot else None
+    if files is None:
         return None
-    files = found.get("safetensors") or found["pickle"]
     return weights.fingerprint({name: weights.file_sha256(snapshot / name) for name in files.shards})
 
 

@@ -23,8 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence import (ablation, cache, capture, checkpoints, icl, interrupt, prefetch, probe, results, screen, sinks,
-                       stats, sweep, text, tracking)
+from emergence import (ablation, cache, capture, checkpoints, icl, integrity, interrupt, prefetch, probe, results,
+                       screen, sinks, stats, sweep, text, tracking)
 from emergence.config import Config, config_digest
 from emergence.errors import UsageError
 from emergence.toy import train as toy_train
@@ -82,11 +82,19 @@ class Laps:
         self._last = now
 
 
-def analyse(cfg: Config, out_dir: Path) -> results.RunSummary:
-    """Run the recipe on the checkpoint ``cfg`` names; write and return its summary."""
+def analyse(cfg: Config, out_dir: Path,
+            integrity_store: Path | None = None) -> results.RunSummary | results.DuplicateRun:
+    """Run the recipe on the checkpoint ``cfg`` names; write and return its summary. In a sweep,
+    ``integrity_store`` holds the sweep's check of its branches (``sweep.CheckBranches``): a branch
+    that duplicates a later one is not analysed again."""
     lap = Laps()
     validate(cfg)  # everything that can be checked without the weights, before they load
     tracking.check_login(cfg.wandb)
+    duplicate = check_branch(cfg, integrity_store)
+    if duplicate is not None:
+        duplicate.save(out_dir)
+        log.info(f"{duplicate.revision} serves the weights of {duplicate.duplicate_of}: analysed there, not again")
+        return duplicate
     p = cfg.probe
     baseline = probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed)  # [n_baseline] key positions
     loaded = load(cfg)
@@ -117,6 +125,27 @@ def analyse(cfg: Config, out_dir: Path) -> results.RunSummary:
     return summary
 
 
+def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None:
+    """The sweep's verdict on this job's branch: a branch holding another's shard, or no weights,
+    stops the job in one line; a duplicate gives its record, written in place of an analysis."""
+    if store is None:
+        return None
+    revision = checkpoints.resolve_revision(cfg)
+    repo = cfg.model.name_or_path
+    verdict = integrity.stored_verdicts(store).get(repo, {}).get(revision.name)
+    if verdict is None or verdict.verdict == "ok":
+        return None
+    if verdict.fails:
+        raise UsageError(f"revision={revision.name} of {repo} is defective: {verdict.line} (python -m "
+                         f"emergence.revisions {cfg.model.key} --repo {repo} --check); leave it out of the sweep")
+    if verdict.verdict == "duplicate":
+        return results.DuplicateRun(results.SCHEMA_VERSION, cfg.model.key, repo, results.training_seed(cfg.model),
+                                    revision.name, revision.step, revision.tokens, verdict.other,
+                                    verdict.weights_sha256, config_digest(cfg))
+    log.warning(f"{repo}@{revision.name}: {verdict.line}; read as {verdict.expected_model_type}")
+    return None
+
+
 def remove_from_cache(source: checkpoints.Source) -> None:
     freed = checkpoints.remove_from_cache(source)
     log.info(f"cleanup: removed {source.path}@{source.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
@@ -133,7 +162,8 @@ def load(cfg: Config) -> Loaded:
     if cfg.model.toy is not None:
         toy_train.ensure_trained(cfg.model)
     src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
-    if prefetch.fetched_by_sweep(src.path, src.revision):  # the sweep downloaded it: count it, and clean it up
+    # the sweep downloaded it: count it, and clean it up
+    if prefetch.fetched_by_sweep((src.path, src.revision, src.weights_format)):
         src = dataclasses.replace(src, cached_before=False)
     checkpoint = checkpoints.load_config(cfg, src)
     hf_config = checkpoint.hf_config
@@ -216,7 +246,7 @@ def summarise(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np
     """The run's record, ``summary.json``."""
     revision, scr, null = loaded.revision, screened.screen, uncertainty.null
     download = {"bytes_downloaded": checkpoints.downloaded_bytes(loaded.source), "load_seconds": timings["load"],
-                **prefetch.arrival(loaded.source.path, loaded.source.revision)}
+                **prefetch.arrival((loaded.source.path, loaded.source.revision, loaded.source.weights_format))}
     return results.RunSummary(
         schema_version=results.SCHEMA_VERSION, model=cfg.model.key, name_or_path=cfg.model.name_or_path,
         training_seed=results.training_seed(cfg.model), revision=revision.name, step=revision.step,
@@ -294,7 +324,7 @@ def main(dict_cfg: DictConfig) -> None:
             return
         if in_sweep:  # a relaunched sweep runs its failed jobs again: their old FAILED must not list them
             sweep.clear_failure(out_dir)
-        analyse(cfg, out_dir)
+        analyse(cfg, out_dir, Path(hydra_cfg.sweep.dir) / integrity.INTEGRITY_FILE if in_sweep else None)
         if interrupt.received.is_set():  # its KeyboardInterrupt was swallowed on the way
             raise KeyboardInterrupt
     except KeyboardInterrupt:

@@ -24,7 +24,6 @@ A revision this sweep fetched counts as downloaded by the sweep (``summary.downl
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import queue
@@ -37,24 +36,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
+from emergence import weights
 from emergence.config import config_digest
+from emergence.sweep import BASIC_SWEEPER, compose_job, job_overrides
 from emergence.errors import UsageError
 from emergence.hub import hub_reachable
 
 log = logging.getLogger(__name__)
 
-# What ``checkpoints.load_model`` reads of a revision: safetensors only, never pickles.
-WEIGHTS = ["*.safetensors", "*.safetensors.index.json", "generation_config.json"]
-# The cache's config.json is what marks a revision as there (``checkpoints.source``); it is
-# fetched last, so that a download cut short is not mistaken for a complete one.
-MARKER = "config.json"
-
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
-Key = tuple[str, str]  # (repo id, revision)
+Key = tuple[str, str, str]  # (repo id, revision, model.weights_format)
 
 
 class Downloader:
@@ -104,8 +98,8 @@ class Downloader:
     def _download(self, key: Key) -> None:
         # a failure is the job's to report: it downloads the revision itself
         if hub_reachable():
-            repo, revision = key
-            done = subprocess.run([sys.executable, "-m", __name__, repo, revision or "main"],
+            repo, revision, weights_format = key
+            done = subprocess.run([sys.executable, "-m", __name__, repo, revision or "main", weights_format],
                                   capture_output=True, text=True)  # its progress bars stay out of the job's output
             if done.returncode == 0 and done.stdout.strip() == "fetched":
                 self.fetched.add(key)
@@ -114,19 +108,19 @@ class Downloader:
         self._finished[key].set()
 
 
-def fetch(repo: str, revision: str) -> bool:
-    """Download ``repo@revision``'s weights and config into the Hugging Face cache if the free
-    disk holds them; True if it did."""
-    from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
+def fetch(repo: str, revision: str, weights_format: str) -> bool:
+    """Download what a run of ``repo@revision`` reads (its config and the weight files of the format
+    ``weights.select`` picks) into the Hugging Face cache if the free disk holds them; True if it did."""
+    from huggingface_hub import constants
 
-    files = HfApi().list_repo_tree(repo, revision=revision)  # with their sizes (a mirror's model_info has none)
-    size = sum(f.size for f in files if any(fnmatch.fnmatch(f.path, p) for p in WEIGHTS))
+    listing = weights.remote_files(repo, revision)  # with their sizes (a mirror's model_info has none)
+    files = weights.select(weights.formats_in(f.path for f in listing), weights_format, f"{repo}@{revision}")
+    size = sum(f.size for f in listing if f.path in files.files)
     cache = Path(constants.HF_HUB_CACHE)
     cache.mkdir(parents=True, exist_ok=True)
     if size > shutil.disk_usage(cache).free:
         return False
-    snapshot_download(repo, revision=revision, allow_patterns=WEIGHTS)
-    hf_hub_download(repo, MARKER, revision=revision)
+    weights.download(repo, revision, files)
     return True
 
 
@@ -134,16 +128,16 @@ _downloader: Downloader | None = None  # the sweep's, once a job asked for a pre
 _started: dict[Key, dict] = {}  # per revision, how its job found it: {"prefetched", "wait_seconds"}
 
 
-def arrival(repo: str, revision: str | None) -> dict:
-    """How the job of ``repo@revision`` got its files (``summary.download``): ``prefetched``,
+def arrival(key: Key) -> dict:
+    """How the job of a revision (repo, revision, weights format) got its files (``summary.download``): ``prefetched``,
     fetched by the sweep during an earlier job, and ``wait_seconds`` it still waited for them
     at its start (the whole download for a job whose revision no earlier job fetched)."""
-    return _started.get((repo, revision), {"prefetched": False, "wait_seconds": 0.0})
+    return _started.get(key, {"prefetched": False, "wait_seconds": 0.0})
 
 
-def fetched_by_sweep(repo: str, revision: str | None) -> bool:
+def fetched_by_sweep(key: Key) -> bool:
     """In the cache because this sweep's prefetch downloaded it (so not "cached before")."""
-    return _downloader is not None and (repo, revision) in _downloader.fetched
+    return _downloader is not None and key in _downloader.fetched
 
 
 def after_downloads(cleanup: Callable[[], None]) -> None:
@@ -197,39 +191,19 @@ class Prefetch(Callback):
         return self.revisions[num]
 
 
-def job_overrides(config: DictConfig) -> list[list[str]]:
-    """Every job's overrides in launch order, as ``BasicSweeper.sweep`` computes them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
-    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-
-
 def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key | None:
     """The Hub revision job ``num`` will download: None for a local checkpoint, one already in
     the cache, a job resume will skip, a job that will load no weights (its measurements are
     cached and ablation is off), or one whose config does not resolve (the job itself then says
     why)."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-
     # here, not at the top: the downloader's child needs no torch
     from emergence import cache, checkpoints, results
 
-    current = HydraConfig.instance().cfg
     try:
-        job = GlobalHydra.instance().config_loader().load_sweep_config(master, overrides)
-        with open_dict(job):
-            job.hydra.job.num = job.hydra.job.id = num
-        HydraConfig.instance().set_config(job)  # the job's own ${hydra:...} values, as run_job sets them
-        out_dir = Path(job.hydra.sweep.dir) / str(job.hydra.sweep.subdir)  # where run_job puts it
-        with open_dict(job):
-            del job["hydra"]  # what the task function gets (run_job's task_cfg)
-        cfg = OmegaConf.to_object(job)
+        composed = compose_job(master, overrides, num)
+        if composed is None:
+            return None
+        cfg, out_dir = composed
         if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
             return None
         src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
@@ -240,10 +214,8 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
     except (UsageError, ValueError) as err:
         log.debug(f"no prefetch for job {num}: {err}")
         return None
-    finally:
-        HydraConfig.instance().cfg = current
-    return None if src.local_only else (src.path, src.revision)
+    return None if src.local_only else (src.path, src.revision, src.weights_format)
 
 
-if __name__ == "__main__":  # the downloader's child process: python -m emergence.prefetch REPO REVISION
-    print("fetched" if fetch(sys.argv[1], sys.argv[2]) else "skipped: larger than the free disk")
+if __name__ == "__main__":  # the downloader's child process: python -m emergence.prefetch REPO REVISION FORMAT
+    print("fetched" if fetch(*sys.argv[1:4]) else "skipped: larger than the free disk")

@@ -161,6 +161,31 @@ class RunSummary(Record):
         return cls.from_json(data)
 
 
+@dataclass
+class DuplicateRun(Record):
+    """``summary.json`` of a sweep job whose branch serves the same weights as a later branch of the
+    sweep (``integrity``): not analysed again; its results are those of ``duplicate_of``."""
+
+    schema_version: int
+    model: str
+    name_or_path: str
+    training_seed: int | None
+    revision: str
+    step: int | None
+    tokens: int | None
+    duplicate_of: str  # the branch analysed in its place
+    weights_sha256: str | None
+    config_digest: str
+
+    def save(self, out_dir: Path) -> None:
+        atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def is_duplicate(run_dir: Path) -> bool:
+    """The run directory holds a ``DuplicateRun``'s summary."""
+    return "duplicate_of" in read_json(run_dir / SUMMARY_FILE)
+
+
 SPECTRAL_ESTIMATORS = {
     "pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
     "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred (the reference code's estimator)",
@@ -285,7 +310,11 @@ def is_done(run_dir: Path, config_digest: str) -> bool:
     """A complete run of the same configuration is already in ``run_dir`` (a broken summary, or one
     of another schema, is not one)."""
     try:
-        return (run_dir / SUMMARY_FILE).exists() and RunSummary.read(run_dir).config_digest == config_digest
+        if not (run_dir / SUMMARY_FILE).exists():
+            return False
+        summary = DuplicateRun.from_json(read_json(run_dir / SUMMARY_FILE)) if is_duplicate(run_dir) \
+            else RunSummary.read(run_dir)
+        return summary.config_digest == config_digest
     except ValueError:
         return False
 

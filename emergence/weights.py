@@ -66,6 +66,11 @@ def formats_in(names: Iterable[str]) -> dict[WeightsFormat, WeightFiles]:
     return found
 
 
+def preferred(found: dict[WeightsFormat, WeightFiles]) -> WeightFiles | None:
+    """Safetensors where a revision has them, else its pickles (None: it holds no weights)."""
+    return found.get("safetensors") or found.get("pickle")
+
+
 def select(found: dict[WeightsFormat, WeightFiles], policy: str, where: str) -> WeightFiles:
     """The format a run reads (``model.weights_format``: ``auto`` prefers safetensors, then pickles;
     ``safetensors`` refuses pickles); a UsageError where the revision holds none it may read."""
@@ -112,21 +117,21 @@ class RemoteFile:
 def remote_files(repo: str, revision: str | None) -> list[RemoteFile]:
     """The root-level files of ``repo@revision`` from the Hub's tree API (nothing is downloaded)."""
     from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
 
     entries = HfApi().list_repo_tree(repo, revision=revision)
-    return [RemoteFile(e.path, e.size, e.lfs.sha256 if e.lfs else None) for e in entries if isinstance(e, RepoFile)]
+    return [RemoteFile(e.path, e.size, lfs.sha256 if (lfs := getattr(e, "lfs", None)) else None)
+            for e in entries if hasattr(e, "size")]  # files: a folder (RepoFolder) has no size
 
 
-def download(repo: str, revision: str | None, files: WeightFiles) -> Path:
-    """Fetch the config and ``files`` of ``repo@revision`` into the Hugging Face cache, nothing else;
-    returns the snapshot directory. The config comes last: a cached config marks the revision as
+def download(repo: str, revision: str | None, files: WeightFiles) -> None:
+    """Fetch the config and ``files`` of ``repo@revision`` into the Hugging Face cache, nothing else.
+    The config comes last: a cached config marks the revision as
     there, so a download cut short is not mistaken for a complete one (``cached_snapshot`` checks
     every shard too)."""
     from huggingface_hub import hf_hub_download, snapshot_download
 
     snapshot_download(repo, revision=revision, allow_patterns=files.files)
-    return Path(hf_hub_download(repo, CONFIG_FILE, revision=revision)).parent
+    hf_hub_download(repo, CONFIG_FILE, revision=revision)
 
 
 def cached_snapshot(repo: str, revision: str | None, policy: str) -> tuple[Path, WeightFiles] | None:

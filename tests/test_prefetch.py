@@ -89,9 +89,9 @@ def test_a_revision_larger_than_the_free_disk_is_not_prefetched(monkeypatch, tmp
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: downloads.append(a))
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: downloads.append(a))
     monkeypatch.setattr(prefetch.shutil, "disk_usage", lambda path: SimpleNamespace(free=9 * 2**30))
-    assert not prefetch.fetch(OLMO2, BRANCHES[0]) and downloads == []
+    assert not prefetch.fetch(OLMO2, BRANCHES[0], "auto") and downloads == []
     monkeypatch.setattr(prefetch.shutil, "disk_usage", lambda path: SimpleNamespace(free=11 * 2**30))
-    assert prefetch.fetch(OLMO2, BRANCHES[0]) and len(downloads) == 2
+    assert prefetch.fetch(OLMO2, BRANCHES[0], "auto") and len(downloads) == 2
 
 
 def test_hub_prefetch_is_validated_and_does_not_change_what_a_run_computes():

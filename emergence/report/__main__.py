@@ -24,7 +24,8 @@ from emergence.errors import UsageError
 from emergence.record import to_json
 from emergence.report import causal_threshold, figures, markdown, sensitivity
 from emergence.report.findings import panel_findings
-from emergence.report.panel import REFERENCE_DATA, load_reference, load_refined, load_runs, shared_thresholds
+from emergence.report.panel import (REFERENCE_DATA, defective_checkpoints, load_reference, load_refined, load_runs,
+                                    shared_thresholds)
 from emergence.report.records import Conclusion, Milestone, PanelFindings
 from emergence.tracking import check_login, tracked_run
 
@@ -61,16 +62,17 @@ def parse_args(argv=None):
 
 def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float,
                  reference: bool, sweeps: list[dict] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon,
-                 refined: dict | None = None) -> PanelFindings:
+                 refined: dict | None = None, defective: dict | None = None) -> PanelFindings:
     """``sweeps``: causal-threshold sweeps (``causal_threshold.load_sweeps``) among the runs, if any; ``refined``:
-    the milestones ``python -m emergence.refine`` narrowed (``panel.load_refined``), per model."""
+    the milestones ``python -m emergence.refine`` narrowed (``panel.load_refined``), per model; ``defective``:
+    the branches the sweeps' integrity checks found defective (``panel.defective_checkpoints``)."""
     out.mkdir(parents=True, exist_ok=True)
     findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon,
                               refined=refined)
     grids = [sensitivity.dense(t) for t in trajectories.values()]
     rows = sensitivity.rows(grids)
     findings = dataclasses.replace(findings, causal_threshold=list(sweeps), sensitivity=sensitivity.conclusions(
-        trajectories, grids, class_threshold, circuit_threshold))
+        trajectories, grids, class_threshold, circuit_threshold), defective_checkpoints=defective or {})
     made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
             figures.trajectories(findings, out), figures.sensitivity(grids, class_threshold, circuit_threshold, out),
             figures.causal_threshold(findings.causal_threshold, out), figures.token_axis(findings, out)]
@@ -132,6 +134,7 @@ def main(argv=None) -> None:
                         else load_runs(args.runs, args.pr_estimator))
         sweeps = [] if args.reference else causal_threshold.load_sweeps(args.runs)
         refined = {} if args.reference else load_refined(args.runs)
+        defective = {} if args.reference else defective_checkpoints(args.runs)
     except (FileNotFoundError, ValueError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -141,7 +144,7 @@ def main(argv=None) -> None:
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
     findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
                             reference=args.reference is not None, sweeps=sweeps, sink_epsilon=args.sink_epsilon,
-                            refined=refined)
+                            refined=refined, defective=defective)
     log_panel(findings, args.out, wandb_cfg)
     for model, f in findings.models.items():
         print(f"{model}: final BOS {100 * f.f2.final_fraction:.1f}% ({f.f2.shape}), onset "

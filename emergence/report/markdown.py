@@ -353,6 +353,19 @@ def causal_threshold(sweeps: list[dict]) -> list[str]:
     return out
 
 
+def defective_section(defective: dict[str, dict[str, str]]) -> list[str]:
+    """The branches the integrity check found defective: left out of the trajectories (a duplicate is
+    analysed once, at the branch whose weights it serves)."""
+    if not defective:
+        return []
+    out = ["", "## Defective checkpoints", "",
+           "Found by the integrity check before the sweep (python -m emergence.revisions MODEL --check); "
+           "none of them is a point of the trajectories above.", ""]
+    for repo, branches in defective.items():
+        out += [f"- {repo}@{branch}: {verdict}" for branch, verdict in branches.items()]
+    return out
+
+
 def render(findings: PanelFindings, reference: bool) -> str:
     out = header(findings, reference)
     for model, f in findings.models.items():
@@ -362,6 +375,7 @@ def render(findings: PanelFindings, reference: bool) -> str:
     for family, entry in findings.seeds.items():
         out += seeds_section(family, entry)
     out += sensitivity_section(findings.sensitivity)
+    out += defective_section(findings.defective_checkpoints)
     if findings.causal_threshold:
         out += ["", *causal_threshold(findings.causal_threshold)]
     out += ["\n## Figures\n", *(f"![{name}]({name})" for name in findings.figures)]

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from emergence.config import ModelConfig, compose_config
-from emergence.results import PER_SEQUENCE_FILE, SUMMARY_FILE, read_json, read_run
+from emergence.integrity import INTEGRITY_FILE, stored_verdicts
+from emergence.results import PER_SEQUENCE_FILE, SUMMARY_FILE, is_duplicate, read_json, read_run
 from emergence.screen import CLASSES
 
 # Reference file prefixes -> our model keys, and how their revision names give tokens.
@@ -144,6 +145,8 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
     for run_dir, refined in find_runs(paths).items():
+        if is_duplicate(run_dir):  # not analysed: its weights are a later branch's (``defective_checkpoints``)
+            continue
         summary, rows = read_run(run_dir)
         if summary.tokens is None:
             raise ValueError(f"{run_dir}: run has no token count (revision {summary.revision!r}); "
@@ -186,6 +189,17 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
                                         next(iter(thresholds)) if len(thresholds) == 1 else None,
                                         family=model if several else None, probe=probe)
     return trajectories
+
+
+def defective_checkpoints(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """The branches the sweeps' integrity checks (their ``integrity.json``) found defective:
+    {repo: {branch: verdict}}."""
+    found: dict[str, dict[str, str]] = {}
+    for path in map(Path, paths):
+        for store in sorted(path.rglob(INTEGRITY_FILE)) if path.is_dir() else []:
+            for repo, checks in stored_verdicts(store).items():
+                found.setdefault(repo, {}).update({b: c.line for b, c in checks.items() if c.verdict != "ok"})
+    return {repo: branches for repo, branches in found.items() if branches}
 
 
 def load_refined(paths: list[Path]) -> dict[str, dict]:

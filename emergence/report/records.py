@@ -393,6 +393,8 @@ class PanelFindings:
     sensitivity: list[Conclusion] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # file names, in the report's folder
     token_axis: dict[str, TokenAxis] = field(default_factory=dict)  # by model (and seed) with the mechanism measured
+    # branches the sweeps' integrity check found defective (``integrity``): {repo: {branch: verdict}}
+    defective_checkpoints: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """``findings.json``'s content."""
