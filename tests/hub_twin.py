@@ -65,7 +65,7 @@ FP16_BIN = Weights("bin", torch.float16)
 
 def is_weight_file(path: str) -> bool:
     """A root-level weight file, as a loader looks for them (not training_args.bin, nor DeepSpeed states)."""
-    return "/" not in path and (path.endswith(".safetensors") or re.fullmatch(r"pytorch_model.*\.bin", path) is not None)
+    return re.fullmatch(r"[^/]*\.safetensors|pytorch_model[^/]*\.bin", path) is not None
 
 
 def write_weights(state: dict[str, torch.Tensor], directory: Path, weights: Weights) -> None:
@@ -162,9 +162,12 @@ class Layout:
         files = {b: {p.relative_to(self.dirs[b]).as_posix(): p.stat().st_size
                      for p in sorted(self.dirs[b].rglob("*")) if p.is_file()} for b in [*branches, "main"]}
         tokenizer_files = {p.name for p in self.tokenizer.iterdir()}
+        # the LFS oid publish stored each weight file under: the sha256 of its content
+        sha256 = {b: {p: hashlib.sha256((self.dirs[b] / p).read_bytes()).hexdigest() for p in f if is_weight_file(p)}
+                  for b, f in files.items()}
         return TwinRepo(
             family=self.family, repo_id=self.repo_id, model_type=self.model_type, branches=branches, files=files,
-            weight_sha256={b: {p: hashlib.sha256((self.dirs[b] / p).read_bytes()).hexdigest() for p in f if is_weight_file(p)} for b, f in files.items()},
+            weight_sha256=sha256,
             planted=dict(self.planted),
             tokenizer_branches=[b for b, f in files.items() if tokenizer_files <= f.keys()])
 
@@ -252,7 +255,8 @@ def smollm2(repo: Layout) -> None:
     holds README.md and .gitattributes only, no weights and no config."""
     for name in SMOLLM2_BRANCHES:
         repo.checkpoint(name, Weights("safetensors", torch.bfloat16), tokenizer=True)
-    (repo.branch("main") / "README.md").write_text("---\nlicense: apache-2.0\n---\n# SmolLM2-135M intermediate checkpoints\n")
+    readme = "---\nlicense: apache-2.0\n---\n# SmolLM2-135M intermediate checkpoints\n"
+    (repo.branch("main") / "README.md").write_text(readme)
 
 
 def crfm_gpt2(repo: Layout) -> None:
