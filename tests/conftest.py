@@ -8,6 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from hub_server import hub_server  # noqa: E402,F401  (the fixture, for every test module)
+from hub_twin import hub_twin  # noqa: E402,F401  (the session's Hub twin, for every test module)
 from tiny_models import ARCHS, save_tiny_model  # noqa: E402
 
 # Under pytest-xdist (``-n``), each worker gets its share of the cores, for its own torch and for

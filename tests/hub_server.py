@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -45,13 +47,20 @@ def _lfs_pointer(oid: str, size: int) -> bytes:
     return f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n".encode()
 
 
+# The patterns of the Hub's default .gitattributes that our fixtures' files match: the Hub stores
+# these in LFS (as does every repo created on it), whatever their size.
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
 def publish(mirrors: Path, repo_id: str, branches: dict[str, Path]) -> dict[str, str]:
     """Lay out ``repo_id`` as olah serves it: a git repository at ``<mirrors>/models/<org>/<name>``
     with one commit per branch holding the files of ``branches[branch]`` (a checkpoint
-    directory). Safetensors files are committed as git-LFS pointers, their content under
-    ``.git/lfs/objects/``, as the Hub keeps them: the client's cache then names each blob by
-    the content's sha256, which is what ``weights_sha256`` reports. Publishing to an existing
-    repo adds (or moves) branches. Returns {branch: sha256 of its model.safetensors}.
+    directory; its subfolders become nested git trees, as ``global_step*/`` in a DeepSpeed
+    checkpoint). Files with an ``LFS_SUFFIXES`` suffix are committed as git-LFS pointers,
+    their content under ``.git/lfs/objects/``, as the Hub keeps them: the client's cache then
+    names each blob by the content's sha256, which is what ``weights_sha256`` reports.
+    Publishing to an existing repo adds (or moves) branches. Returns {branch: sha256 of its
+    model.safetensors} for the branches that have one.
 
     Written with git plumbing (hash-object, mktree, commit-tree, update-ref): no checkout,
     no working-tree state between branches, and no git-lfs binary."""
@@ -61,23 +70,44 @@ def publish(mirrors: Path, repo_id: str, branches: dict[str, Path]) -> dict[str,
         _git(repo, "init", "--quiet", "--initial-branch=main")
     oids = {}
     for branch, checkpoint in branches.items():
-        entries = []
-        for f in sorted(p for p in checkpoint.iterdir() if p.is_file()):
-            content = f.read_bytes()
-            if f.suffix == ".safetensors":
-                oid = hashlib.sha256(content).hexdigest()
-                stored = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
-                stored.parent.mkdir(parents=True, exist_ok=True)
-                stored.write_bytes(content)
-                content = _lfs_pointer(oid, stored.stat().st_size)
-                if f.name == "model.safetensors":
-                    oids[branch] = oid
-            blob = _git(repo, "hash-object", "-w", "--stdin", input=content)
-            entries.append(f"100644 blob {blob}\t{f.name}\n")
-        tree = _git(repo, "mktree", input="".join(entries).encode())
+        lfs: dict[str, str] = {}
+        tree = _write_tree(repo, checkpoint, lfs)
         commit = _git(repo, "commit-tree", tree, "-m", f"checkpoint {branch}")
         _git(repo, "update-ref", f"refs/heads/{branch}", commit)
+        if "model.safetensors" in lfs:
+            oids[branch] = lfs["model.safetensors"]
     return oids
+
+
+def _write_tree(repo: Path, directory: Path, lfs: dict[str, str]) -> str:
+    """Write the files under ``directory`` into ``repo``'s object store and return the id of its
+    git tree; ``lfs`` gets {path relative to ``directory``: LFS oid} of the files stored in LFS.
+    All blobs of a directory are hashed by one ``git hash-object`` (a process per file made the
+    Hub twin's ~600 files slow to publish); an LFS file's blob is its pointer, written beside."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    with tempfile.TemporaryDirectory() as pointers:
+        sources = []  # what each file's blob holds: the file itself, or its LFS pointer
+        for f in files:
+            if f.suffix in LFS_SUFFIXES:
+                oid = hashlib.sha256(f.read_bytes()).hexdigest()
+                stored = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+                stored.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, stored)
+                lfs[f.relative_to(directory).as_posix()] = oid
+                pointer = Path(pointers) / f"{len(sources)}"
+                pointer.write_bytes(_lfs_pointer(oid, f.stat().st_size))
+                sources.append(pointer)
+            else:
+                sources.append(f)
+        paths = "".join(f"{s}\n" for s in sources).encode()
+        blobs = dict(zip(files, _git(repo, "hash-object", "-w", "--no-filters", "--stdin-paths", input=paths).split()))
+
+    def tree(folder: Path) -> str:
+        entries = [f"040000 tree {tree(p)}\t{p.name}\n" if p.is_dir() else f"100644 blob {blobs[p]}\t{p.name}\n"
+                   for p in sorted(folder.iterdir())]
+        return _git(repo, "mktree", input="".join(entries).encode())
+
+    return tree(directory)
 
 
 def free_port() -> int:
@@ -162,14 +192,13 @@ def _wait_until_listening(server: HubServer, timeout: float) -> None:
     pytest.fail(f"olah did not accept connections on {server.endpoint} within {timeout:.0f} s:\n{server.log_tail()}")
 
 
-@pytest.fixture
-def hub_server(tmp_path_factory):
-    """An olah server on a free port of 127.0.0.1 with empty mirrors, for one test: each test
-    sees only the repos it publishes (under the real repo ids, which tests share). A test may
-    ``stop()`` and ``start()`` it again on the same port."""
+@contextmanager
+def serving(root: Path) -> Iterator[HubServer]:
+    """An olah server on a free port of 127.0.0.1, its config, logs, cache and (empty) mirrors
+    under ``root``; stopped on leaving the context. For the ``hub_server`` fixture and the
+    session's Hub twin (``hub_twin.py``)."""
     if shutil.which("git") is None:
         pytest.fail("the Hub server tests need git on PATH")
-    root = tmp_path_factory.mktemp("hub-server")
     (root / "mirrors").mkdir()
     port = free_port()
     (root / "olah.toml").write_text(CONFIG.format(port=port, root=root.as_posix()))
@@ -179,3 +208,12 @@ def hub_server(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def hub_server(tmp_path_factory):
+    """An olah server on a free port of 127.0.0.1 with empty mirrors, for one test: each test
+    sees only the repos it publishes (under the real repo ids, which tests share). A test may
+    ``stop()`` and ``start()`` it again on the same port."""
+    with serving(tmp_path_factory.mktemp("hub-server")) as server:
+        yield server

@@ -50,6 +50,30 @@ def test_publish_lays_out_lfs_objects_and_deterministic_commits(tmp_path, placeh
     assert (repos[0] / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid).read_bytes() == b"not weights"
 
 
+def test_publish_nests_folders_and_keeps_bin_and_pt_files_in_lfs(tmp_path):
+    """A DeepSpeed checkpoint as stanford-crfm's branches hold it: pickles at the top and in a folder."""
+    ckpt = tmp_path / "checkpoint-10"
+    (ckpt / "global_step10").mkdir(parents=True)
+    files = {"pytorch_model.bin": b"pickled weights", "training_args.bin": b"pickled args", "latest": b"global_step10",
+             "trainer_state.json": b"{}", "global_step10/mp_rank_00_model_states.pt": b"module states"}
+    for path, content in files.items():
+        (ckpt / path).write_bytes(content)
+    repo = tmp_path / "mirrors" / "models" / "stanford-crfm" / "alias-gpt2-small-x21"
+    assert publish(tmp_path / "mirrors", "stanford-crfm/alias-gpt2-small-x21", {"checkpoint-10": ckpt}) == {}
+    listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", "checkpoint-10"], cwd=repo, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert listing == sorted(files)
+    for path, content in files.items():
+        stored = subprocess.run(["git", "show", f"checkpoint-10:{path}"], cwd=repo, capture_output=True,
+                                check=True).stdout
+        if path.endswith((".bin", ".pt")):
+            oid = hashlib.sha256(content).hexdigest()
+            assert stored == f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(content)}\n".encode()
+            assert (repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid).read_bytes() == content
+        else:
+            assert stored == content, path
+
+
 def test_list_repo_refs_sees_exactly_the_published_branches(hub_server, placeholder):
     publish(hub_server.mirrors, "EleutherAI/pythia-14m", {"main": placeholder, "step1000": placeholder})
     res = list_refs(hub_server.env(), "EleutherAI/pythia-14m")
