@@ -50,8 +50,9 @@ def _resolve(cfg: Config) -> Revision:
     model, rev = cfg.model, cfg.revision
     panel = list(model.panel)
     if rev.index is not None:
-        if not panel and rev.index == -1:  # revision=final on a model without a panel: the checkpoint as it is
-            return Revision(rev.name, None, None)
+        main_may_be_empty = model.revision_required_for and re.search(model.revision_required_for, model.name_or_path)
+        if not panel and rev.index == -1 and not main_may_be_empty:
+            return Revision(rev.name, None, None)  # revision=final on a model without a panel: the checkpoint as it is
         if not panel and model.revision_pattern is None:
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "

@@ -4,9 +4,15 @@ and the checkpoints between two revisions (to locate a milestone to one interval
     python -m emergence.revisions olmo                            # list step/tokens of every branch
     python -m emergence.revisions olmo --propose 10 --from 1e9 --to 3e12
     python -m emergence.revisions olmo --between step56000-tokens117B step126000-tokens264B
+    python -m emergence.revisions pythia --check                  # the panel's branches, before downloading them
+    python -m emergence.revisions pythia --check step0 step1 --json
+    python -m emergence.revisions pythia --check --all            # every branch of the repo
 
 Listing needs the Hub (``huggingface_hub.list_repo_refs``, at ``HF_ENDPOINT``); offline, or for a
-repo the Hub does not have, it says so in one line and stops.
+repo the Hub does not have, it says so in one line and stops. ``--check`` reads each branch's
+weight files and their sha256 from the Hub's tree API (``integrity``; offline, from the cache) and
+prints one verdict per branch: ok, duplicate of <branch>, foreign shard <file> from <branch>,
+no weights, model_type <x> is not <family's>; it exits 1 if any branch is not ok.
 
 Also the revision naming of a family, as its preset states it (``revision_pattern``,
 ``published_steps``): reading step and tokens from a branch name, refusing names that cannot
@@ -199,6 +205,33 @@ def print_panel(entries: list[PanelEntry]) -> None:
         print(f"  - {{revision: {e.revision}, step: {e.step}, tokens: {'null' if e.tokens is None else e.tokens}}}")
 
 
+def check_command(cfg, entries: list[PanelEntry], names: list[str], every: bool, as_json: bool) -> int:
+    """``--check``: the integrity verdicts of the named branches (default: the model's panel; ``every``:
+    every branch of the repo), printed; 1 if any is not ok."""
+    from emergence.integrity import check
+
+    repo = cfg.model.name_or_path
+    step_of = {e.revision: e.step for e in entries}
+    if every:
+        names = [e.revision for e in entries]
+    elif not names:
+        names = [e.revision for e in (cfg.model.panel or discovered_panel(cfg.model, cfg.cache_dir))]
+    unknown = [n for n in names if n not in step_of]
+    if unknown:
+        raise UsageError(f"{unknown[0]} is not a checkpoint branch of {repo}; list them: python -m emergence.revisions "
+                         f"{cfg.model.key} --repo {repo}")
+    checks = check(repo, {n: step_of[n] for n in names}, cfg.model.architecture)
+    if as_json:
+        print(json.dumps({"repo": repo, "branches": {b: {**c.to_json(), "line": c.line} for b, c in checks.items()}},
+                         indent=1))
+    else:
+        width = max(map(len, checks), default=0)
+        for branch, verdict in checks.items():
+            print(f"{branch:<{width}}  {verdict.line}")
+        print(f"# {sum(c.verdict == 'ok' for c in checks.values())} of {len(checks)} branches of {repo} ok")
+    return int(any(c.verdict != "ok" for c in checks.values()))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m emergence.revisions", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -208,18 +241,32 @@ def main(argv=None) -> None:
     p.add_argument("--from", dest="low", type=float, default=1.0, help="lowest token count for --propose")
     p.add_argument("--to", dest="high", type=float, default=float("inf"), help="highest token count")
     p.add_argument("--between", nargs=2, metavar=("REV_A", "REV_B"), help="list the checkpoints between two")
+    p.add_argument("--check", nargs="*", metavar="BRANCH",
+                   help="check branches before downloading them (default: the model's panel): duplicates, foreign "
+                        "shards, no weights, model_type")
+    p.add_argument("--all", action="store_true", help="with --check: every checkpoint branch of the repo")
+    p.add_argument("--json", action="store_true", help="with --check: machine-readable output")
     args = p.parse_args(argv)
     cfg = compose_config([f"model={args.model}"] + ([f"model.name_or_path={args.repo}"] if args.repo else []))
     repo = cfg.model.name_or_path
     try:
         entries = parse_branches(list_branches(repo), cfg.model.revision_pattern, cfg.model.tokens_per_step)
     except HubUnavailable as err:
-        print(f"error: listing the revisions of {repo} needs the Hugging Face Hub ({err}); run it where the Hub is "
-              "reachable", file=sys.stderr)
-        sys.exit(2)
+        if args.check and not args.all:  # named branches: the check reads what the cache holds of them
+            entries = parse_branches(args.check, cfg.model.revision_pattern, cfg.model.tokens_per_step)
+        else:
+            print(f"error: listing the revisions of {repo} needs the Hugging Face Hub ({err}); run it where the Hub is "
+                  "reachable", file=sys.stderr)
+            sys.exit(2)
     except UsageError as err:  # the Hub answered, e.g. no such repo
         print(f"error: the revisions of {repo} cannot be listed: {err}", file=sys.stderr)
         sys.exit(2)
+    if args.check is not None:
+        try:
+            sys.exit(check_command(cfg, entries, args.check, args.all, args.json))
+        except UsageError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
     if args.between:
         try:
             found = between(entries, *args.between)

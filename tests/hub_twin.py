@@ -176,8 +176,9 @@ def pythia(repo: Layout) -> None:
     """EleutherAI/pythia-1b: every branch a pickled fp16 ``pytorch_model.bin`` with config and
     tokenizer, ``generation_config.json`` on the later ones; main also ``model.safetensors``
     (added by the Hub's conversion bot) of the final weights. Branches: the panel, step0
-    (pythia#83: it serves step1's weights) and step2000 (pythia#202: config and tokenizer, no weights)."""
-    for name in repo.panel:
+    (pythia#83: it serves step1's weights), step1000 and step2000 (pythia#202: config and tokenizer,
+    no weights)."""
+    for name in [*repo.panel, "step1000"]:
         repo.checkpoint(name, FP16_BIN, tokenizer=True, generation_config=repo.step(name) >= 10000)
     repo.checkpoint("step0", FP16_BIN, tokenizer=True)
     repo.transplant("step0", "pytorch_model.bin", "step1", "duplicate of step1")
@@ -233,10 +234,8 @@ def amber(repo: Layout) -> None:
     """LLM360/Amber: branches ckpt_000..ckpt_358 of 3 pickled fp32 shards
     ``pytorch_model-0000k-of-00003.bin`` with their index, config and eval_*.json results; the
     final model is main (no ckpt_359): 3 bf16 safetensors shards, config dtype bfloat16, the
-    tokenizer. Branches: the panel with ckpt_358 for the preset's ckpt_359 (which the preset is
-    being fixed to); ckpt_128's first shard is ckpt_358's (the pythia#206 pattern)."""
-    branches = [name.replace("ckpt_359", "ckpt_358") for name in repo.panel]
-    for name in branches:
+    tokenizer. Branches: the panel; ckpt_128's first shard is ckpt_358's (the pythia#206 pattern)."""
+    for name in repo.panel:
         directory = repo.checkpoint(name, Weights("bin", torch.float32, shards=3))
         for task in ("mmlu", "arc", "hellaswag", "truthfulqa"):
             (directory / f"eval_{task}.json").write_text(json.dumps({task: {"acc": 0.25, "step": repo.step(name)}}))

@@ -50,7 +50,7 @@ def test_custom_revisions_parse_tokens():
     ("pythia", "step144000", "step142000, step143000"),
     ("olmo", "step11000", "step11000-tokens23B"),
     ("olmoe", "main-ish", "step5000-tokens20B"),
-    ("amber", "ckpt_360", "ckpt_358, ckpt_359"),
+    ("amber", "ckpt_360", "ckpt_357, ckpt_358"),
     ("amber", "ckpt_12", "ckpt_(?P<step>"),
     ("crfm_gpt2", "checkpoint-95", "checkpoint-90, checkpoint-100"),
     ("crfm_gpt2", "checkpoint-20500", "checkpoint-20000, checkpoint-21000"),
@@ -76,7 +76,7 @@ def test_pythia_names_accept_exactly_the_published_branches():
 
 
 @pytest.mark.parametrize("model,revision,name,step,tokens", [
-    ("amber", "r9", "ckpt_359", 359, 359 * 3_500_000_000),
+    ("amber", "r9", "ckpt_358", 358, 358 * 3_500_000_000),
     ("crfm_gpt2", "r0", "checkpoint-10", 10, None),
     ("crfm_gpt2", "final", "checkpoint-400000", 400000, None),
 ])

@@ -89,10 +89,10 @@ def test_olmo2_proposes_a_panel_from_its_branches_keeps_it_and_uses_it_with_the_
 
 
 @pytest.mark.slow
-def test_cleanup_removes_what_the_sweep_downloaded_and_the_report_flags_identical_weights(
+def test_cleanup_removes_what_the_sweep_downloaded_and_the_report_lists_a_duplicate_branch(
         hub_server, online, ckpt, tmp_path):
     save_tiny_model("olmo2", tmp_path / "other", seed=4, vocab_size=10240)
-    cached, same, other = BRANCHES[2], BRANCHES[5], BRANCHES[8]  # `same` serves the file `cached` serves
+    cached, same, other = BRANCHES[2], BRANCHES[5], BRANCHES[8]  # `cached` serves the file `same` serves
     oids = publish(hub_server.mirrors, OLMO2, {cached: ckpt, same: ckpt, other: tmp_path / "other"})
     download(online, cached, "config.json", "model.safetensors")  # in the cache before the sweep
     kept_files = sorted(p.name for p in snapshot(tmp_path / "hub", cached).iterdir())
@@ -102,7 +102,8 @@ def test_cleanup_removes_what_the_sweep_downloaded_and_the_report_flags_identica
     assert res.returncode == 0, res.stderr[-3000:]
     summaries = {s["revision"]: s for s in (json.loads(p.read_text()) for p in sweep.rglob("summary.json"))}
     assert {b: s["weights_sha256"] for b, s in summaries.items()} == oids
-    assert summaries[cached]["download"]["bytes_downloaded"] == 0
+    # identical weights are analysed once, at the later branch; the earlier one's job names it
+    assert summaries[cached]["duplicate_of"] == same and "download" not in summaries[cached]
     assert summaries[other]["download"]["bytes_downloaded"] > 0
     blobs = {p.name for p in (cache_dir(tmp_path / "hub") / "blobs").iterdir()}
     assert sorted(p.name for p in snapshot(tmp_path / "hub", cached).iterdir()) == kept_files  # cached before: kept
@@ -114,9 +115,9 @@ def test_cleanup_removes_what_the_sweep_downloaded_and_the_report_flags_identica
                   env=online, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     findings = json.loads((tmp_path / "report" / "findings.json").read_text())
-    assert findings["models"]["olmo2"]["identical_weights"] == [[cached, same]]
-    assert f"**Identical weights**: {cached} = {same} have the same weights" in (
-        tmp_path / "report" / "report.md").read_text()
+    assert findings["defective_checkpoints"] == {OLMO2: {cached: f"duplicate of {same}"}}
+    assert [r["revision"] for r in findings["models"]["olmo2"]["revisions"]] == [same, other]
+    assert f"- {OLMO2}@{cached}: duplicate of {same}" in (tmp_path / "report" / "report.md").read_text()
 
 
 @pytest.mark.slow

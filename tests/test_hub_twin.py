@@ -65,8 +65,7 @@ def test_the_twin_follows_the_presets(hub_twin):
         assert (repo.repo_id, repo.model_type) == (preset["name_or_path"], preset["architecture"])
         steps = [int(re.fullmatch(preset["revision_pattern"], b)["step"]) for b in repo.branches]
         assert steps == sorted(set(steps)) and 6 <= len(steps) <= 14, (family, repo.branches)
-        # Amber publishes no ckpt_359 (its final model is main): the preset's panel is being fixed to ckpt_358
-        panel = {entry["revision"].replace("ckpt_359", "ckpt_358") for entry in preset.get("panel", [])}
+        panel = {entry["revision"] for entry in preset.get("panel", [])}
         assert panel <= set(repo.branches), (family, panel - set(repo.branches))
         assert set(repo.files) == set(repo.weight_sha256) == {*repo.branches, "main"}
 
