@@ -298,6 +298,42 @@ def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFile
     return cached
 
 
+# A tokenizer's vocabulary, in the files transformers reads it from: a revision holding none of
+# them has no tokenizer of its own.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def tokenizer_revision(cfg: Config, src: Source) -> str | None:
+    """Where the text probe's tokenizer comes from: the revision's own files, else ``main``'s, else
+    those of the family's first branch that has them (tokenizers do not change in pretraining;
+    Amber's and CRFM's step branches carry none, SmolLM2's main holds nothing). A local checkpoint:
+    itself. Offline, only what the cache holds is looked at."""
+    if Path(src.path).expanduser().is_dir():
+        return src.revision
+    online = os.environ.get("HF_HUB_OFFLINE") != "1" and hub_reachable()
+
+    def has_tokenizer(revision: str) -> bool:
+        from huggingface_hub import try_to_load_from_cache
+
+        if not online:
+            return any(isinstance(try_to_load_from_cache(src.path, f, revision=revision), str) for f in TOKENIZER_FILES)
+        try:
+            return any(f.path in TOKENIZER_FILES for f in weights.remote_files(src.path, revision))
+        except OSError:  # no such revision (main of a repo that keeps none): look further
+            return False
+
+    for revision in dict.fromkeys([src.revision or "main", "main"]):
+        if has_tokenizer(revision):
+            return revision
+    if online:
+        branches = revisions.parse_branches(revisions.list_branches(src.path), cfg.model.revision_pattern,
+                                            cfg.model.tokens_per_step)
+        found = next((e.revision for e in branches if has_tokenizer(e.revision)), None)
+        if found is not None:
+            return found
+    return src.revision  # none has one: loading it says so
+
+
 def weights_sha256(src: Source) -> str | None:
     """A fingerprint of the checkpoint's weights (the files of the format a run reads, ``weights``),
     from each weight file's content sha256; None if they are not on this machine. Two revisions

@@ -188,7 +188,8 @@ def make_batch(cfg: Config, src: checkpoints.Source, vocab_size: int) -> tuple[p
     p = cfg.probe
     if p.kind == "text":
         tokenizer = (text.byte_tokenizer() if p.tokenizer == "bytes"
-                     else text.checkpoint_tokenizer(src.path, src.revision, cfg.model.trust_remote_code))
+                     else text.checkpoint_tokenizer(src.path, checkpoints.tokenizer_revision(cfg, src),
+                                                    cfg.model.trust_remote_code))
         return text.text_batch(p, tokenizer, vocab_size), tokenizer.name
     make = probe.make_repeat_batch if p.kind == "repeat" else probe.make_probe_batch
     return make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), None

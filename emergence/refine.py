@@ -41,6 +41,7 @@ from omegaconf import OmegaConf
 from emergence.atomic import atomic_write_text
 from emergence.config import PanelEntry, ThresholdConfig, compose_config
 from emergence.errors import UsageError
+from emergence.integrity import INTEGRITY_FILE, check
 from emergence.report.findings import BOS_MILESTONES, RECALL_MILESTONES, milestone_reached, model_findings
 from emergence.report.panel import REFINE_FOLDER, REFINED_FILE, Trajectory, load_runs
 from emergence.report.uncertainty import replicates
@@ -156,6 +157,7 @@ class ModelPlan:
 
     refinements: dict[str, Refinement]
     pending: list[str]  # revision names, ordered by step
+    considered: list[str] = dataclasses.field(default_factory=list)  # the panel's revisions and those inside its brackets
 
 
 def method_name(per_round: int, scan: bool) -> str:
@@ -177,7 +179,7 @@ def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[st
     index_of = {c.revision: i for i, c in enumerate(traj.checkpoints)}
     tokens_of = {c.revision: c.tokens for c in traj.checkpoints}
     method = method_name(per_round, scan)
-    refinements, pending = {}, set()
+    refinements, pending, considered = {}, set(), {c.revision for c in panel.checkpoints}
     for name in milestones:
         if name not in reached_panel:  # sink_* without key-0 importances in the runs
             refinements[name] = Refinement.without_bracket(name, method, "not measured by these runs")
@@ -190,6 +192,7 @@ def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[st
             continue
         lo, hi = panel.checkpoints[hits[0] - 1], panel.checkpoints[hits[0]]
         inside = [e.revision for e in existing if step_of[lo.revision] < e.step < step_of[hi.revision]]
+        considered.update(inside)
         analysed = {r: bool(reached_all[name][index_of[r]]) for r in inside if r in index_of}
         search = narrow(inside, analysed, per_round, scan)
         ends = [lo.revision, *inside, hi.revision]
@@ -205,7 +208,8 @@ def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[st
             reason=None if inside else "no checkpoint exists inside the panel bracket: it is one interval already "
                                        "(a toy saves more with model.toy.save_every=N)")
         pending.update(search.pending)
-    return ModelPlan(refinements, [e.revision for e in existing if e.revision in pending])
+    return ModelPlan(refinements, [e.revision for e in existing if e.revision in pending],
+                     [e.revision for e in existing if e.revision in considered])
 
 
 def with_probabilities(traj: Trajectory, plan: ModelPlan, thresholds: tuple[float, float],
@@ -222,7 +226,7 @@ def with_probabilities(traj: Trajectory, plan: ModelPlan, thresholds: tuple[floa
         probability = None if milestone is None else milestone.probability
         out[name] = dataclasses.replace(r, probability=None if probability is None
                                         else float(probability.get(r.interval[1], 0.0)))
-    return ModelPlan(out, plan.pending)
+    return ModelPlan(out, plan.pending, plan.considered)
 
 
 # --- the rounds: multiruns of python -m emergence into the sweep directory --------------------
@@ -319,7 +323,7 @@ def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: boo
     sweep_dir = Path(sweep_dir).resolve()
     # Per model, read once: the panel runs' overrides and the checkpoints that exist.
     configuration: dict[str, tuple[list[str], list[str]]] = {}
-    existing: dict[str, list[PanelEntry]] = {}
+    existing: dict[str, list[PanelEntry]] = {}  # the distinct checkpoints: no duplicate or defective branch
     for round_number in itertools.count(1):
         trajectories = load_runs([sweep_dir])
         plans = {}
@@ -328,7 +332,14 @@ def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: boo
                 configuration[model] = panel_overrides(traj)
                 task = configuration[model][0]
                 cfg = compose_config(merge_overrides(task, [o for o in overrides if not is_hydra(override_key(o))]))
-                existing[model] = existing_checkpoints(cfg)
+                every = existing_checkpoints(cfg)
+                considered = plan_model(traj, every, milestones, per_round, scan, thresholds_of(traj),
+                                        sink_epsilon).considered
+                defective = defective_branches(cfg, every, considered, sweep_dir)
+                existing[model] = [e for e in every if e.revision not in defective]
+            distinct = {e.revision for e in existing[model]}
+            traj = trajectories[model] = dataclasses.replace(
+                traj, checkpoints=[c for c in traj.checkpoints if c.revision in distinct])
             plans[model] = plan_model(traj, existing[model], milestones, per_round, scan,
                                       thresholds_of(traj), sink_epsilon)
         if not any(plan.pending for plan in plans.values()):
@@ -347,6 +358,21 @@ def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: boo
     plans = {m: with_probabilities(trajectories[m], plan, thresholds_of(trajectories[m]), sink_epsilon)
              for m, plan in plans.items()}
     return write_refined(sweep_dir, plans)
+
+
+def defective_branches(cfg, existing: list[PanelEntry], names: list[str], sweep_dir: Path) -> set[str]:
+    """The branches among ``names`` that are not distinct checkpoints (a duplicate of a later branch)
+    or hold wrong weights (``integrity.check``, kept in the sweep's ``integrity.json``): no milestone
+    interval may end on one, and the bisection steps over them. A toy has none."""
+    if cfg.model.toy is not None:
+        return set()
+    step_of = {e.revision: e.step for e in existing}
+    checks = check(cfg.model.name_or_path, {n: step_of[n] for n in names}, cfg.model.architecture,
+                   sweep_dir / INTEGRITY_FILE)
+    defective = {branch for branch, c in checks.items() if c.verdict == "duplicate" or c.fails}
+    for branch in sorted(defective, key=step_of.get):
+        print(f"refine: {cfg.model.key}: stepping over {branch} ({checks[branch].line})", flush=True)
+    return defective
 
 
 def thresholds_of(traj: Trajectory) -> tuple[float, float]:
