@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import re
@@ -298,40 +299,50 @@ def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFile
     return cached
 
 
-# A tokenizer's vocabulary, in the files transformers reads it from: a revision holding none of
-# them has no tokenizer of its own.
+# A tokenizer's vocabulary, in the files transformers reads it from (a revision holding none of
+# them has no tokenizer of its own), and the files that go with it.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+TOKENIZER_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "merges.txt")
 
 
-def tokenizer_revision(cfg: Config, src: Source) -> str | None:
-    """Where the text probe's tokenizer comes from: the revision's own files, else ``main``'s, else
-    those of the family's first branch that has them (tokenizers do not change in pretraining;
-    Amber's and CRFM's step branches carry none, SmolLM2's main holds nothing). A local checkpoint:
-    itself. Offline, only what the cache holds is looked at."""
+@dataclass(frozen=True)
+class TokenizerSource:
+    """Where the text probe's tokenizer is read from."""
+
+    directory: str  # a local checkpoint, or the cache's snapshot holding the tokenizer's files
+    name: str  # repo@revision it comes from (``summary.json`` ``text.tokenizer``)
+
+
+def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
+    """The text probe's tokenizer: the revision's own files, else ``main``'s, else those of the
+    family's first branch that has them (tokenizers do not change in pretraining; Amber's and CRFM's
+    step branches carry none, SmolLM2's main holds nothing). Only the tokenizer's files are fetched
+    (offline: what the cache holds). A local checkpoint: itself."""
     if Path(src.path).expanduser().is_dir():
-        return src.revision
-    online = os.environ.get("HF_HUB_OFFLINE") != "1" and hub_reachable()
+        return TokenizerSource(src.path, f"{src.path}@{src.revision or 'main'}")
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-    def has_tokenizer(revision: str) -> bool:
-        from huggingface_hub import try_to_load_from_cache
-
-        if not online:
-            return any(isinstance(try_to_load_from_cache(src.path, f, revision=revision), str) for f in TOKENIZER_FILES)
-        try:
-            return any(f.path in TOKENIZER_FILES for f in weights.remote_files(src.path, revision))
-        except OSError:  # no such revision (main of a repo that keeps none): look further
-            return False
-
-    for revision in dict.fromkeys([src.revision or "main", "main"]):
-        if has_tokenizer(revision):
-            return revision
-    if online:
-        branches = revisions.parse_branches(revisions.list_branches(src.path), cfg.model.revision_pattern,
-                                            cfg.model.tokens_per_step)
-        found = next((e.revision for e in branches if has_tokenizer(e.revision)), None)
-        if found is not None:
-            return found
-    return src.revision  # none has one: loading it says so
+    candidates = list(dict.fromkeys([src.revision or "main", "main"]))
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable():
+        for revision in candidates:
+            for name in TOKENIZER_FILES:
+                found = try_to_load_from_cache(src.path, name, revision=revision)
+                if isinstance(found, str):
+                    return TokenizerSource(str(Path(found).parent), f"{src.path}@{revision}")
+    else:
+        branches = (e.revision for e in revisions.parse_branches(revisions.list_branches(src.path),
+                                                                 cfg.model.revision_pattern, cfg.model.tokens_per_step))
+        for revision in itertools.chain(candidates, branches):  # the branches are listed only if needed
+            try:
+                names = {f.path for f in weights.remote_files(src.path, revision)}
+            except OSError:  # no such revision (main of a repo that keeps none): look further
+                continue
+            if names & set(TOKENIZER_FILES):
+                files = sorted(names & {*TOKENIZER_FILES, *TOKENIZER_COMPANIONS})
+                paths = [hf_hub_download(src.path, f, revision=revision) for f in files]
+                return TokenizerSource(str(Path(paths[0]).parent), f"{src.path}@{revision}")
+    raise UsageError(f"{_where(src)} has no tokenizer files, nor has main or any branch of {src.path}; for a model "
+                     "that reads bytes use probe.tokenizer=bytes")
 
 
 def weights_sha256(src: Source) -> str | None:

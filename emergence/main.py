@@ -187,9 +187,11 @@ def make_batch(cfg: Config, src: checkpoints.Source, vocab_size: int) -> tuple[p
     """The probe batch ``probe.kind`` names, and the text probe's tokenizer (None for the others)."""
     p = cfg.probe
     if p.kind == "text":
-        tokenizer = (text.byte_tokenizer() if p.tokenizer == "bytes"
-                     else text.checkpoint_tokenizer(src.path, checkpoints.tokenizer_revision(cfg, src),
-                                                    cfg.model.trust_remote_code))
+        if p.tokenizer == "bytes":
+            tokenizer = text.byte_tokenizer()
+        else:
+            found = checkpoints.tokenizer_source(cfg, src)
+            tokenizer = text.checkpoint_tokenizer(found.directory, found.name, cfg.model.trust_remote_code)
         return text.text_batch(p, tokenizer, vocab_size), tokenizer.name
     make = probe.make_repeat_batch if p.kind == "repeat" else probe.make_probe_batch
     return make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), None

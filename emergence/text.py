@@ -40,20 +40,20 @@ def byte_tokenizer() -> Tokenizer:
     return Tokenizer(encode=lambda docs: [list(d.encode("utf-8")) for d in docs], bos=None, eos=None, name="bytes")
 
 
-def checkpoint_tokenizer(path: str, revision: str | None, trust_remote_code: bool) -> Tokenizer:
-    """The tokenizer in the checkpoint's own repo at its revision (``AutoTokenizer``)."""
+def checkpoint_tokenizer(directory: str, name: str, trust_remote_code: bool) -> Tokenizer:
+    """The tokenizer in ``directory`` (``AutoTokenizer``): a checkpoint's own, named ``name`` (repo@revision)."""
     from transformers import AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as err:
-        raise UsageError(f"{path}@{revision or 'main'} has no tokenizer that loads ({type(err).__name__}: "
+        raise UsageError(f"{name} has no tokenizer that loads ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''}); for a model that reads bytes use "
                          "probe.tokenizer=bytes") from None
     starts_with_bos = tok.bos_token_id is not None and tok("x")["input_ids"][:1] == [tok.bos_token_id]
     return Tokenizer(encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"],
                      bos=tok.bos_token_id if starts_with_bos else None, eos=tok.eos_token_id,
-                     name=f"{path}@{revision or 'main'}")
+                     name=name)
 
 
 def documents(probe_cfg) -> Sequence[str]:
