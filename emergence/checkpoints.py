@@ -63,19 +63,22 @@ def _resolve(cfg: Config) -> Revision:
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has {len(panel)} panel "
                 f"revisions, use r0..r{len(panel) - 1} or final")
-        return _panel_revision(panel[rev.index])
+        return _panel_revision(panel[rev.index], model.tokens_per_step)
     if not rev.name:
         raise UsageError("revision.name=None is invalid: revision=custom needs revision.name=<branch>")
     for entry in panel:
         if entry.revision == rev.name:
-            return _panel_revision(entry)
+            return _panel_revision(entry, model.tokens_per_step)
     revisions.check_revision_name(rev.name, model, panel)
     step, tokens = revisions.parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
     return Revision(rev.name, step, tokens)
 
 
-def _panel_revision(entry) -> Revision:
-    return Revision(entry.revision, int(entry.step), None if entry.tokens is None else int(entry.tokens))
+def _panel_revision(entry, tokens_per_step: int | None) -> Revision:
+    """A panel entry; tokens it does not state are step x model.tokens_per_step where that is set."""
+    tokens = entry.tokens if entry.tokens is not None else (
+        int(entry.step) * tokens_per_step if tokens_per_step else None)
+    return Revision(entry.revision, int(entry.step), None if tokens is None else int(tokens))
 
 
 @dataclass(frozen=True)

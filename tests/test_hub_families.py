@@ -25,8 +25,8 @@ WORDS = [f"w{i}" for i in range(300)]  # the twin's word-level tokenizer: ids 3.
 # read), olmo2's second branch is the olmo_1124 config, CRFM's checkpoint-300 duplicates checkpoint-1000.
 SWEEPS = {
     "pythia": (["step1", "step512", "step1000"], True, []),
-    "olmo": (["step1000-tokens2B", "step3000-tokens6B", "step10000-tokens21B"], False, []),
-    "olmoe": (["step5000-tokens20B", "step10000-tokens41B", "step20000-tokens83B"], False, []),
+    "olmo": (["step1000-tokens2B", "step2000-tokens4B", "step5000-tokens10B"], False, []),
+    "olmoe": (["step5000-tokens20B", "step10000-tokens41B", "step25000-tokens104B"], False, []),
     "olmo2": (["stage1-step1000-tokens3B", "stage1-step3000-tokens7B", "stage1-step10000-tokens21B"], True, []),
     "amber": (["ckpt_001", "ckpt_002", "ckpt_004"], True, []),
     "smollm2": (["step-20000", "step-40000", "step-80000"], True, []),

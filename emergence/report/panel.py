@@ -128,12 +128,14 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
 
 
 def find_runs(paths: list[Path]) -> dict[Path, bool]:
-    """Complete run directories (with a summary) at or under the given paths, each with whether
+    """Complete run directories (with a summary, not a duplicate's) at or under the given paths, each with whether
     it is a refinement run (under a ``refine/`` folder of the path it was found in)."""
     found = {}
     for path in map(Path, paths):
         for summary in sorted(path.rglob(SUMMARY_FILE)) if path.is_dir() else []:
             run_dir = summary.parent
+            if is_duplicate(run_dir):  # not analysed: its weights are a later branch's (``defective_checkpoints``)
+                continue
             found[run_dir] = found.get(run_dir, False) or REFINE_FOLDER in run_dir.relative_to(path).parts[:1]
     return dict(sorted(found.items()))
 
@@ -145,8 +147,6 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
     for run_dir, refined in find_runs(paths).items():
-        if is_duplicate(run_dir):  # not analysed: its weights are a later branch's (``defective_checkpoints``)
-            continue
         summary, rows = read_run(run_dir)
         if summary.tokens is None:
             raise ValueError(f"{run_dir}: run has no token count (revision {summary.revision!r}); "
