@@ -22,7 +22,8 @@ WORDS = [f"w{i}" for i in range(300)]  # the twin's word-level tokenizer: ids 3.
 
 # Per family: the branches a sweep analyses, whether it runs the text probe with the checkpoint's
 # tokenizer, and its extra overrides. Amber's and CRFM's branches carry no tokenizer (main's is
-# read), olmo2's second branch is the olmo_1124 config, CRFM's checkpoint-300 duplicates checkpoint-1000.
+# read), olmo2's second branch is the olmo_1124 config; CRFM's sweep is over panel revisions
+# (r2, r3, r4), of which checkpoint-300 duplicates checkpoint-1000.
 SWEEPS = {
     "pythia": (["step1", "step512", "step1000"], True, []),
     "olmo": (["step1000-tokens2B", "step2000-tokens4B", "step5000-tokens10B"], False, []),
@@ -91,8 +92,9 @@ def test_a_sweep_refinement_and_report_of_each_family_read_its_real_layout(famil
     probe = ["probe=text", f"probe.text_file={text_file}", "probe.icl_positions=[5,50]", "probe.batch_size=8",
              "probe.n_sequences=16", "probe.seq_len=64"] if text else []
     sweep = tmp_path / "sweep"
-    res = run_cli("-m", f"model={family}", "revision=custom", f"revision.name={','.join(branches)}", *QUICK, *probe,
-                  *extra, f"hydra.sweep.dir={sweep}", env=env)
+    revisions = ["revision=custom", f"revision.name={','.join(branches)}"] if family != "crfm_gpt2" else [
+        "revision=r2,r3,r4"]  # the panel's checkpoint-100, checkpoint-300 and checkpoint-1000
+    res = run_cli("-m", f"model={family}", *revisions, *QUICK, *probe, *extra, f"hydra.sweep.dir={sweep}", env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     summaries = {s["revision"]: s for s in (json.loads(p.read_text()) for p in sweep.rglob("summary.json"))}
     assert set(summaries) == set(branches)
@@ -115,6 +117,13 @@ def test_a_sweep_refinement_and_report_of_each_family_read_its_real_layout(famil
         read_format = ".safetensors" if any(f.endswith(".safetensors") for f in files) else ".bin"
         assert not any(f.endswith((".bin", ".safetensors")) and not f.endswith(read_format) for f in files)
 
+    # offline, the check reads the cached snapshots' blob names: the same fingerprints
+    analysed = [b for b in branches if "duplicate_of" not in summaries[b]]
+    offline = run_cli(family, "--check", *analysed, "--json", module="emergence.revisions",
+                      env={**env, "HF_HUB_OFFLINE": "1"})
+    assert {b: v["weights_sha256"] for b, v in json.loads(offline.stdout)["branches"].items()} == {
+        b: summaries[b]["weights_sha256"] for b in analysed}, offline.stderr[-2000:]
+
     res = run_cli(sweep, module="emergence.refine", env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     refined = json.loads((sweep / "refined.json").read_text())
@@ -132,6 +141,22 @@ def test_a_sweep_refinement_and_report_of_each_family_read_its_real_layout(famil
     assert findings["defective_checkpoints"] == (
         {repo.repo_id: {b: repo.planted[b] for b in branches if b in repo.planted}}
         if any(b in repo.planted for b in branches) else {})
+
+
+def test_a_branch_holding_another_checkpoints_shard_fails_its_job_in_one_line(hub_twin, tmp_path):
+    """Amber's ckpt_128 carries ckpt_358's first shard (the pythia#206 pattern): its job fails naming
+    that branch, before anything of it is downloaded; the other job is analysed."""
+    sweep = tmp_path / "sweep"
+    res = run_cli("-m", "model=amber", "revision=custom", "revision.name=ckpt_128,ckpt_358", *QUICK,
+                  f"hydra.sweep.dir={sweep}", env={**hub_twin.env(tmp_path / "hub"),
+                                                   "EMERGENCE_CACHE": str(tmp_path / "emergence")})
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    failed = list(sweep.rglob("FAILED"))
+    assert [f.read_text() for f in failed] == [
+        "error: revision=ckpt_128 of LLM360/Amber is defective: foreign shard pytorch_model-00001-of-00003.bin from "
+        "ckpt_358 (python -m emergence.revisions amber --repo LLM360/Amber --check); leave it out of the sweep\n"]
+    assert [json.loads(p.read_text())["revision"] for p in sweep.rglob("summary.json")] == ["ckpt_358"]
+    assert set(cached_files(tmp_path / "hub", "LLM360/Amber")["ckpt_128"]) == {"config.json"}  # the check's
 
 
 def test_a_pickle_that_calls_code_ends_in_one_line_and_never_runs(tmp_path):

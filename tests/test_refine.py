@@ -325,3 +325,33 @@ def test_a_local_directory_has_no_checkpoints_to_refine_between(tmp_path):
 
     with pytest.raises(UsageError, match="is a local directory"):
         existing_checkpoints(compose_config(["model=local", f"model.name_or_path={tmp_path}"]))
+
+
+@pytest.mark.slow
+def test_refinement_steps_over_a_branch_that_duplicates_a_later_one(toy_panel, hub_server, tmp_path):
+    """The toy's checkpoints as Hub branches, the one where the induction onset is first seen
+    serving the next checkpoint's weights instead (as pythia#205's branches serve later weights):
+    refinement checks the branches it considers, never analyses that one, and ends the interval
+    on the next distinct checkpoint."""
+    from cli import run_cli
+    from hub_server import publish
+
+    sweep, env = toy_panel
+    toy = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"
+    saved = [c["revision"] for c in json.loads((toy / "manifest.json").read_text())["checkpoints"]]
+    _, toy_refined, _ = refine_copy(toy_panel, tmp_path, "toy")
+    before, onset = toy_refined["induction_onset"]["interval"]
+    after = saved[saved.index(onset) + 1]  # the next saved checkpoint: the onset is not the panel's end
+    assert onset not in toy_refined["induction_onset"]["panel_bracket"]
+    branch = lambda revision: f"step-{revision.removeprefix('step')}"  # noqa: E731
+    publish(hub_server.mirrors, HUB_REPO, {branch(r): toy / (after if r == onset else r) for r in saved})
+    hub_env = {**env, **hub_server.env(), "EMERGENCE_CACHE": str(tmp_path / "cache")}
+    hub_sweep = tmp_path / "hub"
+    res = run_cli("-m", *HUB_MODEL, "revision=glob(r*)", f"hydra.sweep.dir={hub_sweep}", env=hub_env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli(hub_sweep, "--milestones", "induction_onset", module="emergence.refine", env=hub_env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"stepping over {branch(onset)} (duplicate of {branch(after)})" in res.stdout
+    refined = json.loads((hub_sweep / "refined.json").read_text())["smollm2"]["induction_onset"]
+    assert refined["interval"] == [branch(before), branch(after)]
+    assert branch(onset) not in refined["evaluated"] and not (hub_sweep / "refine" / "smollm2" / branch(onset)).exists()
