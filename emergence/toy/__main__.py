@@ -38,8 +38,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown toy model(s) {sorted(unknown)}: choose from {', '.join(TOY_MODELS)}")
     for key in args.models or TOY_MODELS:
-        cfg = compose_config([f"model={key}", *args.override])
         try:
+            cfg = compose_config([f"model={key}", *args.override])
             validate_toy_recipe(cfg.model.toy)
         except UsageError as err:
             print(f"error: {err}", file=sys.stderr)
