@@ -19,8 +19,6 @@ from typing import Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from emergence.errors import UsageError
-
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROBE_KINDS = ("synthetic", "repeat", "text")  # emergence/probe.py, docs/probes.md
 PROBE_TOKENIZERS = ("auto", "bytes")  # the text probe's: the checkpoint's own, or UTF-8 bytes
@@ -274,6 +272,8 @@ def compose_config(overrides: list[str]) -> Config:
     from hydra import compose, initialize_config_module
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
+
+    from emergence.errors import UsageError  # here: importing the schema imports no other module of the package
 
     register_configs()
     try:
