@@ -740,6 +740,8 @@ def main(argv=None) -> None:
     p.add_argument("--load-child", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--load-dtype", choices=LOAD_DTYPES, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.out and not args.out.parent.is_dir():  # found now, not after the benchmark's minutes
+        p.error(f"--out {args.out}: no folder {args.out.parent}; create it or give another path")
     if args.bare:
         return bare_forward(args.bare, args.sequences)
     if args.study:

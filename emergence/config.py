@@ -270,9 +270,30 @@ def config_digest(cfg: Config) -> str:
 
 
 def compose_config(overrides: list[str]) -> Config:
-    """The validated-schema Config that ``python -m emergence <overrides>`` would run."""
+    """The validated-schema Config that ``python -m emergence <overrides>`` would run. An override
+    Hydra or the schema refuses is a ``UsageError``: one line, where Hydra's message spans several."""
     from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from emergence.errors import UsageError  # here: importing the schema imports no other module of the package
 
     register_configs()
-    with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
-        return OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+    try:
+        with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
+            return OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        if isinstance(err, MissingConfigException) and err.options:  # a group option that is not there
+            group, _, option = err.missing_cfg_file.rpartition("/")  # e.g. model/gpt5
+            raise UsageError(f"{group}={option} is invalid: no such preset in conf/{group}; use one of "
+                             f"{', '.join(err.options)}") from None
+        # Hydra's "Error merging override x=y" says why only in its cause (OmegaConf's)
+        cause = f": {one_line(err.__cause__)}" if isinstance(err.__cause__, OmegaConfBaseException) else ""
+        raise UsageError(one_line(err) + cause) from None
+
+
+def one_line(err: Exception) -> str:
+    """Hydra's (or OmegaConf's) message on one line, without Hydra's search path and OmegaConf's types."""
+    text = str(err).split("\nConfig search path:")[0]
+    return "; ".join(line.strip() for line in text.splitlines()
+                     if line.strip() and not line.strip().startswith(("object_type=", "reference_type=")))

@@ -247,7 +247,11 @@ def main(argv=None) -> None:
     p.add_argument("--all", action="store_true", help="with --check: every checkpoint branch of the repo")
     p.add_argument("--json", action="store_true", help="with --check: machine-readable output")
     args = p.parse_args(argv)
-    cfg = compose_config([f"model={args.model}"] + ([f"model.name_or_path={args.repo}"] if args.repo else []))
+    try:
+        cfg = compose_config([f"model={args.model}"] + ([f"model.name_or_path={args.repo}"] if args.repo else []))
+    except UsageError as err:  # no such preset: it names the ones there are
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     repo = cfg.model.name_or_path
     try:
         entries = parse_branches(list_branches(repo), cfg.model.revision_pattern, cfg.model.tokens_per_step)

@@ -44,12 +44,18 @@ def checkpoint_tokenizer(directory: str, name: str, trust_remote_code: bool) -> 
     """The tokenizer in ``directory`` (``AutoTokenizer``): a checkpoint's own, named ``name`` (repo@revision)."""
     from transformers import AutoTokenizer
 
+    fix = "for a model that reads bytes use probe.tokenizer=bytes"
     try:
         tok = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as err:
         raise UsageError(f"{name} has no tokenizer that loads ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''}); for a model that reads bytes use "
-                         "probe.tokenizer=bytes") from None
+                         f"{str(err).splitlines()[0] if str(err) else ''}); {fix}") from None
+    # Without tokenizer files, transformers builds the model type's tokenizer class empty (GPTNeoX,
+    # GPT-2, Qwen2, Gemma): it encodes every text to nothing, and the text would be blamed for it.
+    if set(tok.get_vocab().values()) <= set(tok.all_special_ids):
+        raise UsageError(f"{name} has no tokenizer (no tokenizer files: its vocabulary is only the special tokens "
+                         f"{', '.join(sorted(tok.get_vocab()))}); save the model's tokenizer beside its weights, "
+                         f"or {fix}")
     starts_with_bos = tok.bos_token_id is not None and tok("x")["input_ids"][:1] == [tok.bos_token_id]
     return Tokenizer(encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"],
                      bos=tok.bos_token_id if starts_with_bos else None, eos=tok.eos_token_id,
@@ -62,18 +68,32 @@ def documents(probe_cfg) -> Sequence[str]:
     p = probe_cfg
     if p.text_file:
         path = Path(p.text_file).expanduser()
+        content = read_utf8(path)
         if path.suffix == ".txt":
-            return [path.read_text(encoding="utf-8")]
+            return [content]
         docs = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(content.splitlines(), 1):
             if line.strip():
-                record = json.loads(line)
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise UsageError(f"probe.text_file={str(path)!r} line {number} is not JSON ({err.msg}); a .jsonl "
+                                     "file holds one JSON object per line") from None
                 if p.column not in record:
                     raise UsageError(f"probe.column={p.column!r} is not a field of {path} line {number} (it has "
                                      f"{', '.join(sorted(record))}); set probe.column to the text's field")
                 docs.append(record[p.column])
         return docs
     return dataset_documents(p.dataset, p.split, p.column)
+
+
+def read_utf8(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"probe.text_file={str(path)!r} is not UTF-8 text: byte {err.start} is "
+                         f"0x{err.object[err.start]:02x}; convert it to UTF-8 (iconv -t UTF-8) or give another "
+                         "file") from None
 
 
 def dataset_documents(name: str, split: str, column: str) -> Sequence[str]:

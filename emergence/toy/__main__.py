@@ -19,7 +19,8 @@ TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m emergence.toy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", help=f"any of {', '.join(TOY_MODELS)} (default: all four)")
     parser.add_argument("--force", action="store_true", help="retrain even if a complete panel exists")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -30,16 +31,21 @@ def main() -> None:
                         help="compare two trained panels (their folders with manifest.json and losses.tsv)")
     args = parser.parse_args()
     if args.compare:
-        from emergence.toy.repro import compare_trainings
+        from emergence.toy.repro import LOSSES, compare_trainings
 
+        for folder in args.compare:
+            missing = [name for name in (MANIFEST, LOSSES) if not (folder / name).is_file()]
+            if missing:
+                parser.error(f"--compare {folder}: not a trained panel (no {' or '.join(missing)}); give the "
+                             "folders a training wrote, e.g. <cache_dir>/toy/toy_neox/seed0")
         print(compare_trainings(*args.compare))
         return
     unknown = set(args.models) - set(TOY_MODELS)
     if unknown:
         parser.error(f"unknown toy model(s) {sorted(unknown)}: choose from {', '.join(TOY_MODELS)}")
     for key in args.models or TOY_MODELS:
-        cfg = compose_config([f"model={key}", *args.override])
         try:
+            cfg = compose_config([f"model={key}", *args.override])
             validate_toy_recipe(cfg.model.toy)
         except UsageError as err:
             print(f"error: {err}", file=sys.stderr)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from emergence.errors import UsageError
 from emergence.report.records import ModelFindings, PanelFindings
 
 
@@ -71,7 +72,8 @@ def seed_rows(findings: PanelFindings, model: str) -> list[SeedRow]:
 def seeds_markdown(findings: PanelFindings, model: str) -> str:
     rows = seed_rows(findings, model)
     if not rows:
-        return f"no trajectories {model}-seed<N> in these findings"
+        raise UsageError(f"--model {model}: no trajectories {model}-seed<N> or {model} in these findings; they hold "
+                         f"{', '.join(sorted(findings.models)) or 'no models'}")
     revisions = [r for r, _, _ in rows[0].bos]
     lines = [f"{model}: BOS % by revision (layers with BOS heads), per training seed", "",
              "| seed | " + " | ".join(revisions) + " | induction onset (>= 3 heads) | BOS >= 10% from | final Sink_0 % |",
@@ -97,12 +99,25 @@ def seeds_markdown(findings: PanelFindings, model: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m emergence.toy.seeds", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("report", type=Path, help="a panel report folder (findings.json) or the file itself")
     parser.add_argument("--model", default="toy_olmo_sinks")
     args = parser.parse_args()
     path = args.report / "findings.json" if args.report.is_dir() else args.report
-    print(seeds_markdown(PanelFindings.from_json(json.loads(path.read_text())), args.model))
+    if not path.is_file():
+        parser.error(f"{path}: no such file; give a panel report folder (python -m emergence.report ... --out DIR) "
+                     "or its findings.json")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as err:  # not UTF-8, or not JSON
+        parser.error(f"{path} is not a panel report's findings.json ({type(err).__name__}: {err})")
+    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+        parser.error(f"{path} is not a panel report's findings.json (it has no models)")
+    try:
+        print(seeds_markdown(PanelFindings.from_json(data), args.model))
+    except UsageError as err:
+        parser.error(str(err))
 
 
 if __name__ == "__main__":
