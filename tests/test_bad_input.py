@@ -136,7 +136,7 @@ def test_a_checkpoint_without_tokenizer_files_is_told_so_not_that_the_text_is_sh
 def test_no_tokenizer_files_is_a_usage_error_whatever_transformers_builds(arch, tiny_dirs):
     """An empty tokenizer of the model type's class (gpt_neox, gpt2, qwen2, gemma2) or none (llama)."""
     with pytest.raises(UsageError, match="has no tokenizer.*probe.tokenizer=bytes"):
-        checkpoint_tokenizer(str(tiny_dirs[arch]), None, False)
+        checkpoint_tokenizer(str(tiny_dirs[arch]), f"{tiny_dirs[arch]}@main", False)
 
 
 @pytest.mark.slow
