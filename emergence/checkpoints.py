@@ -26,8 +26,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from emergence import capture, revisions, weights
 from emergence.config import Config
 from emergence.errors import UsageError
-from emergence.integrity import MODEL_TYPE_ALIASES
 from emergence.hub import caused_by, connection_lost, hub_endpoint, hub_reachable
+from emergence.integrity import MODEL_TYPE_ALIASES
 
 
 @dataclass(frozen=True)

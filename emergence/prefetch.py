@@ -7,7 +7,7 @@ knows the jobs still to come: it composes them from the sweep's overrides as the
 sweeper does. One background thread has the Hub revisions downloaded, one at a time and in
 job order: the starting job's own (if no earlier job fetched it; the job waits for it) and
 then the next ones, while the job runs. Each download is a child process
-(``python -m emergence.prefetch REPO REVISION``), so that it does not compete with the
+(``python -m emergence.prefetch REPO REVISION FORMAT``), so that it does not compete with the
 analysis for this process's interpreter lock. Other launchers run jobs elsewhere: nothing is prefetched
 and each job downloads its own checkpoint, as with ``hub.prefetch=0``.
 
