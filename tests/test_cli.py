@@ -146,3 +146,17 @@ def test_tracked_run_passes_group_tags_id_and_dir(monkeypatch, tmp_path):
     assert seen["dir"] == str(tmp_path / "w") and (tmp_path / "w").is_dir()
     assert seen["resume"] == "allow" and seen["id"] == tracking.run_id(tmp_path / "job")
     assert tracking.run_id(tmp_path / "job") != tracking.run_id(tmp_path / "other")
+
+
+@pytest.mark.slow
+def test_help_names_the_tool_its_groups_options_and_sibling_commands():
+    res = run_cli("--help")
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("emergence: when do attention circuits form")
+    for group, option in [("model", "toy_neox"), ("revision", "r9"), ("probe", "paper"), ("threshold", "strict")]:
+        assert any(line.startswith(f"{group}: ") and option in line for line in lines), group
+    assert "ablate:" in lines and "  n_controls: 5" in lines  # every option, with its default
+    for sibling in ("refine", "report", "revisions", "toy"):
+        assert any(line.startswith(f"python -m emergence.{sibling} ") for line in lines), sibling
+    assert "powered by Hydra" not in res.stdout

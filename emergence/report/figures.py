@@ -26,12 +26,18 @@ def _all_tokens(findings: PanelFindings) -> list[float]:
 
 
 def _tokens_axis(ax, tokens: list[float]):
-    """Log tokens; symlog when a revision has no tokens yet (step 0), so that it stays on the axis."""
+    """Log tokens; symlog when a revision has no tokens yet (step 0), so that it stays on the axis.
+    Such an axis starts at 0: autoscaling's margin would run it into negative token counts."""
     positive = [t for t in tokens if t > 0]
     if positive and len(positive) < len(tokens):
         ax.set_xscale("symlog", linthresh=min(positive))
+        # 0, then whole decades from the first count on: the locator's own ticks in the linear part crowd 0
+        decades = np.arange(np.ceil(np.log10(min(positive))), np.floor(np.log10(max(positive))) + 1)
+        ax.set_xticks([0, *10.0 ** decades])
     elif positive:
         ax.set_xscale("log")
+    if len(positive) < len(tokens):
+        ax.set_xlim(left=0)
     ax.set_xlabel("training tokens")
 
 
@@ -90,22 +96,23 @@ def bos_vs_tokens(findings: PanelFindings, out: Path) -> Path:
 
 def bos_heatmap(model: str, f: ModelFindings, out: Path) -> Path:
     """Per layer and revision: BOS heads (and, where measured, Sink_0's share beside it)."""
-    panels = [(np.array([r.bos_per_layer for r in f.revisions]).T, "BOS heads per layer", "{:d}")]
+    panels = [(np.array([r.bos_per_layer for r in f.revisions]).T, "BOS heads per layer", "{:d}", "BOS heads")]
     if f.sinks_gu:
         panels.append((np.array([s.sink_per_layer for s in f.sinks_gu.revisions]).T,
-                       f"Sink_0 per layer (eps {f.sinks_gu.epsilon:g})", "{:.2f}"))
+                       f"Sink_0 per layer (eps {f.sinks_gu.epsilon:g})", "{:.2f}", "Sink_0 share (heads x sequences)"))
     n_layers, n_revs = panels[0][0].shape
     fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * (1 + 0.7 * n_revs), 1.5 + 0.3 * n_layers),
                              squeeze=False)
-    for ax, (values, title, fmt) in zip(axes[0], panels):
+    for ax, (values, title, fmt, quantity) in zip(axes[0], panels):
         im = ax.imshow(values, aspect="auto", cmap="viridis", origin="lower")
         top = values.max() or 1
         for (l, r), v in np.ndenumerate(values):
             ax.text(r, l, fmt.format(v), ha="center", va="center", fontsize=6, color="w" if v < top / 2 else "k")
         ax.set_xticks(range(n_revs), [r.revision for r in f.revisions], rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(n_layers))
         ax.set_ylabel("layer")
         ax.set_title(f"{model}: {title}", fontsize=9)
-        fig.colorbar(im, ax=ax)
+        fig.colorbar(im, ax=ax, label=quantity)
     return _save(fig, out / f"bos_per_layer_{model}.png")
 
 
