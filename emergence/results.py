@@ -1,4 +1,4 @@
-"""A run's files: ``heads.csv`` (one row per head, ``HEAD_COLUMNS``) and ``summary.json`` (its
+"""A run's files: ``heads.csv`` (one row per head, ``HeadRow``) and ``summary.json`` (its
 schema is ``RunSummary``), and the lines a run reports.
 
 Both files are written atomically (temporary file in the same directory, then rename),
@@ -12,7 +12,7 @@ import io
 import json
 import platform
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -31,24 +31,99 @@ SUMMARY_FILE = "summary.json"
 PER_SEQUENCE_FILE = "per_sequence.npz"  # the probe's per-sequence attentions: intervals in the panel report
 
 
-HEAD_COLUMNS = (
-    ["layer", "head"]
-    + [f"sel_{c}" for c in CLASSES]
-    + ["best_class", "class"]
-    + [f"{c}_member" for c in CLASSES]
-    + ["induction_circuit", "pr", "pr_entropy_rank"]
-    + [f"attn_{c}" for c in CLASSES] + ["attn_baseline"]
-    + [f"sel_{c}_ci_{end}" for c in CLASSES for end in ("low", "high")]
-    + [f"p_{c}_member" for c in CLASSES]
-    + ["null_p99", "degenerate_baseline", "sink_importance", "near_threshold", "value_norm_ratio", "prefix_matching"]
-)
+@dataclass(frozen=True)
+class HeadRow(Record):
+    """One row of ``heads.csv``: one head of the screen. Its fields, in order, are the file's columns
+    (``HEAD_COLUMNS``; ``class_`` is ``class``); the per-class ones follow ``screen.CLASSES``.
+
+    Selectivities are multiples of the head's baseline attention; attentions are the mean attention
+    of the last query over the probe's sequences; intervals are the bootstrap's [low, high] over
+    sequences (``stats.screen_intervals``). A float not measured is NaN."""
+
+    JSON_NAMES = {"class_": "class"}
+
+    layer: int
+    head: int
+    sel_induction: float
+    sel_duplicate_token: float
+    sel_previous_token: float
+    sel_self: float
+    sel_bos: float
+    sel_local: float
+    best_class: str  # the class of its largest selectivity, whether above its threshold or not
+    class_: str  # best_class if above its threshold, else unclassified (single label)
+    induction_member: bool  # multi-label membership: the class's selectivity is at least its threshold
+    duplicate_token_member: bool
+    previous_token_member: bool
+    self_member: bool
+    bos_member: bool
+    local_member: bool
+    induction_circuit: bool  # induction selectivity at least the circuit threshold
+    pr: float  # participation ratio of the head's outputs (``summary.json`` ``spectral``)
+    pr_entropy_rank: float  # exp(entropy) of their normalised squared singular values
+    attn_induction: float
+    attn_duplicate_token: float
+    attn_previous_token: float
+    attn_self: float
+    attn_bos: float
+    attn_local: float
+    attn_baseline: float
+    sel_induction_ci_low: float
+    sel_induction_ci_high: float
+    sel_duplicate_token_ci_low: float
+    sel_duplicate_token_ci_high: float
+    sel_previous_token_ci_low: float
+    sel_previous_token_ci_high: float
+    sel_self_ci_low: float
+    sel_self_ci_high: float
+    sel_bos_ci_low: float
+    sel_bos_ci_high: float
+    sel_local_ci_low: float
+    sel_local_ci_high: float
+    p_induction_member: float  # share of bootstrap replicates in which the head is a member
+    p_duplicate_token_member: float
+    p_previous_token_member: float
+    p_self_member: float
+    p_bos_member: float
+    p_local_member: float
+    null_p99: float  # the 99th percentile of its null selectivity (``stats.null_calibration``)
+    degenerate_baseline: bool  # its baseline attention is degenerate (``stats.degenerate_baseline``)
+    sink_importance: float  # key 0's importance (``sinks``), the mean over sequences
+    near_threshold: bool  # the run's dtype could flip its screen (``screen.near_threshold``)
+    # The sink mechanism's value drain (``mechanism``) and the repeat probe's prefix-matching score;
+    # NaN where not measured, and read as NaN from the heads.csv of runs written before them.
+    value_norm_ratio: float = float("nan")
+    prefix_matching: float = float("nan")
+
+    def columns(self) -> dict:
+        """The row as heads.csv's columns, in order."""
+        return self.to_json()
+
+    @classmethod
+    def from_columns(cls, row: dict[str, str]) -> "HeadRow":
+        """A row as ``csv.DictReader`` reads it (strings), typed by the fields: a float is written
+        as its ``repr`` and so reads back exactly (NaN included), a boolean as True / False."""
+        names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls)}
+        types = {f.name: f.type for f in fields(cls)}  # the annotations as written: "int", "float", ...
+        return cls(**{names[column]: _PARSE[types[names[column]]](value) for column, value in row.items()})
+
+
+def _parse_bool(value: str) -> bool:
+    if value not in ("True", "False"):
+        raise ValueError(f"not a boolean: {value!r}")
+    return value == "True"
+
+
+_PARSE = {"int": int, "float": float, "bool": _parse_bool, "str": str}  # heads.csv's cells by HeadRow's field types
+
+HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow)]
 
 
 def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_rank: np.ndarray,
               intervals: ScreenIntervals, null_p99: np.ndarray, degenerate_baseline: np.ndarray,
               sink_importance: np.ndarray, near_threshold: np.ndarray,
-              value_norm_ratio: np.ndarray | None = None, prefix_matching: np.ndarray | None = None) -> list[dict]:
-    """One dict per head, keys ``HEAD_COLUMNS``; ``mean_attention`` is [layers, heads, 7],
+              value_norm_ratio: np.ndarray | None = None, prefix_matching: np.ndarray | None = None) -> list[HeadRow]:
+    """One ``HeadRow`` per head; ``mean_attention`` is [layers, heads, 7],
     ``null_p99`` [layers, heads] the head's 99th percentile of null selectivity,
     ``degenerate_baseline`` [layers, heads] whether its baseline attention is degenerate
     (``stats.degenerate_baseline``: its selectivities are ratios over the softmax's far tail),
@@ -62,7 +137,7 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
             row = {"layer": layer, "head": head}
             row.update({f"sel_{c}": float(scr.sel[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["best_class"] = str(scr.best_class[layer, head])
-            row["class"] = str(scr.head_class[layer, head])
+            row["class_"] = str(scr.head_class[layer, head])
             row.update({f"{c}_member": bool(scr.members[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["induction_circuit"] = bool(scr.induction_circuit[layer, head])
             row["pr"] = float(pr[layer, head])
@@ -79,7 +154,7 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
             row["near_threshold"] = bool(near_threshold[layer, head])
             for name, values in (("value_norm_ratio", value_norm_ratio), ("prefix_matching", prefix_matching)):
                 row[name] = float("nan") if values is None else float(values[layer, head])
-            rows.append(row)
+            rows.append(HeadRow(**row))
     return rows
 
 
@@ -274,7 +349,7 @@ def dtype_differs(dtype: str, reference_dtype: str | None) -> bool:
     return reference_dtype not in (None, dtype)
 
 
-def write_run(out_dir: Path, rows: list[dict], run_summary: RunSummary, per_sequence: dict | None = None) -> None:
+def write_run(out_dir: Path, rows: list[HeadRow], run_summary: RunSummary, per_sequence: dict | None = None) -> None:
     """heads.csv, per_sequence.npz (if given: the probe's per-sequence arrays by name, e.g.
     ``targets`` [n, layers, heads, 7] and ``sink_importance`` [n, layers, heads] in float32, and
     the token batch ``tokens`` [n, T] as it is), then summary.json."""
@@ -285,7 +360,7 @@ def write_run(out_dir: Path, rows: list[dict], run_summary: RunSummary, per_sequ
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=HEAD_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(row.columns() for row in rows)
     atomic_write_text(out_dir / HEADS_FILE, buf.getvalue())
     run_summary.save(out_dir)  # last: a run directory with a summary is a complete run
 
@@ -320,22 +395,9 @@ def is_done(run_dir: Path, config_digest: str) -> bool:
 
 
 def read_run(run_dir: Path) -> tuple[RunSummary, list[dict]]:
-    """(summary, head rows with numbers and booleans parsed) of a complete run directory."""
+    """(summary, heads.csv's rows) of a complete run directory; each row is its ``HeadRow``'s
+    columns, typed (ints, floats, booleans, strings)."""
     run_summary = RunSummary.read(run_dir)
     with open(run_dir / HEADS_FILE, newline="") as f:
-        rows = [_parse_row(r) for r in csv.DictReader(f)]
+        rows = [HeadRow.from_columns(r).columns() for r in csv.DictReader(f)]
     return run_summary, rows
-
-
-def _parse_row(row: dict) -> dict:
-    out = {}
-    for key, value in row.items():
-        if key in ("layer", "head"):
-            out[key] = int(value)
-        elif value in ("True", "False"):
-            out[key] = value == "True"
-        elif key in ("best_class", "class"):
-            out[key] = value
-        else:
-            out[key] = float(value)
-    return out

@@ -1,7 +1,8 @@
 """Typed records: one to_json / from_json; summary.json is RunSummary's; an old schema is one line."""
 
 import json
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 
 import pytest
 
@@ -10,7 +11,9 @@ from emergence.ablation import AblationResult, ControlSet, Effect, Metrics
 from emergence.config import compose_config
 from emergence.main import analyse
 from emergence.record import Record
-from emergence.results import SCHEMA_VERSION, SUMMARY_FILE, RunSummary, is_done, read_run
+from emergence.results import HEAD_COLUMNS, HEADS_FILE, SCHEMA_VERSION, SUMMARY_FILE, HeadRow, RunSummary, is_done, \
+    read_run, write_run
+from run_dirs import run_summary
 
 SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10",
          "probe.vocab_high=500", "probe.batch_size=8", "model.dtype=float32", "wandb.mode=disabled"]
@@ -66,3 +69,29 @@ def test_summary_json_is_the_run_summary_and_an_old_schema_is_one_line(tiny_dirs
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith(f"error: {run}: summary.json has schema 1") and "rerun its job" in line
     assert not (tmp_path / "report").exists()
+
+
+def test_heads_csv_reads_back_exactly_through_head_row(tmp_path):
+    """Every column of heads.csv, written and read back: ints as ints, booleans as booleans,
+    strings as strings, floats bit for bit (NaN, infinities, -0.0 and the last digit included)."""
+    awkward = [1 / 3, 2.0 ** -1074, 1.7976931348623157e308, -0.0, float("nan"), float("inf"), 0.1 + 0.2, 123456789.123]
+    by_type = {"int": lambda i, k: i + k, "float": lambda i, k: awkward[(i + k) % len(awkward)],
+               "bool": lambda i, k: (i + k) % 2 == 0, "str": lambda i, k: f"name {i} {k}"}
+    written = [HeadRow(**{f.name: by_type[f.type](i, k) for k, f in enumerate(fields(HeadRow))}) for i in range(3)]
+    write_run(tmp_path, written, run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=3))
+    assert (tmp_path / HEADS_FILE).read_text().splitlines()[0] == ",".join(HEAD_COLUMNS)
+    _, rows = read_run(tmp_path)
+    assert [list(r) for r in rows] == [HEAD_COLUMNS] * 3
+    for row, expected in zip(rows, written):
+        for column, value in expected.columns().items():
+            assert type(row[column]) is type(value) and repr(row[column]) == repr(value), column
+
+
+def test_heads_csv_of_a_run_before_the_mechanism_columns_reads_them_as_nan(tmp_path):
+    row = HeadRow(**{f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type] for f in fields(HeadRow)})
+    write_run(tmp_path, [row], run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1))
+    lines = (tmp_path / HEADS_FILE).read_text().splitlines()
+    old = [",".join(cells.split(",")[:-2]) for cells in lines]  # value_norm_ratio and prefix_matching are the last two
+    (tmp_path / HEADS_FILE).write_text("\n".join(old) + "\n")
+    (read,) = read_run(tmp_path)[1]
+    assert read["sel_bos"] == 1.5 and math.isnan(read["value_norm_ratio"]) and math.isnan(read["prefix_matching"])

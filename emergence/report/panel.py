@@ -160,7 +160,7 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
             for name, grid in per_head.items():
-                grid[r["layer"], r["head"]] = r.get(name, np.nan)  # absent from the heads.csv of older runs
+                grid[r["layer"], r["head"]] = r[name]
         extras = {k: getattr(summary, k) for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null",
                                                    "text", "repeat") if getattr(summary, k) is not None}
         massive = (None if summary.massive_activations is None
