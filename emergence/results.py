@@ -12,7 +12,7 @@ import io
 import json
 import platform
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +20,13 @@ import numpy as np
 import emergence
 from emergence.ablation import AblationResult
 from emergence.atomic import atomic_write_bytes, atomic_write_text, npz_bytes
+from emergence.config import ProbeConfig
 from emergence.icl import RepeatScores, TextScores
 from emergence.mechanism import MassiveActivation
 from emergence.record import Record
 from emergence.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
-from emergence.stats import DEGENERATE_BASELINE_SHARE, ScreenIntervals
+from emergence.sinks import SinkMetric
+from emergence.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 
 HEADS_FILE = "heads.csv"
 SUMMARY_FILE = "summary.json"
@@ -158,7 +160,9 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
     return rows
 
 
-SCHEMA_VERSION = 2  # summary.json's layout: bump when a field is renamed or changes meaning
+SCHEMA_VERSION = 3  # summary.json's layout: bump when a field is renamed or changes meaning
+# Schema 2 has the keys of 3; 3 types the summary's parts as records (the report reads both).
+READABLE_SCHEMAS = (2, SCHEMA_VERSION)
 
 
 @dataclass
@@ -168,6 +172,47 @@ class NearThreshold(Record):
     relative_error: float  # the dtype's relative error on a selectivity (``screen.DTYPE_RELATIVE_ERROR``)
     count: int
     heads: list[str]
+
+
+@dataclass
+class ProbeSummary(ProbeConfig, Record):
+    """``summary.json`` ``probe``: the probe's settings as the run used them (``ProbeConfig``), the
+    fingerprint of its token batch and the positions its baseline attention averages over."""
+
+    fingerprint: str = field(kw_only=True)  # sha256 of the token batch (``ProbeBatch.fingerprint``)
+    baseline_positions: list[int] = field(kw_only=True)  # 0-based key positions
+
+
+@dataclass
+class Thresholds(Record):
+    """``summary.json`` ``thresholds``: the selectivities (multiples of the head's baseline) the screen used."""
+
+    classes: dict[str, float]  # class -> its threshold for the class and membership, order ``screen.CLASSES``
+    circuit: float  # the induction selectivity from which on a head is in the induction circuit
+
+
+@dataclass
+class Download(Record):
+    """``summary.json`` ``download``: how the run got its weights."""
+
+    bytes_downloaded: int  # the revision's files in the cache, downloaded for this run (its sweep's); 0: cached before
+    load_seconds: float  # the run's load step (``timings`` ``load``): resolving, downloading, loading the checkpoint
+    prefetched: bool  # fetched by the sweep during an earlier job (``prefetch.arrival``)
+    wait_seconds: float  # what the job still waited for the prefetch at its start
+
+
+@dataclass
+class IntervalsSummary(Record):
+    """``summary.json`` ``intervals``: the bootstrap's settings (``StatsConfig``) and the counts'
+    intervals, each [low, high] in heads."""
+
+    ci: float  # coverage, in (0, 1)
+    n_boot: int  # replicates
+    seed: int  # of the resample
+    method: str  # the bootstrap in words
+    circuit_size: list[float]
+    class_counts: dict[str, list[float]]  # single label, unclassified included
+    member_counts: dict[str, list[float]]  # multi-label membership
 
 
 @dataclass
@@ -193,19 +238,19 @@ class RunSummary(Record):
     device: str
     weight_bytes: int
     weights_sha256: str | None
-    download: dict  # bytes_downloaded, load_seconds, and the prefetch's arrival (``prefetch.arrival``)
+    download: Download
     batch_size: int
-    probe: dict  # the probe's settings, its batch's fingerprint and the baseline positions
-    thresholds: dict  # classes: {class: threshold}, circuit
+    probe: ProbeSummary
+    thresholds: Thresholds
     class_counts: dict[str, int]  # single label (best class above its threshold), unclassified included
     member_counts: dict[str, int]  # multi-label membership
     bos_fraction: float  # share of heads that are bos members
     bos_fraction_ci: list[float]
     bos_per_layer: list[int]
-    sink_metric: dict  # Gu et al.'s Sink_0 (``sinks.sink_metric``)
+    sink_metric: SinkMetric  # Gu et al.'s Sink_eps
     induction_circuit: list[str]
-    intervals: dict  # the bootstrap's settings and the intervals of the counts
-    null: dict  # the null calibration (``stats.NullCalibration.as_summary``)
+    intervals: IntervalsSummary
+    null: NullSummary  # the null calibration (``stats.NullCalibration``)
     threshold_warnings: list[str]  # thresholds below the null floor that admit heads
     spectral: dict  # what ``pr`` and ``pr_entropy_rank`` in heads.csv are, over how many sequences
     reused_measurements: bool  # the probe's measurements came from the cache
@@ -226,14 +271,7 @@ class RunSummary(Record):
 
     @classmethod
     def read(cls, run_dir: Path) -> "RunSummary":
-        """A run directory's summary; one of another schema is a ValueError that says so."""
-        data = read_json(run_dir / SUMMARY_FILE)
-        found = data.get("schema_version", 1)
-        if found != SCHEMA_VERSION:
-            raise ValueError(f"{run_dir}: summary.json has schema {found}, this version of emergence reads "
-                             f"schema {SCHEMA_VERSION}; rerun its job (python -m emergence with the same "
-                             "overrides) to rewrite it")
-        return cls.from_json(data)
+        return cls.from_json(read_summary_json(run_dir))
 
 
 @dataclass
@@ -255,6 +293,22 @@ class DuplicateRun(Record):
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2) + "\n")
 
+    @classmethod
+    def read(cls, run_dir: Path) -> "DuplicateRun":
+        return cls.from_json(read_summary_json(run_dir))
+
+
+def read_summary_json(run_dir: Path) -> dict:
+    """A run directory's summary.json (a ``RunSummary``'s or a ``DuplicateRun``'s) as JSON; one of a
+    schema this version does not read (``READABLE_SCHEMAS``) is a ValueError that says so."""
+    data = read_json(run_dir / SUMMARY_FILE)
+    found = data.get("schema_version", 1)
+    if found not in READABLE_SCHEMAS:
+        raise ValueError(f"{run_dir}: summary.json has schema {found}, this version of emergence reads "
+                         f"schemas {', '.join(map(str, READABLE_SCHEMAS))}; rerun its job (python -m emergence "
+                         "with the same overrides) to rewrite it")
+    return data
+
 
 def is_duplicate(run_dir: Path) -> bool:
     """The run directory holds a ``DuplicateRun``'s summary."""
@@ -267,13 +321,13 @@ SPECTRAL_ESTIMATORS = {
 }
 
 
-def intervals_summary(intervals: ScreenIntervals, settings) -> dict:
-    """``summary.json`` ``intervals``: the bootstrap's settings (``StatsConfig``) and the counts' intervals."""
-    return {"ci": settings.ci, "n_boot": settings.n_boot, "seed": settings.seed,
-            "method": "percentile bootstrap over sequences (paired numerator and baseline), the "
-                      "classification recomputed in each replicate",
-            "circuit_size": intervals.circuit_size, "class_counts": intervals.class_counts,
-            "member_counts": intervals.member_counts}
+def intervals_summary(intervals: ScreenIntervals, settings) -> IntervalsSummary:
+    """``summary.json`` ``intervals`` of the screen's bootstrap (``settings``: the run's ``StatsConfig``)."""
+    return IntervalsSummary(ci=settings.ci, n_boot=settings.n_boot, seed=settings.seed,
+                            method="percentile bootstrap over sequences (paired numerator and baseline), the "
+                                   "classification recomputed in each replicate",
+                            circuit_size=intervals.circuit_size, class_counts=intervals.class_counts,
+                            member_counts=intervals.member_counts)
 
 
 def versions() -> dict[str, str]:
@@ -317,7 +371,7 @@ def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
         counts = {c: int((scr.head_class[layer] == c).sum()) for c in (*CLASSES, UNCLASSIFIED)}
         lines.append(f"  L{layer:<3}" + "  ".join(f"{c}={n}" for c, n in counts.items() if n))
     low, high = summary.bos_fraction_ci
-    lines.append(f"BOS fraction: {summary.bos_fraction:.1%} ({summary.intervals['ci']:.0%} CI "
+    lines.append(f"BOS fraction: {summary.bos_fraction:.1%} ({summary.intervals.ci:.0%} CI "
                  f"{low:.1%}-{high:.1%})   induction circuit: {', '.join(summary.induction_circuit) or '(empty)'}")
     near = summary.near_threshold
     lines.append(f"near a threshold (within {summary.dtype}'s {100 * near.relative_error:.2g}%): "
@@ -326,12 +380,12 @@ def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
         lines.append(f"dtype {summary.dtype}, the reference study's {summary.reference_dtype}: "
                      "compare with its published numbers only up to both dtypes' rounding")
     null = summary.null
-    floor = ("none: every head set aside" if null["floor"] is None
-             else f"p99 {null['p99']:.2f}x, floor {null['floor']:.2f}x")
-    lines.append(f"null ({null['rule']} rule, {null['draws']} draws of {null['pooled_heads']} heads): {floor}"
-                 + (f"; set aside, baseline attention under {null['degenerate_below']:.3g} "
+    floor = ("none: every head set aside" if null.floor is None
+             else f"p99 {null.p99:.2f}x, floor {null.floor:.2f}x")
+    lines.append(f"null ({null.rule} rule, {null.draws} draws of {null.pooled_heads} heads): {floor}"
+                 + (f"; set aside, baseline attention under {null.degenerate_below:.3g} "
                     f"({DEGENERATE_BASELINE_SHARE:g}/T): "
-                    f"{', '.join(null['set_aside'])}" if null["set_aside"] else ""))
+                    f"{', '.join(null.set_aside)}" if null.set_aside else ""))
     ab = summary.ablation
     if ab.effect:
         e = ab.effect
@@ -387,8 +441,7 @@ def is_done(run_dir: Path, config_digest: str) -> bool:
     try:
         if not (run_dir / SUMMARY_FILE).exists():
             return False
-        summary = DuplicateRun.from_json(read_json(run_dir / SUMMARY_FILE)) if is_duplicate(run_dir) \
-            else RunSummary.read(run_dir)
+        summary = (DuplicateRun if is_duplicate(run_dir) else RunSummary).read(run_dir)
         return summary.config_digest == config_digest
     except ValueError:
         return False

@@ -2,7 +2,9 @@
 
 import json
 import math
+import shutil
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import pytest
 
@@ -11,9 +13,13 @@ from emergence.ablation import AblationResult, ControlSet, Effect, Metrics
 from emergence.config import compose_config
 from emergence.main import analyse
 from emergence.record import Record
-from emergence.results import HEAD_COLUMNS, HEADS_FILE, SCHEMA_VERSION, SUMMARY_FILE, HeadRow, RunSummary, is_done, \
-    read_run, write_run
+from emergence.results import HEAD_COLUMNS, HEADS_FILE, SCHEMA_VERSION, SUMMARY_FILE, DuplicateRun, HeadRow, \
+    RunSummary, is_done, read_run, write_run
+from emergence.sinks import SinkMetric
+from emergence.stats import NullSummary
 from run_dirs import run_summary
+
+VERSION_2_RUN = Path(__file__).parent / "data" / "v2_run"  # written by the version before schema 3 (its SOURCE.md)
 
 SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10",
          "probe.vocab_high=500", "probe.batch_size=8", "model.dtype=float32", "wandb.mode=disabled"]
@@ -95,3 +101,35 @@ def test_heads_csv_of_a_run_before_the_mechanism_columns_reads_them_as_nan(tmp_p
     (tmp_path / HEADS_FILE).write_text("\n".join(old) + "\n")
     (read,) = read_run(tmp_path)[1]
     assert read["sel_bos"] == 1.5 and math.isnan(read["value_norm_ratio"]) and math.isnan(read["prefix_matching"])
+
+
+def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_path):
+    """Schema 3 types the parts schema 2 wrote as plain objects, under the same keys: a run
+    directory of version 2 reads as the same JSON, and the report reports it."""
+    written = json.loads((VERSION_2_RUN / SUMMARY_FILE).read_text())
+    assert written["schema_version"] == 2
+    summary, rows = read_run(VERSION_2_RUN)
+    assert summary.to_json() == written
+    assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
+    assert isinstance(summary.sink_metric, SinkMetric) and summary.probe.n_sequences == 16
+    assert summary.thresholds.circuit == 50.0 and summary.download.prefetched is False
+    assert summary.intervals.class_counts == written["intervals"]["class_counts"]
+    assert len(rows) == 2 * 4 and list(rows[0]) == HEAD_COLUMNS
+    assert is_done(VERSION_2_RUN, written["config_digest"])  # resume=true keeps it
+
+    shutil.copytree(VERSION_2_RUN, tmp_path / "runs" / "main")
+    res = run_cli(tmp_path / "runs", "--out", tmp_path / "report", "--wandb-mode", "disabled",
+                  module="emergence.report")
+    assert res.returncode == 0, res.stderr[-2000:]
+    findings = json.loads((tmp_path / "report" / "findings.json").read_text())
+    (row,) = findings["models"]["local"]["revisions"]
+    assert (row["revision"], row["tokens"], row["null"]) == ("main", 1000, written["null"])
+
+
+def test_a_duplicates_summary_carries_the_schema_and_reads_under_the_same_rule(tmp_path):
+    duplicate = DuplicateRun(SCHEMA_VERSION, "m", "org/m", None, "step2", 2, 2000, "step3", "ab" * 32, "digest")
+    duplicate.save(tmp_path)
+    assert DuplicateRun.read(tmp_path) == duplicate and is_done(tmp_path, "digest")
+    for schema in (2, 1):  # version 2 wrote the same keys; version 1's is another schema: rerun
+        (tmp_path / SUMMARY_FILE).write_text(json.dumps({**duplicate.to_json(), "schema_version": schema}))
+        assert is_done(tmp_path, "digest") == (schema == 2)

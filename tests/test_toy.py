@@ -107,7 +107,7 @@ def test_reduced_training_is_deterministic_and_loads_like_a_checkpoint(key, tmp_
     summary = analyse(cfg, tmp_path / "run")
     assert summary.revision == "step4" and summary.tokens == 4 * 4096
     assert summary.architecture == cfg.model.toy.architecture
-    assert summary.probe["seq_len"] == 128 and summary.probe["vocab_high"] == 256
+    assert summary.probe.seq_len == 128 and summary.probe.vocab_high == 256
 
 
 @pytest.mark.slow

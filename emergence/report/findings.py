@@ -363,11 +363,10 @@ def null_floors(traj: Trajectory) -> NullFloor | None:
     rules: dict[str, list[str]] = {}
     set_aside: dict[str, list[str]] = {}
     for revision, null in nulls.items():
-        # a summary without a rule was written before stats.null_rule: the reference rule made its floor
-        rules.setdefault(null.get("rule", "reference"), []).append(revision)
-        for head in null.get("set_aside", {}):
+        rules.setdefault(null.rule, []).append(revision)
+        for head in null.set_aside:
             set_aside.setdefault(head, []).append(revision)
-    floors = [null["floor"] for null in nulls.values() if null["floor"] is not None]
+    floors = [null.floor for null in nulls.values() if null.floor is not None]
     return NullFloor(rules={rule: NullRuleUse(NULL_RULES[rule], revisions) for rule, revisions in rules.items()},
                      floor_range=[min(floors), max(floors)] if floors else None, set_aside=set_aside)
 

@@ -165,10 +165,10 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
                                                    "text", "repeat") if getattr(summary, k) is not None}
         massive = (None if summary.massive_activations is None
                    else np.array([m.ratio for m in summary.massive_activations]))
-        classes = set(summary.thresholds["classes"].values())
-        panel = (summary.model, summary.training_seed, summary.probe.get("kind", "synthetic"))
+        classes = set(summary.thresholds.classes.values())
+        panel = (summary.model, summary.training_seed, summary.probe.kind)
         used.setdefault(panel, set()).add(
-            (classes.pop(), summary.thresholds["circuit"]) if len(classes) == 1 else None)
+            (classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
         arrays = {}
         if (run_dir / PER_SEQUENCE_FILE).exists():
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:

@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from emergence.record import from_json, to_json
+from emergence.stats import NullSummary
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class RevisionRow:
     weights_sha256: str | None = None  # fingerprint of the weights the run loaded
     dtype: str | None = None  # the dtype the run computed in
     reference_dtype: str | None = None  # the dtype the reference study ran this model in
-    null: dict | None = None  # the run's null calibration, as its summary.json states it (``stats.NullCalibration``)
+    null: NullSummary | None = None  # the run's null calibration, as its summary.json states it
     bos_fraction_ci: list[float] | None = None
     n_induction_ci: list[float] | None = None
 
