@@ -273,7 +273,7 @@ def summarise(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np
         threshold_warnings=[f"below the null floor {null.floor:.2f}x: {t}" for t in uncertainty.below_floor],
         spectral={**results.SPECTRAL_ESTIMATORS, "n_sequences": measured.spectral_n},
         reused_measurements=loaded.cached is not None, ablation=ablated,
-        icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
+        copy_loss_drop=toy_train.copy_loss_drop(cfg.model, revision.name), config_digest=config_digest(cfg),
         timings=timings, versions=results.versions(), massive_activations=measured.residual.records(),
         text=None if cfg.probe.kind != "text" else icl.text_scores(
             measured.position_losses, list(cfg.probe.icl_positions), cfg.stats, text.source_name(cfg.probe),

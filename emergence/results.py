@@ -161,7 +161,8 @@ def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_r
 
 
 SCHEMA_VERSION = 3  # summary.json's layout: bump when a field is renamed or changes meaning
-# Schema 2 has the keys of 3; 3 types the summary's parts as records (the report reads both).
+# Schema 3 types the summary's parts as records, under schema 2's keys, and renames the toys'
+# icl_score copy_loss_drop (``RunSummary.read`` maps it): the report reads both.
 READABLE_SCHEMAS = (2, SCHEMA_VERSION)
 
 
@@ -255,7 +256,8 @@ class RunSummary(Record):
     spectral: dict  # what ``pr`` and ``pr_entropy_rank`` in heads.csv are, over how many sequences
     reused_measurements: bool  # the probe's measurements came from the cache
     ablation: AblationResult
-    icl_score: float | None  # toy models: the training's in-context score at this checkpoint
+    # toy models: the training's copy loss drop at this checkpoint (nats, ``toy.train.copy_loss_drop``); None: others
+    copy_loss_drop: float | None
     config_digest: str
     timings: dict[str, float]  # seconds per step
     versions: dict[str, str]
@@ -271,7 +273,10 @@ class RunSummary(Record):
 
     @classmethod
     def read(cls, run_dir: Path) -> "RunSummary":
-        return cls.from_json(read_summary_json(run_dir))
+        data = read_summary_json(run_dir)
+        if data["schema_version"] == 2:  # it named the toys' copy loss drop icl_score (Olsson's is ``text``'s)
+            data["copy_loss_drop"] = data.pop("icl_score", None)
+        return cls.from_json(data)
 
 
 @dataclass

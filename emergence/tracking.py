@@ -115,6 +115,8 @@ def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
     }
     if summary.massive_activations:  # the sink mechanism: the largest activation over its median, any layer
         metrics["massive_activation_ratio"] = max(m.ratio for m in summary.massive_activations)
+    if summary.copy_loss_drop is not None:  # toy models
+        metrics["copy_loss_drop"] = summary.copy_loss_drop
     if summary.text is not None:
         metrics["text/icl_score"] = summary.text.icl_score
     if summary.repeat is not None:

@@ -17,5 +17,5 @@ def run_summary(**fields) -> RunSummary:
         "class_counts": {}, "member_counts": {}, "bos_fraction": 0.0,
         "bos_fraction_ci": [0.0, 0.0], "bos_per_layer": [], "sink_metric": None, "induction_circuit": [],
         "intervals": None, "null": None, "threshold_warnings": [], "spectral": {}, "reused_measurements": False,
-        "ablation": AblationResult(False, "zero", 3.0, "adaptive", Metrics(0.0, 0.0, 0.0, 0.0)), "icl_score": None,
+        "ablation": AblationResult(False, "zero", 3.0, "adaptive", Metrics(0.0, 0.0, 0.0, 0.0)), "copy_loss_drop": None,
         "config_digest": "hand-made", "timings": {}, "versions": {}, **fields})

@@ -104,12 +104,15 @@ def test_heads_csv_of_a_run_before_the_mechanism_columns_reads_them_as_nan(tmp_p
 
 
 def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_path):
-    """Schema 3 types the parts schema 2 wrote as plain objects, under the same keys: a run
-    directory of version 2 reads as the same JSON, and the report reports it."""
+    """Schema 3 types the parts schema 2 wrote as plain objects, under the same keys, and names the
+    toys' icl_score copy_loss_drop: a run directory of version 2 reads as the same JSON but for that
+    name, and the report reports it."""
     written = json.loads((VERSION_2_RUN / SUMMARY_FILE).read_text())
-    assert written["schema_version"] == 2
+    assert written["schema_version"] == 2 and "copy_loss_drop" not in written
     summary, rows = read_run(VERSION_2_RUN)
-    assert summary.to_json() == written
+    renamed = {**written, "copy_loss_drop": written["icl_score"]}
+    del renamed["icl_score"]
+    assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
     assert isinstance(summary.sink_metric, SinkMetric) and summary.probe.n_sequences == 16
     assert summary.thresholds.circuit == 50.0 and summary.download.prefetched is False
@@ -117,13 +120,16 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     assert len(rows) == 2 * 4 and list(rows[0]) == HEAD_COLUMNS
     assert is_done(VERSION_2_RUN, written["config_digest"])  # resume=true keeps it
 
+    # As a toy's run: its copy loss drop under the old name reaches the report under the new one.
     shutil.copytree(VERSION_2_RUN, tmp_path / "runs" / "main")
+    (tmp_path / "runs" / "main" / SUMMARY_FILE).write_text(json.dumps({**written, "icl_score": 1.25}))
     res = run_cli(tmp_path / "runs", "--out", tmp_path / "report", "--wandb-mode", "disabled",
                   module="emergence.report")
     assert res.returncode == 0, res.stderr[-2000:]
     findings = json.loads((tmp_path / "report" / "findings.json").read_text())
     (row,) = findings["models"]["local"]["revisions"]
-    assert (row["revision"], row["tokens"], row["null"]) == ("main", 1000, written["null"])
+    assert (row["revision"], row["tokens"], row["null"], row["copy_loss_drop"]) == ("main", 1000, written["null"], 1.25)
+    assert "copy loss drop (nats) |" in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_a_duplicates_summary_carries_the_schema_and_reads_under_the_same_rule(tmp_path):

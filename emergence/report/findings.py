@@ -391,7 +391,7 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
             induction_recall=None if rec[i] is None else float(rec[i]),
             topk_recall=None if topk[i] is None else float(topk[i]), refined=c.refined,
             near_threshold=near_threshold_heads(c, class_threshold, circuit_threshold),
-            icl_score=c.extras.get("icl_score"), weights_sha256=c.extras.get("weights_sha256"),
+            copy_loss_drop=c.extras.get("copy_loss_drop"), weights_sha256=c.extras.get("weights_sha256"),
             dtype=c.extras.get("dtype"), reference_dtype=c.extras.get("reference_dtype"), null=c.extras.get("null"),
             bos_fraction_ci=None if reps is None else reps.interval(reps.bos_fraction[:, i]),
             n_induction_ci=None if reps is None else reps.interval(reps.n_induction[:, i]))

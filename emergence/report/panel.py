@@ -40,7 +40,7 @@ class Checkpoint:
     tokens: float
     sel: np.ndarray
     spectral: np.ndarray | None = None
-    extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score, the dtype it ran in
+    extras: dict = field(default_factory=dict)  # e.g. the toy models' copy loss drop, the dtype it ran in
     targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
     sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
     run_dir: Path | None = None  # the run directory it was read from (run directories only)
@@ -161,7 +161,7 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
             for name, grid in per_head.items():
                 grid[r["layer"], r["head"]] = r[name]
-        extras = {k: getattr(summary, k) for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null",
+        extras = {k: getattr(summary, k) for k in ("copy_loss_drop", "weights_sha256", "dtype", "reference_dtype", "null",
                                                    "text", "repeat") if getattr(summary, k) is not None}
         massive = (None if summary.massive_activations is None
                    else np.array([m.ratio for m in summary.massive_activations]))
