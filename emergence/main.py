@@ -271,7 +271,7 @@ def summarise(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np
         induction_circuit=scr.circuit_names(), intervals=results.intervals_summary(uncertainty.intervals, cfg.stats),
         null=null.as_summary(),
         threshold_warnings=[f"below the null floor {null.floor:.2f}x: {t}" for t in uncertainty.below_floor],
-        spectral={**results.SPECTRAL_ESTIMATORS, "n_sequences": measured.spectral_n},
+        spectral=results.SpectralSummary(n_sequences=measured.spectral_n),
         reused_measurements=loaded.cached is not None, ablation=ablated,
         copy_loss_drop=toy_train.copy_loss_drop(cfg.model, revision.name), config_digest=config_digest(cfg),
         timings=timings, versions=results.versions(), massive_activations=measured.residual.records(),

@@ -253,7 +253,7 @@ class RunSummary(Record):
     intervals: IntervalsSummary
     null: NullSummary  # the null calibration (``stats.NullCalibration``)
     threshold_warnings: list[str]  # thresholds below the null floor that admit heads
-    spectral: dict  # what ``pr`` and ``pr_entropy_rank`` in heads.csv are, over how many sequences
+    spectral: SpectralSummary
     reused_measurements: bool  # the probe's measurements came from the cache
     ablation: AblationResult
     # toy models: the training's copy loss drop at this checkpoint (nats, ``toy.train.copy_loss_drop``); None: others
@@ -320,10 +320,15 @@ def is_duplicate(run_dir: Path) -> bool:
     return "duplicate_of" in read_json(run_dir / SUMMARY_FILE)
 
 
-SPECTRAL_ESTIMATORS = {
-    "pr": "participation ratio of the centred covariance, (sum l)^2 / sum l^2",
-    "pr_entropy_rank": "exp(entropy) of normalised squared singular values, uncentred (the reference code's estimator)",
-}
+@dataclass
+class SpectralSummary(Record):
+    """``summary.json`` ``spectral``: what heads.csv's ``pr`` and ``pr_entropy_rank`` are, in words,
+    and over how many of the probe's sequences (docs/method.md section 5)."""
+
+    pr: str = "participation ratio of the centred covariance, (sum l)^2 / sum l^2"
+    pr_entropy_rank: str = ("exp(entropy) of normalised squared singular values, uncentred "
+                            "(the reference code's estimator)")
+    n_sequences: int = field(kw_only=True)  # the rows of each head's output matrix
 
 
 def intervals_summary(intervals: ScreenIntervals, settings) -> IntervalsSummary:
