@@ -1,9 +1,10 @@
 """Typed records: one to_json / from_json; summary.json is RunSummary's; an old schema is one line."""
 
+import csv
 import json
 import math
 import shutil
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,28 @@ def test_a_duplicates_summary_carries_the_schema_and_reads_under_the_same_rule(t
     for schema in (2, 1):  # version 2 wrote the same keys; version 1's is another schema: rerun
         (tmp_path / SUMMARY_FILE).write_text(json.dumps({**duplicate.to_json(), "schema_version": schema}))
         assert is_done(tmp_path, "digest") == (schema == 2)
+
+
+def test_the_toys_copy_loss_drop_reaches_w_and_b_under_its_name():
+    import matplotlib.pyplot as plt
+
+    from emergence.tracking import log_checkpoint
+
+    class Run:  # what log_checkpoint calls on a W&B run
+        def __init__(self):
+            self.logged, self.summary = {}, {}
+
+        def define_metric(self, *args, **kwargs):
+            pass
+
+        def log(self, metrics):
+            self.logged.update(metrics)
+
+    with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
+        rows = [HeadRow.from_columns(r) for r in csv.DictReader(f)]
+    toy = replace(RunSummary.read(VERSION_2_RUN), copy_loss_drop=1.25)
+    run, figure = Run(), plt.figure()
+    log_checkpoint(run, toy, rows, figure)
+    plt.close(figure)
+    assert run.summary["copy_loss_drop"] == 1.25 and "icl_score" not in run.summary
+    assert run.logged["heads"].columns == HEAD_COLUMNS and len(run.logged["heads"].data) == len(rows)
