@@ -248,8 +248,10 @@ def summarise(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np
               timings: dict[str, float]) -> results.RunSummary:
     """The run's record, ``summary.json``."""
     revision, scr, null = loaded.revision, screened.screen, uncertainty.null
-    download = {"bytes_downloaded": checkpoints.downloaded_bytes(loaded.source), "load_seconds": timings["load"],
-                **prefetch.arrival((loaded.source.path, loaded.source.revision, loaded.source.weights_format))}
+    arrival = prefetch.arrival((loaded.source.path, loaded.source.revision, loaded.source.weights_format))
+    download = results.Download(bytes_downloaded=checkpoints.downloaded_bytes(loaded.source),
+                                load_seconds=timings["load"], prefetched=arrival.prefetched,
+                                wait_seconds=arrival.wait_seconds)
     return results.RunSummary(
         schema_version=results.SCHEMA_VERSION, model=cfg.model.key, name_or_path=cfg.model.name_or_path,
         training_seed=results.training_seed(cfg.model), revision=revision.name, step=revision.step,
@@ -259,18 +261,19 @@ def summarise(cfg: Config, loaded: Loaded, batch: probe.ProbeBatch, baseline: np
         near_threshold=results.near_threshold_record(screened.near_threshold, loaded.dtype),
         device=str(loaded.device), weight_bytes=loaded.weight_bytes,
         weights_sha256=checkpoints.weights_sha256(loaded.source), download=download, batch_size=loaded.batch_size,
-        probe={**asdict(cfg.probe), "fingerprint": batch.fingerprint(), "baseline_positions": baseline.tolist()},
-        thresholds={"classes": dict(zip(screen.CLASSES, screened.thresholds.tolist())),
-                    "circuit": cfg.threshold.circuit},
+        probe=results.ProbeSummary(**asdict(cfg.probe), fingerprint=batch.fingerprint(),
+                                   baseline_positions=baseline.tolist()),
+        thresholds=results.Thresholds(classes=dict(zip(screen.CLASSES, screened.thresholds.tolist())),
+                                      circuit=cfg.threshold.circuit),
         class_counts=scr.class_counts(), member_counts=scr.member_counts(), bos_fraction=scr.bos_fraction(),
         bos_fraction_ci=uncertainty.intervals.bos_fraction, bos_per_layer=scr.bos_per_layer(),
         sink_metric=sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats),
         induction_circuit=scr.circuit_names(), intervals=results.intervals_summary(uncertainty.intervals, cfg.stats),
         null=null.as_summary(),
         threshold_warnings=[f"below the null floor {null.floor:.2f}x: {t}" for t in uncertainty.below_floor],
-        spectral={**results.SPECTRAL_ESTIMATORS, "n_sequences": measured.spectral_n},
+        spectral=results.SpectralSummary(n_sequences=measured.spectral_n),
         reused_measurements=loaded.cached is not None, ablation=ablated,
-        icl_score=toy_train.icl_score(cfg.model, revision.name), config_digest=config_digest(cfg),
+        copy_loss_drop=toy_train.copy_loss_drop(cfg.model, revision.name), config_digest=config_digest(cfg),
         timings=timings, versions=results.versions(), massive_activations=measured.residual.records(),
         text=None if cfg.probe.kind != "text" else icl.text_scores(
             measured.position_losses, list(cfg.probe.icl_positions), cfg.stats, text.source_name(cfg.probe),

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -124,15 +125,23 @@ def fetch(repo: str, revision: str, weights_format: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """How the job of a revision got its files (``summary.download``)."""
+
+    prefetched: bool  # fetched by the sweep during an earlier job
+    # what the job still waited for them at its start (the whole download where no earlier job fetched them)
+    wait_seconds: float
+
+
 _downloader: Downloader | None = None  # the sweep's, once a job asked for a prefetch
-_started: dict[Key, dict] = {}  # per revision, how its job found it: {"prefetched", "wait_seconds"}
+_started: dict[Key, Arrival] = {}  # per revision, how its job found it
 
 
-def arrival(key: Key) -> dict:
-    """How the job of a revision (repo, revision, weights format) got its files (``summary.download``): ``prefetched``,
-    fetched by the sweep during an earlier job, and ``wait_seconds`` it still waited for them
-    at its start (the whole download for a job whose revision no earlier job fetched)."""
-    return _started.get(key, {"prefetched": False, "wait_seconds": 0.0})
+def arrival(key: Key) -> Arrival:
+    """How the job of a revision (repo, revision, weights format) got its files; a revision no
+    prefetch saw was neither prefetched nor waited for here (the job downloads it while loading)."""
+    return _started.get(key, Arrival(prefetched=False, wait_seconds=0.0))
 
 
 def fetched_by_sweep(key: Key) -> bool:
@@ -182,8 +191,8 @@ class Prefetch(Callback):
         if mine is not None:
             start = time.perf_counter()
             _downloader.wait(mine)
-            _started[mine] = {"prefetched": ahead and mine in _downloader.fetched,
-                              "wait_seconds": round(time.perf_counter() - start, 3)}
+            _started[mine] = Arrival(prefetched=ahead and mine in _downloader.fetched,
+                                     wait_seconds=round(time.perf_counter() - start, 3))
 
     def revision(self, num: int) -> Key | None:
         if num not in self.revisions:

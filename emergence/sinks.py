@@ -13,9 +13,12 @@ probe pass (``first_key_importance``); ``sink_metric`` reduces it for a run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from emergence.record import Record
 from emergence.stats import interval, replicate_means, resample_weights
 
 
@@ -28,20 +31,27 @@ def first_key_importance(to_key0: torch.Tensor, mask_key0: torch.Tensor | None) 
     return (to_key0 * sees).sum(dim=-1) / sees.sum(dim=-1).clamp(min=1)
 
 
-def sink_metric(importance: np.ndarray, epsilon: float, settings) -> dict:
-    """``summary.json``'s ``sink_metric`` from the per-sequence importances [n, layers, heads].
+SINK_DEFINITION = ("share of (sequence, layer, head) whose key-0 importance (mean attention to key 0 over "
+                   "every query that sees it) exceeds epsilon (Gu et al. 2024)")
 
-    fraction: share of (sequence, layer, head) with importance > epsilon (Gu et al.'s Sink_0);
-    per_layer: the same share within each layer; fraction_ci: its bootstrap interval over
-    sequences (``settings``: the run's ``StatsConfig``, the screen's resample)."""
+
+@dataclass
+class SinkMetric(Record):
+    """``summary.json`` ``sink_metric``: Gu et al.'s Sink_eps over the probe's sequences; shares in [0, 1]."""
+
+    epsilon: float  # a head is a sink on a sequence when key 0's importance exceeds it (a share of attention)
+    fraction: float  # share of (sequence, layer, head) that are sinks
+    fraction_ci: list[float]  # its bootstrap interval over sequences, [low, high]
+    per_layer: list[float]  # the same share within each layer
+    definition: str  # the metric in words
+
+
+def sink_metric(importance: np.ndarray, epsilon: float, settings) -> SinkMetric:
+    """``summary.json``'s ``sink_metric`` from the per-sequence importances [n, layers, heads]
+    (``settings``: the run's ``StatsConfig``, the screen's resample)."""
     above = importance > epsilon  # [n, layers, heads]
     per_sequence = above.mean(axis=(1, 2))  # [n]: the sequence's share of sink heads
     weights = resample_weights(importance.shape[0], settings.n_boot, settings.seed)
-    return {
-        "epsilon": float(epsilon),
-        "fraction": float(above.mean()),
-        "fraction_ci": interval(replicate_means(per_sequence, weights), settings.ci),
-        "per_layer": [float(x) for x in above.mean(axis=(0, 2))],
-        "definition": "share of (sequence, layer, head) whose key-0 importance (mean attention to key 0 over "
-                      "every query that sees it) exceeds epsilon (Gu et al. 2024)",
-    }
+    return SinkMetric(epsilon=float(epsilon), fraction=float(above.mean()),
+                      fraction_ci=interval(replicate_means(per_sequence, weights), settings.ci),
+                      per_layer=[float(x) for x in above.mean(axis=(0, 2))], definition=SINK_DEFINITION)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from emergence.probe import LOCAL_OFFSETS
+from emergence.record import Record
 from emergence.screen import CLASSES, MIN_BASELINE, UNCLASSIFIED, Screen, head_name, screen, selectivity
 
 NULL_SEED = 2026  # the reference calibration's generator
@@ -133,11 +134,28 @@ class NullCalibration:
     degenerate_below: float  # the baseline attention under which a head is degenerate
     set_aside: dict[str, float]  # head name -> its baseline attention, for each head the rule set aside
 
-    def as_summary(self) -> dict:
+    def as_summary(self) -> NullSummary:
         """``summary.json`` ``null``: the rule and what it pooled, set aside and gave."""
-        return {"rule": self.rule, "definition": NULL_RULES[self.rule], "draws": self.draws,
-                "pooled_heads": self.pooled_heads, "p95": self.p95, "p99": self.p99, "floor": self.floor,
-                "degenerate_below": self.degenerate_below, "set_aside": self.set_aside}
+        return NullSummary(rule=self.rule, definition=NULL_RULES[self.rule], draws=self.draws,
+                           pooled_heads=self.pooled_heads, p95=self.p95, p99=self.p99, floor=self.floor,
+                           degenerate_below=self.degenerate_below, set_aside=self.set_aside)
+
+
+@dataclass
+class NullSummary(Record):
+    """``summary.json`` ``null``: the null calibration under one rule (``NULL_RULES``). Selectivities
+    are multiples of the head's baseline attention; p95, p99 and floor are None when the rule kept
+    no head."""
+
+    rule: str
+    definition: str  # the rule in words (``NULL_RULES``)
+    draws: int  # random non-special positions drawn per head
+    pooled_heads: int  # the heads whose draws are pooled
+    p95: float | None  # pooled 95th percentile of the null selectivity
+    p99: float | None
+    floor: float | None  # max(2, p99): the selectivity chance reaches
+    degenerate_below: float  # the baseline attention (a share of the query's attention) under which a head is set aside
+    set_aside: dict[str, float]  # head name -> its baseline attention, for each head the rule set aside
 
 
 def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int, seq_len: int,

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from emergence.errors import UsageError  # noqa: E402
+from emergence.results import HEAD_COLUMNS, HeadRow  # noqa: E402
 from emergence.screen import CLASSES, UNCLASSIFIED  # noqa: E402
 
 CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),
@@ -97,7 +98,7 @@ def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str
     run.finish()
 
 
-def log_checkpoint(run, summary, rows: list[dict], figure) -> None:
+def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
     """Summary metrics (``results.RunSummary``) against tokens, the per-head table and the class grid."""
     if run is None:
         return
@@ -108,12 +109,14 @@ def log_checkpoint(run, summary, rows: list[dict], figure) -> None:
     metrics = {
         "tokens": summary.tokens if summary.tokens is not None else -1,
         "bos_fraction": summary.bos_fraction,
-        "sink_fraction": summary.sink_metric["fraction"],  # Gu et al.'s Sink_0
+        "sink_fraction": summary.sink_metric.fraction,  # Gu et al.'s Sink_eps
         "n_induction": len(summary.induction_circuit),
         **{f"class_counts/{k}": v for k, v in summary.class_counts.items()},
     }
     if summary.massive_activations:  # the sink mechanism: the largest activation over its median, any layer
         metrics["massive_activation_ratio"] = max(m.ratio for m in summary.massive_activations)
+    if summary.copy_loss_drop is not None:  # toy models
+        metrics["copy_loss_drop"] = summary.copy_loss_drop
     if summary.text is not None:
         metrics["text/icl_score"] = summary.text.icl_score
     if summary.repeat is not None:
@@ -122,7 +125,7 @@ def log_checkpoint(run, summary, rows: list[dict], figure) -> None:
     if ablation.effect:
         metrics.update({f"ablation/{k}": v for k, v in ablation.effect.to_json().items() if v is not None})
     metrics.update({f"ablation/clean_{k}": v for k, v in ablation.clean.to_json().items()})
-    metrics["heads"] = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
+    metrics["heads"] = wandb.Table(columns=HEAD_COLUMNS, data=[list(r.columns().values()) for r in rows])
     metrics["classes"] = wandb.Image(figure)
     run.log(metrics)
     run.summary.update({k: v for k, v in metrics.items() if not isinstance(v, (wandb.Table, wandb.Image))})

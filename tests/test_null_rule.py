@@ -66,8 +66,8 @@ def test_the_nondegenerate_floor_is_the_ordinary_heads_and_the_reference_floor_p
                                       [[np.percentile(ordinary, 99), np.percentile(degenerate, 99)]])
         assert calibration.degenerate.tolist() == [[False, True]]
     summary = ours.as_summary()
-    assert summary["set_aside"] == {"L0H1": 1e-9} and summary["degenerate_below"] == pytest.approx(1e-3 / seq_len)
-    assert "nondegenerate" == summary["rule"] and "1/T" in summary["definition"]
+    assert summary.set_aside == {"L0H1": 1e-9} and summary.degenerate_below == pytest.approx(1e-3 / seq_len)
+    assert "nondegenerate" == summary.rule and "1/T" in summary.definition
 
 
 def test_no_floor_when_every_head_is_degenerate():
@@ -126,11 +126,11 @@ def test_a_sink_head_does_not_make_the_floor_and_is_named(sink_model, tmp_path, 
     with caplog.at_level(logging.INFO, logger="emergence.main"):
         summary, rows = run(path, tmp_path / "nondegenerate", *thresholds)
     null = summary.null
-    assert null["rule"] == "nondegenerate" and null["pooled_heads"] == 7
-    assert list(null["set_aside"]) == ["L0H1"] and null["set_aside"]["L0H1"] == pytest.approx(baseline[0, 1], rel=1e-3)
-    assert null["p95"] == pytest.approx(np.quantile(ordinary, 0.95), rel=1e-4)
-    assert null["p99"] == pytest.approx(np.quantile(ordinary, 0.99), rel=1e-4)
-    assert null["floor"] == pytest.approx(max(2.0, np.quantile(ordinary, 0.99)), rel=1e-4)
+    assert null.rule == "nondegenerate" and null.pooled_heads == 7
+    assert list(null.set_aside) == ["L0H1"] and null.set_aside["L0H1"] == pytest.approx(baseline[0, 1], rel=1e-3)
+    assert null.p95 == pytest.approx(np.quantile(ordinary, 0.95), rel=1e-4)
+    assert null.p99 == pytest.approx(np.quantile(ordinary, 0.99), rel=1e-4)
+    assert null.floor == pytest.approx(max(2.0, np.quantile(ordinary, 0.99)), rel=1e-4)
     assert summary.threshold_warnings == []
     logged = [r.getMessage() for r in caplog.records]
     assert not [m for m in logged if m.startswith("warning")]
@@ -140,12 +140,12 @@ def test_a_sink_head_does_not_make_the_floor_and_is_named(sink_model, tmp_path, 
 
     reference, reference_rows = run(path, tmp_path / "reference", *thresholds, "stats.null_rule=reference")
     null = reference.null
-    assert null["rule"] == "reference" and null["pooled_heads"] == 8 and null["set_aside"] == {}
-    assert null["p95"] == pytest.approx(np.percentile(null_sel, 95), rel=1e-4)
-    assert null["p99"] == pytest.approx(pooled, rel=1e-4)
-    assert null["floor"] == pytest.approx(max(2.0, pooled), rel=1e-4)
+    assert null.rule == "reference" and null.pooled_heads == 8 and null.set_aside == {}
+    assert null.p95 == pytest.approx(np.percentile(null_sel, 95), rel=1e-4)
+    assert null.p99 == pytest.approx(pooled, rel=1e-4)
+    assert null.floor == pytest.approx(max(2.0, pooled), rel=1e-4)
     # Every threshold is below this floor, but no head lies between a threshold and the floor.
-    assert admitted_under_the_floor(sink_model[3], 3, 3, null["floor"]) == {}
+    assert admitted_under_the_floor(sink_model[3], 3, 3, null.floor) == {}
     assert reference.threshold_warnings == []
     for ours, theirs in zip(rows, reference_rows):  # the per-head columns do not depend on the rule
         assert ours["null_p99"] == theirs["null_p99"] and ours["degenerate_baseline"] == theirs["degenerate_baseline"]
@@ -172,7 +172,7 @@ WARNING = re.compile(r"below the null floor ([\d.]+)x: (\w+)=([\d.]+)x admits (.
 def test_the_warnings_name_the_heads_admitted_under_the_floor(sink_model, tmp_path):
     path, _, _, sel = sink_model
     summary, _ = run(path, tmp_path, "threshold.class_default=1.1", "threshold.circuit=1.2")
-    floor = summary.null["floor"]
+    floor = summary.null.floor
     named = {"circuit": 1.2, **dict.fromkeys(CLASSES, 1.1)}
     expected = admitted_under_the_floor(sel, 1.1, 1.2, floor)
     assert expected, "the thresholds admit heads under the floor"
@@ -206,7 +206,7 @@ def test_the_panel_report_states_the_null_rule_the_runs_used(tmp_path):
     findings = write_report(load_runs([tmp_path / "runs"]), tmp_path / "report", 30.0, 50.0, reference=False)
     f = findings.models["toy"].null_floor
     assert {rule: r.revisions for rule, r in f.rules.items()} == {"nondegenerate": ["r0", "r1"], "reference": ["r2"]}
-    floors = [made[r]["floor"] for r in ("r0", "r1", "r2")]
+    floors = [made[r].floor for r in ("r0", "r1", "r2")]
     assert f.floor_range == [min(floors), max(floors)] and f.set_aside == {"L0H1": ["r0"]}
     text = (tmp_path / "report" / "report.md").read_text()
     line = next(l for l in text.splitlines() if l.startswith("- **Null floor**"))

@@ -135,7 +135,7 @@ def test_a_milestone_next_to_near_threshold_heads_says_it_depends_on_them(tmp_pa
 
     def revision(name, tokens, bos):  # two heads: L0H0's first-token selectivity varies
         return Checkpoint(name, tokens, hand_made_sel({(0, "bos"): bos, (1, "self"): 2.0}),
-                          extras={"dtype": "bfloat16"})
+                          dtype="bfloat16")
     # BOS-50% (L0H0 a BOS head) is first reached at r1, 30.3x: within bfloat16's 2% of 30x.
     near = model_findings(Trajectory("m", [revision("r0", 1e6, 5.0), revision("r1", 1e7, 30.3),
                                            revision("r2", 1e8, 90.0)], None), 30.0, 50.0)

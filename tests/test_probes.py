@@ -102,7 +102,7 @@ def test_text_probe_losses_icl_score_sinks_and_mechanism_equal_the_models_own(ar
         tokens, losses = torch.from_numpy(saved["tokens"]), saved["position_losses"]
     assert tokens.shape == (16, T) and losses.shape == (16, T - 1)
     import hashlib
-    assert summary.probe["fingerprint"] == hashlib.sha256(tokens.numpy().astype(np.int64).tobytes()).hexdigest()
+    assert summary.probe.fingerprint == hashlib.sha256(tokens.numpy().astype(np.int64).tobytes()).hexdigest()
     # the windows are the corpus, tokenized with the checkpoint's tokenizer (BOS first)
     stream = " ".join(docs)
     assert (tokens[:, 0] == tokenizer.bos_token_id).all()
@@ -122,7 +122,7 @@ def test_text_probe_losses_icl_score_sinks_and_mechanism_equal_the_models_own(ar
     assert summary.text.source == str(text_file) and summary.text.tokenizer.startswith(str(text_models[arch]))
 
     importance = eager_sink_importance(model, tokens)  # Sink_eps on text, eager attention's
-    assert abs(summary.sink_metric["fraction"] - (importance > 0.3).mean()) <= 1 / importance.size
+    assert abs(summary.sink_metric.fraction - (importance > 0.3).mean()) <= 1 / importance.size
     hidden, values = eager_residual_and_values(text_models[arch], arch, tokens)
     for record, h in zip(summary.massive_activations, hidden):
         flat = np.sort(np.abs(h).reshape(len(h), -1), axis=1)
@@ -181,7 +181,7 @@ def test_text_probe_reads_a_local_dataset_and_a_text_file_with_bytes(text_models
     model = text_models["llama"]
     from_dataset = analyse(compose_config(text_overrides(model, f"probe.dataset={folder}")), tmp_path / "dataset")
     from_file = analyse(compose_config(text_overrides(model, f"probe.text_file={text_file}")), tmp_path / "file")
-    assert from_dataset.probe["fingerprint"] == from_file.probe["fingerprint"]  # the same documents, the same batch
+    assert from_dataset.probe.fingerprint == from_file.probe.fingerprint  # the same documents, the same batch
     txt = tmp_path / "book.txt"
     txt.write_text("\n".join(docs))
     as_bytes = analyse(compose_config([*text_overrides(model, f"probe.text_file={txt}"), "probe.tokenizer=bytes"]),

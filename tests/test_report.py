@@ -269,7 +269,7 @@ def noisy_trajectory(bos_selectivity: list[float], noise: float, n: int = 60, se
         targets[:, 1, :, CLASSES.index("bos")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))  # mean 1
         mean = targets.mean(0)
         sel = mean[..., :6] / mean[..., 6:]
-        checkpoints.append(Checkpoint(f"step{r}", float(10 ** (r + 6)), sel, None, {}, targets))
+        checkpoints.append(Checkpoint(f"step{r}", float(10 ** (r + 6)), sel, None, targets=targets))
     return Trajectory("noisy", checkpoints, None)
 
 
@@ -327,7 +327,7 @@ def test_findings_json_reads_back_into_the_same_records():
     toy = written["models"]["toy"]
     assert toy["f2"]["final_bos_fraction"] == 0.25 and toy["sinks_gu"] is None
     assert "final_sink_fraction" in written["models"]["noisy"]["sinks_gu"]["f2"]
-    assert toy["f3"]["bos_10"]["probability"] is None and toy["revisions"][0]["icl_score"] is None  # not left out
+    assert toy["f3"]["bos_10"]["probability"] is None and toy["revisions"][0]["copy_loss_drop"] is None  # not left out
 
 
 def test_brackets_and_the_gap_range():
@@ -362,7 +362,7 @@ def test_distinct_or_unknown_weights_are_not_flagged():
     traj = toy_trajectory()
     assert identical_weights(traj) == []  # no fingerprints (older runs)
     for c, digest in zip(traj.checkpoints, "abc"):
-        c.extras["weights_sha256"] = digest
+        c.weights_sha256 = digest
     assert identical_weights(traj) == []
 
 
@@ -414,3 +414,16 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
     text = (out / "report.md").read_text()
     assert "Sinks two ways" in text and "Sink_0 > 0.1" not in text and "key-0 importance > 0.1" in text
     assert PanelFindings.from_json(findings).to_json() == findings
+
+
+def test_a_transition_reads_the_text_and_repeat_scores_the_runs_recorded():
+    from emergence.icl import TextScores
+    from emergence.report.token_axis import transition
+
+    sel = np.ones((1, 1, 6))
+    text = [TextScores([None], [50, 500], score, [score, score], "book.txt", "bytes") for score in (-0.1, -0.5)]
+    traj = Trajectory("m", [Checkpoint("r0", 1e6, sel, text=text[0]), Checkpoint("r1", 1e7, sel, text=text[1]),
+                            Checkpoint("r2", 1e8, sel)], None, probe="text")
+    found = transition(traj, "icl_score")
+    assert found.values == [-0.1, -0.5, None] and found.half_way.revision == "r1"
+    assert transition(traj, "loss_drop") is None  # no revision has repeat scores

@@ -29,7 +29,7 @@ def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
     for ra, rb in zip(a, b):
         for col in ("sel_induction", "sel_bos", "pr", "pr_entropy_rank", "sel_induction_ci_low", "null_p99"):
             assert ra[col] == rb[col]
-    assert second.thresholds["circuit"] == 1e-3 and len(second.induction_circuit) > len(first.induction_circuit)
+    assert second.thresholds.circuit == 1e-3 and len(second.induction_circuit) > len(first.induction_circuit)
 
     with pytest.raises(AssertionError, match="the model was loaded"):  # another probe is another entry
         analyse(compose_config([*base, "probe.seed=1"]), tmp_path / "seed1")

@@ -83,7 +83,7 @@ def test_membership_probability_and_counts_come_from_reclassified_replicates(run
     weights = resample_weights(N, 1000, seed=0)
     means = replicate_means(targets, weights)
     sel_bos = means[..., CLASSES.index("bos")] / np.maximum(means[..., -1], 1e-8)  # [B, layers, heads]
-    threshold = summary.thresholds["classes"]["bos"]
+    threshold = summary.thresholds.classes["bos"]
     for r in rows:
         p = (sel_bos[:, r["layer"], r["head"]] >= threshold).mean()
         assert r["p_bos_member"] == pytest.approx(p, abs=0.02)
@@ -91,7 +91,7 @@ def test_membership_probability_and_counts_come_from_reclassified_replicates(run
     low, high = percentile_interval(fraction, 0.95)
     assert summary.bos_fraction_ci == pytest.approx([low, high], abs=1 / 8 + 1e-9)  # within one head of 8
     assert summary.bos_fraction_ci[0] <= summary.bos_fraction <= summary.bos_fraction_ci[1]
-    assert set(summary.intervals["class_counts"]) == {*CLASSES, "unclassified"}
+    assert set(summary.intervals.class_counts) == {*CLASSES, "unclassified"}
 
 
 def test_the_null_equals_an_independent_implementation(run):
@@ -104,9 +104,9 @@ def test_the_null_equals_an_independent_implementation(run):
     null = np.stack([rows_last[np.arange(N), :, :, positions[d]].mean(0) for d in range(40)], -1)
     null_sel = null / np.maximum(baseline, 1e-8)[..., None]  # [layers, heads, draws]
     p95, p99 = np.percentile(null_sel, [95, 99])
-    assert summary.null["p99"] == pytest.approx(p99, rel=1e-4)
-    assert summary.null["p95"] == pytest.approx(p95, rel=1e-4)
-    assert summary.null["draws"] == 40 and summary.null["floor"] == pytest.approx(max(2.0, p99), rel=1e-4)
+    assert summary.null.p99 == pytest.approx(p99, rel=1e-4)
+    assert summary.null.p95 == pytest.approx(p95, rel=1e-4)
+    assert summary.null.draws == 40 and summary.null.floor == pytest.approx(max(2.0, p99), rel=1e-4)
     for r in rows:
         assert r["null_p99"] == pytest.approx(np.percentile(null_sel[r["layer"], r["head"]], 99), rel=1e-4)
 

@@ -13,7 +13,8 @@ from cli import run_cli
 from emergence.config import PanelEntry, compose_config
 from emergence.main import analyse
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
-from emergence.toy.train import MANIFEST, ensure_trained, in_context_score, is_complete, train
+from emergence.toy.train import MANIFEST, MANIFEST_COPY_LOSS_DROP, ensure_trained, is_complete, \
+    measure_copy_loss_drop, train
 
 
 def reduced(key: str, cache_dir, *overrides) -> "Config":  # noqa: F821
@@ -107,7 +108,7 @@ def test_reduced_training_is_deterministic_and_loads_like_a_checkpoint(key, tmp_
     summary = analyse(cfg, tmp_path / "run")
     assert summary.revision == "step4" and summary.tokens == 4 * 4096
     assert summary.architecture == cfg.model.toy.architecture
-    assert summary.probe["seq_len"] == 128 and summary.probe["vocab_high"] == 256
+    assert summary.probe.seq_len == 128 and summary.probe.vocab_high == 256
 
 
 @pytest.mark.slow
@@ -170,7 +171,7 @@ def test_save_every_adds_checkpoints_without_changing_the_panel(tmp_path):
     dense.model.name_or_path = str(dense_root)
     summary = analyse(dense, tmp_path / "run")
     assert (summary.revision, summary.step, summary.tokens) == ("step3", 3, 3 * 32 * 128)
-    assert summary.icl_score == manifest["checkpoints"][3]["icl_score"]
+    assert summary.copy_loss_drop == manifest["checkpoints"][3][MANIFEST_COPY_LOSS_DROP]
 
 
 def test_missing_or_outdated_panel_is_retrained(tmp_path):
@@ -185,7 +186,7 @@ def test_missing_or_outdated_panel_is_retrained(tmp_path):
     assert json.loads((root / MANIFEST).read_text())["recipe"]["lr"] == 1e-3
 
 
-def test_in_context_score_separates_a_copier_from_a_uniform_model():
+def test_the_copy_loss_drop_separates_a_copier_from_a_uniform_model():
     class Copier(torch.nn.Module):  # predicts the token that followed the previous occurrence
         training = False
 
@@ -209,9 +210,9 @@ def test_in_context_score_separates_a_copier_from_a_uniform_model():
             return type("Out", (), {"logits": torch.zeros(*tokens.shape, 256)})
 
     recipe = reduced("toy_neox", "/unused").model.toy
-    assert in_context_score(Uniform(), recipe) == 0.0
+    assert measure_copy_loss_drop(Uniform(), recipe) == 0.0
     # Chance repeats of uniform tokens mislead a last-occurrence copier, but it still gains nats.
-    assert in_context_score(Copier(), recipe) > 2
+    assert measure_copy_loss_drop(Copier(), recipe) > 2
 
 
 @pytest.mark.slow
@@ -231,7 +232,7 @@ def test_the_real_default_finds_toy_neox_s_induction_circuit(toy_panel, tmp_path
     final = run("default")
     assert final["model"] == "toy_neox" and final["revision"] == "step2048"
     assert final["induction_circuit"], "the trained toy model has induction heads"
-    assert final["icl_score"] > 2  # and copies in context
+    assert final["copy_loss_drop"] > 2  # and copies in context
     ab = final["ablation"]
     circuit_rise = ab["circuit"]["loss"] - ab["clean"]["loss"]
     control_rise = sum(r["metrics"]["loss"] for r in ab["controls"]) / len(ab["controls"]) - ab["clean"]["loss"]

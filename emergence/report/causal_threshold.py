@@ -25,14 +25,14 @@ SWEEP_KEYS = ("model", "name_or_path", "revision")  # with the probe, class thre
 
 def _sweep_key(summary: RunSummary) -> tuple:
     ab = summary.ablation
-    return (*(getattr(summary, k) for k in SWEEP_KEYS), summary.probe["fingerprint"],
-            tuple(sorted(summary.thresholds["classes"].items())), ab.mode, ab.causal_factor, ab.sequences)
+    return (*(getattr(summary, k) for k in SWEEP_KEYS), summary.probe.fingerprint,
+            tuple(sorted(summary.thresholds.classes.items())), ab.mode, ab.causal_factor, ab.sequences)
 
 
 def point(summary: RunSummary) -> dict:
     """One threshold of a sweep: the circuit it screened and what ablating it did."""
     ab, effect = summary.ablation, summary.ablation.effect
-    return {"threshold": summary.thresholds["circuit"], "circuit": summary.induction_circuit,
+    return {"threshold": summary.thresholds.circuit, "circuit": summary.induction_circuit,
             "circuit_loss_increase": effect and effect.circuit_loss_increase,
             "controls_loss_increase_mean": effect and effect.controls_loss_increase_mean,
             "causal": effect and effect.causal, "n_controls": len(ab.controls),
@@ -65,7 +65,7 @@ def load_sweeps(paths) -> list[dict]:
         summary = RunSummary.read(run_dir)
         if not summary.ablation.enabled or summary.ablation.heads is not None:
             continue
-        groups.setdefault(_sweep_key(summary), {})[summary.thresholds["circuit"]] = summary
+        groups.setdefault(_sweep_key(summary), {})[summary.thresholds.circuit] = summary
     sweeps = []
     for runs in groups.values():
         if len(runs) < 2:

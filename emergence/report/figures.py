@@ -154,12 +154,12 @@ def recall_vs_tokens(findings: PanelFindings, out: Path) -> Path | None:
 
 
 def trajectories(findings: PanelFindings, out: Path) -> Path:
-    """Per revision: induction heads, BOS fraction and (toy models) the in-context score."""
+    """Per revision: induction heads, BOS fraction and (toy models) the copy loss drop."""
     panels = [(f"induction heads (>= {findings.thresholds.circuit:g}x)", lambda r: r.n_induction,
                lambda r: r.n_induction_ci),
               ("BOS fraction", lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci)]
-    if any(r.icl_score is not None for f in findings.models.values() for r in f.revisions):
-        panels.append(("in-context score (nats)", lambda r: r.icl_score, lambda r: None))
+    if any(r.copy_loss_drop is not None for f in findings.models.values() for r in f.revisions):
+        panels.append(("copy loss drop (nats)", lambda r: r.copy_loss_drop, lambda r: None))
     fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.4 * len(panels)), sharex=True)
     for ax, (label, value, ci) in zip(axes, panels):
         for model, f in findings.models.items():

@@ -327,18 +327,18 @@ def identical_weights(traj: Trajectory) -> list[list[str]]:
     of each group can be the checkpoint its name says (Pythia-2.8b, BLOOM and OLMo have served such)."""
     groups: dict[str, list[str]] = {}
     for c in traj.checkpoints:
-        if c.extras.get("weights_sha256"):
-            groups.setdefault(c.extras["weights_sha256"], []).append(c.revision)
+        if c.weights_sha256:
+            groups.setdefault(c.weights_sha256, []).append(c.revision)
     return [revisions for revisions in groups.values() if len(revisions) > 1]
 
 
 def near_threshold_heads(c: Checkpoint, class_threshold: float, circuit_threshold: float) -> list[str] | None:
     """The heads of checkpoint ``c`` that its dtype's rounding could flip at these thresholds
     (``screen.near_threshold``); None when its dtype is not known."""
-    if c.extras.get("dtype") not in DTYPE_RELATIVE_ERROR:
+    if c.dtype not in DTYPE_RELATIVE_ERROR:
         return None
     near = near_threshold(c.sel, class_thresholds(class_threshold), circuit_threshold,
-                          DTYPE_RELATIVE_ERROR[c.extras["dtype"]])
+                          DTYPE_RELATIVE_ERROR[c.dtype])
     return [head_name(l, h) for l, h in np.argwhere(near)]
 
 
@@ -357,17 +357,16 @@ def null_floors(traj: Trajectory) -> NullFloor | None:
     """The null floors the runs report (``summary.json`` ``null``; the panel computes none): per
     rule its definition and revisions, the floors' range, and each set-aside head's revisions.
     None without runs' nulls (the reference study's data)."""
-    nulls = {c.revision: c.extras["null"] for c in traj.checkpoints if "null" in c.extras}
+    nulls = {c.revision: c.null for c in traj.checkpoints if c.null is not None}
     if not nulls:
         return None
     rules: dict[str, list[str]] = {}
     set_aside: dict[str, list[str]] = {}
     for revision, null in nulls.items():
-        # a summary without a rule was written before stats.null_rule: the reference rule made its floor
-        rules.setdefault(null.get("rule", "reference"), []).append(revision)
-        for head in null.get("set_aside", {}):
+        rules.setdefault(null.rule, []).append(revision)
+        for head in null.set_aside:
             set_aside.setdefault(head, []).append(revision)
-    floors = [null["floor"] for null in nulls.values() if null["floor"] is not None]
+    floors = [null.floor for null in nulls.values() if null.floor is not None]
     return NullFloor(rules={rule: NullRuleUse(NULL_RULES[rule], revisions) for rule, revisions in rules.items()},
                      floor_range=[min(floors), max(floors)] if floors else None, set_aside=set_aside)
 
@@ -392,8 +391,8 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
             induction_recall=None if rec[i] is None else float(rec[i]),
             topk_recall=None if topk[i] is None else float(topk[i]), refined=c.refined,
             near_threshold=near_threshold_heads(c, class_threshold, circuit_threshold),
-            icl_score=c.extras.get("icl_score"), weights_sha256=c.extras.get("weights_sha256"),
-            dtype=c.extras.get("dtype"), reference_dtype=c.extras.get("reference_dtype"), null=c.extras.get("null"),
+            copy_loss_drop=c.copy_loss_drop, weights_sha256=c.weights_sha256,
+            dtype=c.dtype, reference_dtype=c.reference_dtype, null=c.null,
             bos_fraction_ci=None if reps is None else reps.interval(reps.bos_fraction[:, i]),
             n_induction_ci=None if reps is None else reps.interval(reps.n_induction[:, i]))
         for i, c in enumerate(traj.checkpoints)

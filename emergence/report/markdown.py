@@ -74,14 +74,14 @@ def header(findings: PanelFindings, reference: bool) -> list[str]:
 
 def revisions_table(rows: list[RevisionRow], study: str | None) -> list[str]:
     """Per revision: tokens, BOS fraction, induction heads, recall (the study's numbers beside them,
-    the in-context score and the heads near a threshold where known)."""
+    the toys' copy loss drop and the heads near a threshold where known)."""
     head = "| revision | tokens | BOS % | induction heads | recall | top-k recall |"
     sep = "|---|---|---|---|---|---|"
     if study:
         head += " published BOS % | published induction |"
         sep += "---|---|"
-    if any(r.icl_score is not None for r in rows):
-        head += " in-context score |"
+    if any(r.copy_loss_drop is not None for r in rows):
+        head += " copy loss drop (nats) |"
         sep += "---|"
     near = any(r.near_threshold is not None for r in rows)
     if near:
@@ -93,8 +93,8 @@ def revisions_table(rows: list[RevisionRow], study: str | None) -> list[str]:
                f"{100 * r.bos_fraction:.1f} | {r.n_induction} | {_pct(r.induction_recall)} | {_pct(r.topk_recall)} |")
         if study and i < len(published.BOS_FRACTION[study]):
             row += f" {published.BOS_FRACTION[study][i]} | {published.N_INDUCTION[study][i]} |"
-        if r.icl_score is not None:
-            row += f" {r.icl_score:.2f} |"
+        if r.copy_loss_drop is not None:
+            row += f" {r.copy_loss_drop:.2f} |"
         if near:
             row += f" {_heads(r.near_threshold)} |"
         out.append(row)

@@ -11,15 +11,17 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from emergence.config import ModelConfig, compose_config
+from emergence.icl import RepeatScores, TextScores
 from emergence.integrity import INTEGRITY_FILE, stored_verdicts
 from emergence.results import PER_SEQUENCE_FILE, SUMMARY_FILE, is_duplicate, read_json, read_run
 from emergence.screen import CLASSES
+from emergence.stats import NullSummary
 
 # Reference file prefixes -> our model keys, and how their revision names give tokens.
 REFERENCE_PREFIXES = {"pythia1b": "pythia", "olmo": "olmo", "olmoe": "olmoe"}
@@ -40,7 +42,6 @@ class Checkpoint:
     tokens: float
     sel: np.ndarray
     spectral: np.ndarray | None = None
-    extras: dict = field(default_factory=dict)  # e.g. the toy models' in-context score, the dtype it ran in
     targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
     sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
     run_dir: Path | None = None  # the run directory it was read from (run directories only)
@@ -51,6 +52,14 @@ class Checkpoint:
     value_norm_ratio: np.ndarray | None = None
     prefix_matching: np.ndarray | None = None
     massive_activation_ratio: np.ndarray | None = None
+    # What its run recorded (run directories; the reference study's data states the dtypes only)
+    dtype: str | None = None  # the dtype it was computed in
+    reference_dtype: str | None = None  # the dtype the reference study ran its model in
+    weights_sha256: str | None = None  # the fingerprint of the weights the run loaded
+    copy_loss_drop: float | None = None  # toy models' (nats)
+    null: NullSummary | None = None  # the run's null calibration
+    text: TextScores | None = None  # probe.kind=text: Olsson et al.'s ICL score
+    repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy
 
 
 @dataclass
@@ -111,7 +120,7 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
                                                                   for c in CLASSES])
         dtype = preset(model).reference_dtype  # the study's own numbers: computed in the dtype it ran
         by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel,
-                                                         extras={"dtype": dtype, "reference_dtype": dtype}))
+                                                         dtype=dtype, reference_dtype=dtype))
     trajectories = {}
     for model, checkpoints in by_model.items():
         checkpoints.sort(key=lambda c: c.tokens)
@@ -160,23 +169,23 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
             for name, grid in per_head.items():
-                grid[r["layer"], r["head"]] = r.get(name, np.nan)  # absent from the heads.csv of older runs
-        extras = {k: getattr(summary, k) for k in ("icl_score", "weights_sha256", "dtype", "reference_dtype", "null",
-                                                   "text", "repeat") if getattr(summary, k) is not None}
+                grid[r["layer"], r["head"]] = r[name]
         massive = (None if summary.massive_activations is None
                    else np.array([m.ratio for m in summary.massive_activations]))
-        classes = set(summary.thresholds["classes"].values())
-        panel = (summary.model, summary.training_seed, summary.probe.get("kind", "synthetic"))
+        classes = set(summary.thresholds.classes.values())
+        panel = (summary.model, summary.training_seed, summary.probe.kind)
         used.setdefault(panel, set()).add(
-            (classes.pop(), summary.thresholds["circuit"]) if len(classes) == 1 else None)
+            (classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
         arrays = {}
         if (run_dir / PER_SEQUENCE_FILE).exists():
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
         by_model.setdefault(panel, {})[summary.revision] = Checkpoint(
-            summary.revision, float(summary.tokens), sel, spectral, extras, **arrays, run_dir=run_dir, refined=refined,
+            summary.revision, float(summary.tokens), sel, spectral, **arrays, run_dir=run_dir, refined=refined,
             **{name: None if np.isnan(grid).all() else grid for name, grid in per_head.items()},
-            massive_activation_ratio=massive)
+            massive_activation_ratio=massive, dtype=summary.dtype, reference_dtype=summary.reference_dtype,
+            weights_sha256=summary.weights_sha256, copy_loss_drop=summary.copy_loss_drop, null=summary.null,
+            text=summary.text, repeat=summary.repeat)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     seeds = Counter((model, probe) for model, _, probe in by_model)

@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from emergence.record import from_json, to_json
+from emergence.stats import NullSummary
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,11 @@ class RevisionRow:
     topk_recall: float | None  # share of the final circuit among the k most induction-selective heads (k: its size)
     refined: bool  # analysed by ``python -m emergence.refine``, not one of the panel's revisions
     near_threshold: list[str] | None  # heads its dtype's rounding could move across a threshold; None: dtype unknown
-    icl_score: float | None = None  # the toy models' in-context score (nats)
+    copy_loss_drop: float | None = None  # the toy models' copy loss drop (nats, their summary.json's)
     weights_sha256: str | None = None  # fingerprint of the weights the run loaded
     dtype: str | None = None  # the dtype the run computed in
     reference_dtype: str | None = None  # the dtype the reference study ran this model in
-    null: dict | None = None  # the run's null calibration, as its summary.json states it (``stats.NullCalibration``)
+    null: NullSummary | None = None  # the run's null calibration, as its summary.json states it
     bos_fraction_ci: list[float] | None = None
     n_induction_ci: list[float] | None = None
 

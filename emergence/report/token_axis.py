@@ -37,8 +37,8 @@ def _min(grid: np.ndarray | None) -> float | None:
 
 # measure -> (the probes it is measured on, its value at a checkpoint: None where not measured)
 MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]] = {
-    "icl_score": (("text",), lambda c: c.extras["text"].icl_score if "text" in c.extras else None),
-    "loss_drop": (("repeat",), lambda c: c.extras["repeat"].loss_drop if "repeat" in c.extras else None),
+    "icl_score": (("text",), lambda c: None if c.text is None else c.text.icl_score),
+    "loss_drop": (("repeat",), lambda c: None if c.repeat is None else c.repeat.loss_drop),
     "prefix_matching_max": (("repeat",), lambda c: _max(c.prefix_matching)),
     "massive_activation_ratio": (("synthetic", "repeat", "text"), lambda c: _max(c.massive_activation_ratio)),
     "value_norm_ratio_min": (("synthetic", "repeat", "text"), lambda c: _min(c.value_norm_ratio)),

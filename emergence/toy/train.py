@@ -4,9 +4,9 @@
 recipe), trains it on ``ToyCorpus`` with a fixed seed, and at every panel step saves a
 Hugging Face checkpoint (safetensors + config) in ``<name_or_path>/<revision>/``. The
 per-step training losses go to ``losses.tsv``; the manifest (``manifest.json``: per checkpoint
-step, tokens seen, training loss, in-context score and the sha256 of its weights; the recipe; the
-numerical environment of the training; whether it reproduces a documented panel) is written last,
-so a directory with a manifest holds a complete panel. ``model.toy.numerics=portable`` trains in a
+step, tokens seen, training loss, copy loss drop (under its first name, ``icl_score``) and the
+sha256 of its weights; the recipe; the numerical environment of the training; whether it
+reproduces a documented panel) is written last, so a directory with a manifest holds a complete panel. ``model.toy.numerics=portable`` trains in a
 fresh process with the kernels, oneMKL branch and threads pinned (``emergence/toy/repro.py``).
 """
 
@@ -37,8 +37,11 @@ from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-ICL_SPAN = 16  # length of the copied span in the in-context-learning evaluation
-ICL_EVAL_SEED = 12345
+# The manifest's key for each checkpoint's copy loss drop: its first name, kept so that the panels
+# trained before summary.json renamed it (in users' caches) still serve runs without retraining.
+MANIFEST_COPY_LOSS_DROP = "icl_score"
+COPY_SPAN = 16  # length of the copied span of the copy loss drop's evaluation
+COPY_EVAL_SEED = 12345
 
 
 def build_model(recipe):
@@ -61,11 +64,11 @@ def build_model(recipe):
     return model
 
 
-def in_context_score(model, recipe) -> float:
+def measure_copy_loss_drop(model, recipe) -> float:
     """Mean loss on the first copy of a random span minus on its second copy (nats).
 
     About 0 without in-context copying; large once induction heads copy the span."""
-    tokens, first, second = copy_eval_batch(recipe.vocab_size, recipe.seq_len, 64, ICL_SPAN, ICL_EVAL_SEED)
+    tokens, first, second = copy_eval_batch(recipe.vocab_size, recipe.seq_len, 64, COPY_SPAN, COPY_EVAL_SEED)
     was_training = model.training
     model.eval()
     with torch.inference_mode():
@@ -73,7 +76,7 @@ def in_context_score(model, recipe) -> float:
     model.train(was_training)
     nll = -logp[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0]  # nll[:, t] is the loss of token t+1
     # Skip each copy's first token: it cannot be predicted from context.
-    return float(nll[:, first:first + ICL_SPAN - 1].mean() - nll[:, second:second + ICL_SPAN - 1].mean())
+    return float(nll[:, first:first + COPY_SPAN - 1].mean() - nll[:, second:second + COPY_SPAN - 1].mean())
 
 
 def lr_schedule(optimizer, recipe, steps: int):
@@ -188,9 +191,9 @@ def _train_here(model_cfg, root: Path) -> dict:
             entry = save_at[step]
             model.save_pretrained(root / entry.revision, safe_serialization=True)
             checkpoints.append({"revision": entry.revision, "step": step, "tokens": int(entry.tokens),
-                                "train_loss": loss, "icl_score": in_context_score(model, recipe),
+                                "train_loss": loss, MANIFEST_COPY_LOSS_DROP: measure_copy_loss_drop(model, recipe),
                                 "sha256": repro.sha256_file(root / entry.revision / "model.safetensors")})
-            bar.set_postfix(icl=f"{checkpoints[-1]['icl_score']:.2f}")
+            bar.set_postfix(copy_loss_drop=f"{checkpoints[-1][MANIFEST_COPY_LOSS_DROP]:.2f}")
         if step == steps:
             break
         batch = corpus.batch(step, recipe.batch_size)
@@ -211,13 +214,14 @@ def _train_here(model_cfg, root: Path) -> dict:
     return manifest
 
 
-def icl_score(model_cfg, revision: str | None) -> float | None:
-    """A toy checkpoint's in-context score from its training manifest (None for other models)."""
+def copy_loss_drop(model_cfg, revision: str | None) -> float | None:
+    """A toy checkpoint's copy loss drop (``measure_copy_loss_drop``) from its training manifest
+    (None for other models)."""
     manifest = Path(model_cfg.name_or_path).expanduser() / MANIFEST
     if model_cfg.toy is None or not manifest.exists():
         return None
     records = json.loads(manifest.read_text())["checkpoints"]
-    return next((c["icl_score"] for c in records if c["revision"] == revision), None)
+    return next((c[MANIFEST_COPY_LOSS_DROP] for c in records if c["revision"] == revision), None)
 
 
 def ensure_trained(model_cfg) -> None:
