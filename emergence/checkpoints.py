@@ -51,9 +51,11 @@ def _resolve(cfg: Config) -> Revision:
     model, rev = cfg.model, cfg.revision
     panel = list(model.panel)
     if rev.index is not None:
+        # revision=final on a model without a panel: the checkpoint as it is, unless its main may hold no
+        # weights and its branches can be listed by name (SmolLM2's intermediate checkpoints): their last
         main_may_be_empty = model.revision_required_for and re.search(model.revision_required_for, model.name_or_path)
-        if not panel and rev.index == -1 and not main_may_be_empty:
-            return Revision(rev.name, None, None)  # revision=final on a model without a panel: the checkpoint as it is
+        if not panel and rev.index == -1 and not (main_may_be_empty and model.revision_pattern):
+            return Revision(rev.name, None, None)
         if not panel and model.revision_pattern is None:
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "

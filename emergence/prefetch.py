@@ -41,6 +41,7 @@ from omegaconf import DictConfig
 
 from emergence import weights
 from emergence.config import config_digest
+from emergence.integrity import INTEGRITY_FILE, stored_verdicts
 from emergence.sweep import BASIC_SWEEPER, compose_job, job_overrides
 from emergence.errors import UsageError
 from emergence.hub import hub_reachable
@@ -203,19 +204,19 @@ class Prefetch(Callback):
 def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key | None:
     """The Hub revision job ``num`` will download: None for a local checkpoint, one already in
     the cache, a job resume will skip, a job that will load no weights (its measurements are
-    cached and ablation is off), or one whose config does not resolve (the job itself then says
-    why)."""
+    cached and ablation is off, or the sweep's check found its branch a duplicate or defective:
+    ``integrity``), or one whose config does not resolve (the job itself then says why)."""
     # here, not at the top: the downloader's child needs no torch
     from emergence import cache, checkpoints, results
 
     try:
-        composed = compose_job(master, overrides, num)
-        if composed is None:
-            return None
-        cfg, out_dir = composed
+        cfg, out_dir = compose_job(master, overrides, num)
         if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
             return None
         src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
+        verdict = stored_verdicts(Path(master.hydra.sweep.dir) / INTEGRITY_FILE).get(src.path, {}).get(src.revision)
+        if verdict is not None and (verdict.verdict == "duplicate" or verdict.fails):
+            return None
         dtype = checkpoints.dtype_name(checkpoints.pick_dtype(cfg.model.dtype))
         cached = cfg.reuse and cache.has(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype))
         if not cache.needs_weights(cfg, cached):

@@ -155,7 +155,9 @@ def wait_for(path, proc, timeout=300):
 def test_a_sweep_survives_the_server_stopping_and_a_relaunch_completes_only_the_missing_jobs(
         hub_server, online, ckpt, tmp_path):
     branches = BRANCHES[:3]
-    publish(hub_server.mirrors, OLMO2, {b: ckpt for b in branches})
+    for seed in (4, 5):  # three distinct checkpoints: identical ones would be analysed once (integrity)
+        save_tiny_model("olmo2", tmp_path / f"ckpt{seed}", seed=seed, vocab_size=10240)
+    publish(hub_server.mirrors, OLMO2, dict(zip(branches, [ckpt, tmp_path / "ckpt4", tmp_path / "ckpt5"])))
     sweep = tmp_path / "sweep"
     args = ["-m", "model=olmo2", "revision=custom", f"revision.name={','.join(branches)}", *QUICK,
             f"hydra.sweep.dir={sweep}"]
