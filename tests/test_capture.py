@@ -57,8 +57,8 @@ def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_
     np.testing.assert_allclose(cap.sink_importance, expected, rtol=1e-5, atol=1e-5)
     epsilon = float(np.median(expected))  # half the (sequence, layer, head) above: the fraction is not trivial
     ours = sink_metric(cap.sink_importance, epsilon, StatsConfig(n_boot=50))
-    assert abs(ours["fraction"] - (expected > epsilon).mean()) <= 1 / expected.size
-    assert ours["per_layer"] == pytest.approx((expected > epsilon).mean(axis=(0, 2)), abs=1 / (12 * 4))
+    assert abs(ours.fraction - (expected > epsilon).mean()) <= 1 / expected.size
+    assert ours.per_layer == pytest.approx((expected > epsilon).mean(axis=(0, 2)), abs=1 / (12 * 4))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
