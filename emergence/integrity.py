@@ -106,10 +106,11 @@ def verdicts(listings: dict[str, BranchFiles], expected_model_type: str | None) 
         fingerprint = weights.fingerprint(files.weight_sha256) if files.weight_sha256 else None
         foreign = [(name, owner_of_file[sha]) for name, sha in sorted(files.weight_sha256.items())
                    if owner_of_file[sha] != branch]
+        owner = owner_of_weights.get(tuple(sorted(files.weight_sha256.values())))
         if not files.weight_sha256:
             check = BranchCheck(branch, "no_weights")
-        elif owner_of_weights[tuple(sorted(files.weight_sha256.values()))] != branch:
-            check = BranchCheck(branch, "duplicate", other=owner_of_weights[tuple(sorted(files.weight_sha256.values()))])
+        elif owner != branch:
+            check = BranchCheck(branch, "duplicate", other=owner)
         elif foreign:
             check = BranchCheck(branch, "foreign_shard", other=foreign[0][1], file=foreign[0][0])
         elif expected_model_type and files.model_type and files.model_type != expected_model_type:

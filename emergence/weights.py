@@ -74,16 +74,15 @@ def preferred(found: dict[WeightsFormat, WeightFiles]) -> WeightFiles | None:
 def select(found: dict[WeightsFormat, WeightFiles], policy: str, where: str) -> WeightFiles:
     """The format a run reads (``model.weights_format``: ``auto`` prefers safetensors, then pickles;
     ``safetensors`` refuses pickles); a UsageError where the revision holds none it may read."""
-    if "safetensors" in found:
-        return found["safetensors"]
-    if "pickle" in found:
-        if policy == "safetensors":
-            raise UsageError(f"model.weights_format=safetensors refuses {where}: it holds only pickled weights "
-                             f"({', '.join(found['pickle'].shards)}); use model.weights_format=auto to read them "
-                             "through torch's restricted unpickler (weights_only=True)")
-        return found["pickle"]
-    raise UsageError(f"model.name_or_path={where!r} cannot be loaded: it holds no weights (no model.safetensors, "
-                     "pytorch_model.bin or shard index); name another revision")
+    files = preferred(found)
+    if files is None:
+        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: it holds no weights (no model.safetensors, "
+                         "pytorch_model.bin or shard index); name another revision")
+    if files.format == "pickle" and policy == "safetensors":
+        raise UsageError(f"model.weights_format=safetensors refuses {where}: it holds only pickled weights "
+                         f"({', '.join(files.shards)}); use model.weights_format=auto to read them "
+                         "through torch's restricted unpickler (weights_only=True)")
+    return files
 
 
 def shards_complete(directory: Path, files: WeightFiles) -> bool:
