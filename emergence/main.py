@@ -23,12 +23,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence import (ablation, cache, capture, checkpoints, icl, integrity, interrupt, prefetch, probe, results,
-                       screen, sinks, stats, sweep, text, tracking)
-from emergence.config import Config, config_digest
-from emergence.errors import UsageError
+from emergence.core.config import Config, config_digest
+from emergence.core.errors import UsageError
+from emergence.hub import checkpoints, integrity
+from emergence.recipe import ablation, capture, icl, probe, screen, sinks, stats, text
+from emergence.run import cache, interrupt, prefetch, results, sweep, tracking
+from emergence.run.validation import validate, validate_for_model
 from emergence.toy import train as toy_train
-from emergence.validation import validate, validate_for_model
 
 log = logging.getLogger(__name__)
 

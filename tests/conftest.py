@@ -1,15 +1,12 @@
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from hub_server import hub_server  # noqa: E402,F401  (the fixture, for every test module)
-from hub_twin import hub_twin  # noqa: E402,F401  (the session's Hub twin, for every test module)
-from tiny_models import ARCHS, save_tiny_model  # noqa: E402
+from tests.helpers.hub_server import hub_server  # noqa: F401  (the fixture, for every test module)
+from tests.helpers.hub_twin import hub_twin  # noqa: F401  (the session's Hub twin, for every test module)
+from tests.helpers.tiny_models import ARCHS, save_tiny_model
 
 # Under pytest-xdist (``-n``), each worker gets its share of the cores, for its own torch and for
 # every process its tests start (they inherit OMP_NUM_THREADS): workers never oversubscribe them.
@@ -55,7 +52,7 @@ def toy_panel(tmp_path_factory) -> tuple[Path, dict]:
     over its 10-revision panel, which trains it first) with a checkpoint every 32 steps (65 in
     all; ``save_every`` adds checkpoints, the weights are the default's): (the sweep's directory,
     the environment that points at its cache)."""
-    from cli import run_cli
+    from tests.helpers.cli import run_cli
 
     root = tmp_path_factory.mktemp("toy_panel")
     env = {"EMERGENCE_CACHE": str(root / "cache"), "WANDB_MODE": "disabled"}

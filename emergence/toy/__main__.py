@@ -10,10 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-from emergence.config import compose_config
-from emergence.errors import UsageError
+from emergence.core.config import compose_config
+from emergence.core.errors import UsageError
+from emergence.run.validation import validate_toy_recipe
 from emergence.toy.train import MANIFEST, ensure_trained, train
-from emergence.validation import validate_toy_recipe
 
 TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
 

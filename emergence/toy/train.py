@@ -25,12 +25,19 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
-from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeConfig, OlmoeForCausalLM,
-                          OlmoForCausalLM, get_cosine_with_min_lr_schedule_with_warmup)
+from transformers import (
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    OlmoConfig,
+    OlmoeConfig,
+    OlmoeForCausalLM,
+    OlmoForCausalLM,
+    get_cosine_with_min_lr_schedule_with_warmup,
+)
 from transformers.utils import logging as hf_logging
 
-from emergence.atomic import atomic_write_text
-from emergence.config import ModelConfig, PanelEntry
+from emergence.core.atomic import atomic_write_text
+from emergence.core.config import ModelConfig, PanelEntry
 from emergence.toy import repro
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 

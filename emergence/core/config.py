@@ -1,0 +1,299 @@
+"""Structured configs (the schema behind ``conf/``), the values some fields allow, and composing them.
+
+Hydra checks types and unknown keys against these dataclasses when it composes a
+run; ``validation`` checks the values. ``register_configs`` puts the schema in Hydra's
+ConfigStore (and the ``cache_dir`` resolver in OmegaConf's): the entry points call it
+before Hydra composes, and ``compose_config`` calls it itself. The schema imports no step
+of the recipe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+PROBE_KINDS = ("synthetic", "repeat", "text")  # emergence/recipe/probe.py, docs/probes.md
+PROBE_TOKENIZERS = ("auto", "bytes")  # the text probe's: the checkpoint's own, or UTF-8 bytes
+ABLATE_MODES = ("zero", "mean")
+ABLATE_SEQUENCES = ("adaptive", "all")
+WANDB_MODES = ("offline", "online", "disabled")
+LR_SCHEDULES = ("constant", "cosine")  # the toy recipe's learning-rate schedule after warmup
+TOY_NUMERICS = ("native", "portable")  # the toy training's kernels, oneMKL branch and threads (emergence/toy/repro.py)
+
+
+@dataclass
+class PanelEntry:
+    revision: str = MISSING  # the branch name on the Hub
+    step: int = MISSING
+    tokens: Optional[int] = MISSING  # training tokens seen at this step; null where the family does not say
+
+
+@dataclass
+class StepRange:
+    """Published steps first..last: every ``every`` steps, or multiplied by ``factor`` (1, 2, 4, ...)."""
+
+    first: int = MISSING
+    last: int = MISSING
+    every: Optional[int] = None
+    factor: Optional[int] = None
+
+
+@dataclass
+class ProbeFit:
+    """The probe's model-dependent fields; ``probe/paper.yaml`` reads them from here.
+    Real models keep the paper's values; toy models fit their vocabulary and context."""
+
+    seq_len: int = 256
+    vocab_low: int = 100
+    vocab_high: int = 10000
+    n_sequences: int = 2000
+
+
+@dataclass
+class ToyRecipe:
+    """How a toy panel model is built and trained (``emergence/toy``)."""
+
+    architecture: str = MISSING  # gpt_neox | olmo | olmoe
+    n_layers: int = 4
+    hidden_size: int = 64
+    n_heads: int = 4
+    intermediate_size: int = 128
+    vocab_size: int = 256
+    seq_len: int = 128
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.2
+    seed: int = 0
+    repeat_fraction: float = 0.5  # share of each batch that is one span repeated end to end
+    skip_offsets: List[int] = field(default_factory=lambda: [2, 3, 4])  # filler tokens repeat the token k back
+    skip_prob: float = 0.25  # ... with this probability, for each k
+    trigger_fraction: float = 0.0  # share of the vocabulary whose next token repeats the one before them
+    lr_schedule: str = "constant"  # constant | cosine (after warmup, down to min_lr_ratio x lr at the last step)
+    min_lr_ratio: float = 0.1
+    clip_qkv: Optional[float] = None
+    n_experts: int = 8  # olmoe only
+    experts_per_token: int = 2  # olmoe only
+    numerics: str = "native"  # native | portable: kernels, MKL branch, threads pinned (emergence/toy/repro.py)
+    # Also save a checkpoint every this many steps (folders step{N}, beside the panel's), so that a
+    # milestone can be refined between panel revisions (python -m emergence.refine). Not part of
+    # what the weights are: a panel trained with it serves runs without it, bit for bit.
+    save_every: Optional[int] = None
+
+
+@dataclass
+class ModelConfig:
+    key: str = MISSING  # the config name (pythia, olmo, ...): how results are grouped
+    name_or_path: str = MISSING  # Hub repo id or local directory
+    architecture: Optional[str] = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
+    dtype: str = "auto"  # auto: float32 (docs/precision.md)
+    reference_dtype: Optional[str] = None  # the dtype the reference study ran this family in; None: not in it
+    tokens_per_step: Optional[int] = None  # tokens = step x this, unless the branch name states them
+    # How the family names its checkpoint branches: a regular expression (full match) with a named
+    # group `step` and optionally `tokens` (in billions); null: any name (step/tokens read from
+    # step{N}[-tokens{M}B] where a name looks like that). revision=custom names are checked against it.
+    revision_pattern: Optional[str] = None
+    revision_format: Optional[str] = None  # a step written as a branch name, e.g. step{step}: names the nearest
+    published_steps: List[StepRange] = field(default_factory=list)  # the steps that exist; empty: any
+    revision_required_for: Optional[str] = None  # regex on name_or_path: repos whose main branch may hold no weights
+    panel: List[PanelEntry] = field(default_factory=list)  # empty: revision=rK proposes one from the Hub's branches
+    trust_remote_code: bool = False
+    # auto: a revision's safetensors where it has them, else its pickled .bin through torch's restricted
+    # unpickler; safetensors: refuse pickles (docs/hub.md)
+    weights_format: str = "auto"
+    cleanup: bool = False  # delete each Hub revision this run downloaded, once its results are written
+    fp16_unsafe: bool = False  # early checkpoints underflow in float16 (Pythia): refuse it unless forced
+    force_dtype: bool = False  # run a dtype this model is known to fail in anyway
+    probe_fit: ProbeFit = field(default_factory=ProbeFit)
+    toy: Optional[ToyRecipe] = None  # set for toy models: revisions are subdirectories, trained on demand
+
+
+@dataclass
+class RevisionConfig:
+    index: Optional[int] = None  # index into model.panel; -1 is the last entry
+    name: Optional[str] = None  # a branch name (revision=custom)
+
+
+@dataclass
+class ProbeConfig:
+    """The protocol's values (``probe/paper.yaml``) are the probe; the rest are run settings.
+    ``kind`` picks the batch (docs/probes.md); the text probe's source and scores follow."""
+
+    kind: str = "synthetic"  # synthetic (the reference protocol) | repeat | text
+    n_sequences: int = MISSING
+    seq_len: int = MISSING
+    vocab_low: int = MISSING
+    vocab_high: int = MISSING
+    seed: int = MISSING
+    n_baseline: int = MISSING
+    baseline_seed: int = MISSING
+    batch_size: int = 16  # sequences per forward on a CPU (and on a GPU when auto_batch is false)
+    auto_batch: bool = True  # on a GPU: size batches to the free memory after loading the weights
+    spectral_sequences: Optional[int] = None  # rows for the spectral estimators; None: all (the reference: 500)
+    # kind=text: a Hugging Face dataset (its split and text column), unless text_file names a local
+    # .txt (one document) or .jsonl (one per line, its `column` field)
+    dataset: Optional[str] = None
+    split: str = "train"
+    column: str = "text"
+    text_file: Optional[str] = None
+    tokenizer: str = "auto"  # auto: the checkpoint's own (its repo and revision) | bytes: UTF-8 bytes as ids
+    # Olsson et al.'s in-context learning score: mean loss at icl_positions[1] minus at [0]
+    # (0-based positions of the predicted token)
+    icl_positions: List[int] = field(default_factory=lambda: [50, 500])
+
+
+@dataclass
+class PerClassThresholds:
+    """Optional per-class overrides of ``threshold.class_default`` (None: the default); one field
+    per class of ``screen.CLASSES``, in its order."""
+
+    induction: Optional[float] = None
+    duplicate_token: Optional[float] = None
+    previous_token: Optional[float] = None
+    self: Optional[float] = None
+    bos: Optional[float] = None
+    local: Optional[float] = None
+
+    def overrides(self) -> Dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass
+class ThresholdConfig:
+    class_default: float = 30.0  # selectivity for class assignment and membership
+    per_class: PerClassThresholds = field(default_factory=PerClassThresholds)
+    circuit: float = 50.0  # induction selectivity for the induction circuit
+    # Gu et al.'s sink metric (emergence/recipe/sinks.py): a head is a sink on a sequence when key 0 gets
+    # more than this share of the attention of the queries that see it (absolute, not a ratio)
+    sink_epsilon: float = 0.3
+
+
+@dataclass
+class AblateConfig:
+    enabled: bool = True
+    mode: str = "zero"  # zero (the reference) | mean (the batch mean of the head's output at each position)
+    n_controls: int = 5  # control sets (as many heads from the same layers, outside the circuit)
+    causal_factor: float = 3.0  # causal: circuit's loss-of-B rise > this x the size of the controls' mean change
+    seed: int = 0
+    heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
+    # adaptive: stop once the interval of the causal criterion excludes zero (emergence/recipe/verdict.py);
+    # all: every probe sequence (the reference protocol)
+    sequences: str = "adaptive"
+    min_sequences: int = 64  # adaptive: sequences measured before the first look
+    confidence: float = 0.95  # adaptive: level of the interval, over all looks together
+
+
+@dataclass
+class StatsConfig:
+    """Uncertainty from the probe pass (docs/method.md section 9); no extra forward pass."""
+
+    n_boot: int = 1000  # bootstrap replicates over sequences
+    ci: float = 0.95  # interval coverage
+    seed: int = 0  # the resample matrix: one seed keeps the replicates paired across a panel
+    n_null: int = 500  # draws of the reference null (the target replaced by a random position)
+    # which heads' null draws make the floor: nondegenerate (every head but those with a degenerate
+    # baseline) | reference (every head, the study's rule); see stats.NULL_RULES
+    null_rule: str = "nondegenerate"
+
+
+@dataclass
+class WandbConfig:
+    """W&B's own environment variables are the defaults; an explicit override still wins."""
+
+    mode: str = "${oc.env:WANDB_MODE,offline}"  # offline | online | disabled
+    project: str = "${oc.env:WANDB_PROJECT,emergence}"
+    entity: Optional[str] = "${oc.env:WANDB_ENTITY,null}"
+    dir: Optional[str] = "${oc.env:WANDB_DIR,null}"  # where wandb/ goes; None: the run directory
+    group: Optional[str] = None  # None: a multirun's jobs share the sweep's name as their group
+    tags: List[str] = field(default_factory=list)  # the model key and revision are always added
+
+
+@dataclass
+class HubConfig:
+    """Reading checkpoints from the Hugging Face Hub (or the mirror ``HF_ENDPOINT`` names)."""
+
+    # In a sweep run by the basic launcher: fetch the next jobs' checkpoints while the current
+    # one is analysed, this many ahead (emergence/run/prefetch.py); 0: each job downloads its own.
+    prefetch: int = 1
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    revision: RevisionConfig = MISSING
+    probe: ProbeConfig = MISSING
+    threshold: ThresholdConfig = MISSING
+    ablate: AblateConfig = field(default_factory=AblateConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    hub: HubConfig = field(default_factory=HubConfig)
+    device: str = "auto"  # auto: cuda if available, else cpu
+    cache_dir: str = "${emergence_cache_dir:}"  # toy panels and cached measurements live here
+    # Per-head measurements are cached under ${cache_dir}/measurements (delete it to clear): a
+    # threshold re-sweep with ablate.enabled=false then loads no model. reuse=false recomputes.
+    reuse: bool = True
+    # A relaunched sweep (same hydra.sweep.dir) skips jobs whose directory already holds a
+    # complete run of the same configuration.
+    resume: bool = True
+
+
+def default_cache_dir() -> str:
+    """$EMERGENCE_CACHE, else $XDG_CACHE_HOME/emergence, else ~/.cache/emergence."""
+    if os.environ.get("EMERGENCE_CACHE"):
+        return os.environ["EMERGENCE_CACHE"]
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "emergence")
+
+
+def register_configs() -> None:
+    """The schema (``emergence_schema``, which ``conf/config.yaml`` names) in Hydra's ConfigStore and
+    the ``emergence_cache_dir`` resolver; idempotent. Called before anything composes a config."""
+    if not OmegaConf.has_resolver("emergence_cache_dir"):
+        OmegaConf.register_new_resolver("emergence_cache_dir", default_cache_dir)
+    cs = ConfigStore.instance()
+    cs.store(name="emergence_schema", node=Config)
+
+
+def config_digest(cfg: Config) -> str:
+    """Names what a run computes: its config without the W&B, resume and download settings."""
+    content = OmegaConf.to_container(OmegaConf.structured(cfg))
+    for key in ("wandb", "resume", "hub"):
+        content.pop(key, None)
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def compose_config(overrides: list[str]) -> Config:
+    """The validated-schema Config that ``python -m emergence <overrides>`` would run. An override
+    Hydra or the schema refuses is a ``UsageError``: one line, where Hydra's message spans several."""
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from emergence.core.errors import UsageError  # here: importing the schema imports no other module of the package
+
+    register_configs()
+    try:
+        with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
+            return OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        if isinstance(err, MissingConfigException) and err.options:  # a group option that is not there
+            group, _, option = err.missing_cfg_file.rpartition("/")  # e.g. model/gpt5
+            raise UsageError(f"{group}={option} is invalid: no such preset in conf/{group}; use one of "
+                             f"{', '.join(err.options)}") from None
+        # Hydra's "Error merging override x=y" says why only in its cause (OmegaConf's)
+        cause = f": {one_line(err.__cause__)}" if isinstance(err.__cause__, OmegaConfBaseException) else ""
+        raise UsageError(one_line(err) + cause) from None
+
+
+def one_line(err: Exception) -> str:
+    """Hydra's (or OmegaConf's) message on one line, without Hydra's search path and OmegaConf's types."""
+    text = str(err).split("\nConfig search path:")[0]
+    return "; ".join(line.strip() for line in text.splitlines()
+                     if line.strip() and not line.strip().startswith(("object_type=", "reference_type=")))

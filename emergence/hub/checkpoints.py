@@ -1,0 +1,467 @@
+"""Which checkpoint a run analyses, and loading it.
+
+* ``resolve_revision``: the model's panel + the revision config -> branch, step, tokens.
+* ``Architecture``: a loaded model's attention layers and output projections, found by
+  capability; ``check_attention_support`` refuses unsupported classes from the config alone.
+* ``load_config``: the checkpoint's config.json (a development ``model_type`` mapped to its
+  released name, ``MODEL_TYPE_ALIASES``).
+* ``checkpoint_files`` / ``load_model``: the weight files a run reads (``weights``: safetensors,
+  else pickles through torch's restricted unpickler), fetched alone, and a safe ``from_pretrained``
+  (no remote code) with our capturing attention function.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from emergence.core.config import Config
+from emergence.core.errors import UsageError
+from emergence.hub import revisions, weights
+from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
+from emergence.hub.integrity import MODEL_TYPE_ALIASES
+from emergence.recipe import capture
+
+
+@dataclass(frozen=True)
+class Revision:
+    name: str | None  # branch / tag / commit, None for the checkpoint as it is
+    step: int | None
+    tokens: int | None
+
+
+def resolve_revision(cfg: Config) -> Revision:
+    model = cfg.model
+    revision = _resolve(cfg)
+    required = model.revision_required_for
+    if required and re.search(required, model.name_or_path) and revision.name in (None, "main"):
+        raise UsageError(f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch may "
+                         "hold no weights; name a checkpoint (revision=r0..r9 or revision=custom revision.name=<branch>)")
+    return revision
+
+
+def _resolve(cfg: Config) -> Revision:
+    model, rev = cfg.model, cfg.revision
+    panel = list(model.panel)
+    if rev.index is not None:
+        # revision=final on a model without a panel: the checkpoint as it is, unless its main may hold no
+        # weights and its branches can be listed by name (SmolLM2's intermediate checkpoints): their last
+        main_may_be_empty = model.revision_required_for and re.search(model.revision_required_for, model.name_or_path)
+        if not panel and rev.index == -1 and not (main_may_be_empty and model.revision_pattern):
+            return Revision(rev.name, None, None)
+        if not panel and model.revision_pattern is None:
+            raise UsageError(
+                f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "
+                "use revision=custom revision.name=<branch> or revision=final")
+        panel = panel or revisions.discovered_panel(model, cfg.cache_dir)
+        if not -len(panel) <= rev.index < len(panel):
+            raise UsageError(
+                f"revision.index={rev.index} is invalid: model {model.key!r} has {len(panel)} panel "
+                f"revisions, use r0..r{len(panel) - 1} or final")
+        return _panel_revision(panel[rev.index], model.tokens_per_step)
+    if not rev.name:
+        raise UsageError("revision.name=None is invalid: revision=custom needs revision.name=<branch>")
+    for entry in panel:
+        if entry.revision == rev.name:
+            return _panel_revision(entry, model.tokens_per_step)
+    revisions.check_revision_name(rev.name, model, panel)
+    step, tokens = revisions.parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
+    return Revision(rev.name, step, tokens)
+
+
+def _panel_revision(entry, tokens_per_step: int | None) -> Revision:
+    """A panel entry; tokens it does not state are step x model.tokens_per_step where that is set."""
+    tokens = entry.tokens if entry.tokens is not None else (
+        int(entry.step) * tokens_per_step if tokens_per_step else None)
+    return Revision(entry.revision, int(entry.step), None if tokens is None else int(tokens))
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A loaded model's attention layout, found by capability (``capture.discover``)."""
+
+    model_type: str
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    attentions: list  # the modules that call the attention function, in layer order
+    out_projs: list  # each one's output projection: its input holds the per-head outputs
+    decoder_layers: list  # the decoder block that holds each attention module (``capture.decoder_layers``)
+
+    @classmethod
+    def of(cls, model) -> "Architecture":
+        sites = capture.discover(model)
+        shapes = {(s.n_heads, s.head_dim) for s in sites}
+        if len(shapes) != 1:  # one [layers, heads, ...] array per measurement needs one shape
+            raise UsageError(f"model architecture {model.config.model_type!r} is not supported: its layers "
+                             f"differ in (heads, head_dim): {sorted(shapes)}")
+        (n_heads, head_dim), = shapes
+        attentions = [s.module for s in sites]
+        return cls(model.config.model_type, len(sites), n_heads, head_dim, attentions, [s.out_proj for s in sites],
+                   capture.decoder_layers(model, attentions))
+
+
+# Architectures these tests run against eager attention (tests/helpers/tiny_models.py); others whose
+# class supports the attention interface are accepted too.
+TESTED_ARCHITECTURES = ("gemma2", "gpt2", "gpt_neox", "llama", "mistral", "olmo", "olmo2", "olmoe", "phi3",
+                        "qwen2", "qwen3")
+
+
+SUPPORTED = ("supported are decoder-only causal LMs whose attention goes through transformers' AttentionInterface "
+             f"(tested: {', '.join(TESTED_ARCHITECTURES)})")
+
+
+def check_attention_support(hf_config, trust_remote_code: bool) -> None:
+    """Stop before the weights load if the model class cannot run our attention function.
+
+    transformers 5 marks classes whose attention goes through ``AttentionInterface`` with
+    ``_supports_attention_backend``; others (bloom, falcon) would run without our function
+    (or silently without a causal mask). Remote code brings its own class: the discovery
+    pass after loading checks that one."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    model_type = hf_config.model_type
+    if trust_remote_code and "AutoModelForCausalLM" in (getattr(hf_config, "auto_map", None) or {}):
+        return
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config), None)
+    if model_class is None or not model_class._supports_attention_backend:
+        raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
+                         f"transformers' AttentionInterface; {SUPPORTED}")
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def pick_dtype(requested: str) -> torch.dtype:
+    """``auto`` is float32 on every device: the 1B panel fits any current GPU in it, and a 16-bit
+    dtype moves selectivities by up to 0.6% (float16) or 2% (bfloat16) (docs/precision.md)."""
+    return torch.float32 if requested == "auto" else getattr(torch, requested)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.float32 -> "float32": how summaries and the measurement cache name a dtype."""
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where ``from_pretrained`` reads a checkpoint from."""
+
+    path: str  # local directory or Hub repo id
+    revision: str | None
+    local_only: bool  # a local directory or a revision already in the Hugging Face cache: no network
+    cached_before: bool  # the Hub revision was in the cache before this run
+    weights_format: str = "auto"  # model.weights_format: which weight files may be read (``weights.select``)
+
+
+def _cached_snapshot(src: Source) -> Path | None:
+    """The cache's snapshot directory of a Hub revision if it holds the whole checkpoint (``weights.cached_snapshot``)."""
+    cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
+    return None if cached is None else cached[0]
+
+
+def source(cfg: Config, revision: Revision) -> Source:
+    """A toy panel keeps each revision in a subdirectory, the way a Hub repo keeps it in a branch."""
+    if cfg.model.toy is not None:
+        return Source(str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True,
+                      cfg.model.weights_format)
+    path = cfg.model.name_or_path
+    if Path(path).expanduser().is_dir():
+        return Source(str(Path(path).expanduser()), revision.name, True, True, cfg.model.weights_format)
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(path)
+    except HFValidationError:
+        raise UsageError(f"model.name_or_path={path!r} is invalid: it is neither a directory nor a Hub repo id "
+                         "(org/name)") from None
+    cached = weights.cached_snapshot(path, revision.name, cfg.model.weights_format) is not None
+    return Source(path, revision.name, cached, cached, cfg.model.weights_format)
+
+
+def _where(src: Source) -> str:
+    return f"{src.path}@{src.revision}" if src.revision else src.path
+
+
+def _fetch_hint(src: Source) -> str:
+    return f"hf download {src.path} --revision {src.revision or 'main'}"
+
+
+def check_hub(src: Source) -> None:
+    """Stop in one line when a checkpoint that is not cached cannot be fetched, before
+    huggingface_hub retries each request for half a minute."""
+    if src.local_only:
+        return
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        why = "HF_HUB_OFFLINE=1"
+    elif not hub_reachable():
+        why = f"the Hub endpoint {hub_endpoint()} is not reachable"
+    else:
+        return
+    raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: it is not in the local Hugging Face "
+                     f"cache and {why}; run again when the Hub is reachable, or fetch it where there is a network: "
+                     f"{_fetch_hint(src)}")
+
+
+def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None:
+    """A one-line UsageError for a Hub checkpoint whose download failed for a reason the user
+    can act on: the server went away, or it has no such repo or revision. None otherwise."""
+    if src.local_only:
+        return None
+    if connection_lost(err) or not hub_reachable():
+        return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: the Hub endpoint {hub_endpoint()} "
+                          "stopped answering during the download; run again when it is reachable (a sweep: relaunch "
+                          "it, finished jobs are kept)")
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    if not caused_by(err, (RepositoryNotFoundError,)):
+        return None
+    # The Hub says "repository not found" for a missing revision too (olah, gated repos): the
+    # repo's branches tell which one is missing.
+    branches = revisions.list_branches(src.path)  # a UsageError if the repo does not exist
+    return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {src.path} on {hub_endpoint()} has no "
+                      f"revision {src.revision!r} ({len(branches)} branches); list them: python -m emergence.revisions "
+                      f"{cfg.model.key} --repo {src.path}")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """A checkpoint's config.json, as transformers reads it."""
+
+    hf_config: object  # transformers' PreTrainedConfig
+    model_type_mapped_from: str | None  # the config's own model_type where it was mapped (MODEL_TYPE_ALIASES)
+
+
+def load_config(cfg: Config, src: Source) -> CheckpointConfig:
+    """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
+    check_hub(src)
+    options = dict(revision=src.revision, local_files_only=src.local_only)
+    mapped_from = None
+    try:
+        hf_config = AutoConfig.from_pretrained(src.path, trust_remote_code=cfg.model.trust_remote_code, **options)
+    except (OSError, ValueError) as err:  # unknown repo, branch or model type, bad path, broken download
+        unknown = re.search(r"model type `([^`]+)` but Transformers does not recognize", str(err))
+        if unknown and unknown.group(1) in MODEL_TYPE_ALIASES:
+            mapped_from = unknown.group(1)
+            hf_config = _aliased_config(src.path, options)
+        elif unknown:
+            raise UsageError(f"model architecture {unknown.group(1)!r} is not supported: transformers "
+                             f"{transformers.__version__} does not know it; {SUPPORTED}") from None
+        else:
+            hub_error = _download_error(cfg, src, err) if isinstance(err, OSError) else None
+            if hub_error:
+                raise hub_error from None
+            raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: "
+                             f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+    check_attention_support(hf_config, cfg.model.trust_remote_code)
+    return CheckpointConfig(hf_config, mapped_from)
+
+
+def _aliased_config(path: str, options: dict):
+    """A config whose model_type is a development name, read as the released architecture."""
+    from transformers import CONFIG_MAPPING, PretrainedConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    values, _ = PretrainedConfig.get_config_dict(path, **options)
+    model_type = MODEL_TYPE_ALIASES[values.pop("model_type")]
+    values["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]]
+    return CONFIG_MAPPING[model_type].from_dict(values)
+
+
+def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFiles]:
+    """The local directory holding the checkpoint's config and weights, and the weight files a run
+    reads there (``weights.select``): a local checkpoint as it is; a Hub revision from the cache,
+    or else downloaded (its config and those files only)."""
+    local = Path(src.path).expanduser()
+    if local.is_dir():
+        found = weights.formats_in(p.name for p in local.iterdir())
+        return local, weights.select(found, src.weights_format, str(local))
+    cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
+    if cached is not None:
+        return cached
+    check_hub(src)
+    try:
+        listing = weights.remote_files(src.path, src.revision)
+        files = weights.select(weights.formats_in(f.path for f in listing), src.weights_format, _where(src))
+        weights.download(src.path, src.revision, files)
+    except OSError as err:  # the server gone, no such revision (huggingface_hub's errors are OSErrors)
+        raise (_download_error(cfg, src, err) or
+               UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}")) from None
+    cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
+    if cached is None:  # the server listed files it then did not serve whole
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its download is incomplete; "
+                         f"run again, or fetch it: {_fetch_hint(src)}")
+    return cached
+
+
+# A tokenizer's vocabulary, in the files transformers reads it from (a revision holding none of
+# them has no tokenizer of its own), and the files that go with it.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+TOKENIZER_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "merges.txt")
+
+
+@dataclass(frozen=True)
+class TokenizerSource:
+    """Where the text probe's tokenizer is read from."""
+
+    directory: str  # a local checkpoint, or the cache's snapshot holding the tokenizer's files
+    name: str  # repo@revision it comes from (``summary.json`` ``text.tokenizer``)
+
+
+def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
+    """The text probe's tokenizer: the revision's own files, else ``main``'s, else those of the
+    family's first branch that has them (tokenizers do not change in pretraining; Amber's and CRFM's
+    step branches carry none, SmolLM2's main holds nothing). Only the tokenizer's files are fetched
+    (offline: what the cache holds). A local checkpoint: itself."""
+    if Path(src.path).expanduser().is_dir():
+        return TokenizerSource(src.path, f"{src.path}@{src.revision or 'main'}")
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    candidates = list(dict.fromkeys([src.revision or "main", "main"]))
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable():
+        for revision in candidates:
+            for name in TOKENIZER_FILES:
+                found = try_to_load_from_cache(src.path, name, revision=revision)
+                if isinstance(found, str):
+                    return TokenizerSource(str(Path(found).parent), f"{src.path}@{revision}")
+    else:
+        branches = (e.revision for e in revisions.parse_branches(revisions.list_branches(src.path),
+                                                                 cfg.model.revision_pattern, cfg.model.tokens_per_step))
+        for revision in itertools.chain(candidates, branches):  # the branches are listed only if needed
+            try:
+                names = {f.path for f in weights.remote_files(src.path, revision)}
+            except OSError:  # no such revision (main of a repo that keeps none): look further
+                continue
+            if names & set(TOKENIZER_FILES):
+                files = sorted(names & {*TOKENIZER_FILES, *TOKENIZER_COMPANIONS})
+                paths = [hf_hub_download(src.path, f, revision=revision) for f in files]
+                return TokenizerSource(str(Path(paths[0]).parent), f"{src.path}@{revision}")
+    raise UsageError(f"{_where(src)} has no tokenizer files, nor has main or any branch of {src.path}; for a model "
+                     "that reads bytes use probe.tokenizer=bytes")
+
+
+def weights_sha256(src: Source) -> str | None:
+    """A fingerprint of the checkpoint's weights (the files of the format a run reads, ``weights``),
+    from each weight file's content sha256; None if they are not on this machine. Two revisions
+    with the same fingerprint serve the same weights. In the Hub cache the digests are the blobs'
+    names: no weights are read."""
+    snapshot = Path(src.path) if Path(src.path).is_dir() else _cached_snapshot(src)
+    files = weights.preferred(weights.formats_in(p.name for p in snapshot.iterdir())) if snapshot else None
+    if files is None:
+        return None
+    return weights.fingerprint({name: weights.file_sha256(snapshot / name) for name in files.shards})
+
+
+def downloaded_bytes(src: Source) -> int:
+    """Bytes of the revision's files in the cache if this run downloaded them, else 0."""
+    if src.cached_before:
+        return 0
+    snapshot = _cached_snapshot(src)
+    return 0 if snapshot is None else sum(f.resolve().stat().st_size for f in snapshot.rglob("*") if f.is_file())
+
+
+def remove_from_cache(src: Source) -> int:
+    """Delete a revision this run downloaded from the Hugging Face cache; returns bytes freed."""
+    if src.cached_before:
+        return 0
+    snapshot = _cached_snapshot(src)
+    if snapshot is None:
+        return 0
+    from huggingface_hub import scan_cache_dir
+
+    strategy = scan_cache_dir(snapshot.parents[2]).delete_revisions(snapshot.name)
+    strategy.execute()
+    return strategy.expected_freed_size
+
+
+def weight_bytes(hf_config, dtype: torch.dtype) -> int:
+    """Bytes the weights take in ``dtype``, counted on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    return sum(p.numel() for p in model.parameters()) * dtype.itemsize
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Free bytes on the device (CUDA) or available RAM (Linux); None if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def check_memory(hf_config, dtype: torch.dtype, device: torch.device) -> int:
+    """Stop before loading weights that cannot fit (weights + 20% for activations)."""
+    need = weight_bytes(hf_config, dtype)
+    free = free_memory(device)
+    if free is not None and need * 1.2 > free:
+        raise UsageError(f"model.dtype={str(dtype).removeprefix('torch.')!r} is invalid here: the weights need "
+                         f"{need / 2**30:.1f} GiB (+20% working memory) but {device.type} has "
+                         f"{free / 2**30:.1f} GiB free; use a larger device or a smaller dtype")
+    return need
+
+
+def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype, ceiling: int = 512) -> int:
+    """Sequences per forward that fit in half the free memory (after the weights are loaded).
+
+    Per sequence and layer, inference holds about the residual stream, q/k/v, the MLP
+    activation and (if SDPA falls back to its math kernel) the attention scores; ablation
+    multiplies rows, so the caller divides by its number of head sets itself."""
+    hidden = hf_config.hidden_size
+    mlp = getattr(hf_config, "intermediate_size", 4 * hidden)
+    per_token = (4 * hidden + mlp + hf_config.num_attention_heads * seq_len) * dtype.itemsize
+    per_sequence = 2 * seq_len * per_token + 4 * hf_config.vocab_size  # x2: a layer's input and output live
+    return int(max(1, min(ceiling, free_bytes // 2 // per_sequence)))
+
+
+def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: torch.device, dtype: torch.dtype):
+    """The model, with our capturing attention function, from the weight files ``checkpoint_files``
+    picks: safetensors, or pickles through torch's restricted unpickler (``weights_only=True``, which
+    refuses any pickle that would call code); never code from the checkpoint unless
+    ``model.trust_remote_code``."""
+    from safetensors import SafetensorError
+
+    directory, files = checkpoint_files(cfg, src)
+    os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"  # transformers must not ask the Hub to convert a pickle
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            directory,
+            config=checkpoint.hf_config,
+            local_files_only=True,
+            dtype=dtype,
+            use_safetensors=files.format == "safetensors",
+            weights_only=True,
+            trust_remote_code=cfg.model.trust_remote_code,
+            attn_implementation=capture.register_attention(),
+        )
+    except SafetensorError as err:  # a download cut short, a disk error
+        fix = ("replace the file" if Path(src.path).expanduser().is_dir() else
+               f"fetch it again: {_fetch_hint(src)} --force-download")
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its safetensors weights are truncated "
+                         f"or corrupt ({str(err).splitlines()[0]}); {fix}") from None
+    except pickle.UnpicklingError as err:  # the restricted unpickler refused a pickle that calls code
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {', '.join(files.shards)} is refused: "
+                         f"its pickle would call code ({_refused_global(err)}), which weights_only=True never runs; "
+                         "use a checkpoint in safetensors, or one from a source you trust") from None
+    except OSError as err:  # a missing shard
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}") from None
+    return model.to(device).eval()
+
+
+def _refused_global(err: pickle.UnpicklingError) -> str:
+    """The global torch's restricted unpickler refused, as its message names it."""
+    found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)", str(err))
+    return f"global {found.group(1)}" if found else "a global the unpickler does not allow"

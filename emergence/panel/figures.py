@@ -1,0 +1,272 @@
+"""The panel report's figures (PNG, matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from emergence.panel.records import ModelFindings, PanelFindings, RevisionRow  # noqa: E402
+from emergence.panel.sensitivity import CONCLUSIONS  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _all_tokens(findings: PanelFindings) -> list[float]:
+    return [r.tokens for f in findings.models.values() for r in f.revisions]
+
+
+def _tokens_axis(ax, tokens: list[float]):
+    """Log tokens; symlog when a revision has no tokens yet (step 0), so that it stays on the axis.
+    Such an axis starts at 0: autoscaling's margin would run it into negative token counts."""
+    positive = [t for t in tokens if t > 0]
+    if positive and len(positive) < len(tokens):
+        ax.set_xscale("symlog", linthresh=min(positive))
+        # 0, then whole decades from the first count on: the locator's own ticks in the linear part crowd 0
+        decades = np.arange(np.ceil(np.log10(min(positive))), np.floor(np.log10(max(positive))) + 1)
+        ax.set_xticks([0, *10.0 ** decades])
+    elif positive:
+        ax.set_xscale("log")
+    if len(positive) < len(tokens):
+        ax.set_xlim(left=0)
+    ax.set_xlabel("training tokens")
+
+
+def _line_with_band(ax, rows: list, value, ci, label: str, scale: float = 1.0, refined: bool = True,
+                    **style) -> str:
+    """``value(row)`` per row (RevisionRow or SinkRow) against tokens; ``ci(row)``, its bootstrap
+    interval, as a band where every row has one; ``refined``: draw the rows analysed by refinement
+    hollow. Returns the line's colour."""
+    tokens = [r.tokens for r in rows]
+    line, = ax.plot(tokens, [scale * value(r) for r in rows], style.pop("fmt", "o-"), label=label, **style)
+    if rows and all(ci(r) is not None for r in rows):
+        low, high = np.array([ci(r) for r in rows]).T * scale
+        ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    if refined:
+        _refined_points(ax, rows, lambda r: scale * value(r), line.get_color())
+    return line.get_color()
+
+
+def _refined_note(findings: PanelFindings) -> str:
+    """What hollow markers mean, for a title, where a model has refinement points."""
+    refined = any(r.refined for f in findings.models.values() for r in f.revisions)
+    return "hollow: checkpoints analysed by refinement" if refined else ""
+
+
+def _refined_points(ax, rows: list[RevisionRow], value, colour) -> None:
+    """Revisions analysed by ``python -m emergence.refine`` drawn hollow over a line of the panel's."""
+    refined = [r for r in rows if r.refined]
+    if refined:
+        ax.plot([r.tokens for r in refined], [value(r) for r in refined], "o", mfc="w", color=colour,
+                label="_refined")  # no legend entry of its own: the axis title says what hollow is
+
+
+def bos_vs_tokens(findings: PanelFindings, out: Path) -> Path:
+    """The BOS fraction per model, and beside it (dashed, same colour) Gu et al.'s Sink_0 where measured."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    both = False
+    for model, f in findings.models.items():
+        colour = _line_with_band(ax, f.revisions, lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci, model,
+                                 scale=100)
+        if f.sinks_gu:
+            both = True
+            _line_with_band(ax, f.sinks_gu.revisions, lambda s: s.sink_fraction, lambda s: s.sink_fraction_ci,
+                            f"{model}: Sink_0", scale=100, refined=False, fmt="s--", color=colour)
+    _tokens_axis(ax, _all_tokens(findings))
+    ax.set_ylabel("sinks, % (band: CI)")
+    th = findings.thresholds
+    title = f"BOS fraction (first-token selectivity >= {th.class_:g}x)"
+    if both:
+        title += f"\nand Sink_0 (key-0 importance > {th.sink_epsilon:g}, dashed)"
+    if _refined_note(findings):
+        title += f"\n{_refined_note(findings)}"
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    return _save(fig, out / "bos_fraction_vs_tokens.png")
+
+
+def bos_heatmap(model: str, f: ModelFindings, out: Path) -> Path:
+    """Per layer and revision: BOS heads (and, where measured, Sink_0's share beside it)."""
+    panels = [(np.array([r.bos_per_layer for r in f.revisions]).T, "BOS heads per layer", "{:d}", "BOS heads")]
+    if f.sinks_gu:
+        panels.append((np.array([s.sink_per_layer for s in f.sinks_gu.revisions]).T,
+                       f"Sink_0 per layer (eps {f.sinks_gu.epsilon:g})", "{:.2f}", "Sink_0 share (heads x sequences)"))
+    n_layers, n_revs = panels[0][0].shape
+    fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * (1 + 0.7 * n_revs), 1.5 + 0.3 * n_layers),
+                             squeeze=False)
+    for ax, (values, title, fmt, quantity) in zip(axes[0], panels):
+        im = ax.imshow(values, aspect="auto", cmap="viridis", origin="lower")
+        top = values.max() or 1
+        for (l, r), v in np.ndenumerate(values):
+            ax.text(r, l, fmt.format(v), ha="center", va="center", fontsize=6, color="w" if v < top / 2 else "k")
+        ax.set_xticks(range(n_revs), [r.revision for r in f.revisions], rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(n_layers))
+        ax.set_ylabel("layer")
+        ax.set_title(f"{model}: {title}", fontsize=9)
+        fig.colorbar(im, ax=ax, label=quantity)
+    return _save(fig, out / f"bos_per_layer_{model}.png")
+
+
+def head_trajectories(model: str, f: ModelFindings, out: Path) -> Path | None:
+    """F5's heads: induction selectivity and PR per revision."""
+    heads = f.f5.heads
+    if not heads:
+        return None
+    tokens = [r.tokens for r in f.revisions]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
+    for name, h in heads.items():
+        top.plot(tokens, np.maximum(h.selectivity, 1e-3), "o-", label=name)
+        if h.pr is not None:
+            bottom.plot(tokens, h.pr, "o-", label=name)
+    top.set_yscale("log")
+    top.set_ylabel("induction selectivity (x baseline)")
+    top.set_title(f"{model}: final induction circuit")
+    top.legend(fontsize=7)
+    bottom.set_ylabel(f.f5.pr_estimator or "PR")
+    _tokens_axis(bottom, tokens)
+    return _save(fig, out / f"induction_heads_{model}.png")
+
+
+def recall_vs_tokens(findings: PanelFindings, out: Path) -> Path | None:
+    if all(r.induction_recall is None for f in findings.models.values() for r in f.revisions):
+        return None  # no model has a final circuit at these thresholds: nothing to recall
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model, f in findings.models.items():
+        rows = [r for r in f.revisions if r.induction_recall is not None]
+        line, = ax.plot([r.tokens for r in rows], [r.induction_recall for r in rows], "o-", label=f"{model} recall")
+        _refined_points(ax, rows, lambda r: r.induction_recall, line.get_color())
+        ax.plot([r.tokens for r in rows], [r.topk_recall for r in rows], "x:", label=f"{model} top-k")
+    ax.axhline(2 / 3, color="0.6", lw=0.8)
+    _tokens_axis(ax, _all_tokens(findings))
+    ax.set_ylabel("share of the final induction circuit")
+    ax.set_title(_refined_note(findings), fontsize=8)
+    ax.legend(fontsize=7)
+    return _save(fig, out / "recall_vs_tokens.png")
+
+
+def trajectories(findings: PanelFindings, out: Path) -> Path:
+    """Per revision: induction heads, BOS fraction and (toy models) the copy loss drop."""
+    panels = [(f"induction heads (>= {findings.thresholds.circuit:g}x)", lambda r: r.n_induction,
+               lambda r: r.n_induction_ci),
+              ("BOS fraction", lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci)]
+    if any(r.copy_loss_drop is not None for f in findings.models.values() for r in f.revisions):
+        panels.append(("copy loss drop (nats)", lambda r: r.copy_loss_drop, lambda r: None))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.4 * len(panels)), sharex=True)
+    for ax, (label, value, ci) in zip(axes, panels):
+        for model, f in findings.models.items():
+            _line_with_band(ax, [r for r in f.revisions if value(r) is not None], value, ci, model)
+        ax.set_ylabel(label)
+    _tokens_axis(axes[-1], _all_tokens(findings))
+    axes[0].set_title(_refined_note(findings), fontsize=8)
+    axes[0].legend(fontsize=7)
+    return _save(fig, out / "trajectories.png")
+
+
+MEASURE_LABELS = {"icl_score": "ICL score (nats)", "loss_drop": "repeat loss drop (nats)",
+                  "prefix_matching_max": "top prefix matching", "massive_activation_ratio": "top / median |h|",
+                  "value_norm_ratio_min": "lowest |v_0| / |v|"}
+
+
+def token_axis(findings: PanelFindings, out: Path) -> Path | None:
+    """Every model's measures against tokens, one panel per measure and a line per probe, with the
+    induction onset and BOS / Sink_eps 50 % of each probe marked; None without any."""
+    if not findings.token_axis:
+        return None
+    measures = list(dict.fromkeys(t.measure for axis in findings.token_axis.values() for t in axis.transitions))
+    fig, axes = plt.subplots(len(measures), 1, figsize=(6.5, 2.2 * len(measures)), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    for model, axis in findings.token_axis.items():
+        for t in axis.transitions:
+            ax = axes[measures.index(t.measure)]
+            shown = [(x, v) for x, v in zip(t.tokens, t.values) if v is not None]
+            ax.plot(*zip(*shown), "o-", ms=3, label=f"{model} ({t.probe})")
+            if t.half_way is not None:
+                ax.axvline(t.half_way.tokens, color=ax.lines[-1].get_color(), lw=0.8, ls=":")
+        for name, m in axis.events.items():
+            if m is not None and m.tokens is not None and name.split(" ")[0] in ("induction_onset", "bos_50", "sink_50"):
+                for ax in axes:
+                    ax.axvline(m.tokens, color="0.5", lw=0.6, ls={"induction_onset": "-", "bos_50": "--",
+                                                                  "sink_50": "-."}[name.split(" ")[0]])
+    for ax, measure in zip(axes, measures):
+        ax.set_ylabel(MEASURE_LABELS[measure], fontsize=8)
+        if measure == "massive_activation_ratio":
+            ax.set_yscale("log")
+        ax.legend(fontsize=6)
+    _tokens_axis(axes[-1], [x for axis in findings.token_axis.values() for t in axis.transitions for x in t.tokens])
+    axes[0].set_title("grey: induction onset (solid), BOS 50% (dashed), Sink_eps 50% (dash-dot); "
+                      "dotted: a transition", fontsize=7)
+    return _save(fig, out / "token_axis.png")
+
+
+def _threshold_plane(ax, g, values, class_threshold: float, circuit_threshold: float, **style):
+    """``values`` [class, circuit] over the log-spaced threshold plane, the report's thresholds marked."""
+    mesh = ax.pcolormesh(g.circuit_grid, g.class_grid, values, shading="nearest", **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.plot([circuit_threshold], [class_threshold], "w*", ms=10, mec="k")
+    ax.set_xlabel("circuit threshold (x)")
+    ax.set_ylabel("class / BOS threshold (x)")
+    return mesh
+
+
+def sensitivity(grids: list, class_threshold: float, circuit_threshold: float, out: Path) -> Path:
+    """Per model (rows): where each conclusion holds (yellow) or not (purple) over the
+    (class, circuit) threshold plane, and the F3 gap; the star marks the report's thresholds."""
+    names = list(CONCLUSIONS)
+    fig, axes = plt.subplots(len(grids), len(names) + 1, figsize=(3.3 * (len(names) + 1), 3.0 * len(grids)),
+                             squeeze=False)
+    for row, g in zip(axes, grids):
+        held = g.conclusions()
+        for ax, name in zip(row, names):
+            _threshold_plane(ax, g, held[name].astype(float), class_threshold, circuit_threshold,
+                             cmap="viridis", vmin=0, vmax=1)
+            ax.set_title(f"{g.model}: {CONCLUSIONS[name]}", fontsize=7)
+        mesh = _threshold_plane(row[-1], g, np.log10(g.gap_ratio()), class_threshold, circuit_threshold,
+                                cmap="magma")
+        row[-1].set_title(f"{g.model}: gap BOS-50% / onset", fontsize=7)
+        fig.colorbar(mesh, ax=row[-1], label="log10 gap")
+    return _save(fig, out / "sensitivity.png")
+
+
+def causal_threshold(sweeps: list[dict], out: Path) -> Path | None:
+    """Per swept checkpoint: the loss rise from ablating the circuit screened at each threshold,
+    the control sets' mean change, the bar the circuit must clear (causal_factor x the
+    controls' change) and T*; filled markers where the verdict is causal."""
+    if not sweeps:
+        return None
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(4.6 * len(sweeps), 3.8), squeeze=False)
+    for ax, sweep in zip(axes[0], sweeps):
+        pts = [p for p in sweep["points"] if p["circuit_loss_increase"] is not None]
+        x = [p["threshold"] for p in pts]
+        ax.plot(x, [p["circuit_loss_increase"] for p in pts], "-", color="C0", label="circuit")
+        for p in pts:
+            ax.plot(p["threshold"], p["circuit_loss_increase"], "o", color="C0",
+                    mfc="C0" if p["causal"] else "w")
+            ax.annotate(f"{len(p['circuit'])}h", (p["threshold"], p["circuit_loss_increase"]),
+                        textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        controls = [(p["threshold"], p["controls_loss_increase_mean"]) for p in pts
+                    if p["controls_loss_increase_mean"] is not None]
+        if controls:
+            ax.plot(*zip(*controls), "s-", color="C1", label="controls (mean)")
+            ax.plot([t for t, _ in controls], [sweep["causal_factor"] * abs(c) for _, c in controls], ":",
+                    color="C1", label=f"{sweep['causal_factor']:g} x |controls|")
+        if sweep["t_star"] is not None:
+            ax.axvline(sweep["t_star"], color="k", lw=0.8, ls="--", label=f"T* = {sweep['t_star']:g}x")
+        ax.axhline(0, color="0.7", lw=0.6)
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(x, [f"{t:g}" for t in x])  # the swept thresholds themselves
+        ax.set_xlabel("circuit threshold (x)")
+        ax.set_ylabel("loss of B: rise when ablated (nats)")
+        ax.set_title(f"{sweep['model']} @ {sweep['revision']}", fontsize=9)
+        ax.legend(fontsize=7)
+    return _save(fig, out / "causal_threshold.png")

@@ -1,0 +1,406 @@
+"""The panel report's findings as typed records: what ``findings.json`` holds, field by field.
+
+``findings.py`` computes them, ``markdown.py`` and ``figures.py`` render them, and
+``PanelFindings.to_json`` / ``from_json`` (``emergence.record``'s walk over the fields) write and
+read ``findings.json``. A record's field names are the file's keys (``JSON_NAMES`` maps the few
+that cannot be: ``class`` is a Python keyword, and one F2 record serves two sink definitions).
+
+Units: *tokens* are training tokens; a *fraction* or *share* is in [0, 1]; *pp* are percentage
+points; selectivities are multiples of the head's baseline. An interval (``*_ci``) is
+[low, high] from the bootstrap over sequences, present only where run directories allow one.
+A field that does not apply, or was not measured, is ``None``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from emergence.core.record import from_json, to_json
+from emergence.recipe.stats import NullSummary
+
+
+@dataclass(frozen=True)
+class Milestone:
+    """The first revision at which a quantity reaches a level: it happened after the revision
+    before it and by this one."""
+
+    revision: str | None  # None: not reached; such a milestone is kept only to carry ``probability``
+    tokens: float | None
+    # [tokens of the revision before (None: this is the first revision), tokens]: when it happened, (low, high]
+    bracket_tokens: list[float | None] | None
+    fraction_of_training: float | None = None  # tokens / the last revision's tokens (F4's milestones)
+    # The share of bootstrap replicates whose first crossing is each revision ("never": none); the
+    # revisions with a share of 0 are left out. Run directories only.
+    probability: dict[str, float] | None = None
+    # Heads near a threshold (by the runs' dtypes) at this revision or the one before: a rounding of
+    # them could move the milestone by a revision. None: none, or the dtypes are not known.
+    near_threshold_heads: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class RevisionRow:
+    """One revision of one model at the report's thresholds, with what its run recorded about it."""
+
+    revision: str
+    tokens: float
+    bos_fraction: float  # share of all heads that are BOS heads (first-token selectivity >= class threshold)
+    bos_per_layer: list[int]  # BOS heads in each layer
+    n_induction: int  # heads with induction selectivity >= the circuit threshold
+    induction_recall: float | None  # share of the final circuit at >= the class threshold; None: no final circuit
+    topk_recall: float | None  # share of the final circuit among the k most induction-selective heads (k: its size)
+    refined: bool  # analysed by ``python -m emergence.refine``, not one of the panel's revisions
+    near_threshold: list[str] | None  # heads its dtype's rounding could move across a threshold; None: dtype unknown
+    copy_loss_drop: float | None = None  # the toy models' copy loss drop (nats, their summary.json's)
+    weights_sha256: str | None = None  # fingerprint of the weights the run loaded
+    dtype: str | None = None  # the dtype the run computed in
+    reference_dtype: str | None = None  # the dtype the reference study ran this model in
+    null: NullSummary | None = None  # the run's null calibration, as its summary.json states it
+    bos_fraction_ci: list[float] | None = None
+    n_induction_ci: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class F1:
+    """F1, the layers with no BOS head."""
+
+    zero_bos_layers: list[int]  # layers with no BOS head at any revision
+
+
+@dataclass(frozen=True)
+class Shape:
+    """F2, the shape of a sink fraction's rise (a model starts from none at initialisation, so the
+    total rise is the final fraction). Abrupt: the largest adjacent rise is at least half of it,
+    and with a bootstrap also at the lower bound of its interval."""
+
+    largest_jump_pp: float | None  # the largest rise between adjacent revisions, pp; None: nothing rose
+    largest_jump: list[str] | None  # [revision before, revision after] that rise
+    jump_share: float | None  # largest rise / total rise
+    monotonic: bool  # no fall between adjacent revisions
+    largest_drop_pp: float | None  # the largest fall between adjacent revisions (<= 0), pp
+    shape: str | None  # "abrupt" | "gradual"; None: nothing rose
+    final_fraction: float  # the fraction at the last revision: the total rise
+    jump_share_ci: list[float] | None = None
+    final_fraction_ci: list[float] | None = None
+    shape_note: str | None = None  # why a rise abrupt at the point estimate is not called abrupt
+
+
+class BosShape(Shape):
+    """F2 of the BOS fraction."""
+
+    JSON_NAMES = {"final_fraction": "final_bos_fraction", "final_fraction_ci": "final_bos_fraction_ci"}
+
+
+class SinkShape(Shape):
+    """F2 of Gu et al.'s Sink_0 share."""
+
+    JSON_NAMES = {"final_fraction": "final_sink_fraction", "final_fraction_ci": "final_sink_fraction_ci"}
+
+
+@dataclass(frozen=True)
+class F3:
+    """F3, the separation of induction onset from BOS emergence."""
+
+    induction_onset: Milestone | None  # the first revision with >= 3 heads at the circuit threshold
+    bos_10: Milestone | None  # BOS fraction >= 10 %, and so on
+    bos_30: Milestone | None
+    bos_50: Milestone | None
+    bos_70: Milestone | None
+    gap_ratio: float | None  # tokens(bos_50) / tokens(induction_onset); None: either not reached
+    gap_ratio_range: list[float | None] | None  # the gap over both brackets; a None end is open
+
+    def bos_levels(self) -> list[Milestone | None]:
+        """bos_10, bos_30, bos_50, bos_70."""
+        return [self.bos_10, self.bos_30, self.bos_50, self.bos_70]
+
+    def milestones(self) -> dict[str, Milestone | None]:
+        return {"induction_onset": self.induction_onset, "bos_10": self.bos_10, "bos_30": self.bos_30,
+                "bos_50": self.bos_50, "bos_70": self.bos_70}
+
+
+@dataclass(frozen=True)
+class F4:
+    """F4, early convergence: the recall of the final induction circuit (its heads at the last
+    revision) is the share of them at or above the class threshold."""
+
+    recall_33: Milestone | None  # recall >= 1/3
+    recall_67: Milestone | None  # recall >= 2/3
+    recall_100: Milestone | None  # every head of the circuit
+    topk_recall_67: Milestone | None  # top-k recall >= 2/3
+    final_circuit: list[str]  # heads ("L4H4") at >= the circuit threshold at the last revision
+
+    def milestones(self) -> dict[str, Milestone | None]:
+        return {"recall_33": self.recall_33, "recall_67": self.recall_67, "recall_100": self.recall_100,
+                "topk_recall_67": self.topk_recall_67}
+
+
+@dataclass(frozen=True)
+class HeadLead:
+    """F5 for one head of the final circuit: does its PR rise before its selectivity crosses?"""
+
+    selectivity_cross: Milestone | None  # the first revision with induction selectivity >= the circuit threshold
+    pr_rise: Milestone | None  # the first revision with PR >= rise_factor x its first-revision value
+    lead: float | None  # tokens(selectivity_cross) / tokens(pr_rise); None: no measurable lead (``reason``)
+    selectivity: list[float]  # induction selectivity per revision
+    pr: list[float] | None  # PR per revision (the estimator ``F5.pr_estimator``); None: not measured
+    reason: str | None  # why there is no lead
+
+
+@dataclass(frozen=True)
+class F5:
+    """F5, PR leads selectivity, per head of the final circuit."""
+
+    heads: dict[str, HeadLead]  # by head name ("L4H4")
+    pr_estimator: str | None  # the spectral estimator PR is (run directories: ``--pr-estimator``); None: no PR
+    rise_factor: float  # a PR rise: this many times its first-revision value
+
+
+@dataclass(frozen=True)
+class SinkRow:
+    """One revision under Gu et al.'s definition."""
+
+    revision: str
+    tokens: float
+    sink_fraction: float  # Sink_0: share of (sequence, layer, head) whose key-0 importance exceeds epsilon
+    sink_per_layer: list[float]  # the same share within each layer
+    sink_fraction_ci: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class SinkF1:
+    """F1 under Sink_0."""
+
+    zero_sink_layers: list[int]  # layers with no sink at any revision
+
+
+@dataclass(frozen=True)
+class SinkF3:
+    """F3's sink milestones under Sink_0, against the same induction onset."""
+
+    sink_10: Milestone | None  # Sink_0 >= 10 %, and so on
+    sink_30: Milestone | None
+    sink_50: Milestone | None
+    sink_70: Milestone | None
+    gap_ratio: float | None  # tokens(sink_50) / tokens(induction onset)
+    gap_ratio_range: list[float | None] | None
+
+    def sink_levels(self) -> list[Milestone | None]:
+        """sink_10, sink_30, sink_50, sink_70."""
+        return [self.sink_10, self.sink_30, self.sink_50, self.sink_70]
+
+    def milestones(self) -> dict[str, Milestone | None]:
+        return {"sink_10": self.sink_10, "sink_30": self.sink_30, "sink_50": self.sink_50, "sink_70": self.sink_70}
+
+
+@dataclass(frozen=True)
+class SinkFindings:
+    """Sinks under Gu et al.'s definition (``emergence/recipe/sinks.py``) beside the BOS fraction: F1-F3
+    recomputed under it, and where the two definitions tell different stories."""
+
+    epsilon: float  # key-0 importance above it makes a sink
+    definition: str  # Sink_0, in words
+    revisions: list[SinkRow]
+    f1: SinkF1
+    f2: SinkShape
+    f3: SinkF3
+    disagreements: list[str]  # each place the two definitions disagree, in words
+
+
+@dataclass(frozen=True)
+class PrIntegralRanking:
+    """Heads ranked by the integral of PR over log10(tokens)."""
+
+    top_k: int
+    heads: list[str]  # the top k, highest first
+    classified_share: float  # share of them in any class at the last revision
+    induction_share: float  # share of them at >= the class threshold as induction heads
+
+
+@dataclass(frozen=True)
+class DtypeNote:
+    """The dtypes the revisions ran in against the study's."""
+
+    dtypes: list[str]  # the runs' dtypes
+    reference_dtype: str | None  # the study's (None: not known, or not one)
+    differs: bool
+    relative_error: dict[str, float]  # per dtype, the most its rounding moves a selectivity (relative)
+
+
+@dataclass(frozen=True)
+class NullRuleUse:
+    """One null rule and the revisions whose floor it made."""
+
+    definition: str  # ``stats.NULL_RULES``
+    revisions: list[str]
+
+
+@dataclass(frozen=True)
+class NullFloor:
+    """The null floors the runs used (the report computes none)."""
+
+    rules: dict[str, NullRuleUse]  # by rule name
+    floor_range: list[float] | None  # [lowest, highest] floor (x baseline); None: no run has one
+    set_aside: dict[str, list[str]]  # heads set aside for a degenerate baseline -> the revisions they were
+
+
+@dataclass(frozen=True)
+class ModelFindings:
+    """F1-F5 of one model's trajectory, and what qualifies them."""
+
+    revisions: list[RevisionRow]
+    f1: F1
+    f2: BosShape
+    f3: F3
+    sinks_gu: SinkFindings | None  # None: the runs did not measure key-0 importance (or the reference data)
+    f4: F4
+    f5: F5
+    pr_integral_ranking: PrIntegralRanking | None  # None: no PR, or a single revision
+    intervals: bool  # whether the bootstrap ran (run directories with per-sequence attentions)
+    identical_weights: list[list[str]]  # groups of revisions with the same weights_sha256
+    dtype: DtypeNote | None  # None: no dtype known
+    null_floor: NullFloor | None  # None: no run stated its null (the reference data)
+    # The milestones ``python -m emergence.refine`` narrowed, by name: its ``refined.json`` answers
+    # (``emergence.refine.Refinement``) as that file holds them. None: not refined.
+    refined: dict[str, dict] | None = None
+
+    def milestones(self) -> dict[str, Milestone | None]:
+        """Every named milestone: F3's, F4's and, where measured, Sink_0's."""
+        return {**self.f3.milestones(), **self.f4.milestones(),
+                **(self.sinks_gu.f3.milestones() if self.sinks_gu else {})}
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """One milestone over the training seeds of one model."""
+
+    per_seed: dict[str, float | None]  # tokens per seed's panel name; None: not reached
+    reached: int  # seeds that reached it
+    median: float | None  # tokens, over the seeds that reached it
+    range: list[float] | None  # [fewest, most] tokens over them
+
+
+@dataclass(frozen=True)
+class SeedFamily:
+    """A model trained from several seeds: each milestone's spread over them."""
+
+    seeds: list[str]  # the seeds' panel names ("toy_neox-seed1")
+    induction_onset: SeedSpread
+    bos_10: SeedSpread
+    bos_30: SeedSpread
+    bos_50: SeedSpread
+    bos_70: SeedSpread
+    recall_33: SeedSpread
+    recall_67: SeedSpread
+    recall_100: SeedSpread
+
+    def milestones(self) -> dict[str, SeedSpread]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "seeds"}
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """One conclusion of one model over the threshold grid (``sensitivity.CONCLUSIONS``)."""
+
+    model: str
+    conclusion: str  # in words
+    key: str  # its name in ``sensitivity.CONCLUSIONS`` and sensitivity.csv
+    holds_at_report_thresholds: bool
+    share: float  # share of the grid where it holds
+    holds_everywhere: bool
+    flips: str  # where it changes along each axis through the report's thresholds; "none"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The thresholds every finding is computed at."""
+
+    class_: float  # class / BOS membership, x baseline
+    circuit: float  # the induction circuit, x baseline
+    sink_epsilon: float  # Gu et al.'s key-0 importance level
+
+    JSON_NAMES = {"class_": "class"}
+
+
+@dataclass(frozen=True)
+class IntervalSettings:
+    """The bootstrap behind every interval and probability."""
+
+    n_boot: int
+    ci: float  # coverage
+    seed: int
+    method: str
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One measure over one probe's panel of a model (``token_axis``): its value per revision, its
+    largest change between adjacent revisions, and the first revision past half of that change."""
+
+    measure: str  # e.g. icl_score, prefix_matching_max (``token_axis.MEASURES``)
+    probe: str  # the probe.kind it was measured on
+    revisions: list[str]
+    tokens: list[float]
+    values: list[float | None]  # None: not measured at that revision
+    largest_jump: list[str] | None  # [revision before, revision after]; None: fewer than two values
+    jump: float | None  # the value after minus before (signed)
+    half_way: Milestone | None  # the first revision past the midpoint of the largest jump
+
+
+@dataclass(frozen=True)
+class Separation:
+    """The tokens between two events of one model (F3's gap, for any pair of measures)."""
+
+    earlier: str  # "<measure> (<probe>)", the event reached first
+    later: str
+    gap_ratio: float | None  # tokens(later) / tokens(earlier); None: the earlier is at 0 tokens
+    gap_ratio_range: list[float | None] | None  # over both brackets; a None end is open
+
+
+@dataclass(frozen=True)
+class SinkProbes:
+    """Sinks at one revision on the random-token probe and on text: Sink_eps and the BOS fraction."""
+
+    revision: str
+    tokens: float
+    sink_fraction: dict[str, float | None]  # by probe.kind
+    bos_fraction: dict[str, float | None]
+    disagree: bool  # one probe puts Sink_eps at >= 50 % and the other below
+
+
+@dataclass(frozen=True)
+class TokenAxis:
+    """One model's measures on one token axis (docs/probes.md): each probe's milestones and the
+    transitions of the scores the field times these circuits by, and how far apart they are."""
+
+    probes: list[str]  # the probe.kind of each trajectory it reads
+    transitions: list[Transition]
+    events: dict[str, Milestone | None]  # "<event> (<probe>)": the milestones and the transitions' half-ways
+    separations: list[Separation]  # every pair of reached events, earlier first
+    sinks: list[SinkProbes]  # revisions both the synthetic and the text probe measured; empty: not both
+
+    def disagreements(self) -> list[str]:
+        return [s.revision for s in self.sinks if s.disagree]
+
+
+@dataclass(frozen=True)
+class PanelFindings:
+    """The panel report: every model's findings at one pair of thresholds. ``findings.json``."""
+
+    thresholds: Thresholds
+    intervals: IntervalSettings
+    models: dict[str, ModelFindings]
+    seeds: dict[str, SeedFamily]  # by model key, for models trained from several seeds
+    causal_threshold: list[dict] = field(default_factory=list)  # the causal-threshold sweeps (``causal_threshold.load_sweeps``)
+    sensitivity: list[Conclusion] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)  # file names, in the report's folder
+    token_axis: dict[str, TokenAxis] = field(default_factory=dict)  # by model (and seed) with the mechanism measured
+    # branches the sweeps' integrity check found defective (``integrity``): {repo: {branch: verdict}}
+    defective_checkpoints: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """``findings.json``'s content."""
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> PanelFindings:
+        return from_json(cls, data)

@@ -1,0 +1,228 @@
+"""Reading a panel: per-head selectivities (and a spectral estimator, F5's PR) of one model at
+several revisions.
+
+Two sources give the same ``Trajectory``:
+* run directories written by ``python -m emergence`` (``summary.json`` + ``heads.csv``);
+* the reference study's files (``per_revision/*.json`` + ``pr/*_trajectory.json``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from emergence.core.config import ModelConfig, compose_config
+from emergence.hub.integrity import INTEGRITY_FILE, stored_verdicts
+from emergence.recipe.icl import RepeatScores, TextScores
+from emergence.recipe.screen import CLASSES
+from emergence.recipe.stats import NullSummary
+from emergence.run.results import PER_SEQUENCE_FILE, SUMMARY_FILE, is_duplicate, read_json, read_run
+
+# Reference file prefixes -> our model keys, and how their revision names give tokens.
+REFERENCE_PREFIXES = {"pythia1b": "pythia", "olmo": "olmo", "olmoe": "olmoe"}
+REFERENCE_PR_FILES = {"pythia": "pythia_1b_phase1_trajectory.json", "olmo": "olmo_phase1_trajectory.json",
+                      "olmoe": "olmoe_phase1_trajectory.json"}
+REFERENCE_CLASSES = {"bos": "first-token"}  # the reference files' class names where ours differ (else _ -> -)
+REFERENCE_DATA = Path(__file__).with_name("reference_data")  # the study's results, package data (its SOURCE.md)
+REFINE_FOLDER = "refine"  # python -m emergence.refine writes its runs to <sweep>/refine/<model>/<revision>/
+REFINED_FILE = "refined.json"  # ... and its answers to <sweep>/refined.json
+
+
+@dataclass
+class Checkpoint:
+    """One revision of one model. ``sel`` [layers, heads, 6] (order ``CLASSES``); ``spectral``
+    [layers, heads], the spectral estimator its trajectory names (F5's PR)."""
+
+    revision: str
+    tokens: float
+    sel: np.ndarray
+    spectral: np.ndarray | None = None
+    targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
+    sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
+    run_dir: Path | None = None  # the run directory it was read from (run directories only)
+    refined: bool = False  # analysed by ``python -m emergence.refine`` (a run under <sweep>/refine/), not the panel
+    # The sink mechanism and the repeat probe's score (run directories of this version): heads.csv's
+    # value_norm_ratio and prefix_matching [layers, heads] (NaN where not measured), and summary.json's
+    # massive_activations' ratio per layer [layers]
+    value_norm_ratio: np.ndarray | None = None
+    prefix_matching: np.ndarray | None = None
+    massive_activation_ratio: np.ndarray | None = None
+    # What its run recorded (run directories; the reference study's data states the dtypes only)
+    dtype: str | None = None  # the dtype it was computed in
+    reference_dtype: str | None = None  # the dtype the reference study ran its model in
+    weights_sha256: str | None = None  # the fingerprint of the weights the run loaded
+    copy_loss_drop: float | None = None  # toy models' (nats)
+    null: NullSummary | None = None  # the run's null calibration
+    text: TextScores | None = None  # probe.kind=text: Olsson et al.'s ICL score
+    repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy
+
+
+@dataclass
+class Trajectory:
+    model: str  # the panel's name: the model key, with "-seed<N>" when several training seeds are compared and
+    # "-<probe>" for a probe other than the synthetic one
+    checkpoints: list[Checkpoint]  # ordered by tokens
+    spectral_estimator: str | None  # which estimator ``Checkpoint.spectral`` holds (heads.csv's column)
+    thresholds: tuple[float, float] | None = None  # (class, circuit) the runs were screened with, if one pair
+    family: str | None = None  # the model key shared by the seeds of one model (None: a single panel)
+    probe: str = "synthetic"  # the runs' probe.kind: one trajectory per model, seed and probe
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return np.array([c.tokens for c in self.checkpoints], dtype=float)
+
+    @property
+    def sel(self) -> np.ndarray:
+        """[revisions, layers, heads, 6]"""
+        return np.stack([c.sel for c in self.checkpoints])
+
+
+@functools.cache
+def preset(model: str) -> ModelConfig:
+    """``model``'s preset (``conf/model/<model>.yaml``) as a run composes it; once per model
+    (composing takes a fifth of a second)."""
+    return compose_config([f"model={model}"]).model
+
+
+def reference_tokens(model: str, revision: str) -> float:
+    """The tokens of a reference revision: Pythia's names give the step (its preset the tokens
+    per step), the others' the tokens themselves."""
+    if model == "pythia":
+        return int(re.fullmatch(r"step(\d+)", revision).group(1)) * preset(model).tokens_per_step
+    return int(re.search(r"tokens(\d+)B", revision).group(1)) * 1e9
+
+
+def _head_grid(per_head: dict, value) -> np.ndarray:
+    """{"L3_H7": x} -> [layers, heads, ...] array of value(x)."""
+    index = {tuple(map(int, re.fullmatch(r"L(\d+)_H(\d+)", k).groups())): v for k, v in per_head.items()}
+    n_layers = 1 + max(l for l, _ in index)
+    n_heads = 1 + max(h for _, h in index)
+    return np.array([[value(index[(l, h)]) for h in range(n_heads)] for l in range(n_layers)], dtype=float)
+
+
+def load_reference(root: Path) -> dict[str, Trajectory]:
+    """The reference study's per-head results (format: its SOURCE.md)."""
+    root = Path(root)
+    files = sorted((root / "per_revision").glob("*_mechinterp_*.json"))
+    if not files:
+        raise FileNotFoundError(f"no per_revision/*_mechinterp_*.json under {root}")
+    by_model: dict[str, list[Checkpoint]] = {}
+    for path in files:
+        prefix, revision = path.stem.split("_mechinterp_")
+        model = REFERENCE_PREFIXES[prefix]
+        data = read_json(path)
+        sel = _head_grid(data["all_head_selectivity"], lambda d: [d[REFERENCE_CLASSES.get(c, c.replace("_", "-"))]
+                                                                  for c in CLASSES])
+        dtype = preset(model).reference_dtype  # the study's own numbers: computed in the dtype it ran
+        by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel,
+                                                         dtype=dtype, reference_dtype=dtype))
+    trajectories = {}
+    for model, checkpoints in by_model.items():
+        checkpoints.sort(key=lambda c: c.tokens)
+        pr_path = root / "pr" / REFERENCE_PR_FILES[model]
+        if pr_path.exists():
+            pr_data = read_json(pr_path)
+            for i, revision in enumerate(pr_data["revisions"]):
+                pr = _head_grid(pr_data["pr"], lambda values: values[i])
+                for c in checkpoints:
+                    if c.revision == revision:
+                        c.spectral = pr
+        trajectories[model] = Trajectory(model, checkpoints, "pr_entropy_rank" if pr_path.exists() else None)
+    return trajectories
+
+
+def find_runs(paths: list[Path]) -> dict[Path, bool]:
+    """Complete run directories (with a summary, not a duplicate's) at or under the given paths, each with whether
+    it is a refinement run (under a ``refine/`` folder of the path it was found in)."""
+    found = {}
+    for path in map(Path, paths):
+        for summary in sorted(path.rglob(SUMMARY_FILE)) if path.is_dir() else []:
+            run_dir = summary.parent
+            if is_duplicate(run_dir):  # not analysed: its weights are a later branch's (``defective_checkpoints``)
+                continue
+            found[run_dir] = found.get(run_dir, False) or REFINE_FOLDER in run_dir.relative_to(path).parts[:1]
+    return dict(sorted(found.items()))
+
+
+def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
+    """Runs grouped by their summary's ``model``, by training seed where a model has several, and by
+    probe (a trajectory "<model>-text" for ``probe.kind=text``), ordered by tokens, with heads.csv's ``spectral_estimator`` column as the spectral one. A revision analysed twice (e.g. under two threshold presets) is kept
+    once: the selectivities do not depend on it."""
+    by_model: dict[tuple, dict[str, Checkpoint]] = {}
+    used: dict[tuple, set] = {}
+    for run_dir, refined in find_runs(paths).items():
+        summary, rows = read_run(run_dir)
+        if summary.tokens is None:
+            raise ValueError(f"{run_dir}: run has no token count (revision {summary.revision!r}); "
+                             "a panel needs revisions with known tokens: rerun with model.tokens_per_step=<N> "
+                             "where the family's tokens per step are known")
+        n_layers, n_heads = summary.n_layers, summary.n_heads
+        sel = np.zeros((n_layers, n_heads, len(CLASSES)))
+        spectral = np.zeros((n_layers, n_heads))
+        per_head = {name: np.full((n_layers, n_heads), np.nan) for name in ("value_norm_ratio", "prefix_matching")}
+        for r in rows:
+            sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
+            spectral[r["layer"], r["head"]] = r[spectral_estimator]
+            for name, grid in per_head.items():
+                grid[r["layer"], r["head"]] = r[name]
+        massive = (None if summary.massive_activations is None
+                   else np.array([m.ratio for m in summary.massive_activations]))
+        classes = set(summary.thresholds.classes.values())
+        panel = (summary.model, summary.training_seed, summary.probe.kind)
+        used.setdefault(panel, set()).add(
+            (classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
+        arrays = {}
+        if (run_dir / PER_SEQUENCE_FILE).exists():
+            with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
+                arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
+        by_model.setdefault(panel, {})[summary.revision] = Checkpoint(
+            summary.revision, float(summary.tokens), sel, spectral, **arrays, run_dir=run_dir, refined=refined,
+            **{name: None if np.isnan(grid).all() else grid for name, grid in per_head.items()},
+            massive_activation_ratio=massive, dtype=summary.dtype, reference_dtype=summary.reference_dtype,
+            weights_sha256=summary.weights_sha256, copy_loss_drop=summary.copy_loss_drop, null=summary.null,
+            text=summary.text, repeat=summary.repeat)
+    if not by_model:
+        raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
+    seeds = Counter((model, probe) for model, _, probe in by_model)
+    trajectories = {}
+    for (model, seed, probe), cs in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1] or 0, item[0][2])):
+        several = seeds[(model, probe)] > 1
+        name = (f"{model}-seed{seed}" if several else model) + ("" if probe == "synthetic" else f"-{probe}")
+        thresholds = used[(model, seed, probe)]
+        trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), spectral_estimator,
+                                        next(iter(thresholds)) if len(thresholds) == 1 else None,
+                                        family=model if several else None, probe=probe)
+    return trajectories
+
+
+def defective_checkpoints(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """The branches the sweeps' integrity checks (their ``integrity.json``) found defective:
+    {repo: {branch: verdict}}."""
+    found: dict[str, dict[str, str]] = {}
+    for path in map(Path, paths):
+        for store in sorted(path.rglob(INTEGRITY_FILE)) if path.is_dir() else []:
+            for repo, checks in stored_verdicts(store).items():
+                found.setdefault(repo, {}).update({b: c.line for b, c in checks.items() if c.verdict != "ok"})
+    return {repo: branches for repo, branches in found.items() if branches}
+
+
+def load_refined(paths: list[Path]) -> dict[str, dict]:
+    """The refinement answers (``python -m emergence.refine``) kept in the given sweep directories:
+    {model: {milestone: answer}}."""
+    refined: dict[str, dict] = {}
+    for path in map(Path, paths):
+        if (path / REFINED_FILE).is_file():
+            for model, answers in read_json(path / REFINED_FILE).items():
+                refined.setdefault(model, {}).update(answers)
+    return refined
+
+
+def shared_thresholds(trajectories: dict[str, Trajectory]) -> tuple[float, float] | None:
+    """The (class, circuit) thresholds every run of every model was screened with, if one pair."""
+    pairs = {t.thresholds for t in trajectories.values()}
+    return pairs.pop() if len(pairs) == 1 else None

@@ -1,0 +1,363 @@
+"""Step 4 - causal verification by group ablation (docs/method.md section 6).
+
+An ablated head has its slice of the input to the output projection replaced: by zero
+(``zero``, the reference) or by its batch mean at that position (``mean``). We score
+the prediction of B at T-1 for the induction circuit ablated and for control sets, "controls"
+(as many heads from the same layers, drawn at random from the heads outside the circuit). Conditions are stacked along the batch dimension, so all
+control sets share each forward pass. The step's result is an ``AblationResult``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from emergence.core.record import Record
+from emergence.recipe import capture, stats, verdict
+from emergence.recipe.probe import ProbeBatch
+from emergence.recipe.screen import head_name, parse_head_name
+
+METRICS = ("loss", "top1", "top5", "logit_b")
+
+
+@dataclass
+class Metrics(Record):
+    """Next-token metrics of B at T-1, means over the sequences scored."""
+
+    loss: float  # cross-entropy of B (nats)
+    top1: float  # share of sequences whose top-1 prediction is B
+    top5: float  # share whose top-5 predictions hold B
+    logit_b: float  # B's logit
+
+    @classmethod
+    def of(cls, means: dict[str, float]) -> "Metrics":
+        return cls(**{m: float(means[m]) for m in METRICS})
+
+
+@dataclass
+class ControlSet(Record):
+    """One control set: its heads ablated together, and the metrics of B then."""
+
+    heads: list[str]  # "L4H4", ...
+    metrics: Metrics
+
+
+@dataclass
+class Effect(Record):
+    """How much the circuit's ablation raises the loss of B, against the controls' mean rise (nats)."""
+
+    circuit_loss_increase: float
+    controls_loss_increase_mean: float | None  # None without controls
+    ratio: float | None  # circuit rise / controls' rise; None unless the controls raised the loss
+    causal: bool | None  # the circuit's rise exceeds causal_factor x |controls' rise|; None without controls
+    intervals: dict | None = None  # ``stats.effect_intervals``: paired bootstrap over the sequences used
+
+
+@dataclass
+class AblationResult(Record):
+    """The ablation step's record (``summary.json`` ``ablation``): clean vs the circuit ablated vs controls."""
+
+    enabled: bool
+    mode: str  # zero | mean
+    causal_factor: float
+    sequences: str  # adaptive | all
+    clean: Metrics  # the probe pass's clean metrics, over every sequence
+    heads: list[str] | None = None  # the user's head set (ablate.heads), ablated instead of the screened circuit
+    circuit: Metrics | None = None  # None: not ablated (disabled, or an empty circuit)
+    controls: list[ControlSet] = field(default_factory=list)
+    effect: Effect | None = None
+    sequences_used: int | None = None  # the first n probe sequences ablated (adaptive runs stop early)
+    stopped_early: bool | None = None
+    clean_loss_used: float | None = None  # the clean loss of B over the sequences used: the effect's baseline
+    interval: dict | None = None  # the causal criterion's interval (``verdict.interval``)
+    note: str | None = None  # why there is no verdict or no ratio
+
+
+def metrics_per_sequence(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """logits [b, V] at T-1, target [b] -> [b, 4] float64: each sequence's loss of B, whether B
+    is the top-1 and within the top-5 prediction, and B's logit (order ``METRICS``)."""
+    logits = logits.float()
+    if not torch.isfinite(logits).all():
+        raise FloatingPointError("non-finite logits (NaN or inf): rerun with model.dtype=float32")
+    top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+    return torch.stack([F.cross_entropy(logits, target, reduction="none"), top5[:, 0] == target,
+                        (top5 == target[:, None]).any(-1), logits.gather(1, target[:, None])[:, 0]], dim=-1).double()
+
+
+def _per_layer(circuit: list[tuple[int, int]]) -> Counter:
+    return Counter(layer for layer, _ in circuit)
+
+
+def control_shortfall(circuit: list[tuple[int, int]], n_heads: int) -> str | None:
+    """Why no matched control exists (a layer with fewer non-circuit heads than circuit heads), or None."""
+    short = [f"L{layer} ({k} circuit heads, {n_heads - k} others)"
+             for layer, k in sorted(_per_layer(circuit).items()) if n_heads - k < k]
+    return None if not short else "no control set: too few non-circuit heads in " + ", ".join(short)
+
+
+def control_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: int,
+                        seed: int) -> list[list[tuple[int, int]]]:
+    """Up to ``n_sets`` distinct head sets with as many heads per layer as the circuit, drawn
+    without replacement from that layer's non-circuit heads (check ``control_shortfall``
+    first). Fewer when fewer distinct sets exist: 2 circuit heads of 4 leave exactly one."""
+    rng = np.random.default_rng(seed)
+    in_circuit = set(circuit)
+    pools = {layer: [h for h in range(n_heads) if (layer, h) not in in_circuit]
+             for layer in _per_layer(circuit)}
+    n_distinct = math.prod(math.comb(len(pools[layer]), k) for layer, k in _per_layer(circuit).items())
+    sets: list[list[tuple[int, int]]] = []
+    while len(sets) < min(n_sets, n_distinct):
+        heads = [(layer, int(h)) for layer, k in sorted(_per_layer(circuit).items())
+                 for h in sorted(rng.choice(pools[layer], size=k, replace=False))]
+        if heads not in sets:
+            sets.append(heads)
+    return sets
+
+
+def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], causal_factor: float) -> Effect:
+    """How much the circuit's ablation raises the loss of B, against the controls' mean rise.
+
+    The ratio is only defined over a positive control rise: over zero or a fall it would
+    read as "no effect" or flip its sign, so it is None then. ``causal``: the circuit's rise
+    exceeds ``causal_factor`` times the size of the controls' mean change, a fall counting
+    by its size, so that noise around zero does not pass; None without controls."""
+    circuit_rise = circuit_loss - clean_loss
+    if not control_losses:
+        return Effect(circuit_rise, None, None, None)
+    control_rise = float(np.mean(control_losses) - clean_loss)
+    return Effect(circuit_rise, control_rise, circuit_rise / control_rise if control_rise > 0 else None,
+                  bool(circuit_rise > causal_factor * abs(control_rise)))
+
+
+def head_mask(heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> torch.Tensor:
+    """[layers, heads] bool, True where the head is ablated."""
+    mask = torch.zeros(n_layers, n_heads, dtype=torch.bool)
+    for layer, head in heads:
+        mask[layer, head] = True
+    return mask
+
+
+@contextmanager
+def ablating(arch, row_masks: torch.Tensor, position_mean: torch.Tensor | None = None):
+    """Ablate heads per batch row while active.
+
+    ``row_masks`` [rows, layers, heads] bool: which heads to ablate in each batch row.
+    ``position_mean`` [layers, T, heads, d]: replacement values for mean ablation
+    (None: zero ablation). Layers with nothing ablated are left untouched.
+    """
+    handles = []
+
+    def make_hook(layer: int):
+        ablated = row_masks[:, layer]
+
+        def hook(module, args):
+            x = args[0]
+            rows, T, _ = x.shape
+            heads = x.view(rows, T, arch.n_heads, arch.head_dim)
+            drop = ablated.to(x.device)[:, None, :, None]  # [rows, 1, heads, 1]
+            fill = torch.zeros((), dtype=x.dtype, device=x.device) if position_mean is None \
+                else position_mean[layer].to(x.device)  # [T, heads, d]
+            return (torch.where(drop, fill, heads).view(rows, T, -1), *args[1:])
+
+        return hook
+
+    for layer, proj in enumerate(arch.out_projs):
+        if row_masks[:, layer].any():
+            handles.append(proj.register_forward_pre_hook(make_hook(layer)))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def shared_prefix(layers: list, rows: int, copies: int):
+    """Run the given decoder layers (the first ablated one and those above) on ``copies`` x
+    ``rows`` rows while the layers below run once on ``rows``: they compute the same thing for
+    every head set. Each hooked layer repeats, condition-major, every tensor argument with
+    ``rows`` rows (the hidden states at the first of them; per-row masks, positions and rotary
+    tables at all of them, since the model passes those to each layer afresh). Tensors of one
+    dimension (``cache_position`` [T]) are never per row, so they are left alone. The context
+    lasts one forward pass, in which a tensor passed to every layer (the mask, the rotary
+    tables) is repeated once; the hidden states are repeated without being kept."""
+    repeated: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (tensor, its repeat); the pair keeps the id
+
+    def expand(value, keep: bool = True):
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == rows:
+            if keep and id(value) in repeated:
+                return repeated[id(value)][1]
+            copy = value.repeat(copies, *[1] * (value.dim() - 1))
+            if keep:
+                repeated[id(value)] = value, copy
+            return copy
+        return tuple(expand(v) for v in value) if isinstance(value, tuple) else value
+
+    def hook(module, args, kwargs):
+        # the hidden states (the first argument) reach only the first hooked layer with ``rows`` rows
+        return ((*(expand(v, keep=False) for v in args[:1]), *expand(args[1:])),
+                {k: expand(v, keep=k != "hidden_states") for k, v in kwargs.items()})
+
+    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in layers] if copies > 1 else []
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def last_position_only(layer, out_proj, attention):
+    """Only the last position of the last decoder layer reaches the logits (``logits_to_keep=1``),
+    so that layer attends from its last query alone (under the forward's keyword arguments it
+    yields, ``capture.last_query_only``) and its output projection and MLP (``layer.mlp``, where it
+    has one) run on that position alone. The residual additions broadcast [rows, 1, hidden] over
+    [rows, T, hidden], so the layer's output is exact at T-1 (the rest is never read). Enter it after
+    ``ablating``: hooks run in order, and ablation needs every position (mean ablation fills each
+    from its own mean)."""
+    def last(module, args):
+        return (args[0][:, -1:], *args[1:])
+
+    modules = [out_proj, *([layer.mlp] if isinstance(getattr(layer, "mlp", None), torch.nn.Module) else [])]
+    handles = [m.register_forward_pre_hook(last) for m in modules]
+    try:
+        yield capture.last_query_only(attention)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@dataclass
+class Ablated:
+    """What ``run_ablation`` measured over the ``n`` sequences it used (the first ``n`` of the probe),
+    for each head set in the order given."""
+
+    scores: list[Metrics]  # per head set: mean metrics of B at T-1
+    loss: np.ndarray  # [head sets, n] per-sequence loss of B
+    n: int
+
+
+def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int, int]]],
+                 batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
+    """Metrics of B at T-1 for each head set ablated, all sets sharing each pass.
+
+    Layers below the lowest ablated one run once per minibatch (``shared_prefix``), and the
+    last layer's attention, output projection and MLP only at the last position
+    (``last_position_only``);
+    each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses
+    so far ([head sets, sequences]), may end the run after any minibatch (adaptive ablation)."""
+    masks = torch.stack([head_mask(heads, arch.n_layers, arch.n_heads) for heads in head_sets])
+    k = len(head_sets)
+    ablated_layers = masks.any(dim=(0, 2)).nonzero()
+    layers = arch.decoder_layers
+    suffix = layers[int(ablated_layers[0]) if len(ablated_layers) else 0:]
+    device = next(model.parameters()).device
+    sums = torch.zeros(k, len(METRICS), dtype=torch.float64)
+    losses: list[torch.Tensor] = []  # per minibatch, [k, b]: each head set's loss of B per sequence
+    n = 0
+    with torch.inference_mode():
+        for start in tqdm(range(0, batch.n, batch_size), desc="ablate", unit="batch", leave=False):
+            stop_at = min(start + batch_size, batch.n)
+            b = stop_at - start
+            row_masks = masks.repeat_interleave(b, dim=0)  # head-set-major, as shared_prefix repeats rows
+            with shared_prefix(suffix, b, k), ablating(arch, row_masks, position_mean), \
+                    last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]) as last_only:
+                logits = model(batch.tokens[start:stop_at].to(device), logits_to_keep=1, use_cache=False,
+                               **last_only).logits[:, -1]
+            target = batch.b[start:stop_at].to(device)
+            rows = metrics_per_sequence(logits, target.repeat(k)).cpu().view(k, b, len(METRICS))
+            sums += rows.sum(1)
+            losses.append(rows[..., 0])
+            n = stop_at
+            if stop is not None and stop_at < batch.n and stop(torch.cat(losses, dim=1).numpy()):
+                break
+    means = (sums / n).tolist()
+    return Ablated([Metrics.of(dict(zip(METRICS, m))) for m in means], torch.cat(losses, dim=1).numpy(), n)
+
+
+class AdaptiveStop:
+    """``run_ablation``'s ``stop`` for ``ablate.sequences=adaptive`` (head set 0 the circuit, the
+    rest its controls): from ``min_sequences`` on, every minibatch is a look; stop once the look's
+    interval of the causal criterion (``verdict``) excludes zero. ``last`` is the interval of the last look."""
+
+    def __init__(self, settings, clean_loss: np.ndarray):
+        self.settings, self.clean_loss = settings, clean_loss
+        self.looks = 0
+        self.last: dict | None = None
+
+    def __call__(self, loss: np.ndarray) -> bool:
+        if loss.shape[1] < self.settings.min_sequences:
+            return False
+        self.looks += 1
+        self.last = verdict.interval(criterion_values(self.clean_loss, loss, self.settings.causal_factor),
+                                     self.settings.confidence, self.looks)
+        return verdict.decided(self.last)
+
+
+def criterion_values(clean_loss: np.ndarray, loss: np.ndarray, causal_factor: float) -> np.ndarray:
+    """The causal criterion's two per-sequence branches (``verdict.branches``) over the sequences
+    measured; ``loss`` [head sets, n]: the circuit's row first, then its controls'."""
+    n = loss.shape[1]
+    return verdict.branches(clean_loss[:n], loss[0], loss[1:], causal_factor)
+
+
+def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: list[tuple[int, int]],
+           clean_metrics: dict, clean_loss: np.ndarray, position_mean: torch.Tensor | None,
+           stats_settings) -> AblationResult:
+    """The ablation step: clean vs ``circuit`` ablated vs its controls.
+
+    ``settings`` is the run's ``AblateConfig``; with ``settings.heads`` set, those heads
+    (validated against the model's shape before the probe pass) replace the screened
+    ``circuit``. ``clean_metrics`` and the per-sequence ``clean_loss`` [n] come from the
+    probe pass, ``position_mean`` (mean ablation) from its capture; ``stats_settings`` (the
+    run's ``StatsConfig``) sizes the effect's paired bootstrap. With
+    ``settings.sequences == "adaptive"`` the run stops once the verdict is decided; the
+    metrics are then means over the sequences used, and the effect is against the clean
+    loss of the same sequences."""
+    result = AblationResult(enabled=settings.enabled, mode=settings.mode, causal_factor=settings.causal_factor,
+                            sequences=settings.sequences, clean=Metrics.of(clean_metrics))
+    if settings.heads is not None:  # the user's head set instead of the screened circuit
+        circuit = [parse_head_name(h) for h in settings.heads]
+        result.heads = list(settings.heads)
+    if not settings.enabled:
+        return result
+    if not circuit:
+        result.note = "empty induction circuit: nothing to ablate"
+        return result
+    shortfall = control_shortfall(circuit, arch.n_heads)
+    controls = [] if shortfall else control_sets(circuit, arch.n_heads, settings.n_controls, settings.seed)
+    head_sets = [circuit, *controls]
+    # Rows above the shared prefix are len(head_sets) x the sequences: as many as a clean pass of batch_size.
+    per_pass = max(1, batch_size // len(head_sets))
+    stop = AdaptiveStop(settings, clean_loss) if settings.sequences == "adaptive" and controls else None
+    run = run_ablation(model, arch, batch, head_sets, per_pass, position_mean, stop)
+    # Over the whole probe, the probe pass's own mean (today's numbers exactly); else the same sequences' mean.
+    clean_used = clean_metrics["loss"] if run.n == batch.n else float(clean_loss[:run.n].mean())
+    result.circuit = run.scores[0]
+    result.controls = [ControlSet([head_name(*h) for h in heads], scores)
+                       for heads, scores in zip(controls, run.scores[1:])]
+    result.effect = effect(clean_used, result.circuit.loss, [c.metrics.loss for c in result.controls],
+                           settings.causal_factor)
+    result.sequences_used = run.n
+    result.stopped_early = run.n < batch.n
+    result.clean_loss_used = clean_used
+    if controls:
+        # The effect's paired bootstrap over the sequences used; then the decisive look's interval of
+        # the criterion, or one interval over every sequence used.
+        result.effect.intervals = stats.effect_intervals(clean_loss[:run.n], run.loss[0], run.loss[1:],
+                                                         settings.causal_factor, stats_settings)
+        result.interval = (stop.last if stop is not None and run.n < batch.n else verdict.interval(
+            criterion_values(clean_loss, run.loss, settings.causal_factor), settings.confidence))
+    if shortfall:
+        result.note = shortfall
+    elif result.effect.ratio is None:
+        result.note = (f"the controls did not raise the loss of B "
+                       f"(mean {result.effect.controls_loss_increase_mean:+.4f}): no ratio")
+    return result

@@ -1,0 +1,483 @@
+"""The one forward pass over the probe that feeds steps 2 and 3, reduced on the fly.
+
+``register_attention`` registers an attention function ("emergence") through transformers'
+``AttentionInterface``, so it serves every architecture whose attention goes through that
+interface, q/k/v already transformed by the model (RoPE, q/k norms, OLMo's ``clip_qkv``);
+whoever loads a model for the capture calls it (``checkpoints.load_model``). The function
+computes the layer's attention output itself (SDPA, or the eager formula where the
+model passes a logit ``softcap`` that SDPA cannot apply), always with the ``scaling`` and
+the mask the model passes: the mask function is transformers' ``eager_mask`` registered
+under our name, so every layer gets its real additive mask (causal, sliding window,
+padding).
+
+This module keeps no state: a pass hands the attention function what it needs as keyword
+arguments of the model's forward, which transformers passes on to every attention call
+(and which the function passes on to no one):
+
+* ``emergence_listener`` (``LISTENER``): called with each layer's tensors (a ``Recorder``
+  in the probe pass, ``discover``'s collector in the discovery pass);
+* ``emergence_last_query_only`` (``LAST_QUERY_ONLY``): the attention modules that attend
+  from their last query alone (``last_query_only``; the last layer in ablation).
+
+A layer that does not pass them on is not seen: ``discover`` and ``run_probe`` count the
+layers that reported and refuse the model when one is missing.
+
+With a ``Recorder`` as the listener, the function also computes the one attention row the
+screen needs (query T-1 against all keys) and keeps only:
+
+* ``targets`` [n, layers, heads, 7]: attention from T-1 to each class's target
+  position(s) and to the baseline positions (order: ``screen.CLASSES``, baseline);
+* ``sink_importance`` [n, layers, heads]: key 0's mean attention over every query that
+  sees it (Gu et al.'s sink metric, ``sinks``), from the softmax normaliser the attention
+  kernel computes anyway;
+* ``gram`` [layers, heads, d, d] and ``total`` [layers, heads, d] (float64): running
+  sums of x x^T and x over the head outputs x at T-1 (the head's slice of the input to
+  the output projection), which is all the spectral estimators need;
+* optionally ``position_sum`` [layers, T, heads, d]: the batch sum of every head output
+  at every position, for mean ablation;
+* optionally ``null_sums`` [layers, heads, draws] (float64): for each draw of the
+  reference null (``stats.null_positions``), the attention from T-1 to that draw's random
+  position, summed over sequences;
+* ``value_norm_sums`` [2, layers, heads] (float64): the norms of the values v at position 0 and
+  at the other positions, summed over sequences (each KV head's for the query heads it serves):
+  the value drain (``mechanism``);
+* on the repeat probe, ``prefix_sums`` [layers, heads] (float64): the attention from each token
+  of the copy to the token after its earlier occurrence (``RepeatLayout.lag`` back), summed over
+  the copy's tokens and the sequences: the prefix-matching score.
+
+Beside the Recorder, forward hooks on the decoder layers reduce the residual stream
+(``mechanism.ResidualRecorder``: massive activations).
+
+The full attention pattern [n, layers, heads, T, T] is never materialised; each layer's
+pieces wait in the Recorder until the minibatch's forward pass ends and are then reduced
+for all layers at once.
+
+``discover`` finds the layout by capability, not by a table of names: one short forward
+pass lists the modules that call the attention function (the attention layers, in call
+order) and, for each, the child module whose input is exactly that call's output (the
+output projection, whose input holds the per-head outputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import repeat_kv
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from emergence.core.errors import UsageError
+from emergence.recipe import mechanism, sinks
+from emergence.recipe.probe import LOCAL_OFFSETS, ProbeBatch, RepeatLayout
+from emergence.recipe.screen import N_TARGETS
+
+ATTN_IMPLEMENTATION = "emergence"
+
+# Keyword arguments some models pass that change the attention in ways we do not compute
+# (gpt_oss's attention sinks, T5-style position bias, sparse index selection): refused, never ignored.
+UNSUPPORTED_KWARGS = ("s_aux", "sinks", "position_bias", "indices", "block_indices")
+
+# The model forward's keyword arguments that reach the attention function (the module docstring).
+LISTENER = "emergence_listener"
+LAST_QUERY_ONLY = "emergence_last_query_only"
+
+
+def softcapped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """Gemma 2's logit soft-capping, softcap * tanh(scores / softcap); identity without a cap."""
+    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
+
+
+def kernel_returns_lse(query: torch.Tensor) -> bool:
+    """Whether the attention kernel we can call directly also returns each query's log-sum-exp
+    (the softmax normaliser): SDPA's flash kernel on a CPU does."""
+    return query.device.type == "cpu"
+
+
+def attend(query, key, value, mask, scaling: float, softcap: float | None, first_key: bool = False,
+           lag: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> the attention
+    output [b, T, h, d]; with ``first_key``, every query's attention to key 0 [b, h, T] in float32
+    (Gu et al.'s sink importance; None without); with ``lag``, the attention of each query q >= lag
+    to key q - lag [b, h, T - lag] in float32 (the prefix-matching score; None without)."""
+    n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves n_rep query heads
+    to_key0 = to_lagged = None
+    reads = first_key or lag is not None
+    if softcap is not None or (reads and not kernel_returns_lse(query)):
+        # The eager formula (softmax in float32, as the models' eager path): SDPA has no softcap and
+        # returns no softmax normaliser; the score matrix lives for this layer of this minibatch only.
+        key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+        scores = softcapped(torch.matmul(query, key.transpose(2, 3)) * scaling, softcap)
+        if mask is not None:
+            scores = scores + mask
+        probs = scores.softmax(dim=-1, dtype=torch.float32)
+        out = torch.matmul(probs.to(query.dtype), value)
+        to_key0 = probs[..., 0] if first_key else None
+        to_lagged = None if lag is None else probs.diagonal(offset=-lag, dim1=-2, dim2=-1)
+    elif reads:
+        # The kernel SDPA runs on a CPU, called directly because it also returns each query's
+        # log-sum-exp: attention to key 0 is then exp(score(q, k0) - lse), at no extra pass.
+        key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, attn_mask=mask,
+                                                                               scale=scaling)
+        lse = lse.float()
+        if first_key:  # key 0 against every query as a row-by-matrix product ([1, d] x [d, T]: BLAS's fast orientation)
+            score0 = torch.matmul(key[:, :, :1].float(), query.float().transpose(2, 3))[:, :, 0] * scaling
+            if mask is not None:
+                score0 = score0 + mask[..., 0].float()
+            to_key0 = torch.exp(score0 - lse)
+        if lag is not None:  # query q against key q - lag: one dot product per query
+            T = query.shape[2]
+            scores = (query[:, :, lag:].float() * key[:, :, :T - lag].float()).sum(-1) * scaling
+            if mask is not None:
+                scores = scores + mask.diagonal(offset=-lag, dim1=-2, dim2=-1).float()
+            to_lagged = torch.exp(scores - lse[..., lag:])
+    elif query.device.type == "cpu":  # the CPU kernel takes GQA with a mask at full speed
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=n_rep > 1)
+    else:  # CUDA kernels with a mask do not all take GQA: expand the KV heads, as transformers does
+        out = F.scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask,
+                                             scale=scaling)
+    return out.transpose(1, 2).contiguous(), to_key0, to_lagged
+
+
+def last_query_row(query, key, mask, scaling: float, softcap: float | None) -> torch.Tensor:
+    """Attention of the last query to every key, [b, h, T] in float32, as the layer computes it
+    (its scaling, soft-cap and mask, sliding window included)."""
+    b, h, T, d = query.shape
+    # query head i reads KV head i // n_rep (grouped-query attention), without copying the keys
+    q_last = query[:, :, -1, :].float().reshape(b, key.shape[1], -1, d)
+    scores = softcapped(torch.matmul(q_last, key.float().transpose(2, 3)).reshape(b, h, -1) * scaling, softcap)
+    if mask is not None:
+        scores = scores + mask[:, :, -1, :].float()
+    return scores.softmax(dim=-1)
+
+
+class Recorder:
+    """Accumulates the reductions of one probe pass (see the module docstring).
+
+    Each layer's call keeps only what needs that layer's queries, keys and output: its last
+    query row [b, h, T], its head outputs at T-1 and its key-0 importances. ``end_batch``
+    then reduces all layers of the minibatch at once (one gather for every target and null
+    position), so the fixed cost of the reductions is paid once per minibatch, not per layer."""
+
+    def __init__(self, n: int, layer_of: dict, n_heads: int, head_dim: int, seq_len: int,
+                 baseline: np.ndarray, spectral_n: int, keep_position_sums: bool, device: torch.device,
+                 null_positions: np.ndarray | None = None, keep_sink_importance: bool = True,
+                 repeat: RepeatLayout | None = None, keep_value_norms: bool = True):
+        n_layers = len(layer_of)
+        self.layer_of = layer_of  # id(attention module) -> layer index
+        self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
+        self.sink_importance = (torch.zeros(n, n_layers, n_heads, dtype=torch.float32)
+                                if keep_sink_importance else None)
+        self.gram = torch.zeros(n_layers, n_heads, head_dim, head_dim, dtype=torch.float64, device=device)
+        self.total = torch.zeros(n_layers, n_heads, head_dim, dtype=torch.float64, device=device)
+        self.position_sum = (
+            torch.zeros(n_layers, seq_len, n_heads, head_dim, dtype=torch.float64, device=device)
+            if keep_position_sums else None
+        )
+        self.null_positions = None if null_positions is None else torch.as_tensor(null_positions, device=device)
+        self.null_sums = torch.zeros(n_layers, n_heads, 0 if null_positions is None else len(null_positions),
+                                     dtype=torch.float64, device=device)
+        self.value_norm_sums = (torch.zeros(2, n_layers, n_heads, dtype=torch.float64, device=device)
+                                if keep_value_norms else None)
+        self.repeat = repeat
+        self.prefix_sums = torch.zeros(n_layers, n_heads, dtype=torch.float64, device=device)
+        self.spectral_n = spectral_n
+        # The key positions read off every T-1 row besides ab + 1 and ab (induction, duplicate token):
+        # previous token, self, first token, then the local window and the baseline, each averaged.
+        self.fixed = torch.tensor([seq_len - 2, seq_len - 1, 0, *(seq_len - o for o in LOCAL_OFFSETS),
+                                   *np.asarray(baseline).tolist()], device=device)
+        # Columns of the gathered rows (``end_batch``): 0-4 the single positions, then the local
+        # window, the baseline and the null's draws.
+        self._local_cols = slice(5, 5 + len(LOCAL_OFFSETS))
+        self._baseline_cols = slice(self._local_cols.stop, 2 + len(self.fixed))
+        self._draw_cols = slice(self._baseline_cols.stop, None)
+        self._start = 0
+        self._read_at: torch.Tensor | None = None  # [b, positions]: where each sequence's rows are read
+        self._take = 0  # this minibatch's sequences that enter the spectral sums (the first spectral_n overall)
+        self._rows: list = [None] * n_layers  # this minibatch's per-layer pieces, reduced by end_batch
+        self._last_out: list = [None] * n_layers
+        self._importance: list = [None] * n_layers
+        self.calls = 0  # attention calls in this minibatch: one per layer, or a layer escaped us
+        self.finite = torch.ones((), dtype=torch.bool, device=device)  # checked once per minibatch
+
+    def begin_batch(self, start: int, ab: torch.Tensor) -> None:
+        self._start, self.calls = start, 0
+        b = len(ab)
+        self._take = max(0, min(b, self.spectral_n - start))
+        draws = (torch.empty(b, 0, dtype=torch.long, device=ab.device) if self.null_positions is None
+                 else self.null_positions[:, start:start + b].T)  # [b, draws]
+        self._read_at = torch.cat([ab[:, None] + 1, ab[:, None], self.fixed.expand(b, -1), draws], dim=1)
+
+    def __call__(self, module, query, key, value, attention_mask, scaling: float, softcap: float | None,
+                 out: torch.Tensor, to_key0: torch.Tensor | None, to_lagged: torch.Tensor | None) -> None:
+        """query [b, h, T, d], key and value [b, h_kv, T, d], out [b, T, h, d] (the attention output),
+        to_key0 [b, h, T] (every query's attention to key 0), to_lagged [b, h, T - lag] (each query's
+        attention to the key ``repeat.lag`` back; None off the repeat probe)."""
+        self.calls += 1
+        layer = self.layer_of[id(module)]
+        if self.value_norm_sums is not None:
+            norms = value.float().norm(dim=-1)  # [b, h_kv, T]
+            first_and_rest = torch.stack([norms[..., 0].sum(0, dtype=torch.float64),
+                                          norms[..., 1:].sum((0, 2), dtype=torch.float64)])  # [2, h_kv]
+            self.value_norm_sums[:, layer] += first_and_rest.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+        self._rows[layer] = last_query_row(query, key, attention_mask, scaling, softcap)
+        self._last_out[layer] = out[:self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
+        if to_lagged is not None:  # the copy's queries: the last span of them
+            self.prefix_sums[layer] += to_lagged[..., -self.repeat.span:].sum((0, 2), dtype=torch.float64)
+        if self.sink_importance is not None:
+            self._importance[layer] = sinks.first_key_importance(
+                to_key0, None if attention_mask is None else attention_mask[..., 0])
+        if self.position_sum is not None:
+            self.position_sum[layer] += out.double().sum(0)
+            self.finite &= torch.isfinite(out).all()  # the mean ablation reads every position
+
+    def end_batch(self) -> None:
+        """Reduce this minibatch's layers into the accumulators (after its forward pass)."""
+        n_layers = len(self._rows)
+        rows = torch.stack(self._rows, dim=1)  # [b, layers, heads, T]
+        last_out = torch.stack(self._last_out, dim=1)  # [take, layers, heads, d]
+        importance = None if self.sink_importance is None else torch.stack(self._importance, dim=1)  # [b, layers, heads]
+        self._rows, self._last_out, self._importance = ([None] * n_layers for _ in range(3))  # the stacks hold them
+        # The targets, null sums and spectral sums come from the rows and the T-1 outputs: a non-finite
+        # value anywhere upstream (an earlier layer's output, at any position) reaches them.
+        self.finite &= torch.isfinite(rows).all() & torch.isfinite(last_out).all()
+        b, _, n_heads, _ = rows.shape
+        read = rows.gather(3, self._read_at[:, None, None, :].expand(b, n_layers, n_heads, -1))
+        targets = torch.cat([read[..., :5],  # induction, duplicate token, previous token, self, first token
+                             read[..., self._local_cols].mean(-1, keepdim=True),
+                             read[..., self._baseline_cols].mean(-1, keepdim=True)], dim=-1)  # order: screen.CLASSES
+        self.targets[self._start:self._start + b] = targets.cpu()
+        self.null_sums += read[..., self._draw_cols].sum(0, dtype=torch.float64)
+        if importance is not None:
+            self.finite &= torch.isfinite(importance).all()
+            self.sink_importance[self._start:self._start + b] = importance.cpu()
+        if len(last_out):
+            self.gram += torch.einsum("blhd,blhe->lhde", last_out, last_out)
+            self.total += last_out.sum(0)
+
+
+def capture_attention(module, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs):
+    """The layer's attention output (see ``attend``), reported to the pass's listener (``LISTENER``,
+    if any); for a module under ``LAST_QUERY_ONLY``, T-1's output at every position, reported to no one."""
+    listener = kwargs.get(LISTENER)
+    refused = [k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None]
+    if refused:
+        raise UsageError(f"model architecture {type(module).__name__} passes {refused[0]!r} to its attention, "
+                         "which the capture does not compute; this model is not supported")
+    if attention_mask is None and query.shape[2] > 1 and getattr(module, "is_causal", True):
+        # eager_mask gives every causal layer a mask; without one the layer would attend to the future
+        raise UsageError(f"model architecture {type(module).__name__} built no attention mask for our attention "
+                         "function (it would run non-causally); this model is not supported")
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if module in kwargs.get(LAST_QUERY_ONLY, ()):
+        # Only T-1 is read: attend from it alone (its mask row keeps any sliding window) and give
+        # every position its output, the shape the layer expects.
+        out, _, _ = attend(query[:, :, -1:], key, value,
+                           None if attention_mask is None else attention_mask[:, :, -1:], scale, softcap)
+        return out.expand(-1, query.shape[2], -1, -1), None
+    # only the probe pass measures the sink importance and the prefix-matching score
+    recorder = listener if isinstance(listener, Recorder) else None
+    out, to_key0, to_lagged = attend(query, key, value, attention_mask, scale, softcap,
+                                     first_key=recorder is not None and recorder.sink_importance is not None,
+                                     lag=None if recorder is None or recorder.repeat is None else recorder.repeat.lag)
+    if recorder is not None:
+        recorder(module, query, key, value, attention_mask, scale, softcap, out, to_key0, to_lagged)
+    elif listener is not None:
+        listener(module, query, key, value, attention_mask, scale, softcap, out)
+    return out, None
+
+
+def last_query_only(*modules) -> dict:
+    """The forward's keyword arguments under which ``modules`` (attention layers) attend from
+    their last query alone, every position of their output holding that query's output: for a
+    layer of which nothing but the last position is read (the last layer in ablation,
+    ``ablation.last_position_only``)."""
+    return {LAST_QUERY_ONLY: frozenset(modules)}
+
+
+def register_attention() -> str:
+    """Register our attention and mask functions with transformers (idempotent); returns the
+    name to load a model with: ``attn_implementation=register_attention()``."""
+    AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention)
+    # Without a mask function of the same name the model would build no mask for us; eager_mask
+    # gives every layer (not only sliding-window ones) its additive float mask.
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, eager_mask)
+    return ATTN_IMPLEMENTATION
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One attention layer as the discovery pass found it."""
+
+    module: torch.nn.Module  # the module that called the attention function
+    out_proj: torch.nn.Module  # its child whose input is the attention output: per-head outputs, head-major
+    n_heads: int
+    head_dim: int
+
+
+def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
+    """The attention layers of ``model`` in call order, found by one short forward pass.
+
+    A layer counts if it calls our attention function with the forward's ``LISTENER``; its
+    output projection is the child module whose input equals that call's output (reshaped to
+    [b, T, heads * d]). A model that calls no attention function of ours, that has a layer of
+    the same class run without reporting (it does not pass the forward's keyword arguments
+    on), or whose projection input is not the bare attention output, cannot be captured
+    correctly: ``UsageError`` instead of zeros."""
+    check_loaded_for_capture(model)
+    calls: list[tuple[torch.nn.Module, torch.Tensor]] = []
+    inputs: dict[int, torch.Tensor] = {}
+    ran: set[int] = set()  # every module that ran in the pass
+
+    def keep_input(module, args):
+        ran.add(id(module))
+        if args and isinstance(args[0], torch.Tensor):
+            inputs.setdefault(id(module), args[0])
+
+    def keep_call(module, query, key, value, mask, scaling, softcap, out):
+        calls.append((module, out))
+
+    hooks = [m.register_forward_pre_hook(keep_input) for m in model.modules()]
+    tokens = (torch.arange(n_tokens) % model.config.vocab_size)[None].to(next(model.parameters()).device)
+    try:
+        with torch.inference_mode():
+            model(tokens, **{LISTENER: keep_call})
+    finally:
+        for hook in hooks:
+            hook.remove()
+    model_type = model.config.model_type
+    if not calls:
+        raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
+                         "transformers' AttentionInterface (no layer called it, or none passed the forward's keyword "
+                         "arguments on), so nothing could be captured")
+    if len({id(m) for m, _ in calls}) != len(calls):
+        raise UsageError(f"model architecture {model_type!r} is not supported: an attention module ran twice in "
+                         "one forward pass, so its calls cannot be told apart")
+    kinds, reported = {type(m) for m, _ in calls}, {id(m) for m, _ in calls}
+    silent = [m for m in model.modules() if type(m) in kinds and id(m) in ran and id(m) not in reported]
+    if silent:  # e.g. remote code whose layers do not all pass the forward's keyword arguments on
+        raise UsageError(f"model architecture {model_type!r} is not supported: {len(calls)} of "
+                         f"{len(calls) + len(silent)} attention layers went through the capture")
+    sites = []
+    for module, out in calls:
+        if not torch.isfinite(out).all():  # NaN matches NaN anywhere: no projection could be told apart
+            raise non_finite(model.dtype)
+        flat = out.reshape(*out.shape[:2], -1)
+        proj = [child for child in module.children()
+                if id(child) in inputs and inputs[id(child)].shape == flat.shape
+                and torch.equal(inputs[id(child)], flat)]
+        if len(proj) != 1:
+            raise UsageError(f"model architecture {model_type!r} is not supported: no single output projection of "
+                             f"{type(module).__name__} takes the bare attention output, so heads cannot be read")
+        sites.append(AttentionSite(module, proj[0], out.shape[2], out.shape[3]))
+    return sites
+
+
+def token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """logits [b, T, V], tokens [b, T] -> [b, T-1] float32: the loss of the token at each position
+    1..T-1 given the ones before it (the model's own next-token cross-entropy, unreduced)."""
+    return F.cross_entropy(logits[:, :-1].float().transpose(1, 2), tokens[:, 1:], reduction="none")
+
+
+def decoder_layers(model, attentions: list) -> list:
+    """Each attention layer's decoder block: the module holding it, found in the model's own tree
+    (so no architecture needs its layer list spelled out)."""
+    parents = {id(child): module for module in model.modules() for child in module.children()}
+    return [parents[id(attention)] for attention in attentions]
+
+
+def non_finite(dtype: torch.dtype) -> FloatingPointError:
+    return FloatingPointError(f"non-finite attention (NaN or inf) in {dtype}: rerun with model.dtype=float32")
+
+
+def check_loaded_for_capture(model) -> None:
+    if model.config._attn_implementation != ATTN_IMPLEMENTATION:
+        raise RuntimeError(f"model must be loaded with attn_implementation={ATTN_IMPLEMENTATION!r}")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What one probe pass leaves: see the module docstring for shapes."""
+
+    targets: np.ndarray  # [n, layers, heads, 7] float32
+    sink_importance: np.ndarray | None  # [n, layers, heads] float32: key 0's mean attention over the queries that
+    # see it (None when not measured)
+    gram: np.ndarray  # [layers, heads, d, d] float64
+    total: np.ndarray  # [layers, heads, d] float64
+    spectral_n: int
+    position_mean: torch.Tensor | None  # [layers, T, heads, d] head outputs averaged over the batch
+    scores: np.ndarray  # [n, metrics] float64: ``score`` of each sequence's clean logits at T-1
+    null_sums: np.ndarray  # [layers, heads, draws] float64 (draws = 0 without the null)
+    position_losses: np.ndarray | None  # [n, T-1] float32: the loss of the token at each position 1..T-1
+    prefix_matching: np.ndarray | None  # [layers, heads] float64: the repeat probe's prefix-matching score
+    value_norm_ratio: np.ndarray | None  # [layers, heads] float64: mean norm of v at position 0 over elsewhere
+    residual: mechanism.ResidualStats | None  # the decoder layers' outputs: massive activations
+    # (both None when the pass skipped the mechanism)
+
+
+def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: int,
+              spectral_n: int, keep_position_means: bool, score, null_positions: np.ndarray | None = None,
+              sink_importance: bool = True, position_losses: bool = False,
+              repeat: RepeatLayout | None = None, sink_mechanism: bool = True) -> Capture:
+    """Forward the probe in minibatches, a Recorder as the forward's ``LISTENER``.
+
+    ``arch`` is the model's ``checkpoints.Architecture``; ``score(logits [b, V], b [b])``
+    returns each sequence's next-token metrics [b, metrics] (``ablation.metrics_per_sequence``),
+    kept for the clean model;
+    ``null_positions`` [draws, n] are the reference null's random key positions;
+    ``sink_importance=False`` skips Gu et al.'s metric (the benchmark prices it that way);
+    ``position_losses`` keeps the loss of every token (the logits at every position, reduced
+    per minibatch); ``repeat`` (the repeat probe's layout) measures the prefix-matching score;
+    ``sink_mechanism=False`` skips the massive activations and value norms (the benchmark prices them).
+    """
+    check_loaded_for_capture(model)
+    device = next(model.parameters()).device
+    n, spectral_n = batch.n, min(spectral_n, batch.n)
+    layer_of = {id(a): i for i, a in enumerate(arch.attentions)}
+    rec = Recorder(n, layer_of, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
+                   spectral_n, keep_position_means, device, null_positions, sink_importance, repeat, sink_mechanism)
+    residual = mechanism.ResidualRecorder(arch.n_layers, device)
+    hooks = ([layer.register_forward_hook(residual.hook(i)) for i, layer in enumerate(arch.decoder_layers)]
+             if sink_mechanism else [])
+    scores: list[torch.Tensor] = []  # per minibatch, [b, metrics]
+    losses: list[torch.Tensor] = []  # per minibatch, [b, T-1] (position_losses)
+    try:
+        with torch.inference_mode():
+            for start in tqdm(range(0, n, batch_size), desc="probe", unit="batch", leave=False):
+                stop = min(start + batch_size, n)
+                rec.begin_batch(start, batch.ab[start:stop].to(device))
+                tokens = batch.tokens[start:stop].to(device)
+                logits = model(tokens, logits_to_keep=0 if position_losses else 1, use_cache=False,
+                               **{LISTENER: rec}).logits  # no KV cache: nothing generates after it
+                if position_losses:
+                    losses.append(token_losses(logits, tokens).cpu())
+                logits = logits[:, -1]
+                if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
+                    raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
+                                     f"{arch.n_layers} attention layers went through the capture")
+                rec.end_batch()
+                if not rec.finite:
+                    raise non_finite(model.dtype)
+                scores.append(score(logits, batch.b[start:stop].to(device)).cpu())
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return Capture(
+        targets=rec.targets.numpy(),
+        sink_importance=None if rec.sink_importance is None else rec.sink_importance.numpy(),
+        gram=rec.gram.cpu().numpy(),
+        total=rec.total.cpu().numpy(),
+        spectral_n=spectral_n,
+        position_mean=None if rec.position_sum is None else (rec.position_sum / n).to(model.dtype),
+        scores=torch.cat(scores).double().numpy(),
+        null_sums=rec.null_sums.cpu().numpy(),
+        position_losses=torch.cat(losses).numpy() if position_losses else None,
+        prefix_matching=None if repeat is None else (rec.prefix_sums / (n * repeat.span)).cpu().numpy(),
+        value_norm_ratio=(None if not sink_mechanism else
+                          mechanism.first_over_rest(rec.value_norm_sums[0], rec.value_norm_sums[1], n, batch.seq_len)),
+        residual=residual.result() if sink_mechanism else None,
+    )

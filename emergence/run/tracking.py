@@ -1,0 +1,131 @@
+"""Weights & Biases: one tracked run per job, closed whatever happens.
+
+W&B is an output, not the record (``heads.csv`` and ``summary.json`` are). Offline by
+default (``$WANDB_MODE`` and the other W&B variables are the config's defaults) so a run
+never waits on a network; ``wandb.mode=disabled`` turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from emergence.core.errors import UsageError  # noqa: E402
+from emergence.recipe.screen import CLASSES, UNCLASSIFIED  # noqa: E402
+from emergence.run.results import HEAD_COLUMNS, HeadRow  # noqa: E402
+
+CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),
+                         ("tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:cyan", "0.85")))
+
+
+def class_figure(head_class: np.ndarray, title: str):
+    """A layer x head grid coloured by each head's class."""
+    n_layers, n_heads = head_class.shape
+    labels = list(CLASS_COLOURS)
+    index = np.vectorize(labels.index)(head_class)
+    cmap = matplotlib.colors.ListedColormap(list(CLASS_COLOURS.values()))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * n_heads + 3), max(3.0, 0.3 * n_layers + 1.5)))
+    ax.imshow(index, cmap=cmap, vmin=-0.5, vmax=len(labels) - 0.5, aspect="auto")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title)
+    ax.set_xticks(range(n_heads))
+    ax.set_yticks(range(n_layers))
+    handles = [matplotlib.patches.Patch(color=c, label=l) for l, c in CLASS_COLOURS.items()]
+    ax.legend(handles=handles, bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def check_login(wandb_cfg) -> None:
+    """``wandb.mode=online`` needs credentials: find out before any work, not after it."""
+    if wandb_cfg.mode != "online":
+        return
+    import wandb
+
+    if not wandb.login(verify=False, prompt=False):
+        raise UsageError("wandb.mode='online' is invalid here: no W&B API key is configured; run `wandb login` "
+                         "or set WANDB_API_KEY, or use wandb.mode=offline (sync later with `wandb sync`)")
+
+
+def run_id(run_dir: Path) -> str:
+    """The same W&B run id for every job run into the same directory, so a re-run resumes it."""
+    return hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str = "checkpoint",
+                tags: list = ()):
+    """Yield a W&B run (None when disabled); the run is finished even if the body raises.
+
+    ``tags`` join the configured ``wandb.tags``; ``wandb.dir`` (default ``$WANDB_DIR``)
+    places the ``wandb/`` folder, else it goes into ``run_dir``."""
+    if wandb_cfg.mode == "disabled":
+        yield None
+        return
+    import wandb
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    if wandb_cfg.dir:
+        Path(wandb_cfg.dir).mkdir(parents=True, exist_ok=True)
+    run = wandb.init(
+        project=wandb_cfg.project,
+        entity=wandb_cfg.entity,
+        group=wandb_cfg.group,
+        tags=list(dict.fromkeys([*wandb_cfg.tags, *(t for t in tags if t)])),
+        name=name,
+        id=run_id(run_dir),
+        resume="allow",
+        config=config,
+        job_type=job_type,
+        mode=wandb_cfg.mode,
+        dir=wandb_cfg.dir or str(run_dir),
+        settings=wandb.Settings(console="off", init_timeout=60),
+    )
+    try:
+        yield run
+    except BaseException:  # marked failed; the caller reports the error (wandb's own exit would print it)
+        run.finish(exit_code=1)
+        raise
+    run.finish()
+
+
+def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
+    """Summary metrics (``results.RunSummary``) against tokens, the per-head table and the class grid."""
+    if run is None:
+        return
+    import wandb
+
+    run.define_metric("tokens")
+    run.define_metric("*", step_metric="tokens")
+    metrics = {
+        "tokens": summary.tokens if summary.tokens is not None else -1,
+        "bos_fraction": summary.bos_fraction,
+        "sink_fraction": summary.sink_metric.fraction,  # Gu et al.'s Sink_eps
+        "n_induction": len(summary.induction_circuit),
+        **{f"class_counts/{k}": v for k, v in summary.class_counts.items()},
+    }
+    if summary.massive_activations:  # the sink mechanism: the largest activation over its median, any layer
+        metrics["massive_activation_ratio"] = max(m.ratio for m in summary.massive_activations)
+    if summary.copy_loss_drop is not None:  # toy models
+        metrics["copy_loss_drop"] = summary.copy_loss_drop
+    if summary.text is not None:
+        metrics["text/icl_score"] = summary.text.icl_score
+    if summary.repeat is not None:
+        metrics["repeat/loss_drop"] = summary.repeat.loss_drop
+    ablation = summary.ablation
+    if ablation.effect:
+        metrics.update({f"ablation/{k}": v for k, v in ablation.effect.to_json().items() if v is not None})
+    metrics.update({f"ablation/clean_{k}": v for k, v in ablation.clean.to_json().items()})
+    metrics["heads"] = wandb.Table(columns=HEAD_COLUMNS, data=[list(r.columns().values()) for r in rows])
+    metrics["classes"] = wandb.Image(figure)
+    run.log(metrics)
+    run.summary.update({k: v for k, v in metrics.items() if not isinstance(v, (wandb.Table, wandb.Image))})

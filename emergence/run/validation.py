@@ -1,0 +1,201 @@
+"""The values of a composed config, checked before anything is loaded or written.
+
+``validate`` checks what needs no model, ``validate_for_model`` what needs the checkpoint's
+own config (loaded before the weights). A bad value raises ``UsageError`` whose message is
+one line naming the field, the value and what is allowed; ``main`` prints it and exits with
+status 2 before writing anything.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from emergence.core.config import (
+    ABLATE_MODES,
+    ABLATE_SEQUENCES,
+    DTYPES,
+    LR_SCHEDULES,
+    PROBE_KINDS,
+    PROBE_TOKENIZERS,
+    TOY_NUMERICS,
+    WANDB_MODES,
+    Config,
+    ModelConfig,
+    ProbeConfig,
+    ToyRecipe,
+)
+from emergence.core.errors import UsageError
+from emergence.hub.weights import WEIGHTS_FORMATS
+from emergence.recipe.probe import PAIR_START, min_seq_len
+from emergence.recipe.screen import parse_head_name
+from emergence.recipe.stats import NULL_RULES
+from emergence.recipe.text import TEXT_FILE_SUFFIXES
+
+
+def _fail(field_name: str, value, allowed: str) -> None:
+    raise UsageError(f"{field_name}={value!r} is invalid: {allowed}")
+
+
+def validate(cfg: Config) -> None:
+    """Checks that need no model."""
+    p, t, a = cfg.probe, cfg.threshold, cfg.ablate
+    if cfg.model.dtype not in DTYPES:
+        _fail("model.dtype", cfg.model.dtype, f"use one of {', '.join(DTYPES)}")
+    if cfg.model.weights_format not in WEIGHTS_FORMATS:
+        _fail("model.weights_format", cfg.model.weights_format, f"use one of {', '.join(WEIGHTS_FORMATS)}")
+    if cfg.model.reference_dtype not in (None, *DTYPES[1:]):
+        _fail("model.reference_dtype", cfg.model.reference_dtype, f"use one of {', '.join(DTYPES[1:])} or null")
+    if cfg.model.dtype == "float16" and cfg.model.fp16_unsafe and not cfg.model.force_dtype:
+        _fail("model.dtype", cfg.model.dtype, f"{cfg.model.key} underflows in float16 on early checkpoints; "
+              "use float32 or bfloat16 (or model.force_dtype=true)")
+    for name in ("n_sequences", "batch_size", "n_baseline"):
+        if getattr(p, name) < 1:
+            _fail(f"probe.{name}", getattr(p, name), "must be >= 1")
+    if p.seq_len < min_seq_len(p.n_baseline):
+        _fail("probe.seq_len", p.seq_len,
+              f"must be >= {min_seq_len(p.n_baseline)} to hold the pair (ab in [20, T/2)), "
+              f"the local window and {p.n_baseline} baseline positions")
+    if not 0 <= p.vocab_low < p.vocab_high - 1:
+        _fail("probe.vocab_low/vocab_high", [p.vocab_low, p.vocab_high], "need 0 <= vocab_low < vocab_high - 1")
+    if p.spectral_sequences is not None and p.spectral_sequences < 2:
+        _fail("probe.spectral_sequences", p.spectral_sequences, "must be >= 2 or null (all sequences)")
+    validate_probe_kind(p)
+    if t.class_default <= 0:
+        _fail("threshold.class_default", t.class_default, "must be > 0")
+    if t.circuit <= 0:
+        _fail("threshold.circuit", t.circuit, "must be > 0")
+    for cls, value in t.per_class.overrides().items():
+        if value <= 0:
+            _fail(f"threshold.per_class.{cls}", value, "must be > 0")
+    if not 0 < t.sink_epsilon < 1:
+        _fail("threshold.sink_epsilon", t.sink_epsilon, "must be in (0, 1): a share of attention")
+    if a.mode not in ABLATE_MODES:
+        _fail("ablate.mode", a.mode, f"use one of {', '.join(ABLATE_MODES)}")
+    for name in a.heads or []:
+        if parse_head_name(name) is None:
+            _fail("ablate.heads", name, "name heads like L4H4 (layer 4, head 4)")
+    if a.n_controls < 5:
+        _fail("ablate.n_controls", a.n_controls, "must be >= 5 control sets")
+    if not a.causal_factor > 0:
+        _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
+    if a.sequences not in ABLATE_SEQUENCES:
+        _fail("ablate.sequences", a.sequences, f"use one of {', '.join(ABLATE_SEQUENCES)}")
+    if a.min_sequences < 2:
+        _fail("ablate.min_sequences", a.min_sequences, "must be >= 2 (an interval needs two sequences)")
+    if not 0 < a.confidence < 1:
+        _fail("ablate.confidence", a.confidence, "must be in (0, 1), e.g. 0.95")
+    if cfg.stats.n_boot < 100:
+        _fail("stats.n_boot", cfg.stats.n_boot, "must be >= 100 bootstrap replicates (1000 is the default)")
+    if not 0 < cfg.stats.ci < 1:
+        _fail("stats.ci", cfg.stats.ci, "must be a coverage between 0 and 1, e.g. 0.95")
+    if cfg.stats.n_null < 1:
+        _fail("stats.n_null", cfg.stats.n_null, "must be >= 1 null draw (the reference used 500)")
+    if cfg.stats.null_rule not in NULL_RULES:
+        _fail("stats.null_rule", cfg.stats.null_rule, f"use one of {', '.join(NULL_RULES)}")
+    validate_revision_naming(cfg.model)
+    if cfg.model.toy is not None:
+        validate_toy_recipe(cfg.model.toy)
+    if cfg.wandb.mode not in WANDB_MODES:
+        _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)} (the default is $WANDB_MODE)")
+    if cfg.hub.prefetch < 0:
+        _fail("hub.prefetch", cfg.hub.prefetch, "must be >= 0 checkpoints ahead (0: no prefetching)")
+    check_device(cfg.device)
+
+
+def validate_toy_recipe(recipe: ToyRecipe) -> None:
+    if recipe.lr_schedule not in LR_SCHEDULES:
+        _fail("model.toy.lr_schedule", recipe.lr_schedule, f"use one of {', '.join(LR_SCHEDULES)}")
+    if not 0 <= recipe.min_lr_ratio <= 1:
+        _fail("model.toy.min_lr_ratio", recipe.min_lr_ratio, "must be in [0, 1]: a share of model.toy.lr")
+    if not 0 <= recipe.trigger_fraction < 1:
+        _fail("model.toy.trigger_fraction", recipe.trigger_fraction, "must be in [0, 1): a share of the vocabulary")
+    if recipe.save_every is not None and recipe.save_every < 1:
+        _fail("model.toy.save_every", recipe.save_every, "must be >= 1 step, or null (only the panel's checkpoints)")
+    if recipe.numerics not in TOY_NUMERICS:
+        _fail("model.toy.numerics", recipe.numerics,
+              f"use one of {', '.join(TOY_NUMERICS)} (portable: the same bits on any x86 CPU with AVX2)")
+
+
+def check_device(device: str) -> None:
+    """The device exists on this machine (before anything is loaded onto it)."""
+    if device == "auto":
+        return
+    try:
+        kind = torch.device(device)
+    except RuntimeError:
+        _fail("device", device, "use auto, cpu, cuda or cuda:N")
+    if kind.type == "cuda":
+        if not torch.cuda.is_available():
+            _fail("device", device, "CUDA is not available on this machine; use device=cpu or device=auto")
+        if kind.index is not None and kind.index >= torch.cuda.device_count():
+            _fail("device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif kind.type == "mps" and not torch.backends.mps.is_available():
+        _fail("device", device, "MPS is not available on this machine; use device=cpu or device=auto")
+    elif kind.type not in ("cpu", "cuda", "mps"):
+        _fail("device", device, "use auto, cpu, cuda, cuda:N or mps")
+
+
+def validate_probe_kind(p: ProbeConfig) -> None:
+    """The repeat and text probes' own fields."""
+    if p.kind not in PROBE_KINDS:
+        _fail("probe.kind", p.kind, f"use one of {', '.join(PROBE_KINDS)}")
+    if p.kind == "repeat" and (p.seq_len - 1) // 2 < PAIR_START + 1:
+        _fail("probe.seq_len", p.seq_len, f"the repeat probe's span (seq_len-1)//2 must reach {PAIR_START + 1} tokens")
+    if p.kind != "text":
+        return
+    if p.tokenizer not in PROBE_TOKENIZERS:
+        _fail("probe.tokenizer", p.tokenizer, f"use one of {', '.join(PROBE_TOKENIZERS)}")
+    if p.text_file is None and not p.dataset:
+        _fail("probe.dataset", p.dataset, "the text probe needs a dataset (e.g. NeelNanda/pile-10k) or "
+              "probe.text_file=PATH")
+    if p.text_file is not None:
+        path = Path(p.text_file).expanduser()
+        if path.suffix not in TEXT_FILE_SUFFIXES:
+            _fail("probe.text_file", p.text_file, "use a .txt file (one document) or a .jsonl file (one per line)")
+        if not path.is_file():
+            _fail("probe.text_file", p.text_file, "no such file")
+    positions = list(p.icl_positions)
+    if len(positions) != 2 or not 1 <= positions[0] < positions[1]:
+        _fail("probe.icl_positions", positions, "give two positions [early, late] with 1 <= early < late")
+    if positions[1] >= p.seq_len:
+        _fail("probe.seq_len", p.seq_len, f"must exceed the ICL score's later position {positions[1]} "
+              f"(probe.icl_positions={positions})")
+
+
+def validate_revision_naming(model: ModelConfig) -> None:
+    """A preset's revision naming is data: check it is usable before it is used."""
+    pattern = model.revision_pattern
+    if pattern is not None:
+        try:
+            groups = re.compile(pattern).groupindex
+        except re.error as err:
+            _fail("model.revision_pattern", pattern, f"not a regular expression ({err})")
+        if "step" not in groups or not set(groups) <= {"step", "tokens"}:
+            _fail("model.revision_pattern", pattern, "needs a named group (?P<step>...) and at most (?P<tokens>...)")
+    for r in model.published_steps:
+        if (r.every is not None and r.every < 1) or (r.factor is not None and r.factor < 2) \
+                or (r.every and r.factor) or r.first > r.last:
+            _fail("model.published_steps", {"first": r.first, "last": r.last, "every": r.every, "factor": r.factor},
+                  "need first <= last and at most one of every >= 1, factor >= 2")
+
+
+def validate_for_model(cfg: Config, hf_config) -> None:
+    """Checks against the checkpoint's own config (loaded before the weights)."""
+    p = cfg.probe
+    context = getattr(hf_config, "max_position_embeddings", None)
+    if context is not None and p.seq_len > context:
+        _fail("probe.seq_len", p.seq_len, f"the model's context is {context} tokens")
+    if p.kind != "text" and p.vocab_high > hf_config.vocab_size:  # text ids come from the tokenizer (checked there)
+        _fail("probe.vocab_high", p.vocab_high, f"the model's vocabulary has {hf_config.vocab_size} ids")
+    expected = cfg.model.architecture
+    if expected is not None and hf_config.model_type != expected:
+        _fail("model.architecture", expected, f"the checkpoint is a {hf_config.model_type!r} model")
+    n_layers, n_heads = hf_config.num_hidden_layers, hf_config.num_attention_heads
+    for name in cfg.ablate.heads or []:
+        layer, head = parse_head_name(name)
+        if layer >= n_layers or head >= n_heads:
+            _fail("ablate.heads", name, f"the model has {n_layers} layers x {n_heads} heads "
+                  f"(L0H0..L{n_layers - 1}H{n_heads - 1})")

@@ -1,0 +1,1 @@
+"""The test suite: unit/ (in-process, fast), e2e/ (commands end to end: marked slow), helpers/."""

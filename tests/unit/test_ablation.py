@@ -1,0 +1,198 @@
+import numpy as np
+import pytest
+import torch
+from tests.unit.test_capture import capture_model
+from tests.helpers.tiny_models import ARCHS, VOCAB
+
+from emergence.hub.checkpoints import Architecture
+from emergence.recipe import ablation, capture
+from emergence.recipe.ablation import (
+    METRICS,
+    ablating,
+    control_sets,
+    control_shortfall,
+    head_mask,
+    metrics_per_sequence,
+    run_ablation,
+)
+from emergence.recipe.capture import run_probe
+from emergence.recipe.probe import baseline_positions, make_probe_batch
+
+T = 64
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return make_probe_batch(6, T, 10, VOCAB, 7)
+
+
+def last_logits(model, tokens):
+    with torch.inference_mode():
+        return model(tokens, logits_to_keep=1).logits[:, -1]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rows_without_ablation_are_bit_identical(arch, tiny_dirs, batch):
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    tokens = batch.tokens.repeat(2, 1)
+    clean = last_logits(model, tokens)
+    masks = torch.zeros(12, info.n_layers, info.n_heads, dtype=torch.bool)
+    masks[6:, 0, 1] = True  # ablate L0H1 in the second copy only
+    with ablating(info, masks):
+        mixed = last_logits(model, tokens)
+    assert torch.equal(mixed[:6], clean[:6])
+    assert not torch.allclose(mixed[6:], clean[6:])
+    with ablating(info, torch.zeros_like(masks)):
+        assert torch.equal(last_logits(model, tokens), clean)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_ablating_a_whole_layer_removes_its_attention_output(arch, tiny_dirs, batch):
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    masks = torch.zeros(6, info.n_layers, info.n_heads, dtype=torch.bool)
+    masks[:, 1, :] = True
+    with ablating(info, masks):
+        ablated = last_logits(model, batch.tokens)
+    proj = info.out_projs[1]
+
+    def no_attention(module, args, out):  # what is left of the attention output: the bias
+        bias = proj.bias if proj.bias is not None else torch.zeros_like(out[0][0, 0])
+        return (torch.zeros_like(out[0]) + bias, *out[1:])
+
+    hook = info.attentions[1].register_forward_hook(no_attention)
+    removed = last_logits(model, batch.tokens)
+    hook.remove()
+    torch.testing.assert_close(ablated, removed, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(ablated, last_logits(model, batch.tokens))
+
+
+def test_mean_ablation_with_a_heads_own_values_changes_nothing(tiny_dirs, batch):
+    model = capture_model(tiny_dirs["olmo"])
+    info = Architecture.of(model)
+    one = make_probe_batch(1, T, 10, VOCAB, 3)
+    cap = run_probe(model, info, one, baseline_positions(T, 50), 1, 1, True, metrics_per_sequence)
+    masks = torch.ones(1, info.n_layers, info.n_heads, dtype=torch.bool)  # every head, every layer
+    with ablating(info, masks, cap.position_mean):  # the batch mean of a batch of one is itself
+        same = last_logits(model, one.tokens)
+    torch.testing.assert_close(same, last_logits(model, one.tokens), rtol=1e-5, atol=1e-5)
+    with ablating(info, masks):  # while zeroing the same heads does change the prediction
+        assert not torch.allclose(last_logits(model, one.tokens), same, atol=1e-3)
+
+
+def separate_pass_scores(model, info, batch, heads):
+    """Today's reference: one pass per head set, ablation hooks only, no shared prefix."""
+    masks = head_mask(heads, info.n_layers, info.n_heads).expand(batch.n, -1, -1)
+    with ablating(info, masks):
+        logits = last_logits(model, batch.tokens)
+    rows = metrics_per_sequence(logits, batch.b)  # [n, metrics]
+    return dict(zip(METRICS, rows.mean(0).tolist())), rows[:, 0].numpy()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("head_sets", [
+    [[(0, 1), (1, 2)], [(0, 3), (1, 0)], []],  # layer 0 ablated: nothing to share
+    [[(1, 2)], [(1, 0), (1, 3)], [(1, 1)]],  # layer 0 runs once per minibatch
+])
+@pytest.mark.parametrize("per_pass", [1, 4, 6])
+def test_stacked_head_sets_over_a_shared_prefix_equal_separate_passes(arch, head_sets, per_pass, tiny_dirs, batch):
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    stacked = run_ablation(model, info, batch, head_sets, batch_size=per_pass)
+    assert stacked.n == batch.n and stacked.loss.shape == (len(head_sets), batch.n)
+    for i, heads in enumerate(head_sets):
+        expected, per_sequence = separate_pass_scores(model, info, batch, heads)
+        for metric, value in expected.items():
+            assert getattr(stacked.scores[i], metric) == pytest.approx(value, rel=1e-5, abs=1e-5)
+        np.testing.assert_allclose(stacked.loss[i], per_sequence, rtol=1e-5, atol=1e-5)
+
+
+def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs, batch):
+    model = capture_model(tiny_dirs["olmoe"])
+    info = Architecture.of(model)
+    rows = {}
+    layers = info.decoder_layers
+    def output_rows(i):
+        def hook(module, args, out):
+            rows.setdefault(i, []).append((out[0] if isinstance(out, tuple) else out).shape[0])
+        return hook
+
+    hooks = [layer.register_forward_hook(output_rows(i)) for i, layer in enumerate(layers)]
+    run_ablation(model, info, batch, [[(1, 2)], [(1, 0)], [(1, 3)]], batch_size=2)
+    for h in hooks:
+        h.remove()
+    assert rows == {0: [2, 2, 2], 1: [6, 6, 6]}  # 3 minibatches of 2 sequences x 3 head sets above layer 0
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "olmoe", "gemma2"])
+def test_the_last_layer_attends_from_its_last_query_alone(arch, tiny_dirs, batch, monkeypatch):
+    """``last_position_only`` (as ``run_ablation`` enters it) yields the forward's keyword arguments
+    that hand the attention function the last layer: that layer's attention is computed for T-1
+    alone, the others' for every query, and the logits at T-1 are the model's own."""
+    model = capture_model(tiny_dirs[arch])
+    info = Architecture.of(model)
+    clean = last_logits(model, batch.tokens)
+    queries = []
+
+    def attend(query, *args, **kwargs):
+        queries.append(query.shape[2])
+        return real_attend(query, *args, **kwargs)
+
+    real_attend = capture.attend
+    monkeypatch.setattr(capture, "attend", attend)
+    layers = info.decoder_layers
+    with torch.inference_mode(), \
+            ablation.last_position_only(layers[-1], info.out_projs[-1], info.attentions[-1]) as last_only:
+        logits = model(batch.tokens, logits_to_keep=1, use_cache=False, **last_only).logits[:, -1]
+    assert queries == [T] * (info.n_layers - 1) + [1]
+    torch.testing.assert_close(logits, clean, rtol=1e-5, atol=1e-5)
+
+
+def test_a_stop_rule_ends_the_run_after_a_minibatch(tiny_dirs, batch):
+    model = capture_model(tiny_dirs["gpt_neox"])
+    info = Architecture.of(model)
+    seen = []
+    run = run_ablation(model, info, batch, [[(1, 2)], [(1, 0)]], batch_size=2,
+                       stop=lambda loss: seen.append(loss.shape[1]) or loss.shape[1] >= 4)
+    assert seen == [2, 4] and run.n == 4 and run.loss.shape == (2, 4)
+    full = run_ablation(model, info, batch, [[(1, 2)], [(1, 0)]], batch_size=2)
+    np.testing.assert_allclose(run.loss, full.loss[:, :4], rtol=1e-6)
+    assert run.scores[0].loss == pytest.approx(full.loss[0, :4].mean(), rel=1e-6)
+
+
+def test_control_sets():
+    circuit = [(2, 0), (2, 5), (4, 1)]
+    sets = control_sets(circuit, n_heads=8, n_sets=6, seed=0)
+    assert len(sets) == 6
+    for heads in sets:
+        assert sorted(l for l, _ in heads) == [2, 2, 4]
+        assert not set(heads) & set(circuit)
+        assert len(set(heads)) == 3
+    assert len({tuple(s) for s in sets}) > 1  # the sets differ
+    assert sets == control_sets(circuit, 8, 6, 0)  # and are reproducible
+    assert control_shortfall(circuit, 8) is None
+
+
+def test_control_sets_are_distinct_and_no_more_than_exist():
+    assert control_sets([(1, 0), (1, 1)], n_heads=4, n_sets=5, seed=0) == [[(1, 2), (1, 3)]]
+    three = control_sets([(0, 3)], n_heads=4, n_sets=5, seed=0)  # one head of three others
+    assert sorted(three) == [[(0, 0)], [(0, 1)], [(0, 2)]]
+
+
+def test_a_layer_full_of_circuit_heads_has_no_control_set():
+    assert "L1 (3 circuit heads, 1 others)" in control_shortfall([(1, 0), (1, 1), (1, 2), (2, 0)], 4)
+
+
+def test_effect_ratio_only_over_a_positive_control_rise():
+    rise = ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=3.0)
+    assert (rise.circuit_loss_increase, rise.controls_loss_increase_mean, rise.ratio, rise.causal) == pytest.approx(
+        (3.0, 0.8 / 3, 3.0 / (0.8 / 3), True))
+    assert ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=12.0).causal is False  # 11.25x
+    fall = ablation.effect(2.0, 5.0, [1.9, 2.0], causal_factor=3.0)
+    assert fall.controls_loss_increase_mean == pytest.approx(-0.05) and fall.ratio is None
+    assert fall.causal is True
+    noise = ablation.effect(2.0, 2.1, [1.9, 2.0], causal_factor=3.0)  # +0.1 against a 0.05 fall
+    assert noise.causal is False
+    none = ablation.effect(2.0, 5.0, [], causal_factor=3.0)
+    assert none.ratio is None and none.causal is None

@@ -1,0 +1,177 @@
+"""Typed records: one to_json / from_json; summary.json is RunSummary's; an old schema is one line."""
+
+import csv
+import json
+import math
+import shutil
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+import pytest
+from tests.helpers.cli import run_cli
+from tests.helpers.run_dirs import run_summary
+
+from emergence.core.config import compose_config
+from emergence.core.record import Record
+from emergence.main import analyse
+from emergence.recipe.ablation import AblationResult, ControlSet, Effect, Metrics
+from emergence.recipe.sinks import SinkMetric
+from emergence.recipe.stats import NullSummary
+from emergence.run.results import (
+    HEAD_COLUMNS,
+    HEADS_FILE,
+    SCHEMA_VERSION,
+    SUMMARY_FILE,
+    DuplicateRun,
+    HeadRow,
+    RunSummary,
+    is_done,
+    read_run,
+    write_run,
+)
+
+VERSION_2_RUN = Path(__file__).parent / "data" / "v2_run"  # written by the version before schema 3 (its SOURCE.md)
+
+SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10",
+         "probe.vocab_high=500", "probe.batch_size=8", "model.dtype=float32", "wandb.mode=disabled"]
+
+
+@dataclass
+class Inner(Record):
+    value: float
+
+
+@dataclass
+class Outer(Record):
+    name: str
+    one: Inner
+    maybe: Inner | None = None
+    many: list[Inner] = field(default_factory=list)
+    plain: dict | None = None
+
+
+def test_a_nested_record_survives_json():
+    record = Outer("x", Inner(1.5), None, [Inner(2.0), Inner(3.0)], {"a": [1, 2]})
+    text = json.dumps(record.to_json())
+    assert json.loads(text) == {"name": "x", "one": {"value": 1.5}, "maybe": None,
+                                "many": [{"value": 2.0}, {"value": 3.0}], "plain": {"a": [1, 2]}}
+    back = Outer.from_json(json.loads(text))
+    assert back == record and isinstance(back.many[1], Inner)
+
+
+def test_an_ablation_result_survives_json():
+    metrics = Metrics(2.0, 0.25, 0.5, 3.0)
+    result = AblationResult(True, "zero", 3.0, "all", metrics, circuit=Metrics(4.0, 0.0, 0.1, 1.0),
+                            controls=[ControlSet(["L1H0"], metrics)], effect=Effect(2.0, 0.0, None, True))
+    assert AblationResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+def test_summary_json_is_the_run_summary_and_an_old_schema_is_one_line(tiny_dirs, tmp_path):
+    run = tmp_path / "run"
+    cfg = compose_config(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L1H2]"])
+    summary = analyse(cfg, run)
+    written = json.loads((run / SUMMARY_FILE).read_text())
+    assert written == summary.to_json() and written["schema_version"] == SCHEMA_VERSION
+    assert RunSummary.read(run) == summary
+    assert isinstance(read_run(run)[0].ablation.controls[0], ControlSet)
+
+    # A run written under the first schema (no schema_version): the report names it in one line.
+    del written["schema_version"]
+    (run / SUMMARY_FILE).write_text(json.dumps(written))
+    with pytest.raises(ValueError, match="schema 1"):
+        RunSummary.read(run)
+    assert not is_done(run, summary.config_digest)  # resume=true reruns it
+    res = run_cli(tmp_path, "--out", tmp_path / "report", "--wandb-mode", "disabled", module="emergence.report")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: {run}: summary.json has schema 1") and "rerun its job" in line
+    assert not (tmp_path / "report").exists()
+
+
+def test_heads_csv_reads_back_exactly_through_head_row(tmp_path):
+    """Every column of heads.csv, written and read back: ints as ints, booleans as booleans,
+    strings as strings, floats bit for bit (NaN, infinities, -0.0 and the last digit included)."""
+    awkward = [1 / 3, 2.0 ** -1074, 1.7976931348623157e308, -0.0, float("nan"), float("inf"), 0.1 + 0.2, 123456789.123]
+    by_type = {"int": lambda i, k: i + k, "float": lambda i, k: awkward[(i + k) % len(awkward)],
+               "bool": lambda i, k: (i + k) % 2 == 0, "str": lambda i, k: f"name {i} {k}"}
+    written = [HeadRow(**{f.name: by_type[f.type](i, k) for k, f in enumerate(fields(HeadRow))}) for i in range(3)]
+    write_run(tmp_path, written, run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=3))
+    assert (tmp_path / HEADS_FILE).read_text().splitlines()[0] == ",".join(HEAD_COLUMNS)
+    _, rows = read_run(tmp_path)
+    assert [list(r) for r in rows] == [HEAD_COLUMNS] * 3
+    for row, expected in zip(rows, written):
+        for column, value in expected.columns().items():
+            assert type(row[column]) is type(value) and repr(row[column]) == repr(value), column
+
+
+def test_heads_csv_of_a_run_before_the_mechanism_columns_reads_them_as_nan(tmp_path):
+    row = HeadRow(**{f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type] for f in fields(HeadRow)})
+    write_run(tmp_path, [row], run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1))
+    lines = (tmp_path / HEADS_FILE).read_text().splitlines()
+    old = [",".join(cells.split(",")[:-2]) for cells in lines]  # value_norm_ratio and prefix_matching are the last two
+    (tmp_path / HEADS_FILE).write_text("\n".join(old) + "\n")
+    (read,) = read_run(tmp_path)[1]
+    assert read["sel_bos"] == 1.5 and math.isnan(read["value_norm_ratio"]) and math.isnan(read["prefix_matching"])
+
+
+def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_path):
+    """Schema 3 types the parts schema 2 wrote as plain objects, under the same keys, and names the
+    toys' icl_score copy_loss_drop: a run directory of version 2 reads as the same JSON but for that
+    name, and the report reports it."""
+    written = json.loads((VERSION_2_RUN / SUMMARY_FILE).read_text())
+    assert written["schema_version"] == 2 and "copy_loss_drop" not in written
+    summary, rows = read_run(VERSION_2_RUN)
+    renamed = {**written, "copy_loss_drop": written["icl_score"]}
+    del renamed["icl_score"]
+    assert summary.to_json() == renamed
+    assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
+    assert isinstance(summary.sink_metric, SinkMetric) and summary.probe.n_sequences == 16
+    assert summary.thresholds.circuit == 50.0 and summary.download.prefetched is False
+    assert summary.intervals.class_counts == written["intervals"]["class_counts"]
+    assert len(rows) == 2 * 4 and list(rows[0]) == HEAD_COLUMNS
+    assert is_done(VERSION_2_RUN, written["config_digest"])  # resume=true keeps it
+
+    # As a toy's run: its copy loss drop under the old name reaches the report under the new one.
+    shutil.copytree(VERSION_2_RUN, tmp_path / "runs" / "main")
+    (tmp_path / "runs" / "main" / SUMMARY_FILE).write_text(json.dumps({**written, "icl_score": 1.25}))
+    res = run_cli(tmp_path / "runs", "--out", tmp_path / "report", "--wandb-mode", "disabled",
+                  module="emergence.report")
+    assert res.returncode == 0, res.stderr[-2000:]
+    findings = json.loads((tmp_path / "report" / "findings.json").read_text())
+    (row,) = findings["models"]["local"]["revisions"]
+    assert (row["revision"], row["tokens"], row["null"], row["copy_loss_drop"]) == ("main", 1000, written["null"], 1.25)
+    assert "copy loss drop (nats) |" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_duplicates_summary_carries_the_schema_and_reads_under_the_same_rule(tmp_path):
+    duplicate = DuplicateRun(SCHEMA_VERSION, "m", "org/m", None, "step2", 2, 2000, "step3", "ab" * 32, "digest")
+    duplicate.save(tmp_path)
+    assert DuplicateRun.read(tmp_path) == duplicate and is_done(tmp_path, "digest")
+    for schema in (2, 1):  # version 2 wrote the same keys; version 1's is another schema: rerun
+        (tmp_path / SUMMARY_FILE).write_text(json.dumps({**duplicate.to_json(), "schema_version": schema}))
+        assert is_done(tmp_path, "digest") == (schema == 2)
+
+
+def test_the_toys_copy_loss_drop_reaches_w_and_b_under_its_name():
+    import matplotlib.pyplot as plt
+
+    from emergence.run.tracking import log_checkpoint
+
+    class Run:  # what log_checkpoint calls on a W&B run
+        def __init__(self):
+            self.logged, self.summary = {}, {}
+
+        def define_metric(self, *args, **kwargs):
+            pass
+
+        def log(self, metrics):
+            self.logged.update(metrics)
+
+    with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
+        rows = [HeadRow.from_columns(r) for r in csv.DictReader(f)]
+    toy = replace(RunSummary.read(VERSION_2_RUN), copy_loss_drop=1.25)
+    run, figure = Run(), plt.figure()
+    log_checkpoint(run, toy, rows, figure)
+    plt.close(figure)
+    assert run.summary["copy_loss_drop"] == 1.25 and "icl_score" not in run.summary
+    assert run.logged["heads"].columns == HEAD_COLUMNS and len(run.logged["heads"].data) == len(rows)
