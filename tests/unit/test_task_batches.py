@@ -144,7 +144,8 @@ def test_ioi_batch_positions(tokenizer):
     assert (s2 == 9).all() and (end == 13).all() and set(io.tolist()) == {1, 3}
     assert {_piece(tokenizer, t) for t in batch.tokens[:, 13]} == {" to"}
     for prompt, row, target, distractor in zip(ioi_prompts(), batch.prompts, batch.target, batch.distractor):
-        assert _piece(tokenizer, target) == " " + prompt.target and _piece(tokenizer, distractor) == " " + prompt.distractor
+        assert _piece(tokenizer, target) == " " + prompt.target
+        assert _piece(tokenizer, distractor) == " " + prompt.distractor
         assert row.positions["io"] == (1 if prompt.template == "ABBA" else 3)
         assert "".join(tokenizer.convert_ids_to_tokens(row.token_ids)) == prompt.text
 

@@ -233,7 +233,7 @@ class TaskBatch:
         """sha256 over the task's name, the batch's shape and its token ids: the same prompts
         tokenised the same way give the same fingerprint on any machine."""
         digest = hashlib.sha256(f"{self.task}:{tuple(self.tokens.shape)}:".encode())
-        digest.update(self.tokens.numpy().astype("<i8").tobytes())
+        digest.update(self.tokens.cpu().numpy().astype("<i8").tobytes())
         return digest.hexdigest()
 
     def prompts_sha1(self) -> str:
@@ -338,7 +338,8 @@ def _binding_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
     rows = []
     for prompt in binding_prompts(n, seed):
         ids = _token_ids("binding", tokenizer, prompt.text)  # the study checks the length before the cities
-        target, distractor = (_one_token("binding", tokenizer, " " + city) for city in (prompt.target, prompt.distractor))
+        target, distractor = (_one_token("binding", tokenizer, " " + city)
+                              for city in (prompt.target, prompt.distractor))
         bound, other = (3, 8) if prompt.query_is_first else (8, 3)
         positions = {"binding": bound, "distractor": other, "query_name": 10}
         rows.append(_row("binding", tokenizer, prompt.text, ids, target, distractor, positions,
