@@ -1,0 +1,380 @@
+"""The reference study's four task batches, drawn exactly as its code draws them.
+
+Two layers:
+
+* Text, no tokenizer: ``ioi_prompts``, ``greater_than_prompts`` (given the year pairs a
+  tokenizer allows), ``successor_items`` and ``binding_prompts`` give typed records (the text,
+  the answer word, the distractor word where the task has one, ...). The word lists, templates,
+  ``numpy.random.RandomState(seed)`` and the order of its draws are the study's
+  (``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``), so seed 42 gives its
+  prompts: the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's
+  draws follow the previous example's, so the first n prompts are the same for any n.
+* Tokens: ``build_task_batch(task, tokenizer)`` encodes every prompt with
+  ``tokenizer.encode(text, add_special_tokens=False)`` (no BOS: position 0 is the prompt's first
+  word, as in the study), checks that each prompt has its task's length and each answer word is
+  one token, and gives a ``TaskBatch``: the tokens [n, T], answer and distractor ids [n], the
+  named positions [n] the screens and metrics read, and the rows of the run's ``prompts.jsonl``.
+
+The query is always the last position, ``end`` = T - 1. Per task:
+
+* ``ioi`` (T = 14): "When {A} and {B} went to the {place}, {B} gave a {object} to", A and B
+  swapped in the first clause for odd i (ABBA for even i, BABA for odd). Target = " A" (the
+  indirect object), distractor = " B" (the subject). Positions ``io`` (1 or 3), ``s1`` (3 or 1),
+  ``s2`` (9), ``end`` (13). Stricter than the study: it took the first sub-token of a name and
+  never checked the length; here every name must be one token and every prompt 14 tokens.
+* ``greater_than`` (T = 12): "The {noun} lasted from the year {CC}{DD} to the year {CC}". The
+  (century, decade) pairs are those whose year the tokenizer splits into " CC" + "DD"
+  (``greater_than_pairs``). Target = the start decade's "DD" token; ``answer_tokens`` holds the
+  ids of "00".."99", so the answers above the start decade are ``answer_tokens[DD+1:]`` and
+  those below ``answer_tokens[:DD+1]``. Positions ``century`` (6), ``decade`` (7), ``end`` (11).
+* ``successor`` (T = 5): five consecutive items of a cyclic week or year, the ordinals first to
+  tenth or the numbers 1 to 99, each with a leading space; target = the sixth item. All 118
+  windows, shuffled once; ``n`` takes the first n. Position ``end`` (4).
+* ``binding`` (T = 13): " {A} lives in {city A}. {B} lives in {city B}. {Q} lives in", Q = A
+  for even i and B for odd i. Target = Q's city, distractor = the other city. Positions
+  ``binding`` (3 or 8), ``distractor`` (8 or 3), ``query_name`` (10), ``end`` (12).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from emergence.errors import UsageError
+from emergence.record import Record
+
+TaskName = Literal["ioi", "greater_than", "successor", "binding"]
+TASKS: tuple[TaskName, ...] = ("ioi", "greater_than", "successor", "binding")
+
+SEED = 42  # the study's seed for every task batch
+N_PROMPTS = 500  # the study's n for IOI, greater-than and binding
+PROMPT_LENGTH: dict[TaskName, int] = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}
+
+NAMES = (
+    "John", "Mary", "Alice", "Bob", "Anna", "Tom", "Lisa", "Sarah", "James", "David", "Michael", "Jessica", "Emily",
+    "Daniel", "Laura", "Mark", "Susan", "Helen", "Paul", "Karen", "Steven", "Linda", "Kevin", "Donna", "Brian",
+    "Sandra", "Ruth", "Frank", "George", "Henry", "Eric", "Carl", "Joe", "Jane", "Kate", "Beth", "Sam", "Max", "Ben",
+    "Will", "Adam", "Eve",
+)  # IOI and binding
+PLACES = ("store", "park", "school", "office", "house", "bar")
+OBJECTS = ("drink", "book", "ball", "ring", "phone", "gift")
+NOUNS = (
+    "war", "drought", "famine", "exile", "voyage", "feast", "trial", "siege", "rebellion", "tournament", "plague",
+    "festival", "treaty", "blockade", "uprising", "summit", "purge", "revolt", "expedition", "campaign", "feud",
+    "boycott", "rally",
+)  # greater-than
+CENTURIES = range(14, 20)  # greater-than: years 14DD to 19DD ...
+DECADES = range(2, 89)  # ... with DD from 02 to 88
+CITIES = (
+    "Paris", "Rome", "Berlin", "London", "Madrid", "Vienna", "Boston", "Dublin", "Sydney", "Seoul", "Cairo", "Moscow",
+    "Athens", "Tokyo", "Mumbai", "Beijing", "Delhi", "Manila", "Bangkok", "Toronto", "Chicago", "Miami", "Seattle",
+    "Houston", "Detroit", "Denver", "Atlanta", "Portland", "Phoenix", "Dallas",
+)  # binding
+SuccessorSequence = Literal["days", "months", "ordinals", "numbers"]
+# successor: each list, whether it wraps around, in the study's enumeration order
+SEQUENCES: dict[SuccessorSequence, tuple[tuple[str, ...], bool]] = {
+    "days": (("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"), True),
+    "months": (("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+                "November", "December"), True),
+    "ordinals": (("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"),
+                 False),
+    "numbers": (tuple(str(k) for k in range(1, 100)), False),
+}
+SUCCESSOR_SHOWN = 5  # items shown; the target is the next one
+
+
+# --- text, no tokenizer ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IoiPrompt(Record):
+    text: str
+    target: str  # the indirect object's name (A)
+    distractor: str  # the subject's name (B), said twice
+    template: Literal["ABBA", "BABA"]
+    place: str
+    object: str
+
+
+@dataclass(frozen=True)
+class GreaterThanPrompt(Record):
+    text: str
+    noun: str
+    century: int  # CC of the years CCDD
+    decade: int  # DD of the start year; the answer is a 2-digit number above it
+
+
+@dataclass(frozen=True)
+class SuccessorPrompt(Record):
+    text: str
+    sequence: SuccessorSequence
+    items: list[str]  # the five items shown
+    target: str  # the sixth
+
+
+@dataclass(frozen=True)
+class BindingPrompt(Record):
+    text: str
+    target: str  # the queried name's city
+    distractor: str  # the other name's city
+    query_name: str
+    query_is_first: bool  # the query names A (binding position 3) rather than B (8)
+
+
+def _check_n(task: TaskName, n: int, most: int | None = None) -> None:
+    if n < 1 or (most is not None and n > most):
+        limit = f"1 to {most}" if most is not None else "at least 1"
+        raise UsageError(f"{task}: n = {n} prompts; give n from {limit}")
+
+
+def ioi_prompts(n: int = N_PROMPTS, seed: int = SEED) -> list[IoiPrompt]:
+    """The study's IOI prompts: per example two distinct names (A, B), a place, an object."""
+    _check_n("ioi", n)
+    rng = np.random.RandomState(seed)
+    prompts = []
+    for i in range(n):
+        a, b = rng.choice(len(NAMES), 2, replace=False)
+        place, obj = PLACES[rng.randint(len(PLACES))], OBJECTS[rng.randint(len(OBJECTS))]
+        io, subject = NAMES[a], NAMES[b]
+        first, second = (io, subject) if i % 2 == 0 else (subject, io)
+        prompts.append(IoiPrompt(
+            text=f"When {first} and {second} went to the {place}, {subject} gave a {obj} to",
+            target=io, distractor=subject, template="ABBA" if i % 2 == 0 else "BABA", place=place, object=obj,
+        ))
+    return prompts
+
+
+def greater_than_prompts(pairs: Sequence[tuple[int, int]], n: int = N_PROMPTS, seed: int = SEED
+                         ) -> list[GreaterThanPrompt]:
+    """The study's greater-than prompts over the (century, decade) ``pairs`` a tokenizer allows
+    (``greater_than_pairs``), in their order: per example a noun, then a pair."""
+    _check_n("greater_than", n)
+    rng = np.random.RandomState(seed)
+    prompts = []
+    for _ in range(n):
+        noun = NOUNS[rng.randint(len(NOUNS))]
+        century, decade = pairs[rng.randint(len(pairs))]
+        prompts.append(GreaterThanPrompt(
+            text=f"The {noun} lasted from the year {century}{decade:02d} to the year {century}",
+            noun=noun, century=century, decade=decade,
+        ))
+    return prompts
+
+
+def successor_items(seed: int = SEED) -> list[SuccessorPrompt]:
+    """The study's 118 successor windows (days, months, ordinals, numbers; every start whose
+    sixth item exists), shuffled once by ``RandomState(seed)``."""
+    windows = []
+    for sequence, (words, wraps) in SEQUENCES.items():
+        starts = len(words) if wraps else len(words) - SUCCESSOR_SHOWN
+        for start in range(starts):
+            window = [words[(start + k) % len(words)] for k in range(SUCCESSOR_SHOWN + 1)]
+            windows.append(SuccessorPrompt(
+                text=" " + " ".join(window[:SUCCESSOR_SHOWN]), sequence=sequence,
+                items=window[:SUCCESSOR_SHOWN], target=window[SUCCESSOR_SHOWN],
+            ))
+    np.random.RandomState(seed).shuffle(windows)  # in place, as the study shuffles its list
+    return windows
+
+
+def binding_prompts(n: int = N_PROMPTS, seed: int = SEED) -> list[BindingPrompt]:
+    """The study's variable-binding prompts: per example two distinct names, then two distinct cities."""
+    _check_n("binding", n)
+    rng = np.random.RandomState(seed)
+    prompts = []
+    for i in range(n):
+        a, b = rng.choice(len(NAMES), 2, replace=False)
+        city_a, city_b = rng.choice(len(CITIES), 2, replace=False)
+        first = i % 2 == 0
+        query = NAMES[a] if first else NAMES[b]
+        prompts.append(BindingPrompt(
+            text=f" {NAMES[a]} lives in {CITIES[city_a]}. {NAMES[b]} lives in {CITIES[city_b]}. {query} lives in",
+            target=CITIES[city_a] if first else CITIES[city_b],
+            distractor=CITIES[city_b] if first else CITIES[city_a],
+            query_name=query, query_is_first=first,
+        ))
+    return prompts
+
+
+# --- tokens ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskPrompt(Record):
+    """One row of a run's ``prompts.jsonl``."""
+
+    text: str
+    token_ids: list[int]  # [T]
+    target: int  # token id
+    distractor: int | None  # token id; None for greater-than and successor
+    positions: dict[str, int]  # name -> position in token_ids
+
+
+@dataclass(frozen=True, eq=False)
+class TaskBatch:
+    """A task's prompts as tokens (module docstring: the tasks' targets and positions)."""
+
+    task: TaskName
+    prompts: tuple[TaskPrompt, ...]
+    tokens: torch.Tensor  # [n, T] int64
+    target: torch.Tensor  # [n] int64 token ids
+    distractor: torch.Tensor | None  # [n] int64 token ids (IOI, binding)
+    positions: Mapping[str, torch.Tensor]  # name -> [n] int64
+    decade: torch.Tensor | None = None  # [n] int64, greater-than's start decade DD
+    answer_tokens: torch.Tensor | None = None  # [100] int64, greater-than: the ids of "00".."99"
+
+    def fingerprint(self) -> str:
+        """sha256 over the task's name, the batch's shape and its token ids: the same prompts
+        tokenised the same way give the same fingerprint on any machine."""
+        digest = hashlib.sha256(f"{self.task}:{tuple(self.tokens.shape)}:".encode())
+        digest.update(self.tokens.cpu().numpy().astype("<i8").tobytes())
+        return digest.hexdigest()
+
+    def prompts_sha1(self) -> str:
+        """SHA-1 of the texts joined by newlines (the study's IOI and binding check values)."""
+        return hashlib.sha1("\n".join(p.text for p in self.prompts).encode()).hexdigest()
+
+    def jsonl(self) -> str:
+        """The text of ``prompts.jsonl``: one JSON object (a ``TaskPrompt``) per line."""
+        return "".join(json.dumps(p.to_json()) + "\n" for p in self.prompts)
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _tokenizer_name(tokenizer) -> str:
+    return repr(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+
+
+def _one_token(task: TaskName, tokenizer, word: str) -> int:
+    """The id of ``word``, which the task needs as one token of the vocabulary (an unknown-word
+    token does not count)."""
+    ids = _encode(tokenizer, word)
+    if len(ids) != 1 or ids[0] == getattr(tokenizer, "unk_token_id", None):
+        found = "the unknown token" if len(ids) == 1 else f"{len(ids)} tokens"
+        raise UsageError(f"{task}: {word!r} is {found} in the tokenizer {_tokenizer_name(tokenizer)}, not one token; "
+                         f"run {task} with a model whose tokenizer has it as one token, or leave {task} out")
+    return ids[0]
+
+
+def _token_ids(task: TaskName, tokenizer, text: str) -> list[int]:
+    """The prompt's token ids, which must be as many as the task's prompts have."""
+    ids = _encode(tokenizer, text)
+    length = PROMPT_LENGTH[task]
+    if len(ids) != length:
+        raise UsageError(f"{task}: {text!r} is {len(ids)} tokens in the tokenizer {_tokenizer_name(tokenizer)}, "
+                         f"not {length}; run {task} with a model whose tokenizer splits it as the study's models do, "
+                         f"or leave {task} out")
+    return ids
+
+
+def _row(task: TaskName, tokenizer, text: str, ids: list[int], target: int, distractor: int | None,
+         positions: dict[str, int], expected: dict[str, int]) -> TaskPrompt:
+    """A prompt's row, after checking that the tokens ``expected`` at named positions (name ->
+    token id) are there."""
+    for name, token in expected.items():
+        if ids[positions[name]] != token:
+            raise UsageError(f"{task}: in {text!r} the {name} token is not at position {positions[name]} in the "
+                             f"tokenizer {_tokenizer_name(tokenizer)}; run {task} with another model, or leave it out")
+    return TaskPrompt(text=text, token_ids=ids, target=target, distractor=distractor,
+                      positions={**positions, "end": PROMPT_LENGTH[task] - 1})
+
+
+def _ioi_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
+    rows = []
+    for prompt in ioi_prompts(n, seed):
+        io, subject = (_one_token("ioi", tokenizer, " " + name) for name in (prompt.target, prompt.distractor))
+        first = prompt.template == "ABBA"
+        positions = {"io": 1 if first else 3, "s1": 3 if first else 1, "s2": 9}
+        ids = _token_ids("ioi", tokenizer, prompt.text)
+        rows.append(_row("ioi", tokenizer, prompt.text, ids, io, subject, positions,
+                         expected={"io": io, "s1": subject, "s2": subject}))
+    return rows
+
+
+def greater_than_pairs(tokenizer) -> list[tuple[int, int]]:
+    """The (century, decade) pairs whose year " CCDD" the tokenizer encodes as " CC" then
+    "DD" (years it merges are dropped), centuries then decades ascending."""
+    return [(century, decade) for century in CENTURIES for decade in DECADES
+            if _encode(tokenizer, f" {century}{decade:02d}")
+            == _encode(tokenizer, f" {century}") + _encode(tokenizer, f"{decade:02d}")]
+
+
+def _greater_than_batch(tokenizer, n: int, seed: int) -> TaskBatch:
+    pairs = greater_than_pairs(tokenizer)
+    if not pairs:
+        raise UsageError(f"greater_than: the tokenizer {_tokenizer_name(tokenizer)} splits no year 1402-1988 into "
+                         f"' CC' + 'DD'; run greater_than with a model whose tokenizer does, or leave it out")
+    answers = [_one_token("greater_than", tokenizer, f"{d:02d}") for d in range(100)]  # [100] "00".."99"
+    prompts = greater_than_prompts(pairs, n, seed)
+    rows = [_row("greater_than", tokenizer, p.text, _token_ids("greater_than", tokenizer, p.text), answers[p.decade],
+                 None, {"century": 6, "decade": 7}, expected={"decade": answers[p.decade]})
+            for p in prompts]
+    return _stack("greater_than", rows, decade=torch.tensor([p.decade for p in prompts], dtype=torch.int64),
+                  answer_tokens=torch.tensor(answers, dtype=torch.int64))
+
+
+def _successor_rows(tokenizer, n: int | None, seed: int) -> list[TaskPrompt]:
+    windows = successor_items(seed)
+    if n is not None:
+        _check_n("successor", n, most=len(windows))
+        windows = windows[:n]
+    rows = []
+    for window in windows:
+        ids = _token_ids("successor", tokenizer, window.text)  # the study checks the length before the target
+        target = _one_token("successor", tokenizer, " " + window.target)
+        rows.append(_row("successor", tokenizer, window.text, ids, target, None, {}, expected={}))
+    return rows
+
+
+def _binding_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
+    rows = []
+    for prompt in binding_prompts(n, seed):
+        ids = _token_ids("binding", tokenizer, prompt.text)  # the study checks the length before the cities
+        target, distractor = (_one_token("binding", tokenizer, " " + city)
+                              for city in (prompt.target, prompt.distractor))
+        bound, other = (3, 8) if prompt.query_is_first else (8, 3)
+        positions = {"binding": bound, "distractor": other, "query_name": 10}
+        rows.append(_row("binding", tokenizer, prompt.text, ids, target, distractor, positions,
+                         expected={"binding": target, "distractor": distractor}))
+    return rows
+
+
+def _stack(task: TaskName, rows: list[TaskPrompt], **greater_than) -> TaskBatch:
+    def column(values) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64)
+
+    has_distractor = rows[0].distractor is not None
+    return TaskBatch(
+        task=task, prompts=tuple(rows),
+        tokens=column([r.token_ids for r in rows]),
+        target=column([r.target for r in rows]),
+        distractor=column([r.distractor for r in rows]) if has_distractor else None,
+        positions={name: column([r.positions[name] for r in rows]) for name in rows[0].positions},
+        **greater_than,
+    )
+
+
+def build_task_batch(task: TaskName, tokenizer, n: int | None = None, seed: int = SEED) -> TaskBatch:
+    """The study's batch of ``task``, tokenised by ``tokenizer`` (a Hugging Face tokenizer).
+
+    ``n``: IOI, greater-than and binding draw n prompts (default 500), the first n of the
+    study's sequence; successor takes the first n of its 118 shuffled windows (default all).
+    Raises ``UsageError`` where the tokenizer cannot give the batch its shape (module docstring)."""
+    n_drawn = N_PROMPTS if n is None else n
+    if task == "ioi":
+        return _stack(task, _ioi_rows(tokenizer, n_drawn, seed))
+    if task == "greater_than":
+        return _greater_than_batch(tokenizer, n_drawn, seed)
+    if task == "successor":
+        return _stack(task, _successor_rows(tokenizer, n, seed))
+    if task == "binding":
+        return _stack(task, _binding_rows(tokenizer, n_drawn, seed))
+    raise UsageError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
