@@ -89,7 +89,7 @@ def _index(ids, logits: torch.Tensor, name: str) -> torch.Tensor:
     """Token ids or positions ([b] or [100]) as an int64 tensor beside ``logits``."""
     if ids is None:
         raise UsageError(f"the task needs `{name}`; pass the batch's {name} ids")
-    return torch.as_tensor(np.asarray(ids), dtype=torch.int64, device=logits.device)
+    return torch.as_tensor(ids, dtype=torch.int64, device=logits.device)
 
 
 def choice_prompts(logits: torch.Tensor, target, distractor) -> ChoicePrompts:
@@ -215,7 +215,7 @@ def task_metrics(task: Task, per_prompt_values: PromptMetrics, n_boot: int, ci: 
         raise UsageError(f"task {task!r} needs {expected.__name__}, got {type(per_prompt_values).__name__}; "
                          f"pass per_prompt({task!r}, ...)")
     p = per_prompt_values
-    n = len(getattr(p, fields(p)[0].name))
+    n = len(getattr(p, fields(p)[0].name))  # every field holds one value per prompt
     if n == 0:
         raise UsageError(f"no prompts to summarise for task {task!r}; pass at least one minibatch")
     weights = stats.resample_weights(n, n_boot, seed)  # [B, n]
