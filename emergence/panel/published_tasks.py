@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from emergence.record import Record
+from emergence.core.record import Record
 
 DATA = Path(__file__).with_name("published_tasks.json")
 

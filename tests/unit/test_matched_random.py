@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from emergence.errors import UsageError
+from emergence.core.errors import UsageError
 from emergence.recipe.tasks.matched_random import (
     check_heads,
     heads_of,

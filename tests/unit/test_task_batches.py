@@ -12,7 +12,7 @@ import pytest
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from emergence.errors import UsageError
+from emergence.core.errors import UsageError
 from emergence.recipe.tasks.batches import (
     CITIES,
     NAMES,

@@ -8,11 +8,19 @@ import numpy as np
 import pytest
 import torch
 
-from emergence import stats
-from emergence.errors import UsageError
-from emergence.recipe.tasks.metrics import (SUMMARY_METRICS, ChoicePrompts, GreaterThanPrompts, SuccessorPrompts,
-                                            TaskMetrics, concatenate, per_prompt, task_metrics)
-from helpers.task_reference import TINY_ARCHS, TINY_VOCAB, reference_metrics, tiny_task_model
+from emergence.core.errors import UsageError
+from emergence.recipe import stats
+from emergence.recipe.tasks.metrics import (
+    SUMMARY_METRICS,
+    ChoicePrompts,
+    GreaterThanPrompts,
+    SuccessorPrompts,
+    TaskMetrics,
+    concatenate,
+    per_prompt,
+    task_metrics,
+)
+from tests.helpers.task_reference import TINY_ARCHS, TINY_VOCAB, reference_metrics, tiny_task_model
 
 V = 300
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from emergence.errors import UsageError
+from emergence.core.errors import UsageError
 from emergence.recipe.tasks.screens import SCREENS, ScreenSums, task_screen
-from helpers.task_reference import TINY_ARCHS, plant_marker_head, reference_screens, tiny_task_model
+from tests.helpers.task_reference import TINY_ARCHS, plant_marker_head, reference_screens, tiny_task_model
 
 LAYERS, HEADS = 3, 4
 STUDY_T = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}

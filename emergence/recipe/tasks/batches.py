@@ -46,8 +46,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from emergence.errors import UsageError
-from emergence.record import Record
+from emergence.core.errors import UsageError
+from emergence.core.record import Record
 
 TaskName = Literal["ioi", "greater_than", "successor", "binding"]
 TASKS: tuple[TaskName, ...] = ("ioi", "greater_than", "successor", "binding")

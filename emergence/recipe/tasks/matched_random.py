@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emergence.errors import UsageError
-from emergence.record import Record
+from emergence.core.errors import UsageError
+from emergence.core.record import Record
 
 HeadSpec = dict[int, list[int]]  # layer -> heads; the dict's insertion order matters (module docstring)
 

@@ -29,9 +29,9 @@ from typing import Literal, TypeVar
 import numpy as np
 import torch
 
-from emergence import stats
-from emergence.errors import UsageError
-from emergence.record import Record
+from emergence.core.errors import UsageError
+from emergence.core.record import Record
+from emergence.recipe import stats
 
 Task = Literal["ioi", "greater_than", "successor", "binding"]
 TASKS: tuple[Task, ...] = ("ioi", "greater_than", "successor", "binding")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from emergence.errors import UsageError
+from emergence.core.errors import UsageError
 from emergence.recipe.tasks.metrics import TASKS, Task
 
 # The keys each screen reads, in the order of the last axis of ``ScreenSums.key_sums``. They are
