@@ -1,7 +1,7 @@
 """The panel report's findings as typed records: what ``findings.json`` holds, field by field.
 
 ``findings.py`` computes them, ``markdown.py`` and ``figures.py`` render them, and
-``PanelFindings.to_json`` / ``from_json`` (``emergence.record``'s walk over the fields) write and
+``PanelFindings.to_json`` / ``from_json`` (``emergence.core.record``'s walk over the fields) write and
 read ``findings.json``. A record's field names are the file's keys (``JSON_NAMES`` maps the few
 that cannot be: ``class`` is a Python keyword, and one F2 record serves two sink definitions).
 

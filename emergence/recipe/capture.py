@@ -97,16 +97,25 @@ def kernel_returns_lse(query: torch.Tensor) -> bool:
     return query.device.type == "cpu"
 
 
-def attend(query, key, value, mask, scaling: float, softcap: float | None, first_key: bool = False,
-           lag: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+@dataclass(frozen=True)
+class Reads:
+    """What ``attend`` reads off the attention besides its output."""
+
+    first_key: bool = False  # every query's attention to key 0 (Gu et al.'s sink importance)
+    lag: int | None = None  # each query q >= lag's attention to key q - lag (the prefix-matching score)
+
+
+def attend(query, key, value, mask, scaling: float, softcap: float | None,
+           reads: Reads = Reads()) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> the attention
-    output [b, T, h, d]; with ``first_key``, every query's attention to key 0 [b, h, T] in float32
-    (Gu et al.'s sink importance; None without); with ``lag``, the attention of each query q >= lag
-    to key q - lag [b, h, T - lag] in float32 (the prefix-matching score; None without)."""
+    output [b, T, h, d]; with ``reads.first_key``, every query's attention to key 0 [b, h, T] in float32
+    (None without); with ``reads.lag``, the attention of each query q >= lag to key q - lag
+    [b, h, T - lag] in float32 (None without)."""
+    first_key, lag = reads.first_key, reads.lag
     n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves n_rep query heads
     to_key0 = to_lagged = None
-    reads = first_key or lag is not None
-    if softcap is not None or (reads and not kernel_returns_lse(query)):
+    reading = first_key or lag is not None
+    if softcap is not None or (reading and not kernel_returns_lse(query)):
         # The eager formula (softmax in float32, as the models' eager path): SDPA has no softcap and
         # returns no softmax normaliser; the score matrix lives for this layer of this minibatch only.
         key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
@@ -117,7 +126,7 @@ def attend(query, key, value, mask, scaling: float, softcap: float | None, first
         out = torch.matmul(probs.to(query.dtype), value)
         to_key0 = probs[..., 0] if first_key else None
         to_lagged = None if lag is None else probs.diagonal(offset=-lag, dim1=-2, dim2=-1)
-    elif reads:
+    elif reading:
         # The kernel SDPA runs on a CPU, called directly because it also returns each query's
         # log-sum-exp: attention to key 0 is then exp(score(q, k0) - lse), at no extra pass.
         key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
@@ -153,6 +162,24 @@ def last_query_row(query, key, mask, scaling: float, softcap: float | None) -> t
     if mask is not None:
         scores = scores + mask[:, :, -1, :].float()
     return scores.softmax(dim=-1)
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One attention layer's call in a forward pass, as the pass's listener (``LISTENER``) sees it."""
+
+    module: torch.nn.Module  # the attention module that called
+    query: torch.Tensor  # [b, h, T, d], as the model transformed it (RoPE, q/k norms, clipping)
+    key: torch.Tensor  # [b, h_kv, T, d]
+    value: torch.Tensor  # [b, h_kv, T, d]
+    mask: torch.Tensor | None  # [b, 1, T, T] additive
+    scaling: float
+    softcap: float | None
+    out: torch.Tensor  # [b, T, h, d]: the attention output
+
+    def last_query_row(self) -> torch.Tensor:
+        """[b, h, T] float32: the last query's attention to every key (``last_query_row``)."""
+        return last_query_row(self.query, self.key, self.mask, self.scaling, self.softcap)
 
 
 class Recorder:
@@ -212,19 +239,18 @@ class Recorder:
                  else self.null_positions[:, start:start + b].T)  # [b, draws]
         self._read_at = torch.cat([ab[:, None] + 1, ab[:, None], self.fixed.expand(b, -1), draws], dim=1)
 
-    def __call__(self, module, query, key, value, attention_mask, scaling: float, softcap: float | None,
-                 out: torch.Tensor, to_key0: torch.Tensor | None, to_lagged: torch.Tensor | None) -> None:
-        """query [b, h, T, d], key and value [b, h_kv, T, d], out [b, T, h, d] (the attention output),
-        to_key0 [b, h, T] (every query's attention to key 0), to_lagged [b, h, T - lag] (each query's
+    def __call__(self, call: AttentionCall, to_key0: torch.Tensor | None, to_lagged: torch.Tensor | None) -> None:
+        """to_key0 [b, h, T] (every query's attention to key 0), to_lagged [b, h, T - lag] (each query's
         attention to the key ``repeat.lag`` back; None off the repeat probe)."""
         self.calls += 1
-        layer = self.layer_of[id(module)]
+        layer = self.layer_of[id(call.module)]
+        query, value, out, attention_mask = call.query, call.value, call.out, call.mask
         if self.value_norm_sums is not None:
             norms = value.float().norm(dim=-1)  # [b, h_kv, T]
             first_and_rest = torch.stack([norms[..., 0].sum(0, dtype=torch.float64),
                                           norms[..., 1:].sum((0, 2), dtype=torch.float64)])  # [2, h_kv]
             self.value_norm_sums[:, layer] += first_and_rest.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
-        self._rows[layer] = last_query_row(query, key, attention_mask, scaling, softcap)
+        self._rows[layer] = call.last_query_row()
         self._last_out[layer] = out[:self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
         if to_lagged is not None:  # the copy's queries: the last span of them
             self.prefix_sums[layer] += to_lagged[..., -self.repeat.span:].sum((0, 2), dtype=torch.float64)
@@ -260,10 +286,10 @@ class Recorder:
             self.total += last_out.sum(0)
 
 
-def capture_attention(module, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs):
+def capture_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
     """The layer's attention output (see ``attend``), reported to the pass's listener (``LISTENER``,
     if any); for a module under ``LAST_QUERY_ONLY``, T-1's output at every position, reported to no one."""
-    listener = kwargs.get(LISTENER)
+    listener, softcap = kwargs.get(LISTENER), kwargs.get("softcap")
     refused = [k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None]
     if refused:
         raise UsageError(f"model architecture {type(module).__name__} passes {refused[0]!r} to its attention, "
@@ -281,13 +307,14 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, s
         return out.expand(-1, query.shape[2], -1, -1), None
     # only the probe pass measures the sink importance and the prefix-matching score
     recorder = listener if isinstance(listener, Recorder) else None
-    out, to_key0, to_lagged = attend(query, key, value, attention_mask, scale, softcap,
-                                     first_key=recorder is not None and recorder.sink_importance is not None,
-                                     lag=None if recorder is None or recorder.repeat is None else recorder.repeat.lag)
+    reads = Reads() if recorder is None else Reads(
+        first_key=recorder.sink_importance is not None, lag=None if recorder.repeat is None else recorder.repeat.lag)
+    out, to_key0, to_lagged = attend(query, key, value, attention_mask, scale, softcap, reads)
+    call = AttentionCall(module, query, key, value, attention_mask, scale, softcap, out)
     if recorder is not None:
-        recorder(module, query, key, value, attention_mask, scale, softcap, out, to_key0, to_lagged)
+        recorder(call, to_key0, to_lagged)
     elif listener is not None:
-        listener(module, query, key, value, attention_mask, scale, softcap, out)
+        listener(call)
     return out, None
 
 
@@ -338,8 +365,8 @@ def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
         if args and isinstance(args[0], torch.Tensor):
             inputs.setdefault(id(module), args[0])
 
-    def keep_call(module, query, key, value, mask, scaling, softcap, out):
-        calls.append((module, out))
+    def keep_call(call: AttentionCall):
+        calls.append((call.module, call.out))
 
     hooks = [m.register_forward_pre_hook(keep_input) for m in model.modules()]
     tokens = (torch.arange(n_tokens) % model.config.vocab_size)[None].to(next(model.parameters()).device)

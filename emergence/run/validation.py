@@ -17,26 +17,24 @@ from emergence.core.config import (
     ABLATE_MODES,
     ABLATE_SEQUENCES,
     DTYPES,
-    LR_SCHEDULES,
     PROBE_KINDS,
     PROBE_TOKENIZERS,
-    TOY_NUMERICS,
     WANDB_MODES,
     Config,
     ModelConfig,
     ProbeConfig,
-    ToyRecipe,
 )
-from emergence.core.errors import UsageError
+from emergence.core.errors import UsageError, invalid
 from emergence.hub.weights import WEIGHTS_FORMATS
 from emergence.recipe.probe import PAIR_START, min_seq_len
 from emergence.recipe.screen import parse_head_name
 from emergence.recipe.stats import NULL_RULES
 from emergence.recipe.text import TEXT_FILE_SUFFIXES
+from emergence.toy.validation import validate_recipe
 
 
 def _fail(field_name: str, value, allowed: str) -> None:
-    raise UsageError(f"{field_name}={value!r} is invalid: {allowed}")
+    raise invalid(field_name, value, allowed)
 
 
 def validate(cfg: Config) -> None:
@@ -97,26 +95,12 @@ def validate(cfg: Config) -> None:
         _fail("stats.null_rule", cfg.stats.null_rule, f"use one of {', '.join(NULL_RULES)}")
     validate_revision_naming(cfg.model)
     if cfg.model.toy is not None:
-        validate_toy_recipe(cfg.model.toy)
+        validate_recipe(cfg.model.toy)
     if cfg.wandb.mode not in WANDB_MODES:
         _fail("wandb.mode", cfg.wandb.mode, f"use one of {', '.join(WANDB_MODES)} (the default is $WANDB_MODE)")
     if cfg.hub.prefetch < 0:
         _fail("hub.prefetch", cfg.hub.prefetch, "must be >= 0 checkpoints ahead (0: no prefetching)")
     check_device(cfg.device)
-
-
-def validate_toy_recipe(recipe: ToyRecipe) -> None:
-    if recipe.lr_schedule not in LR_SCHEDULES:
-        _fail("model.toy.lr_schedule", recipe.lr_schedule, f"use one of {', '.join(LR_SCHEDULES)}")
-    if not 0 <= recipe.min_lr_ratio <= 1:
-        _fail("model.toy.min_lr_ratio", recipe.min_lr_ratio, "must be in [0, 1]: a share of model.toy.lr")
-    if not 0 <= recipe.trigger_fraction < 1:
-        _fail("model.toy.trigger_fraction", recipe.trigger_fraction, "must be in [0, 1): a share of the vocabulary")
-    if recipe.save_every is not None and recipe.save_every < 1:
-        _fail("model.toy.save_every", recipe.save_every, "must be >= 1 step, or null (only the panel's checkpoints)")
-    if recipe.numerics not in TOY_NUMERICS:
-        _fail("model.toy.numerics", recipe.numerics,
-              f"use one of {', '.join(TOY_NUMERICS)} (portable: the same bits on any x86 CPU with AVX2)")
 
 
 def check_device(device: str) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
-from emergence.run.validation import validate_toy_recipe
 from emergence.toy.train import MANIFEST, ensure_trained, train
+from emergence.toy.validation import validate_recipe
 
 TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
 
@@ -46,7 +46,7 @@ def main() -> None:
     for key in args.models or TOY_MODELS:
         try:
             cfg = compose_config([f"model={key}", *args.override])
-            validate_toy_recipe(cfg.model.toy)
+            validate_recipe(cfg.model.toy)
         except UsageError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)

@@ -69,8 +69,8 @@ def test_last_query_row_equals_eager_output_attentions_row(arch, tiny_dirs, prob
     arch_info = Architecture.of(model)
     rows = {}
 
-    def keep_row(module, query, key, value, mask, scaling, softcap, out):
-        rows[arch_info.attentions.index(module)] = capture.last_query_row(query, key, mask, scaling, softcap)
+    def keep_row(call: capture.AttentionCall):
+        rows[arch_info.attentions.index(call.module)] = call.last_query_row()
 
     with torch.no_grad():
         model(batch.tokens, **{capture.LISTENER: keep_row})
@@ -234,12 +234,12 @@ def test_a_layer_that_does_not_pass_the_forwards_keyword_arguments_on_is_refused
 
 def test_the_capture_registers_nothing_on_import():
     """transformers knows our attention only once a loader asks for it (``register_attention``)."""
-    code = ("import emergence.capture, emergence.checkpoints\n"
+    code = ("import emergence.recipe.capture, emergence.hub.checkpoints\n"
             "from transformers import AttentionInterface\n"
             "from transformers.masking_utils import AttentionMaskInterface\n"
-            "name = emergence.capture.ATTN_IMPLEMENTATION\n"
+            "name = emergence.recipe.capture.ATTN_IMPLEMENTATION\n"
             "assert name not in AttentionInterface._global_mapping, 'registered on import'\n"
             "assert name not in AttentionMaskInterface._global_mapping, 'registered on import'\n"
-            "assert emergence.capture.register_attention() == emergence.capture.register_attention() == name\n"
-            "assert AttentionInterface._global_mapping[name] is emergence.capture.capture_attention\n")
+            "assert emergence.recipe.capture.register_attention() == emergence.recipe.capture.register_attention() == name\n"
+            "assert AttentionInterface._global_mapping[name] is emergence.recipe.capture.capture_attention\n")
     run_fresh(code)
