@@ -218,7 +218,7 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
 
     from emergence.hub.checkpoints import Architecture
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.capture import register_attention, run_probe
+    from emergence.recipe.capture import PassOptions, Subject, register_attention, run_probe
     bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
     ours = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
                                                 attn_implementation=register_attention()).eval()
@@ -230,7 +230,7 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     for _ in range(repeats):
         for name, options in variants.items():
             start = time.perf_counter()
-            run_probe(ours, arch, batch, baseline, batch_size, n, False, metrics_per_sequence, **options)
+            run_probe(Subject(ours, arch, batch, batch_size), PassOptions(baseline, n, **options), metrics_per_sequence)
             times[name].append(time.perf_counter() - start)
         start = time.perf_counter()
         forward(bare, batch, batch_size)
@@ -250,7 +250,7 @@ def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     from emergence.core.config import compose_config
     from emergence.hub.checkpoints import Architecture
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.capture import register_attention, run_probe, token_losses
+    from emergence.recipe.capture import PassOptions, Subject, register_attention, run_probe, token_losses
     from emergence.recipe.probe import baseline_positions, make_text_batch
 
     p = compose_config(["model=pythia", "probe=text"]).probe
@@ -265,8 +265,8 @@ def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     times: dict[str, list[float]] = {"text_pass_s": [], "bare_forward_with_losses_s": []}
     for _ in range(repeats):
         start = time.perf_counter()
-        cap = run_probe(ours, arch, batch, baseline, p.batch_size, n, False, metrics_per_sequence,
-                        position_losses=True)
+        cap = run_probe(Subject(ours, arch, batch, p.batch_size),
+                        PassOptions(baseline, n, position_losses=True), metrics_per_sequence)
         times["text_pass_s"].append(time.perf_counter() - start)
         start = time.perf_counter()
         with torch.inference_mode():
@@ -414,17 +414,19 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
 
 
 def probe_measurements(model, n: int):
-    """``cache.Measurements`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
+    """``measurements.Measurements`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
     from emergence.hub.checkpoints import Architecture
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.capture import run_probe
+    from emergence.recipe.capture import PassOptions, Subject, run_probe
     from emergence.recipe.probe import baseline_positions, make_probe_batch
-    from emergence.run.cache import Measurements
+    from emergence.recipe import spectral
+    from emergence.recipe.measurements import Measurements
 
     batch = make_probe_batch(n, DTYPE_SEQ_LEN, 10, DTYPE_VOCAB, 42)
     arch = Architecture.of(model)
-    cap = run_probe(model, arch, batch, baseline_positions(DTYPE_SEQ_LEN, 50), 50, n, False, metrics_per_sequence)
-    return Measurements.of(cap, arch)
+    cap = run_probe(Subject(model, arch, batch, 50),
+                    PassOptions(baseline_positions(DTYPE_SEQ_LEN, 50), n), metrics_per_sequence)
+    return Measurements.of(cap, spectral.estimates(cap.gram, cap.total, cap.spectral_n), arch, batch.fingerprint())
 
 
 def relative_error(value: np.ndarray, reference: np.ndarray) -> dict:

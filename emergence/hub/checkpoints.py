@@ -28,7 +28,7 @@ from emergence.core.errors import UsageError
 from emergence.hub import revisions, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
 from emergence.hub.integrity import MODEL_TYPE_ALIASES
-from emergence.recipe import capture
+from emergence.recipe import capture, probe, text
 
 
 @dataclass(frozen=True)
@@ -465,3 +465,18 @@ def _refused_global(err: pickle.UnpicklingError) -> str:
     """The global torch's restricted unpickler refused, as its message names it."""
     found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)", str(err))
     return f"global {found.group(1)}" if found else "a global the unpickler does not allow"
+
+
+def probe_batch(cfg: Config, src: Source, vocab_size: int) -> tuple[probe.ProbeBatch, str | None]:
+    """The probe batch ``probe.kind`` names, and the text probe's tokenizer (None for the others):
+    the checkpoint's own (``tokenizer_source``) or bytes."""
+    p = cfg.probe
+    if p.kind == "text":
+        if p.tokenizer == "bytes":
+            tokenizer = text.byte_tokenizer()
+        else:
+            found = tokenizer_source(cfg, src)
+            tokenizer = text.checkpoint_tokenizer(found.directory, found.name, cfg.model.trust_remote_code)
+        return text.text_batch(p, tokenizer, vocab_size), tokenizer.name
+    make = probe.make_repeat_batch if p.kind == "repeat" else probe.make_probe_batch
+    return make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), None

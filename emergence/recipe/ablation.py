@@ -308,19 +308,26 @@ def criterion_values(clean_loss: np.ndarray, loss: np.ndarray, causal_factor: fl
     return verdict.branches(clean_loss[:n], loss[0], loss[1:], causal_factor)
 
 
-def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: list[tuple[int, int]],
-           clean_metrics: dict, clean_loss: np.ndarray, position_mean: torch.Tensor | None,
-           stats_settings) -> AblationResult:
+@dataclass(frozen=True)
+class CleanRun:
+    """The clean model on the probe, from the probe pass: what ablation is measured against."""
+
+    metrics: dict  # the metrics of B at T-1 (``METRICS``), means over sequences
+    loss: np.ndarray  # [n] per-sequence loss of B, in probe order
+
+
+def ablate(settings, stats_settings, subject: capture.Subject, circuit: list[tuple[int, int]], clean: CleanRun,
+           position_mean: torch.Tensor | None) -> AblationResult:
     """The ablation step: clean vs ``circuit`` ablated vs its controls.
 
     ``settings`` is the run's ``AblateConfig``; with ``settings.heads`` set, those heads
     (validated against the model's shape before the probe pass) replace the screened
-    ``circuit``. ``clean_metrics`` and the per-sequence ``clean_loss`` [n] come from the
-    probe pass, ``position_mean`` (mean ablation) from its capture; ``stats_settings`` (the
-    run's ``StatsConfig``) sizes the effect's paired bootstrap. With
+    ``circuit``. ``position_mean`` (mean ablation) comes from the probe pass's capture;
+    ``stats_settings`` (the run's ``StatsConfig``) sizes the effect's paired bootstrap. With
     ``settings.sequences == "adaptive"`` the run stops once the verdict is decided; the
     metrics are then means over the sequences used, and the effect is against the clean
     loss of the same sequences."""
+    clean_metrics, clean_loss = clean.metrics, clean.loss
     result = AblationResult(enabled=settings.enabled, mode=settings.mode, causal_factor=settings.causal_factor,
                             sequences=settings.sequences, clean=Metrics.of(clean_metrics))
     if settings.heads is not None:  # the user's head set instead of the screened circuit
@@ -331,6 +338,7 @@ def ablate(settings, model, arch, batch: ProbeBatch, batch_size: int, circuit: l
     if not circuit:
         result.note = "empty induction circuit: nothing to ablate"
         return result
+    model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
     shortfall = control_shortfall(circuit, arch.n_heads)
     controls = [] if shortfall else control_sets(circuit, arch.n_heads, settings.n_controls, settings.seed)
     head_sets = [circuit, *controls]

@@ -190,33 +190,32 @@ class Recorder:
     then reduces all layers of the minibatch at once (one gather for every target and null
     position), so the fixed cost of the reductions is paid once per minibatch, not per layer."""
 
-    def __init__(self, n: int, layer_of: dict, n_heads: int, head_dim: int, seq_len: int,
-                 baseline: np.ndarray, spectral_n: int, keep_position_sums: bool, device: torch.device,
-                 null_positions: np.ndarray | None = None, keep_sink_importance: bool = True,
-                 repeat: RepeatLayout | None = None, keep_value_norms: bool = True):
-        n_layers = len(layer_of)
-        self.layer_of = layer_of  # id(attention module) -> layer index
+    def __init__(self, subject: "Subject", options: "PassOptions", device: torch.device):
+        arch, n, seq_len = subject.arch, subject.batch.n, subject.batch.seq_len
+        n_layers, n_heads, head_dim = arch.n_layers, arch.n_heads, arch.head_dim
+        null_positions, repeat = options.null_positions, options.repeat
+        self.layer_of = {id(a): i for i, a in enumerate(arch.attentions)}  # id(attention module) -> layer index
         self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
         self.sink_importance = (torch.zeros(n, n_layers, n_heads, dtype=torch.float32)
-                                if keep_sink_importance else None)
+                                if options.sink_importance else None)
         self.gram = torch.zeros(n_layers, n_heads, head_dim, head_dim, dtype=torch.float64, device=device)
         self.total = torch.zeros(n_layers, n_heads, head_dim, dtype=torch.float64, device=device)
         self.position_sum = (
             torch.zeros(n_layers, seq_len, n_heads, head_dim, dtype=torch.float64, device=device)
-            if keep_position_sums else None
+            if options.keep_position_means else None
         )
         self.null_positions = None if null_positions is None else torch.as_tensor(null_positions, device=device)
         self.null_sums = torch.zeros(n_layers, n_heads, 0 if null_positions is None else len(null_positions),
                                      dtype=torch.float64, device=device)
         self.value_norm_sums = (torch.zeros(2, n_layers, n_heads, dtype=torch.float64, device=device)
-                                if keep_value_norms else None)
+                                if options.sink_mechanism else None)
         self.repeat = repeat
         self.prefix_sums = torch.zeros(n_layers, n_heads, dtype=torch.float64, device=device)
-        self.spectral_n = spectral_n
+        self.spectral_n = min(options.spectral_n, n)
         # The key positions read off every T-1 row besides ab + 1 and ab (induction, duplicate token):
         # previous token, self, first token, then the local window and the baseline, each averaged.
         self.fixed = torch.tensor([seq_len - 2, seq_len - 1, 0, *(seq_len - o for o in LOCAL_OFFSETS),
-                                   *np.asarray(baseline).tolist()], device=device)
+                                   *np.asarray(options.baseline).tolist()], device=device)
         # Columns of the gathered rows (``end_batch``): 0-4 the single positions, then the local
         # window, the baseline and the null's draws.
         self._local_cols = slice(5, 5 + len(LOCAL_OFFSETS))
@@ -446,27 +445,42 @@ class Capture:
     # (both None when the pass skipped the mechanism)
 
 
-def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: int,
-              spectral_n: int, keep_position_means: bool, score, null_positions: np.ndarray | None = None,
-              sink_importance: bool = True, position_losses: bool = False,
-              repeat: RepeatLayout | None = None, sink_mechanism: bool = True) -> Capture:
+@dataclass(frozen=True)
+class Subject:
+    """What a pass runs on: a model loaded with our attention function, its layout, and the batch."""
+
+    model: torch.nn.Module
+    arch: object  # the model's attention layout (``hub.checkpoints.Architecture``, found by ``discover``)
+    batch: ProbeBatch
+    batch_size: int  # sequences per forward pass
+
+
+@dataclass(frozen=True)
+class PassOptions:
+    """What one probe pass measures besides the targets, the clean scores and the spectral sums."""
+
+    baseline: np.ndarray  # [n_baseline] the baseline's key positions
+    spectral_n: int  # the first this many sequences enter the spectral sums
+    keep_position_means: bool = False  # every head output's per-position mean, for mean ablation
+    null_positions: np.ndarray | None = None  # [draws, n] the reference null's random key positions
+    sink_importance: bool = True  # Gu et al.'s metric (the benchmark prices it by turning it off)
+    position_losses: bool = False  # the loss of every token (the logits at every position, reduced per minibatch)
+    repeat: RepeatLayout | None = None  # the repeat probe's layout: measures the prefix-matching score
+    sink_mechanism: bool = True  # the massive activations and value norms (the benchmark prices them)
+
+
+def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
     """Forward the probe in minibatches, a Recorder as the forward's ``LISTENER``.
 
-    ``arch`` is the model's ``checkpoints.Architecture``; ``score(logits [b, V], b [b])``
-    returns each sequence's next-token metrics [b, metrics] (``ablation.metrics_per_sequence``),
-    kept for the clean model;
-    ``null_positions`` [draws, n] are the reference null's random key positions;
-    ``sink_importance=False`` skips Gu et al.'s metric (the benchmark prices it that way);
-    ``position_losses`` keeps the loss of every token (the logits at every position, reduced
-    per minibatch); ``repeat`` (the repeat probe's layout) measures the prefix-matching score;
-    ``sink_mechanism=False`` skips the massive activations and value norms (the benchmark prices them).
+    ``score(logits [b, V], b [b])`` returns each sequence's next-token metrics [b, metrics]
+    (``ablation.metrics_per_sequence``), kept for the clean model.
     """
+    model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
+    position_losses, repeat, sink_mechanism = options.position_losses, options.repeat, options.sink_mechanism
     check_loaded_for_capture(model)
     device = next(model.parameters()).device
-    n, spectral_n = batch.n, min(spectral_n, batch.n)
-    layer_of = {id(a): i for i, a in enumerate(arch.attentions)}
-    rec = Recorder(n, layer_of, arch.n_heads, arch.head_dim, batch.seq_len, baseline,
-                   spectral_n, keep_position_means, device, null_positions, sink_importance, repeat, sink_mechanism)
+    n = batch.n
+    rec = Recorder(subject, options, device)
     residual = mechanism.ResidualRecorder(arch.n_layers, device)
     hooks = ([layer.register_forward_hook(residual.hook(i)) for i, layer in enumerate(arch.decoder_layers)]
              if sink_mechanism else [])
@@ -498,7 +512,7 @@ def run_probe(model, arch, batch: ProbeBatch, baseline: np.ndarray, batch_size: 
         sink_importance=None if rec.sink_importance is None else rec.sink_importance.numpy(),
         gram=rec.gram.cpu().numpy(),
         total=rec.total.cpu().numpy(),
-        spectral_n=spectral_n,
+        spectral_n=rec.spectral_n,
         position_mean=None if rec.position_sum is None else (rec.position_sum / n).to(model.dtype),
         scores=torch.cat(scores).double().numpy(),
         null_sums=rec.null_sums.cpu().numpy(),

@@ -127,3 +127,21 @@ def screen(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float) ->
         members=sel >= thresholds,
         induction_circuit=sel[..., CLASSES.index("induction")] >= circuit_threshold,
     )
+
+
+@dataclass
+class Screened:
+    """Step 2's record: the screen at the run's thresholds."""
+
+    thresholds: np.ndarray  # [6] class thresholds (order ``CLASSES``)
+    screen: Screen
+    near_threshold: np.ndarray  # [layers, heads] bool: heads the dtype's rounding could flip
+
+
+def screen_heads(thresholds, mean_attention: np.ndarray, dtype: str) -> Screened:
+    """Step 2: selectivities, classes, memberships and the circuit at ``thresholds`` (the run's
+    ``ThresholdConfig``) from the batch-mean attention [layers, heads, 7], and the heads the run's
+    ``dtype`` ("float32", ...) could flip."""
+    classes = class_thresholds(thresholds.class_default, thresholds.per_class.overrides())
+    scr = screen(selectivity(mean_attention), classes, thresholds.circuit)
+    return Screened(classes, scr, near_threshold(scr.sel, classes, thresholds.circuit, DTYPE_RELATIVE_ERROR[dtype]))

@@ -13,7 +13,23 @@ Both estimators work from the running sums that the capture step accumulates, so
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+
+@dataclass(frozen=True)
+class SpectralEstimates:
+    """Step 3's record: both estimators for every head."""
+
+    pr: np.ndarray  # [layers, heads] participation ratio of the centred head outputs at T-1
+    entropy_rank: np.ndarray  # [layers, heads] entropy effective rank of the uncentred ones
+    n_sequences: int  # the sequences whose outputs entered the sums
+
+
+def estimates(gram: np.ndarray, total: np.ndarray, n: int) -> SpectralEstimates:
+    """[layers, heads, d, d] Gram matrices and [layers, heads, d] row sums over ``n`` sequences -> both estimators."""
+    return SpectralEstimates(participation_ratio(gram, total, n), entropy_rank(gram), n)
 
 
 def participation_ratio(gram: np.ndarray, total: np.ndarray, n: int) -> np.ndarray:

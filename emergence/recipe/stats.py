@@ -15,13 +15,17 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
 from emergence.core.record import Record
 from emergence.recipe.probe import LOCAL_OFFSETS
-from emergence.recipe.screen import CLASSES, MIN_BASELINE, UNCLASSIFIED, Screen, head_name, screen, selectivity
+from emergence.recipe.screen import (BASELINE, CLASSES, MIN_BASELINE, UNCLASSIFIED, Screen, Screened, head_name, screen,
+                                     selectivity)
+
+log = logging.getLogger(__name__)
 
 NULL_SEED = 2026  # the reference calibration's generator
 NULL_FLOOR_MIN = 2.0  # floor = max(2, pooled null p99)
@@ -248,3 +252,30 @@ def effect_intervals(clean: np.ndarray, circuit: np.ndarray, controls: np.ndarra
     ci = settings.ci
     return {"ci": ci, "circuit_loss_increase": interval(rise, ci), "controls_loss_increase_mean": interval(control, ci),
             "causal_margin": interval(margin, ci), "p_causal": float((margin > 0).mean())}
+
+
+@dataclass
+class Uncertainty:
+    """The screen's uncertainty, from the same pass."""
+
+    intervals: ScreenIntervals  # the bootstrap over sequences
+    null: NullCalibration  # the reference null's floor
+    below_floor: list[str]  # thresholds under the null floor that admit heads
+
+
+def quantify_uncertainty(measured, screened: Screened, circuit_threshold: float, settings,
+                         seq_len: int) -> Uncertainty:
+    """The screen's uncertainty from the probe pass's ``measured`` (``measurements.Measurements``):
+    a bootstrap over sequences and the null's floor (``settings``: the run's ``StatsConfig``); a
+    warning names the heads a threshold below the floor admits."""
+    intervals = screen_intervals(measured.targets, screened.thresholds, circuit_threshold, settings)
+    null = null_calibration(measured.null_sums, measured.mean_attention[..., BASELINE], len(measured.targets),
+                            seq_len, settings.null_rule)
+    low = below_floor(screened.screen, screened.thresholds, circuit_threshold, null.floor)
+    if null.floor is None:
+        log.warning(f"warning: no null floor: every head's baseline attention is degenerate (under "
+                    f"{null.degenerate_below:.3g} = {DEGENERATE_BASELINE_SHARE:g}/T)")
+    if low:
+        log.warning(f"warning: thresholds below the null floor {null.floor:.2f}x admit heads not told apart "
+                    f"from chance: {'; '.join(low)}")
+    return Uncertainty(intervals, null, low)

@@ -121,18 +121,33 @@ _PARSE = {"int": int, "float": float, "bool": _parse_bool, "str": str}  # heads.
 HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow)]
 
 
-def head_rows(scr: Screen, mean_attention: np.ndarray, pr: np.ndarray, entropy_rank: np.ndarray,
-              intervals: ScreenIntervals, null_p99: np.ndarray, degenerate_baseline: np.ndarray,
-              sink_importance: np.ndarray, near_threshold: np.ndarray,
-              value_norm_ratio: np.ndarray | None = None, prefix_matching: np.ndarray | None = None) -> list[HeadRow]:
-    """One ``HeadRow`` per head; ``mean_attention`` is [layers, heads, 7],
-    ``null_p99`` [layers, heads] the head's 99th percentile of null selectivity,
-    ``degenerate_baseline`` [layers, heads] whether its baseline attention is degenerate
+@dataclass(frozen=True)
+class HeadMeasures:
+    """The per-head measurements a run writes beside the screen; [layers, heads] unless said."""
+
+    mean_attention: np.ndarray  # [layers, heads, 7] batch-mean attention to each target (``screen.CLASSES``, baseline)
+    pr: np.ndarray  # the participation ratio of the head's outputs at T-1
+    entropy_rank: np.ndarray  # their entropy effective rank
+    sink_importance: np.ndarray  # key 0's importance (``sinks``) averaged over sequences
+    value_norm_ratio: np.ndarray | None = None  # the value drain (``mechanism``); None: not measured (NaN in the file)
+    prefix_matching: np.ndarray | None = None  # the repeat probe's prefix-matching score; None: not measured
+
+    @classmethod
+    def of(cls, measured) -> "HeadMeasures":
+        """From a run's ``measurements.Measurements``."""
+        return cls(measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance,
+                   measured.value_norm_ratio, measured.prefix_matching)
+
+
+def head_rows(scr: Screen, measures: HeadMeasures, intervals: ScreenIntervals, null_p99: np.ndarray,
+              degenerate_baseline: np.ndarray, near_threshold: np.ndarray) -> list[HeadRow]:
+    """One ``HeadRow`` per head; ``null_p99`` [layers, heads] is the head's 99th percentile of null
+    selectivity, ``degenerate_baseline`` [layers, heads] whether its baseline attention is degenerate
     (``stats.degenerate_baseline``: its selectivities are ratios over the softmax's far tail),
-    ``sink_importance`` [layers, heads] key 0's importance (``sinks``) averaged over sequences,
-    ``near_threshold`` [layers, heads] whether the run's dtype could flip it (``screen.near_threshold``),
-    ``value_norm_ratio`` [layers, heads] the value drain (``mechanism``) and ``prefix_matching``
-    [layers, heads] the repeat probe's prefix-matching score (None: not measured; NaN in the file)."""
+    ``near_threshold`` [layers, heads] whether the run's dtype could flip it (``screen.near_threshold``)."""
+    mean_attention, pr, entropy_rank = measures.mean_attention, measures.pr, measures.entropy_rank
+    sink_importance, value_norm_ratio, prefix_matching = (measures.sink_importance, measures.value_norm_ratio,
+                                                          measures.prefix_matching)
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):

@@ -15,7 +15,7 @@ from emergence.recipe.ablation import (
     metrics_per_sequence,
     run_ablation,
 )
-from emergence.recipe.capture import run_probe
+from emergence.recipe.capture import PassOptions, Subject, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 
 T = 64
@@ -72,7 +72,8 @@ def test_mean_ablation_with_a_heads_own_values_changes_nothing(tiny_dirs, batch)
     model = capture_model(tiny_dirs["olmo"])
     info = Architecture.of(model)
     one = make_probe_batch(1, T, 10, VOCAB, 3)
-    cap = run_probe(model, info, one, baseline_positions(T, 50), 1, 1, True, metrics_per_sequence)
+    cap = run_probe(Subject(model, info, one, 1),
+                    PassOptions(baseline_positions(T, 50), 1, keep_position_means=True), metrics_per_sequence)
     masks = torch.ones(1, info.n_layers, info.n_heads, dtype=torch.bool)  # every head, every layer
     with ablating(info, masks, cap.position_mean):  # the batch mean of a batch of one is itself
         same = last_logits(model, one.tokens)

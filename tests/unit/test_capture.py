@@ -12,7 +12,7 @@ from emergence.core.config import StatsConfig
 from emergence.hub.checkpoints import Architecture
 from emergence.recipe import capture
 from emergence.recipe.ablation import METRICS, metrics_per_sequence
-from emergence.recipe.capture import ATTN_IMPLEMENTATION, register_attention, run_probe
+from emergence.recipe.capture import ATTN_IMPLEMENTATION, PassOptions, Subject, register_attention, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from emergence.recipe.sinks import sink_metric
 
@@ -33,8 +33,7 @@ def probe_batch():
 def test_captured_attention_equals_eager_output_attentions(arch, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
-    cap = run_probe(model, Architecture.of(model), batch, baseline, batch_size=5, spectral_n=12,
-                    keep_position_means=False, score=metrics_per_sequence)
+    cap = run_probe(Subject(model, Architecture.of(model), batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
     expected = eager_targets(eager_model(tiny_dirs[arch]), batch.tokens, batch.ab.numpy(), baseline)
     assert cap.targets.shape == expected.shape == (12, 2, 4, 7)
     np.testing.assert_allclose(cap.targets, expected, rtol=1e-5, atol=1e-7)
@@ -50,8 +49,7 @@ def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_
     monkeypatch.setattr(capture, "kernel_returns_lse", lambda query: kernel_lse)
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
-    cap = run_probe(model, Architecture.of(model), batch, baseline, batch_size=5, spectral_n=12,
-                    keep_position_means=False, score=metrics_per_sequence)
+    cap = run_probe(Subject(model, Architecture.of(model), batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
     expected = eager_sink_importance(eager_model(tiny_dirs[arch]), batch.tokens)
     assert cap.sink_importance.shape == expected.shape == (12, 2, 4)
     np.testing.assert_allclose(cap.sink_importance, expected, rtol=1e-5, atol=1e-5)
@@ -85,8 +83,8 @@ def test_spectral_sums_equal_head_outputs_from_hooks(arch, tiny_dirs, probe_batc
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
     arch_info = Architecture.of(model)
-    cap = run_probe(model, arch_info, batch, baseline, batch_size=5, spectral_n=7,
-                    keep_position_means=True, score=metrics_per_sequence)
+    cap = run_probe(Subject(model, arch_info, batch, 5),
+                    PassOptions(baseline, 7, keep_position_means=True), metrics_per_sequence)
     x = head_outputs_at_last(eager_model(tiny_dirs[arch]), arch, batch.tokens, arch_info.n_heads)[:7]
     gram = np.einsum("nlhd,nlhe->lhde", x, x)
     # SDPA and eager kernels differ in float32 rounding only: tolerance relative to the scale.
@@ -105,7 +103,7 @@ def test_logits_under_capture_equal_the_models_own_eager_logits(arch, tiny_dirs,
         seen.append(logits.double())
         return metrics_per_sequence(logits, b)
 
-    run_probe(model, Architecture.of(model), batch, baseline, 5, 12, False, keep_logits)
+    run_probe(Subject(model, Architecture.of(model), batch, 5), PassOptions(baseline, 12), keep_logits)
     with torch.no_grad():
         expected = eager_model(tiny_dirs[arch])(batch.tokens).logits[:, -1].double()
     torch.testing.assert_close(torch.cat(seen), expected, rtol=1e-4, atol=1e-5)
@@ -141,9 +139,10 @@ def test_family_twists_stay_in_effect(arch, off, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     plain = AutoModelForCausalLM.from_pretrained(tiny_dirs[arch], dtype=torch.float32,
                                                  attn_implementation=register_attention(), **off).eval()
-    cap_plain = run_probe(plain, Architecture.of(plain), batch, baseline, 12, 12, False, metrics_per_sequence)
+    cap_plain = run_probe(Subject(plain, Architecture.of(plain), batch, 12),
+                          PassOptions(baseline, 12), metrics_per_sequence)
     model = capture_model(tiny_dirs[arch])
-    cap = run_probe(model, Architecture.of(model), batch, baseline, 12, 12, False, metrics_per_sequence)
+    cap = run_probe(Subject(model, Architecture.of(model), batch, 12), PassOptions(baseline, 12), metrics_per_sequence)
     assert np.abs(cap.targets - cap_plain.targets).max() > 1e-3
     expected = eager_targets(eager_model(tiny_dirs[arch]), batch.tokens, batch.ab.numpy(), baseline)
     np.testing.assert_allclose(cap.targets, expected, rtol=1e-5, atol=1e-7)
@@ -169,7 +168,7 @@ def test_attention_that_bypasses_the_interface_stops_with_one_line(tiny_dirs, mo
 def test_clean_metrics_match_full_logits(tiny_dirs, probe_batch):
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs["gpt_neox"])
-    cap = run_probe(model, Architecture.of(model), batch, baseline, 5, 12, False, metrics_per_sequence)
+    cap = run_probe(Subject(model, Architecture.of(model), batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
     with torch.no_grad():
         logits = eager_model(tiny_dirs["gpt_neox"])(batch.tokens).logits[:, -1].double()
     target = batch.b
@@ -189,7 +188,7 @@ def test_non_finite_attention_stops_with_a_float32_hint(tiny_dirs, probe_batch):
     with torch.no_grad():
         model.model.layers[0].self_attn.q_proj.weight.fill_(float("inf"))
     with pytest.raises(FloatingPointError, match="model.dtype=float32"):
-        run_probe(model, Architecture.of(model), batch, baseline, 6, 12, False, metrics_per_sequence)
+        run_probe(Subject(model, Architecture.of(model), batch, 6), PassOptions(baseline, 12), metrics_per_sequence)
 
 
 def test_a_layer_without_a_mask_or_with_attention_sinks_is_refused(tiny_dirs, monkeypatch):
@@ -229,7 +228,7 @@ def test_a_layer_that_does_not_pass_the_forwards_keyword_arguments_on_is_refused
     arch = Architecture.of(model)
     model.model.layers[0].self_attn.register_forward_pre_hook(drop_our_kwargs, with_kwargs=True)
     with pytest.raises(UsageError, match="'llama' is not supported: 1 of 2 attention layers went through the capture"):
-        run_probe(model, arch, batch, baseline, 6, 12, False, score=None)  # stopped before anything is scored
+        run_probe(Subject(model, arch, batch, 6), PassOptions(baseline, 12), None)  # stopped before anything is scored
 
 
 def test_the_capture_registers_nothing_on_import():

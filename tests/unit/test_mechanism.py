@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from emergence.hub.checkpoints import Architecture
 from emergence.recipe import mechanism
 from emergence.recipe.ablation import metrics_per_sequence
-from emergence.recipe.capture import register_attention, run_probe
+from emergence.recipe.capture import PassOptions, Subject, register_attention, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 
 T = 64
@@ -26,8 +26,7 @@ def captured(path, batch, baseline):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
                                                  attn_implementation=register_attention()).eval()
     arch = Architecture.of(model)
-    return model, arch, run_probe(model, arch, batch, baseline, batch_size=5, spectral_n=12,
-                                  keep_position_means=False, score=metrics_per_sequence)
+    return model, arch, run_probe(Subject(model, arch, batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -84,8 +83,7 @@ def test_a_massive_activation_planted_at_the_first_position_is_found(tiny_dirs, 
         return output
 
     handle = model.model.embed_tokens.register_forward_hook(plant)
-    cap = run_probe(model, arch, batch, baseline, batch_size=5, spectral_n=12, keep_position_means=False,
-                    score=metrics_per_sequence)
+    cap = run_probe(Subject(model, arch, batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
     handle.remove()
     first = cap.residual.records()[0]
     assert (first.position, first.dimension) == (0, 5) and first.ratio > 1000

@@ -15,7 +15,7 @@ from emergence.main import analyse
 from emergence.panel.report import write_report
 from emergence.panel.runs import Checkpoint, load_runs
 from emergence.recipe.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, near_threshold, selectivity
-from emergence.run.cache import sequence_mean
+from emergence.recipe.measurements import sequence_mean
 from emergence.run.results import PER_SEQUENCE_FILE, dtype_differs, read_run
 
 DOCS = Path(__file__).parents[2] / "docs"

@@ -20,7 +20,7 @@ from emergence.panel.sensitivity import GRID, dense
 from emergence.panel.uncertainty import replicates
 from emergence.recipe.screen import CLASSES, class_thresholds, screen
 from emergence.recipe.stats import screen_intervals
-from emergence.run.results import format_tokens, head_rows, write_run
+from emergence.run.results import HeadMeasures, format_tokens, head_rows, write_run
 
 REFERENCE = REFERENCE_DATA  # the study's per-head results, installed with the package (its SOURCE.md)
 
@@ -91,8 +91,9 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     targets = np.repeat(attention[None], 4, axis=0)
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     spectral = c.spectral if c.spectral is not None else np.full(c.sel.shape[:2], np.nan)
-    rows = head_rows(scr, attention, np.full(c.sel.shape[:2], np.nan), spectral, intervals, np.zeros(c.sel.shape[:2]),
-                     np.zeros(c.sel.shape[:2], dtype=bool), np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool))
+    measures = HeadMeasures(attention, np.full(c.sel.shape[:2], np.nan), spectral, np.zeros(c.sel.shape[:2]))
+    rows = head_rows(scr, measures, intervals, np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool),
+                     np.zeros(c.sel.shape[:2], dtype=bool))
     write_run(run_dir, rows, run_summary(**summary), {"targets": targets})
 
 
@@ -387,8 +388,8 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
         scr = screen(c.sel, class_thresholds(30.0), 50.0)
         intervals = screen_intervals(c.targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=50))
         zeros, degenerate = np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool)
-        write_run(run_dir, head_rows(scr, c.targets.mean(0), zeros, zeros, intervals, zeros, degenerate,
-                                     importance.mean(0), degenerate),
+        write_run(run_dir, head_rows(scr, HeadMeasures(c.targets.mean(0), zeros, zeros, importance.mean(0)), intervals,
+                                     zeros, degenerate, degenerate),
                   run_summary(model="two", revision=c.revision, tokens=c.tokens, n_layers=2, n_heads=4),
                   {"targets": c.targets, "sink_importance": importance})
     loaded = load_runs([root])["two"]

@@ -1,0 +1,209 @@
+"""The bookkeeping steps of one checkpoint's run: ``check_branch`` (the sweep's verdict), ``load``
+(the checkpoint, the probe batch and the cache's entry, as one record), ``measure`` (the probe pass),
+``summarise`` (the run record) and ``write_outputs`` (its files, the cache entry, W&B).
+``emergence.main.analyse`` calls them between the recipe's own steps (``emergence/recipe/``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from emergence.core.config import Config, config_digest
+from emergence.core.errors import UsageError
+from emergence.hub import checkpoints, integrity
+from emergence.recipe import ablation, capture, icl, probe, sinks, stats, text
+from emergence.recipe.measurements import Measurements
+from emergence.recipe.screen import CLASSES, Screened
+from emergence.run import cache, prefetch, results, tracking
+from emergence.run.validation import validate_for_model
+from emergence.toy import train as toy_train
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Loaded:
+    """Step 0's record: the checkpoint named, checked and (where the recipe needs it) loaded, with
+    everything later steps need of the Hub and the cache, so that none of them asks again."""
+
+    name: str  # model@revision, for the log and W&B
+    revision: checkpoints.Revision
+    source: checkpoints.Source
+    model_type_mapped_from: str | None  # the config's development model_type, read as its released name
+    device: torch.device
+    dtype: str  # "float32", "bfloat16" or "float16"
+    weight_bytes: int
+    weights_sha256: dict[str, str]  # each weight file's content sha256
+    download: results.Download  # bytes downloaded and the prefetch's arrival (load_seconds set by ``summarise``)
+    batch: probe.ProbeBatch  # the probe (built before the weights load: the text probe's can fail)
+    baseline: np.ndarray  # [n_baseline] the baseline's key positions
+    tokenizer: str | None  # the text probe's tokenizer: the checkpoint's (repo@revision) or bytes
+    cache_file: Path | None  # where the measurements are kept (reuse=true); None: not kept
+    cached: Measurements | None  # the probe's measurements from the cache (reuse=true), if there
+    subject: capture.Subject | None  # model, layout, batch; None: the cached measurements serve, ablation is off
+
+
+def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None:
+    """The sweep's verdict on this job's branch: a branch holding another's shard, or no weights,
+    stops the job in one line; a duplicate gives its record, written in place of an analysis."""
+    if store is None:
+        return None
+    training_seed = results.training_seed(cfg.model)
+    revision = checkpoints.resolve_revision(cfg)
+    repo = cfg.model.name_or_path
+    verdict = integrity.stored_verdicts(store).get(repo, {}).get(revision.name)
+    if verdict is None or verdict.verdict == "ok":
+        return None
+    if verdict.fails:
+        raise UsageError(f"revision={revision.name} of {repo} is defective: {verdict.line} (python -m "
+                         f"emergence.revisions {cfg.model.key} --repo {repo} --check); leave it out of the sweep")
+    if verdict.verdict == "duplicate":
+        return results.DuplicateRun(results.SCHEMA_VERSION, cfg.model.key, repo, training_seed, revision.name,
+                                    revision.step, revision.tokens, verdict.other, verdict.weights_sha256,
+                                    config_digest(cfg))
+    log.warning(f"{repo}@{revision.name}: {verdict.line}; read as {verdict.expected_model_type}")
+    return None
+
+
+def load(cfg: Config) -> Loaded:
+    """Step 0: the checkpoint's revision, source and config, checked against the run's settings and
+    the memory; the probe batch; then its cached measurements (reuse=true), and the model unless they
+    make it unnecessary (``cache.needs_weights``); mean ablation also needs the probe pass's
+    per-position means."""
+    if cfg.model.toy is not None:
+        toy_train.ensure_trained(cfg.model)
+    # the Hub: what the checkpoint is, before its weights
+    revision = checkpoints.resolve_revision(cfg)
+    device = checkpoints.pick_device(cfg.device)
+    dtype = checkpoints.pick_dtype(cfg.model.dtype)
+    src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
+    checkpoint = checkpoints.load_config(cfg, src)
+    hf_config = checkpoint.hf_config
+    weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
+    batch, tokenizer = checkpoints.probe_batch(cfg, src, hf_config.vocab_size)
+    dtype_name = checkpoints.dtype_name(dtype)
+    # the run's bookkeeping: the settings against the checkpoint, the sweep's prefetch, the cache
+    validate_for_model(cfg, hf_config)
+    prefetched = (src.path, src.revision, src.weights_format)
+    if prefetch.fetched_by_sweep(prefetched):  # the sweep downloaded it: count it, and clean it up
+        src = dataclasses.replace(src, cached_before=False)
+    arrival = prefetch.arrival(prefetched)
+    cache_file = cache.entry_path(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype_name)) \
+        if cfg.reuse else None
+    cached = None if cache_file is None else cache.load(cache_file)
+    if cached is not None and cached.probe_fingerprint != batch.fingerprint():  # the dataset changed under its name
+        cached = None
+    need_model = cache.needs_weights(cfg, cached is not None)
+    # the Hub again: the weights, where the run needs them
+    subject = None
+    if need_model:
+        model = checkpoints.load_model(cfg, src, checkpoint, device, dtype)
+        batch_size = cfg.probe.batch_size
+        if device.type == "cuda" and cfg.probe.auto_batch:
+            batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), cfg.probe.seq_len, hf_config,
+                                                     dtype)
+        subject = capture.Subject(model, checkpoints.Architecture.of(model), batch, batch_size)
+    download = results.Download(bytes_downloaded=checkpoints.downloaded_bytes(src), load_seconds=0.0,
+                                prefetched=arrival.prefetched, wait_seconds=arrival.wait_seconds)
+    weights_sha256 = checkpoints.weights_sha256(src)
+    p = cfg.probe
+    return Loaded(f"{cfg.model.key}@{revision.name or 'as-is'}", revision, src, checkpoint.model_type_mapped_from,
+                  device, dtype_name, weight_bytes, weights_sha256, download, batch,
+                  probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), tokenizer, cache_file, cached,
+                  subject)
+
+
+def run_config(cfg: Config, loaded: Loaded) -> dict:
+    """The W&B run's config: the run's settings, and the checkpoint's step and tokens."""
+    return {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": loaded.revision.step,
+            "tokens": loaded.revision.tokens}
+
+
+def measure(cfg: Config, loaded: Loaded) -> capture.Capture | None:
+    """Step 1: the probe pass, reduced on the fly, unless the measurements are cached (mean
+    ablation runs it anyway: it needs the per-position means)."""
+    p = cfg.probe
+    mean_ablation = cfg.ablate.enabled and cfg.ablate.mode == "mean"
+    if loaded.cached is not None and not mean_ablation:
+        return None
+    log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {loaded.name}")
+    options = capture.PassOptions(
+        loaded.baseline, p.spectral_sequences or p.n_sequences, keep_position_means=mean_ablation,
+        null_positions=stats.null_positions(loaded.batch.ab.numpy(), p.seq_len, cfg.stats.n_null),
+        position_losses=p.kind != "synthetic", repeat=probe.RepeatLayout(p.seq_len) if p.kind == "repeat" else None)
+    return capture.run_probe(loaded.subject, options, ablation.metrics_per_sequence)
+
+
+def remove_from_cache(source: checkpoints.Source) -> None:
+    freed = checkpoints.remove_from_cache(source)
+    log.info(f"cleanup: removed {source.path}@{source.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
+
+
+def summarise(cfg: Config, loaded: Loaded, measured: Measurements, screened: Screened,
+              uncertainty: stats.Uncertainty, ablated: ablation.AblationResult,
+              timings: dict[str, float]) -> results.RunSummary:
+    """The run's record, ``summary.json``."""
+    revision, scr, null, p = loaded.revision, screened.screen, uncertainty.null, cfg.probe
+    # the run's own records first, then the recipe's scores, then the settings' digest
+    training_seed = results.training_seed(cfg.model)
+    near = results.near_threshold_record(screened.near_threshold, loaded.dtype)
+    intervals = results.intervals_summary(uncertainty.intervals, cfg.stats)
+    versions = results.versions()
+    sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
+    text_scores = None if p.kind != "text" else icl.text_scores(
+        measured.position_losses, list(p.icl_positions), cfg.stats, text.source_name(p), loaded.tokenizer)
+    repeat_scores = None if p.kind != "repeat" else icl.repeat_scores(
+        measured.position_losses, probe.RepeatLayout(p.seq_len), cfg.stats)
+    copy_loss_drop = toy_train.copy_loss_drop(cfg.model, revision.name)
+    digest = config_digest(cfg)
+    return results.RunSummary(
+        schema_version=results.SCHEMA_VERSION, model=cfg.model.key, name_or_path=cfg.model.name_or_path,
+        training_seed=training_seed, revision=revision.name, step=revision.step,
+        tokens=revision.tokens, architecture=measured.model_type, n_layers=measured.n_layers,
+        n_heads=measured.n_heads, head_dim=measured.head_dim, dtype=loaded.dtype,
+        reference_dtype=cfg.model.reference_dtype, near_threshold=near,
+        device=str(loaded.device), weight_bytes=loaded.weight_bytes, weights_sha256=loaded.weights_sha256,
+        download=dataclasses.replace(loaded.download, load_seconds=timings["load"]),
+        batch_size=loaded.subject.batch_size if loaded.subject else p.batch_size,
+        probe=results.ProbeSummary(**asdict(p), fingerprint=loaded.batch.fingerprint(),
+                                   baseline_positions=loaded.baseline.tolist()),
+        thresholds=results.Thresholds(classes=dict(zip(CLASSES, screened.thresholds.tolist())),
+                                      circuit=cfg.threshold.circuit),
+        class_counts=scr.class_counts(), member_counts=scr.member_counts(), bos_fraction=scr.bos_fraction(),
+        bos_fraction_ci=uncertainty.intervals.bos_fraction, bos_per_layer=scr.bos_per_layer(),
+        sink_metric=sink_metric, induction_circuit=scr.circuit_names(), intervals=intervals,
+        null=null.as_summary(),
+        threshold_warnings=[f"below the null floor {null.floor:.2f}x: {t}" for t in uncertainty.below_floor],
+        spectral=results.SpectralSummary(n_sequences=measured.spectral_n),
+        reused_measurements=loaded.cached is not None, ablation=ablated,
+        copy_loss_drop=copy_loss_drop, config_digest=digest, timings=timings, versions=versions,
+        massive_activations=measured.residual.records(), text=text_scores, repeat=repeat_scores,
+        model_type_mapped_from=loaded.model_type_mapped_from)
+
+
+def write_outputs(out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: Measurements,
+                  screened: Screened, uncertainty: stats.Uncertainty) -> None:
+    """The class grid, the W&B run's log, the cache entry (reuse=true), then heads.csv,
+    per_sequence.npz (with the token batch [n, T]) and summary.json (last)."""
+    null = uncertainty.null
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figure = tracking.class_figure(screened.screen.head_class, loaded.name)
+    figure.savefig(out_dir / "classes.png", dpi=120)
+    rows = results.head_rows(screened.screen, results.HeadMeasures.of(measured), uncertainty.intervals,
+                             null.per_head_p99, null.degenerate, screened.near_threshold)
+    tracking.log_checkpoint(run, summary, rows, figure)
+    tracking.plt.close(figure)
+    if loaded.cache_file is not None and loaded.cached is None:
+        cache.save(loaded.cache_file, measured)
+    per_sequence = {"targets": measured.targets, "sink_importance": measured.sink_importance,
+                    "tokens": loaded.batch.tokens.numpy()}
+    if measured.position_losses is not None:
+        per_sequence["position_losses"] = measured.position_losses
+    results.write_run(out_dir, rows, summary, per_sequence)
