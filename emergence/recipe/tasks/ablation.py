@@ -25,7 +25,7 @@ Conditions (TASKS.md 1.3, 1.5, 1.6, 2.4, 3.4, 4.4), in this order:
 * per screen and seed of ``mr_seeds``: ``matched_random_seed``, from a fresh ``RandomState(seed)``.
 
 A condition whose spec holds no head (a circuit no head reaches, an S-inhibition screen no head
-passes) is not run: ``TaskAblation.not_run`` names it.
+passes, a union one of whose sides is empty) is not run: ``TaskAblation.not_run`` names it.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def capability_circuits(selectivity: np.ndarray) -> tuple[HeadSpec, HeadSpec]:
     induction = selectivity[..., CLASSES.index("induction")]
     prev_token = [lh for lh in all_heads
                   if previous[lh] >= PREV_TOKEN_CIRCUIT_MIN and best_class(selectivity[lh]) == "previous_token"]
-    return spec_from_circuit(prev_token), spec_from_circuit(lh for lh in all_heads if induction[lh] >= INDUCTION_CIRCUIT_MIN)
+    induction_heads = [lh for lh in all_heads if induction[lh] >= INDUCTION_CIRCUIT_MIN]
+    return spec_from_circuit(prev_token), spec_from_circuit(induction_heads)
 
 
 # --- 2. the conditions -------------------------------------------------------------------------------
@@ -143,9 +144,9 @@ def user_spec(names: Sequence[str]) -> HeadSpec:
     bad = [name for name, head in zip(names, heads) if head is None]
     if bad:
         raise UsageError(f"ablation heads: {bad[0]!r} is not a head name; write heads as L<layer>H<head>, e.g. L13H1")
-    repeated = sorted({name for name in names if list(names).count(name) > 1})
+    repeated = [head for i, head in enumerate(heads) if head in heads[:i]]
     if repeated:
-        raise UsageError(f"ablation heads: {repeated[0]} is listed twice; list each head once")
+        raise UsageError(f"ablation heads: {head_name(*repeated[0])} is listed twice; list each head once")
     return spec_from_ranking(heads)
 
 
@@ -153,6 +154,11 @@ def check_conditions(conditions: Sequence[Condition], n_layers: int, n_heads: in
     """Refuse any condition with a head outside a model of ``n_layers`` x ``n_heads`` (``check_heads``)."""
     for condition in conditions:
         check_heads(condition.spec, n_layers, n_heads, f"ablation condition {condition.name}")
+
+
+def _union_of_both(a: HeadSpec, b: HeadSpec) -> HeadSpec:
+    """``union(a, b)`` where both hold heads; else no head (the union would repeat the other condition)."""
+    return union(a, b) if heads_of(a) and heads_of(b) else {}
 
 
 def build_conditions(plan: AblationPlan, n_layers: int, n_heads: int) -> list[Condition]:
@@ -175,11 +181,11 @@ def build_conditions(plan: AblationPlan, n_layers: int, n_heads: int) -> list[Co
                        Condition("full_layers", layers_of(spec, n_heads), screen=name)]
     if all(name in plan.screens for name in SCREEN_UNION):
         first, second = SCREEN_UNION
-        conditions.append(Condition("screen_union", union(plan.screens[first], plan.screens[second])))
+        conditions.append(Condition("screen_union", _union_of_both(plan.screens[first], plan.screens[second])))
     if plan.circuits is not None:
         prev_token, induction = plan.circuits
         conditions += [Condition("prev_token_circuit", prev_token), Condition("induction_circuit", induction),
-                       Condition("circuit_union", union(prev_token, induction))]
+                       Condition("circuit_union", _union_of_both(prev_token, induction))]
     if plan.heads is not None:
         conditions.append(Condition("user", user_spec(plan.heads)))
     for name, spec in plan.screens.items():
@@ -226,7 +232,7 @@ class TaskAblation(Record):
     n_prompts: int
     conditions: list[ConditionResult]  # in the order given
     sweeps: list[ScreenSweep]  # per screen with matched_random_seed conditions
-    not_run: list[str]  # conditions whose spec holds no head
+    not_run: list[str]  # conditions with no head to ablate (module docstring)
 
 
 def _condition_values(model, arch, batch: TaskBatch, batch_size: int, condition: Condition):
