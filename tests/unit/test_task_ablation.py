@@ -271,11 +271,13 @@ def test_a_head_outside_the_model_stops_before_any_forward():
 
 def test_the_conditions_need_one_baseline_and_distinct_names():
     _, model, layout = models("llama")
-    with pytest.raises(UsageError, match="0 baselines"):
+    with pytest.raises(UsageError, match=r"0 baseline\(s\)"):
         task_ablation(model, layout, batch("ioi"), 4, [Condition("user", {0: [1]})], SETTINGS)
     with pytest.raises(UsageError, match="same name"):
         task_ablation(model, layout, batch("ioi"), 4,
                       [Condition("baseline", {}), Condition("user", {0: [1]}), Condition("user", {0: [2]})], SETTINGS)
+    with pytest.raises(UsageError, match="with no heads"):
+        task_ablation(model, layout, batch("ioi"), 4, [Condition("baseline", {0: [1]})], SETTINGS)
 
 
 def sweep_model():

@@ -265,12 +265,12 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
     ``capture.register_attention()``, ``arch`` its ``checkpoints.Architecture``, ``batch_size`` prompts
     per forward) and summarise each with ``task_metrics`` (``settings``: the run's ``StatsConfig``,
     its ``n_boot``, ``ci`` and ``seed``: the same resamples for every condition). Every spec is
-    checked before the first forward pass; a condition with no head other than the baseline is not run."""
+    checked before the first forward pass; a condition other than the baseline that has no head is not run."""
     check_conditions(conditions, arch.n_layers, arch.n_heads)
     baselines = [c for c in conditions if c.kind == "baseline"]
     if len(baselines) != 1 or heads_of(baselines[0].spec):
-        raise UsageError(f"the ablation conditions hold {len(baselines)} baselines; give exactly one, with no heads "
-                         "(build_conditions does)")
+        raise UsageError(f"the ablation conditions hold {len(baselines)} baseline(s); give exactly one baseline, "
+                         "with no heads (as build_conditions does)")
     names = [c.name for c in conditions]
     if len(set(names)) != len(names):
         raise UsageError("two ablation conditions have the same name; give each condition once")
