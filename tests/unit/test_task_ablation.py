@@ -1,0 +1,345 @@
+"""The task ablations (recipe/tasks/ablation.py): the capability circuits on hand-made selectivities,
+the conditions against the study's published specs, and the ablation runs on tiny models of three
+architectures against an independent computation (the eager reference with the ablated heads' columns
+of the output projection zeroed)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from emergence.core.config import StatsConfig
+from emergence.core.errors import UsageError
+from emergence.recipe.ablation import ablating, head_mask
+from emergence.recipe.screen import CLASSES
+from emergence.recipe.tasks.ablation import (
+    AblationPlan,
+    Condition,
+    TaskAblation,
+    best_class,
+    build_conditions,
+    capability_circuits,
+    task_ablation,
+)
+from emergence.recipe.tasks.batches import build_task_batch
+from emergence.recipe.tasks.matched_random import heads_of, matched_random_seeds
+from emergence.recipe.tasks.measure import task_pass
+from emergence.recipe.tasks.metrics import ChoicePrompts, GreaterThanPrompts, SuccessorPrompts, task_metrics
+from tests.helpers.task_reference import TINY_ARCHS
+from tests.unit.test_task_pass import (
+    TASK_NAMES,
+    assert_values_equal,
+    batch,
+    eager_model,
+    models,
+    ours,
+    reference_values,
+    tokenizer,
+)
+
+SETTINGS = StatsConfig(n_boot=200, ci=0.9, seed=3)
+HEAD_DIM = 8  # the tiny models': hidden 32 over 4 heads
+
+
+# --- the capability circuits ----------------------------------------------------------------------
+
+def selectivities(n_layers, n_heads, per_head):
+    """[layers, heads, 6] all 1.0 but the given heads: (layer, head) -> {class: selectivity}."""
+    sel = np.ones((n_layers, n_heads, len(CLASSES)))
+    for (layer, head), values in per_head.items():
+        for name, value in values.items():
+            sel[layer, head, CLASSES.index(name)] = value
+    return sel
+
+
+def test_capability_circuits_thresholds_ties_and_nan():
+    sel = selectivities(3, 4, {
+        (0, 0): {"previous_token": 100.0},  # exactly 100: in
+        (0, 1): {"previous_token": 99.999},  # below: out
+        (0, 2): {"previous_token": 200.0, "bos": 300.0},  # best class first token: out
+        (0, 3): {"previous_token": 150.0, "duplicate_token": 150.0},  # tie: the study's order puts previous first
+        (1, 0): {"previous_token": 150.0, "induction": 150.0},  # tie: induction first; induction >= 50: in
+        (1, 1): {"induction": 50.0},  # exactly 50: in
+        (1, 2): {"induction": 49.999, "previous_token": float("nan")},  # out of both
+        (1, 3): {c: float("nan") for c in CLASSES} | {"previous_token": 500.0},  # NaN skipped: previous best
+        (2, 1): {"induction": 80.0, "bos": 1000.0},  # induction has no best-class filter: in
+        (2, 0): {"induction": float("nan"), "previous_token": 120.0},  # NaN induction: out; previous: in
+    })
+    prev_token, induction = capability_circuits(sel)
+    assert list(prev_token.items()) == [(0, [0, 3]), (1, [3]), (2, [0])]
+    assert list(induction.items()) == [(1, [0, 1]), (2, [1])]
+
+
+def test_best_class_scans_the_study_order():
+    def row(**values):
+        return [values.get(c, 0.0) for c in CLASSES]
+
+    assert best_class(row(duplicate_token=5.0, previous_token=5.0)) == "previous_token"  # CLASSES puts duplicate first
+    assert best_class(row(self=7.0, bos=7.0)) == "bos"  # CLASSES puts self first
+    assert best_class(row(induction=3.0, local=3.0)) == "induction"
+    assert best_class(row(local=3.0, self=2.0)) == "local"
+    assert best_class(row(induction=float("nan"), self=0.5)) == "self"
+    assert best_class(row()) is None  # nothing above the start value 0
+    assert best_class([float("nan")] * len(CLASSES)) is None
+
+
+def test_capability_circuits_refuse_another_shape():
+    with pytest.raises(UsageError, match=r"\[layers, heads, 6\]"):
+        capability_circuits(np.ones((2, 4, 7)))
+
+
+# --- the conditions ---------------------------------------------------------------------------------
+
+# Pythia-1B (16 layers x 8 heads), TASKS.md 0.5, 1.4-1.6: the top-5 name movers and S-inhibition heads,
+# the circuits, and the seed-123 matched-random specs the study stored.
+PYTHIA = (16, 8)
+PYTHIA_NAME_MOVERS = {13: [1], 10: [6, 5, 4], 11: [7]}
+PYTHIA_S_INHIBITION = {12: [1, 4], 9: [1, 6], 8: [7]}
+PYTHIA_PREV_TOKEN = {1: [3], 2: [1, 3, 5], 3: [2, 5, 6], 6: [3]}
+PYTHIA_INDUCTION = {4: [4], 7: [0, 1]}
+
+
+def ordered(spec):
+    return list(spec.items())
+
+
+def test_conditions_reproduce_the_study_specs():
+    plan = AblationPlan(screens={"name_mover": PYTHIA_NAME_MOVERS, "s_inhibition": PYTHIA_S_INHIBITION},
+                        circuits=(PYTHIA_PREV_TOKEN, PYTHIA_INDUCTION), heads=["L5H2", "L0H7"], mr_seeds=(0, 9))
+    conditions = build_conditions(plan, *PYTHIA)
+    by_name = {c.name: c for c in conditions}
+    assert [c.name for c in conditions] == [
+        "baseline",
+        "screen:name_mover", "matched_random:name_mover:123", "full_layers:name_mover",
+        "screen:s_inhibition", "matched_random:s_inhibition:123", "full_layers:s_inhibition",
+        "screen_union", "prev_token_circuit", "induction_circuit", "circuit_union", "user",
+        "matched_random_seed:name_mover:0", "matched_random_seed:name_mover:9",
+        "matched_random_seed:s_inhibition:0", "matched_random_seed:s_inhibition:9",
+    ]
+    assert by_name["baseline"].spec == {}
+    assert ordered(by_name["screen:name_mover"].spec) == ordered(PYTHIA_NAME_MOVERS)
+    assert ordered(by_name["matched_random:name_mover:123"].spec) == [(13, [2]), (10, [0, 2, 7]), (11, [4])]
+    assert ordered(by_name["matched_random:s_inhibition:123"].spec) == [(12, [2, 5]), (9, [0, 5]), (8, [3])]
+    assert ordered(by_name["full_layers:name_mover"].spec) == [(13, list(range(8))), (10, list(range(8))),
+                                                                (11, list(range(8)))]  # the study's 24 heads
+    assert ordered(by_name["screen_union"].spec) == [(12, [1, 4]), (9, [1, 6]), (8, [7]), (13, [1]), (10, [4, 5, 6]),
+                                                     (11, [7])]  # S-inhibition layers first (1.6)
+    assert ordered(by_name["circuit_union"].spec) == [*ordered(PYTHIA_PREV_TOKEN), (4, [4]), (7, [0, 1])]  # 1.3
+    assert ordered(by_name["user"].spec) == [(5, [2]), (0, [7])]
+    for seed in (0, 9):  # a fresh generator per seed, drawn here by hand
+        rng = np.random.RandomState(seed)
+        by_hand = {layer: sorted(rng.choice([h for h in range(8) if h not in picks], len(picks), replace=False))
+                   for layer, picks in PYTHIA_NAME_MOVERS.items()}
+        assert ordered(by_name[f"matched_random_seed:name_mover:{seed}"].spec) == ordered(by_hand)
+    assert [by_name[f"matched_random_seed:s_inhibition:{s}"].spec for s in (0, 9)] == matched_random_seeds(
+        PYTHIA_S_INHIBITION, 8, (0, 9))
+
+
+def test_conditions_of_a_one_screen_task():
+    plan = AblationPlan(screens={"greater_than": {8: [5], 7: [0], 6: [7], 11: [6], 4: [1]}}, mr_seeds=())
+    conditions = build_conditions(plan, *PYTHIA)
+    assert [c.name for c in conditions] == ["baseline", "screen:greater_than", "matched_random:greater_than:123",
+                                            "full_layers:greater_than"]
+    # TASKS.md 2.4: the study's seed-123 control of Pythia's greater-than heads
+    assert ordered(conditions[2].spec) == [(8, [1]), (7, [5]), (6, [3]), (11, [5]), (4, [4])]
+    assert ordered(build_conditions(AblationPlan(screens=plan.screens, mr_seed=7, mr_seeds=()), *PYTHIA)[2].spec) \
+        != ordered(conditions[2].spec)
+
+
+@pytest.mark.parametrize("plan", [
+    AblationPlan(screens={"name_mover": {13: [1], 3: [10]}}),
+    AblationPlan(screens={}, circuits=({2: [10]}, {})),
+    AblationPlan(screens={}, circuits=({}, {16: [0]})),
+    AblationPlan(screens={}, heads=["L0H1", "L0H10"]),
+])
+def test_a_head_outside_the_model_is_one_line(plan):
+    with pytest.raises(UsageError) as error:
+        build_conditions(plan, *PYTHIA)
+    assert "\n" not in str(error.value)
+    assert "outside the model (16 layers x 8 heads)" in str(error.value)
+
+
+def test_user_heads_are_names_each_once():
+    with pytest.raises(UsageError, match="'L0-H1' is not a head name"):
+        build_conditions(AblationPlan(screens={}, heads=["L0-H1"]), *PYTHIA)
+    with pytest.raises(UsageError, match="L0H1 is listed twice"):
+        build_conditions(AblationPlan(screens={}, heads=["L0H1", "L2H2", "L00H01"]), *PYTHIA)
+
+
+def test_plan_from_a_task_screen_keeps_rank_order():
+    _, model, layout = models("olmo")
+    screen = task_pass(model, layout, batch("ioi"), 5).screen(k=5)
+    plan = AblationPlan.from_screen(screen, mr_seeds=(1,))
+    assert list(plan.screens) == ["name_mover", "s_inhibition"]
+    for name, ranked in screen.ranked.items():
+        spec = plan.screens[name]
+        assert list(spec) == list(dict.fromkeys(layer for layer, _ in ranked))  # layers by first appearance
+        assert all(spec[layer] == [h for l, h in ranked if l == layer] for layer in spec)  # heads in rank order
+    assert (plan.mr_seed, plan.mr_seeds, plan.circuits, plan.heads) == (123, (1,), None, None)
+
+
+# --- the ablation runs ----------------------------------------------------------------------------
+
+PER_PROMPT = {"ioi": ChoicePrompts, "binding": ChoicePrompts, "greater_than": GreaterThanPrompts,
+              "successor": SuccessorPrompts}
+# summary metric -> (per-prompt reference column, how the study summarises it)
+SUMMARIES = {"top1": ("top1", np.mean), "frac_target_gt_distractor": ("target_gt_distractor", np.mean),
+             "logit_diff_mean": ("logit_diff", np.mean), "logit_diff_median": ("logit_diff", np.median),
+             "top1_above": ("top1_above", np.mean), "prob_above": ("prob_above", np.mean),
+             "prob_below": ("prob_below", np.mean), "logit_diff_above_below": ("logit_diff_above_below", np.mean),
+             "target_logit_mean": ("target_logit", np.mean), "rank_mean": ("target_rank", np.mean),
+             "rank_median": ("target_rank", np.median)}
+
+
+def zeroed(arch, spec):
+    """The eager reference model with each ablated head's columns of its output projection's weight set to
+    zero: the projection then ignores that head's slice of its input, at every position."""
+    model = eager_model(arch)
+    with torch.no_grad():
+        for layer, head in heads_of(spec):
+            proj = (model.gpt_neox.layers[layer].attention.dense if arch == "gpt_neox"
+                    else model.model.layers[layer].self_attn.o_proj)
+            proj.weight[:, head * HEAD_DIM:(head + 1) * HEAD_DIM] = 0.0
+    return model
+
+
+def summary(values):
+    return {metric: reducer(values[column]) for metric, (column, reducer) in SUMMARIES.items() if column in values}
+
+
+ABLATED = {1: [2, 0], 0: [3]}
+
+
+@pytest.mark.parametrize("arch", TINY_ARCHS)
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_zero_ablation_equals_the_zeroed_output_projection(arch, task):
+    _, model, layout = models(arch)
+    b = batch(task)
+    expected = reference_values(zeroed(arch, ABLATED), b)
+    with ablating(layout, head_mask(heads_of(ABLATED), layout.n_layers, layout.n_heads)[None]):
+        assert_values_equal(task_pass(model, layout, b, 4, screen=False).values, expected)
+
+    result = task_ablation(model, layout, b, 4, [Condition("baseline", {}), Condition("user", ABLATED)], SETTINGS)
+    baseline, ablated = result.conditions
+    assert (baseline.name, ablated.name, ablated.heads) == ("baseline", "user", ["L1H2", "L1H0", "L0H3"])
+    clean = summary(reference_values(models(arch)[0], b))
+    for metric, value in summary(expected).items():
+        assert ablated.metrics.metrics[metric].value == pytest.approx(value, abs=1e-5), metric
+        assert ablated.delta[metric] == pytest.approx(value - clean[metric], abs=1e-5), metric
+        assert baseline.delta[metric] == 0.0
+    wired = task_metrics(task, PER_PROMPT[task](**expected), SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed)
+    assert (ablated.metrics.n_boot, ablated.metrics.ci_level, ablated.metrics.seed) == (200, 0.9, 3)
+    for metric, value in wired.metrics.items():
+        np.testing.assert_allclose(ablated.metrics.metrics[metric].ci, value.ci, atol=1e-5, err_msg=metric)
+
+
+@pytest.mark.parametrize("arch", TINY_ARCHS)
+def test_baseline_is_the_unablated_pass_and_a_full_layer_changes_the_logits(arch):
+    _, model, layout = models(arch)
+    b = batch("successor")
+    full_layer = {1: list(range(layout.n_heads))}
+    result = task_ablation(model, layout, b, 5, [Condition("baseline", {}), Condition("full_layers", full_layer)],
+                           SETTINGS)
+    clean = task_metrics("successor", task_pass(model, layout, b, 5).values,
+                         SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed)
+    assert result.conditions[0].metrics == clean
+    assert abs(result.conditions[1].delta["target_logit_mean"]) > 1e-3
+    with ablating(layout, head_mask(heads_of(full_layer), layout.n_layers, layout.n_heads)[None]):
+        ablated = task_pass(model, layout, b, 5, screen=False).values
+    assert np.abs(ablated.target_logit - task_pass(model, layout, b, 5).values.target_logit).min() > 1e-4
+    assert_values_equal(ablated, reference_values(zeroed(arch, full_layer), b))
+
+
+def test_a_head_outside_the_model_stops_before_any_forward():
+    _, model, layout = models("gpt_neox")
+    forwards = []
+    hook = model.register_forward_pre_hook(lambda module, args: forwards.append(1))
+    try:
+        with pytest.raises(UsageError, match="L1H10") as error:
+            task_ablation(model, layout, batch("ioi"), 4,
+                          [Condition("baseline", {}), Condition("screen", {0: [1]}, screen="name_mover"),
+                           Condition("user", {1: [10]})], SETTINGS)
+        with pytest.raises(UsageError, match="L0H10"):
+            build_conditions(AblationPlan(screens={"name_mover": {0: [1]}}, heads=["L0H10"]),
+                             layout.n_layers, layout.n_heads)
+    finally:
+        hook.remove()
+    assert "\n" not in str(error.value)
+    assert forwards == []
+
+
+def test_the_conditions_need_one_baseline_and_distinct_names():
+    _, model, layout = models("llama")
+    with pytest.raises(UsageError, match=r"0 baseline\(s\)"):
+        task_ablation(model, layout, batch("ioi"), 4, [Condition("user", {0: [1]})], SETTINGS)
+    with pytest.raises(UsageError, match="same name"):
+        task_ablation(model, layout, batch("ioi"), 4,
+                      [Condition("baseline", {}), Condition("user", {0: [1]}), Condition("user", {0: [2]})], SETTINGS)
+    with pytest.raises(UsageError, match="with no heads"):
+        task_ablation(model, layout, batch("ioi"), 4, [Condition("baseline", {0: [1]})], SETTINGS)
+
+
+def sweep_model():
+    """Greater-than on a tiny GPT-NeoX whose answer tokens' unembedding is tripled: its argmax is mostly a
+    two-digit answer, above the start decade for about half the prompts, so ablations move top-1."""
+    b = build_task_batch("greater_than", tokenizer(), n=20)
+    eager = eager_model("gpt_neox")
+    with torch.no_grad():
+        eager.get_output_embeddings().weight[b.answer_tokens] *= 3
+    return (*ours(eager), b)
+
+
+def test_seed_sweep_draws_a_fresh_generator_per_seed():
+    """The run's seeded controls are ``matched_random_seeds`` of the screen (drawn here by hand too), and
+    the sweep summarises their top-1 changes in percentage points."""
+    model, layout, b = sweep_model()
+    seeds = (0, 1, 2, 3, 4, 5)
+    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=1), mr_seeds=seeds)
+    result = task_ablation(model, layout, b, 5, build_conditions(plan, layout.n_layers, layout.n_heads), SETTINGS)
+    by_name = {r.name: r for r in result.conditions}
+    spec = plan.screens["greater_than"]
+    for seed, expected in zip(seeds, matched_random_seeds(spec, layout.n_heads, seeds)):
+        rng = np.random.RandomState(seed)
+        by_hand = [(layer, int(h)) for layer, picks in spec.items()
+                   for h in sorted(rng.choice([h for h in range(layout.n_heads) if h not in picks], len(picks),
+                                              replace=False))]
+        assert heads_of(expected) == by_hand
+        assert by_name[f"matched_random_seed:greater_than:{seed}"].heads == [f"L{l}H{h}" for l, h in by_hand]
+
+    def top1_pp(name):  # the condition's change of top-1 in percentage points
+        return 100 * (by_name[name].metrics.metrics["top1_above"].value
+                      - by_name["baseline"].metrics.metrics["top1_above"].value)
+
+    random_pp = [top1_pp(f"matched_random_seed:greater_than:{s}") for s in seeds]
+    screen_pp = top1_pp("screen:greater_than")
+    assert len(set(random_pp)) > 1 and abs(np.mean(random_pp)) >= 0.5 and screen_pp != 0  # the numbers mean something
+    (sweep,) = result.sweeps
+    assert (sweep.screen, sweep.seeds, list(sweep.sweeps)) == ("greater_than", list(seeds), ["top1_above"])
+    top1 = sweep.sweeps["top1_above"]
+    assert top1.screen_delta == pytest.approx(screen_pp)
+    assert top1.deltas == pytest.approx(random_pp)
+    assert (top1.mean, top1.std, top1.min, top1.max) == pytest.approx(
+        (np.mean(random_pp), np.std(random_pp, ddof=1), min(random_pp), max(random_pp)))
+    assert top1.ratio == pytest.approx(screen_pp / np.mean(random_pp))
+    assert TaskAblation.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+def test_ioi_runs_both_screens_and_reports_the_empty_ones():
+    """On the tiny model no head passes the S-inhibition thresholds: its conditions and the union are not
+    run, and named; the name movers' are, with their seed sweep."""
+    _, model, layout = models("olmo")
+    b = batch("ioi")
+    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=3), mr_seeds=(0, 1),
+                                    circuits=({1: [3]}, {}))
+    assert heads_of(plan.screens["name_mover"]) and not heads_of(plan.screens["s_inhibition"])
+    result = task_ablation(model, layout, b, 5, build_conditions(plan, layout.n_layers, layout.n_heads), SETTINGS)
+    assert [r.name for r in result.conditions] == [
+        "baseline", "screen:name_mover", "matched_random:name_mover:123", "full_layers:name_mover",
+        "prev_token_circuit", "matched_random_seed:name_mover:0", "matched_random_seed:name_mover:1"]
+    assert result.not_run == ["screen:s_inhibition", "matched_random:s_inhibition:123", "full_layers:s_inhibition",
+                              "screen_union", "induction_circuit", "circuit_union",
+                              "matched_random_seed:s_inhibition:0", "matched_random_seed:s_inhibition:1"]
+    assert [s.screen for s in result.sweeps] == ["name_mover"]
+    assert (result.task, result.n_prompts) == ("ioi", 10)
+    assert TaskAblation.from_json(json.loads(json.dumps(result.to_json()))) == result
