@@ -83,6 +83,11 @@ class ToyRecipe:
     n_experts: int = 8  # olmoe only
     experts_per_token: int = 2  # olmoe only
     numerics: str = "native"  # native | portable: kernels, MKL branch, threads pinned (emergence/toy/repro.py)
+    # The task toy (emergence/toy/task_corpus.py): the share of each batch that is runs of task sentences
+    # (IOI, greater-than, successor, variable binding), and the tokenizer that writes them as ids (words:
+    # emergence/toy/words.py, saved with every checkpoint). Both or neither: the defaults are the other toys'.
+    task_fraction: float = 0.0
+    tokenizer: Optional[str] = None  # null (ids only) | words
     # Also save a checkpoint every this many steps (folders step{N}, beside the panel's), so that a
     # milestone can be refined between panel revisions (python -m emergence.refine). Not part of
     # what the weights are: a panel trained with it serves runs without it, bit for bit.

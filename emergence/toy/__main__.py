@@ -1,4 +1,7 @@
-"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks] [--force] [--override cache_dir=DIR]``: train toy panels.
+"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks toy_tasks] [--force] [--override cache_dir=DIR]``: train toy panels.
+
+With no model named it trains the four of ``DEFAULT_TOY_MODELS``; ``toy_tasks`` (the task toy, longer to
+train) only when named, as ``toy_tasks`` or ``model=toy_tasks``.
 
 ``python -m emergence.toy --compare DIR_A DIR_B``: where two trained panels part (environment, the
 first step whose training loss differs, each checkpoint's sha256). ``--document`` records trained
@@ -15,13 +18,15 @@ from emergence.core.errors import UsageError
 from emergence.toy.train import MANIFEST, ensure_trained, train
 from emergence.toy.validation import validate_recipe
 
-TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
+DEFAULT_TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
+TOY_MODELS = (*DEFAULT_TOY_MODELS, "toy_tasks")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m emergence.toy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("models", nargs="*", help=f"any of {', '.join(TOY_MODELS)} (default: all four)")
+    parser.add_argument("models", nargs="*", help=f"any of {', '.join(TOY_MODELS)}, also as model=NAME (default: "
+                        f"{', '.join(DEFAULT_TOY_MODELS)})")
     parser.add_argument("--force", action="store_true", help="retrain even if a complete panel exists")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override for the composed config, e.g. cache_dir=/tmp/toy or model.toy.seed=1")
@@ -40,10 +45,11 @@ def main() -> None:
                              "folders a training wrote, e.g. <cache_dir>/toy/toy_neox/seed0")
         print(compare_trainings(*args.compare))
         return
-    unknown = set(args.models) - set(TOY_MODELS)
+    models = [name.removeprefix("model=") for name in args.models]  # the Hydra spelling is accepted too
+    unknown = set(models) - set(TOY_MODELS)
     if unknown:
         parser.error(f"unknown toy model(s) {sorted(unknown)}: choose from {', '.join(TOY_MODELS)}")
-    for key in args.models or TOY_MODELS:
+    for key in models or DEFAULT_TOY_MODELS:
         try:
             cfg = compose_config([f"model={key}", *args.override])
             validate_recipe(cfg.model.toy)

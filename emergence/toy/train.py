@@ -1,8 +1,9 @@
 """Train a toy panel model from scratch and save its checkpoints like a Hub repo's revisions.
 
 ``train(model_cfg)`` builds a tiny GPTNeoX / Olmo / Olmoe from ``model.toy`` (the
-recipe), trains it on ``ToyCorpus`` with a fixed seed, and at every panel step saves a
-Hugging Face checkpoint (safetensors + config) in ``<name_or_path>/<revision>/``. The
+recipe), trains it on ``ToyCorpus`` (or, for the task toy, ``TaskMixCorpus``) with a fixed seed, and at
+every panel step saves a Hugging Face checkpoint (safetensors + config, and the recipe's tokenizer if it
+has one) in ``<name_or_path>/<revision>/``. The
 per-step training losses go to ``losses.tsv``; the manifest (``manifest.json``: per checkpoint
 step, tokens seen, training loss, copy loss drop (under its first name, ``icl_score``) and the
 sha256 of its weights; the recipe; the numerical environment of the training; whether it
@@ -38,8 +39,11 @@ from transformers.utils import logging as hf_logging
 
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import ModelConfig, PanelEntry
+from emergence.core.errors import UsageError
 from emergence.toy import repro
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
+from emergence.toy.task_corpus import TaskMixCorpus
+from emergence.toy.words import word_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,28 @@ def build_model(recipe):
         raise ValueError(f"toy architecture {recipe.architecture!r}: use gpt_neox, olmo or olmoe")
     model.config._attn_implementation = "sdpa"
     return model
+
+
+def build_tokenizer(recipe):
+    """The recipe's tokenizer (``words``: ``emergence/toy/words.py``), or None for a toy of ids only."""
+    if recipe.tokenizer is None:
+        return None
+    if recipe.tokenizer != "words":
+        raise UsageError(f"model.toy.tokenizer={recipe.tokenizer!r}: use words (emergence/toy/words.py) or null")
+    return word_tokenizer(recipe.vocab_size)
+
+
+def build_corpus(recipe, tokenizer):
+    """The recipe's training corpus: ``ToyCorpus``, or with a tokenizer ``TaskMixCorpus`` (task sentences mixed
+    with ``ToyCorpus`` over the filler tokens)."""
+    synthetic = dict(repeat_fraction=recipe.repeat_fraction, skip_offsets=recipe.skip_offsets,
+                     skip_prob=recipe.skip_prob, trigger_fraction=recipe.trigger_fraction)
+    if tokenizer is None:
+        if recipe.task_fraction:
+            raise UsageError(f"model.toy.task_fraction={recipe.task_fraction} needs a tokenizer for the task "
+                             "sentences: set model.toy.tokenizer=words")
+        return ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, **synthetic)
+    return TaskMixCorpus(tokenizer, recipe.seq_len, recipe.seed, recipe.task_fraction, synthetic)
 
 
 def measure_copy_loss_drop(model, recipe) -> float:
@@ -105,10 +131,17 @@ def checkpoints_to_save(model_cfg) -> list[PanelEntry]:
     return [entries[s] for s in sorted(entries)]
 
 
+# Recipe fields added after panels were trained and documented, at the value every earlier panel had: a
+# weights recipe leaves them out at that value, so earlier manifests and documented panels still match.
+LATER_FIELDS = {"task_fraction": 0.0, "tokenizer": None}
+
+
 def weights_recipe(recipe: dict) -> dict:
-    """What determines the weights: a recipe (as a dict) without ``save_every``, which only adds checkpoints
-    (a manifest from before ``numerics`` existed was trained natively)."""
-    return {"numerics": "native", **{k: v for k, v in recipe.items() if k != "save_every"}}
+    """What determines the weights: a recipe (as a dict) without ``save_every``, which only adds checkpoints,
+    and without the ``LATER_FIELDS`` at their earlier value (a manifest from before ``numerics`` existed
+    was trained natively)."""
+    return {"numerics": "native", **{k: v for k, v in recipe.items()
+                                     if k != "save_every" and not (k in LATER_FIELDS and v == LATER_FIELDS[k])}}
 
 
 def is_complete(root: Path, model_cfg) -> bool:
@@ -179,9 +212,8 @@ def _train_here(model_cfg, root: Path) -> dict:
     recipe = model_cfg.toy
     save_at = {e.step: e for e in checkpoints_to_save(model_cfg)}
     steps = max(save_at)
-    corpus = ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, repeat_fraction=recipe.repeat_fraction,
-                        skip_offsets=recipe.skip_offsets, skip_prob=recipe.skip_prob,
-                        trigger_fraction=recipe.trigger_fraction)
+    tokenizer = build_tokenizer(recipe)
+    corpus = build_corpus(recipe, tokenizer)
     model = build_model(recipe)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
                                   weight_decay=recipe.weight_decay)
@@ -197,6 +229,8 @@ def _train_here(model_cfg, root: Path) -> dict:
         if step in save_at:
             entry = save_at[step]
             model.save_pretrained(root / entry.revision, safe_serialization=True)
+            if tokenizer is not None:  # AutoTokenizer.from_pretrained(checkpoint) loads it offline
+                tokenizer.save_pretrained(root / entry.revision)
             checkpoints.append({"revision": entry.revision, "step": step, "tokens": int(entry.tokens),
                                 "train_loss": loss, MANIFEST_COPY_LOSS_DROP: measure_copy_loss_drop(model, recipe),
                                 "sha256": repro.sha256_file(root / entry.revision / "model.safetensors")})
