@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import matplotlib
 
@@ -41,11 +43,20 @@ def _tokens_axis(ax, tokens: list[float]):
     ax.set_xlabel("training tokens")
 
 
-def _line_with_band(ax, rows: list, value, ci, label: str, scale: float = 1.0, refined: bool = True,
-                    **style) -> str:
-    """``value(row)`` per row (RevisionRow or SinkRow) against tokens; ``ci(row)``, its bootstrap
-    interval, as a band where every row has one; ``refined``: draw the rows analysed by refinement
-    hollow. Returns the line's colour."""
+@dataclass(frozen=True)
+class Series:
+    """What ``_line_with_band`` draws of each row (RevisionRow or SinkRow)."""
+
+    value: Callable  # row -> its value
+    ci: Callable  # row -> its bootstrap interval [low, high], or None
+    scale: float = 1.0  # e.g. 100 for a share drawn in %
+    refined: bool = True  # draw the rows analysed by refinement hollow
+
+
+def _line_with_band(ax, rows: list, series: Series, label: str, **style) -> str:
+    """``series.value(row)`` per row against tokens; ``series.ci(row)`` as a band where every row has one.
+    Returns the line's colour."""
+    value, ci, scale, refined = series.value, series.ci, series.scale, series.refined
     tokens = [r.tokens for r in rows]
     line, = ax.plot(tokens, [scale * value(r) for r in rows], style.pop("fmt", "o-"), label=label, **style)
     if rows and all(ci(r) is not None for r in rows):
@@ -75,12 +86,13 @@ def bos_vs_tokens(findings: PanelFindings, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     both = False
     for model, f in findings.models.items():
-        colour = _line_with_band(ax, f.revisions, lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci, model,
-                                 scale=100)
+        colour = _line_with_band(ax, f.revisions, Series(lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci, 100),
+                                 model)
         if f.sinks_gu:
             both = True
-            _line_with_band(ax, f.sinks_gu.revisions, lambda s: s.sink_fraction, lambda s: s.sink_fraction_ci,
-                            f"{model}: Sink_0", scale=100, refined=False, fmt="s--", color=colour)
+            _line_with_band(ax, f.sinks_gu.revisions,
+                            Series(lambda s: s.sink_fraction, lambda s: s.sink_fraction_ci, 100, refined=False),
+                            f"{model}: Sink_0", fmt="s--", color=colour)
     _tokens_axis(ax, _all_tokens(findings))
     ax.set_ylabel("sinks, % (band: CI)")
     th = findings.thresholds
@@ -163,7 +175,7 @@ def trajectories(findings: PanelFindings, out: Path) -> Path:
     fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.4 * len(panels)), sharex=True)
     for ax, (label, value, ci) in zip(axes, panels):
         for model, f in findings.models.items():
-            _line_with_band(ax, [r for r in f.revisions if value(r) is not None], value, ci, model)
+            _line_with_band(ax, [r for r in f.revisions if value(r) is not None], Series(value, ci), model)
         ax.set_ylabel(label)
     _tokens_axis(axes[-1], _all_tokens(findings))
     axes[0].set_title(_refined_note(findings), fontsize=8)

@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -66,12 +67,19 @@ def parse_args(argv=None):
     return args
 
 
-def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float,
-                 reference: bool, sweeps: list[dict] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon,
-                 refined: dict | None = None, defective: dict | None = None) -> PanelFindings:
-    """``sweeps``: causal-threshold sweeps (``causal_threshold.load_sweeps``) among the runs, if any; ``refined``:
-    the milestones ``python -m emergence.refine`` narrowed (``panel.load_refined``), per model; ``defective``:
-    the branches the sweeps' integrity checks found defective (``panel.defective_checkpoints``)."""
+@dataclass(frozen=True)
+class SweepFacts:
+    """What the panel's sweep directories hold besides their runs."""
+
+    sweeps: list[dict] = ()  # causal-threshold sweeps (``causal_threshold.load_sweeps``) among the runs
+    refined: dict | None = None  # per model, the milestones ``python -m emergence.refine`` narrowed (``load_refined``)
+    defective: dict | None = None  # the branches the sweeps' integrity checks found defective
+
+
+def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float, reference: bool,
+                 sink_epsilon: float = ThresholdConfig.sink_epsilon, facts: SweepFacts = SweepFacts()) -> PanelFindings:
+    """The report of the panel's ``trajectories`` in ``out``, with the sweeps' ``facts``."""
+    sweeps, refined, defective = facts.sweeps, facts.refined, facts.defective
     out.mkdir(parents=True, exist_ok=True)
     findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon,
                               refined=refined)
@@ -149,8 +157,8 @@ def main(argv=None) -> None:
     class_threshold = args.class_threshold if args.class_threshold is not None else screened[0]
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
     findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
-                            reference=args.reference is not None, sweeps=sweeps, sink_epsilon=args.sink_epsilon,
-                            refined=refined, defective=defective)
+                            reference=args.reference is not None, sink_epsilon=args.sink_epsilon,
+                            facts=SweepFacts(sweeps, refined, defective))
     log_panel(findings, args.out, wandb_cfg)
     for model, f in findings.models.items():
         print(f"{model}: final BOS {100 * f.f2.final_fraction:.1f}% ({f.f2.shape}), onset "

@@ -25,16 +25,20 @@ import numpy as np
 import torch
 
 
+ZIPF_EXPONENT = 1.1  # each token's next-token distribution: Zipf-shaped over a random ordering
+SPAN_MIN, SPAN_MAX = 8, 24  # a filler's copied spans are this long (a repeat's span up to 2 x SPAN_MAX)
+SPANS_PER_FILLER = 2
+
+
 class ToyCorpus:
-    def __init__(self, vocab_size: int, seq_len: int, seed: int, zipf_exponent: float = 1.1,
-                 span_min: int = 8, span_max: int = 24, spans_per_filler: int = 2, repeat_fraction: float = 0.5,
+    def __init__(self, vocab_size: int, seq_len: int, seed: int, repeat_fraction: float = 0.5,
                  skip_offsets: tuple[int, ...] = (), skip_prob: float = 0.0, trigger_fraction: float = 0.0):
         self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
         self.skip_offsets, self.skip_prob = tuple(skip_offsets), skip_prob
-        self.span_min, self.span_max, self.spans_per_filler = span_min, span_max, spans_per_filler
+        self.span_min, self.span_max, self.spans_per_filler = SPAN_MIN, SPAN_MAX, SPANS_PER_FILLER
         self.repeat_fraction = repeat_fraction
         rng = np.random.default_rng(seed)
-        ranks = np.arange(1, vocab_size + 1, dtype=np.float64) ** -zipf_exponent
+        ranks = np.arange(1, vocab_size + 1, dtype=np.float64) ** -ZIPF_EXPONENT
         order = np.argsort(rng.random((vocab_size, vocab_size)), axis=1)  # a random ordering per row
         probs = np.empty((vocab_size, vocab_size))
         np.put_along_axis(probs, order, ranks / ranks.sum(), axis=1)

@@ -37,6 +37,7 @@ The query is always the last position, ``end`` = T - 1. Per task:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -275,16 +276,15 @@ def _token_ids(task: TaskName, tokenizer, text: str) -> list[int]:
     return ids
 
 
-def _row(task: TaskName, tokenizer, text: str, ids: list[int], target: int, distractor: int | None,
-         positions: dict[str, int], expected: dict[str, int]) -> TaskPrompt:
-    """A prompt's row, after checking that the tokens ``expected`` at named positions (name ->
-    token id) are there."""
+def _checked(task: TaskName, tokenizer, row: TaskPrompt, expected: dict[str, int]) -> TaskPrompt:
+    """A prompt's row with its ``end`` position, after checking that the tokens ``expected`` at named
+    positions (name -> token id) are there."""
+    text, ids, positions = row.text, row.token_ids, row.positions
     for name, token in expected.items():
         if ids[positions[name]] != token:
             raise UsageError(f"{task}: in {text!r} the {name} token is not at position {positions[name]} in the "
                              f"tokenizer {_tokenizer_name(tokenizer)}; run {task} with another model, or leave it out")
-    return TaskPrompt(text=text, token_ids=ids, target=target, distractor=distractor,
-                      positions={**positions, "end": PROMPT_LENGTH[task] - 1})
+    return dataclasses.replace(row, positions={**positions, "end": PROMPT_LENGTH[task] - 1})
 
 
 def _ioi_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
@@ -294,8 +294,8 @@ def _ioi_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
         first = prompt.template == "ABBA"
         positions = {"io": 1 if first else 3, "s1": 3 if first else 1, "s2": 9}
         ids = _token_ids("ioi", tokenizer, prompt.text)
-        rows.append(_row("ioi", tokenizer, prompt.text, ids, io, subject, positions,
-                         expected={"io": io, "s1": subject, "s2": subject}))
+        rows.append(_checked("ioi", tokenizer, TaskPrompt(prompt.text, ids, io, subject, positions),
+                             expected={"io": io, "s1": subject, "s2": subject}))
     return rows
 
 
@@ -314,8 +314,9 @@ def _greater_than_batch(tokenizer, n: int, seed: int) -> TaskBatch:
                          f"' CC' + 'DD'; run greater_than with a model whose tokenizer does, or leave it out")
     answers = [_one_token("greater_than", tokenizer, f"{d:02d}") for d in range(100)]  # [100] "00".."99"
     prompts = greater_than_prompts(pairs, n, seed)
-    rows = [_row("greater_than", tokenizer, p.text, _token_ids("greater_than", tokenizer, p.text), answers[p.decade],
-                 None, {"century": 6, "decade": 7}, expected={"decade": answers[p.decade]})
+    rows = [_checked("greater_than", tokenizer,
+                     TaskPrompt(p.text, _token_ids("greater_than", tokenizer, p.text), answers[p.decade], None,
+                                {"century": 6, "decade": 7}), expected={"decade": answers[p.decade]})
             for p in prompts]
     return _stack("greater_than", rows, decade=torch.tensor([p.decade for p in prompts], dtype=torch.int64),
                   answer_tokens=torch.tensor(answers, dtype=torch.int64))
@@ -330,7 +331,7 @@ def _successor_rows(tokenizer, n: int | None, seed: int) -> list[TaskPrompt]:
     for window in windows:
         ids = _token_ids("successor", tokenizer, window.text)  # the study checks the length before the target
         target = _one_token("successor", tokenizer, " " + window.target)
-        rows.append(_row("successor", tokenizer, window.text, ids, target, None, {}, expected={}))
+        rows.append(_checked("successor", tokenizer, TaskPrompt(window.text, ids, target, None, {}), expected={}))
     return rows
 
 
@@ -342,8 +343,8 @@ def _binding_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
                               for city in (prompt.target, prompt.distractor))
         bound, other = (3, 8) if prompt.query_is_first else (8, 3)
         positions = {"binding": bound, "distractor": other, "query_name": 10}
-        rows.append(_row("binding", tokenizer, prompt.text, ids, target, distractor, positions,
-                         expected={"binding": target, "distractor": distractor}))
+        rows.append(_checked("binding", tokenizer, TaskPrompt(prompt.text, ids, target, distractor, positions),
+                             expected={"binding": target, "distractor": distractor}))
     return rows
 
 
