@@ -145,6 +145,16 @@ def head_mask(heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> torc
 
 
 @contextmanager
+def removed_after(handles: list):
+    """Hooks (``handles``) stay for the body, and are removed however it ends."""
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
 def ablating(arch, row_masks: torch.Tensor, position_mean: torch.Tensor | None = None):
     """Ablate heads per batch row while active.
 
@@ -171,11 +181,8 @@ def ablating(arch, row_masks: torch.Tensor, position_mean: torch.Tensor | None =
     for layer, proj in enumerate(arch.out_projs):
         if row_masks[:, layer].any():
             handles.append(proj.register_forward_pre_hook(make_hook(layer)))
-    try:
+    with removed_after(handles):
         yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextmanager
@@ -206,11 +213,8 @@ def shared_prefix(layers: list, rows: int, copies: int):
                 {k: expand(v, keep=k != "hidden_states") for k, v in kwargs.items()})
 
     handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in layers] if copies > 1 else []
-    try:
+    with removed_after(handles):
         yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextmanager
@@ -227,11 +231,8 @@ def last_position_only(layer, out_proj, attention):
 
     modules = [out_proj, *([layer.mlp] if isinstance(getattr(layer, "mlp", None), torch.nn.Module) else [])]
     handles = [m.register_forward_pre_hook(last) for m in modules]
-    try:
+    with removed_after(handles):
         yield capture.last_query_only(attention)
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @dataclass

@@ -347,8 +347,9 @@ def test_numerics_is_part_of_the_recipe_and_old_manifests_were_native(tmp_path):
     assert is_complete(root, cfg.model) and not is_complete(root, portable.model)
 
 
-def test_a_bad_toy_recipe_is_one_line_exit_2_and_trains_nothing(tmp_path):
-    done = run_cli("toy_neox", "--override", f"cache_dir={tmp_path}", "--override", "model.toy.numerics=fast",
+@pytest.mark.parametrize("model", ["toy_neox", "model=toy_tasks"])  # a toy named bare, or as Hydra names it
+def test_a_bad_toy_recipe_is_one_line_exit_2_and_trains_nothing(tmp_path, model):
+    done = run_cli(model, "--override", f"cache_dir={tmp_path}", "--override", "model.toy.numerics=fast",
                    module="emergence.toy")
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "error: model.toy.numerics='fast' is invalid: use one of native, portable (portable: the same bits on any "
