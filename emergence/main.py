@@ -25,6 +25,7 @@ from emergence.core.errors import UsageError
 from emergence.hub import integrity
 from emergence.recipe import ablation, screen, spectral, stats
 from emergence.recipe.measurements import Measurements
+from emergence.recipe.tasks.step import measure_task
 from emergence.run import interrupt, prefetch, results, steps, sweep, tracking
 from emergence.run.validation import validate
 
@@ -75,9 +76,14 @@ def analyse(cfg: Config, out_dir: Path,
                                   ablation.CleanRun(measured.clean_metrics, measured.clean_loss),
                                   None if cap is None else cap.position_mean)
         lap("ablate")
-        summary = steps.summarise(cfg, loaded, measured, screened, uncertainty, ablated, lap.seconds)
+        task = None if loaded.task_batch is None else measure_task(
+            loaded.subject, loaded.task_batch, loaded.task_tokenizer, screened.screen.sel, cfg)
+        if task is not None:
+            lap("task")
+        found = steps.Findings(screened, uncertainty, ablated, task)
+        summary = steps.summarise(cfg, loaded, measured, found, lap.seconds)
         lap("summary")
-        steps.write_outputs(out_dir, run, summary, loaded, measured, screened, uncertainty)
+        steps.write_outputs(out_dir, run, summary, loaded, measured, found)
     for line in results.report_lines(summary, screened.screen, out_dir):
         log.info(line)
     if cfg.model.cleanup:  # the results are written: the weights can go

@@ -153,6 +153,11 @@ class ProbeConfig:
     # Olsson et al.'s in-context learning score: mean loss at icl_positions[1] minus at [0]
     # (0-based positions of the predicted token)
     icl_positions: List[int] = field(default_factory=lambda: [50, 500])
+    # A task circuit measured beside the synthetic probe, on the checkpoint's own tokenizer
+    # (docs/tasks.md): ioi | greater_than | successor | binding; null: none (probe=ioi, ... set it)
+    task: Optional[str] = None
+    task_prompts: Optional[int] = None  # the task's prompts: the study's (500; successor's 118) unless set
+    task_top_k: int = 5  # heads ranked by each task screen and ablated as its "screen" condition (the study's 5)
 
 
 @dataclass
@@ -189,6 +194,9 @@ class AblateConfig:
     causal_factor: float = 3.0  # causal: circuit's loss-of-B rise > this x the size of the controls' mean change
     seed: int = 0
     heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
+    # (with probe.task, also the task's "user" condition, a spec in this rank order)
+    mr_seed: int = 123  # a task screen's matched-random heads: the study's one draw (docs/tasks.md)
+    mr_seeds: int = 10  # ... and this many more, fresh generators seeded 0..N-1 (the study's seed sweep)
     # adaptive: stop once the interval of the causal criterion excludes zero (emergence/recipe/verdict.py);
     # all: every probe sequence (the reference protocol)
     sequences: str = "adaptive"

@@ -29,6 +29,7 @@ from emergence.hub import revisions, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
 from emergence.hub.integrity import MODEL_TYPE_ALIASES
 from emergence.recipe import capture, probe, text
+from emergence.recipe.tasks.batches import TaskBatch, build_task_batch
 
 
 @dataclass(frozen=True)
@@ -480,3 +481,17 @@ def probe_batch(cfg: Config, src: Source, vocab_size: int) -> tuple[probe.ProbeB
         return text.text_batch(p, tokenizer, vocab_size), tokenizer.name
     make = probe.make_repeat_batch if p.kind == "repeat" else probe.make_probe_batch
     return make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), None
+
+
+def task_batch(cfg: Config, src: Source) -> tuple[TaskBatch, str]:
+    """The batch of the task ``probe.task`` names, built on the checkpoint's own tokenizer
+    (``tokenizer_source``), and that tokenizer's name (repo@revision)."""
+    found = tokenizer_source(cfg, src)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(found.directory,
+                                                               trust_remote_code=cfg.model.trust_remote_code)
+    except (OSError, ValueError, TypeError) as err:
+        raise UsageError(f"{found.name} has no tokenizer that loads ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''}); probe.task needs the checkpoint's "
+                         "tokenizer: save it beside the weights") from None
+    return build_task_batch(cfg.probe.task, tokenizer, cfg.probe.task_prompts), found.name

@@ -61,9 +61,10 @@ def has(cache_dir: str, entry: str) -> bool:
 
 
 def needs_weights(cfg, measurements_cached: bool) -> bool:
-    """Whether a run of ``cfg`` loads the model: to measure what the cache lacks, or to ablate
-    (ablation depends on the thresholds, which pick the circuit, so it is never cached)."""
-    return not measurements_cached or cfg.ablate.enabled
+    """Whether a run of ``cfg`` loads the model: to measure what the cache lacks, to ablate
+    (ablation depends on the thresholds, which pick the circuit, so it is never cached), or to run
+    a task (``probe.task``, never cached)."""
+    return not measurements_cached or cfg.ablate.enabled or cfg.probe.task is not None
 
 
 def entry_path(cache_dir: str, entry: str) -> Path:

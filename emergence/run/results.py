@@ -26,9 +26,11 @@ from emergence.recipe.icl import RepeatScores, TextScores
 from emergence.recipe.mechanism import MassiveActivation
 from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
 from emergence.recipe.sinks import SinkMetric
+from emergence.recipe.tasks.step import TaskSummary
 from emergence.recipe.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 
 HEADS_FILE = "heads.csv"
+PROMPTS_FILE = "prompts.jsonl"  # a task run's prompts, one JSON object per line (``TaskPrompt``)
 SUMMARY_FILE = "summary.json"
 PER_SEQUENCE_FILE = "per_sequence.npz"  # the probe's per-sequence attentions: intervals in the panel report
 
@@ -96,6 +98,26 @@ class HeadRow(Record):
     # NaN where not measured, and read as NaN from the heads.csv of runs written before them.
     value_norm_ratio: float = float("nan")
     prefix_matching: float = float("nan")
+    # A task's head scores (``probe.task``; docs/tasks.md); NaN for the other tasks' and in runs without one.
+    # IOI: attention from T-1 to the indirect object, the subject's two occurrences, the rest; the name
+    # mover's selectivity and the S-inhibition scores
+    io_attn: float = float("nan")
+    s1_attn: float = float("nan")
+    s2_attn: float = float("nan")
+    nm_sel: float = float("nan")
+    subj_max: float = float("nan")
+    subj_ratio: float = float("nan")
+    decade_attn: float = float("nan")  # greater-than: to the start year's decade and century
+    century_attn: float = float("nan")
+    gt_sel: float = float("nan")
+    self_attn: float = float("nan")  # successor: to the last shown item itself and the one before
+    prev_attn: float = float("nan")
+    succ_sel: float = float("nan")
+    binding_attn: float = float("nan")  # binding: to the bound city, the other city, the query name
+    distractor_attn: float = float("nan")
+    query_name_attn: float = float("nan")
+    vb_sel: float = float("nan")
+    other_attn: float = float("nan")  # every task: to the positions none of the above names
 
     def columns(self) -> dict:
         """The row as heads.csv's columns, in order."""
@@ -131,12 +153,13 @@ class HeadMeasures:
     sink_importance: np.ndarray  # key 0's importance (``sinks``) averaged over sequences
     value_norm_ratio: np.ndarray | None = None  # the value drain (``mechanism``); None: not measured (NaN in the file)
     prefix_matching: np.ndarray | None = None  # the repeat probe's prefix-matching score; None: not measured
+    task_scores: dict[str, np.ndarray] | None = None  # a task's head scores by column (``TaskScreen.scores``)
 
     @classmethod
-    def of(cls, measured) -> "HeadMeasures":
-        """From a run's ``measurements.Measurements``."""
+    def of(cls, measured, task_scores: dict[str, np.ndarray] | None = None) -> "HeadMeasures":
+        """From a run's ``measurements.Measurements`` and its task's scores, if any."""
         return cls(measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance,
-                   measured.value_norm_ratio, measured.prefix_matching)
+                   measured.value_norm_ratio, measured.prefix_matching, task_scores)
 
 
 def head_rows(scr: Screen, measures: HeadMeasures, intervals: ScreenIntervals, null_p99: np.ndarray,
@@ -169,7 +192,8 @@ def head_rows(scr: Screen, measures: HeadMeasures, intervals: ScreenIntervals, n
             row["degenerate_baseline"] = bool(degenerate_baseline[layer, head])
             row["sink_importance"] = float(sink_importance[layer, head])
             row["near_threshold"] = bool(near_threshold[layer, head])
-            for name, values in (("value_norm_ratio", value_norm_ratio), ("prefix_matching", prefix_matching)):
+            for name, values in (("value_norm_ratio", value_norm_ratio), ("prefix_matching", prefix_matching),
+                                 *(measures.task_scores or {}).items()):
                 row[name] = float("nan") if values is None else float(values[layer, head])
             rows.append(HeadRow(**row))
     return rows
@@ -282,6 +306,7 @@ class RunSummary(Record):
     repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy (``icl``)
     # a config whose model_type is a development name (olmo_1124) is read as the released one (``architecture``)
     model_type_mapped_from: str | None = None
+    task: TaskSummary | None = None  # probe.task's capability, screens and ablations (docs/tasks.md)
 
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")
@@ -419,7 +444,22 @@ def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
                          f"{'causal' if e.causal else 'not causal'} at {ab.causal_factor:g}x")
         lines.append(f"ablation ({ab.mode}): loss of B {ab.clean.loss:.3f} -> {ab.circuit.loss:.3f} "
                      f"(+{e.circuit_loss_increase:.3f}); {controls}")
+    if summary.task is not None:
+        lines += task_lines(summary.task)
     lines.append(f"results: {out_dir}")
+    return lines
+
+
+def task_lines(task: TaskSummary) -> list[str]:
+    """The task's capability, screens and screen-vs-random verdicts, a line each."""
+    metrics = ", ".join(f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]" for name, m in task.metrics.metrics.items())
+    lines = [f"task {task.name}: {task.n_prompts} prompts x {task.seq_len} tokens ({task.tokenizer}): {metrics}"]
+    lines += [f"task screen {name}: {' '.join(heads) or '-'}" for name, heads in task.screens.items()]
+    for sweep in task.ablation.sweeps if task.ablation else []:
+        for metric, s in sweep.sweeps.items():
+            ratio = "-" if s.ratio is None else f"{s.ratio:.3g}"
+            lines.append(f"task ablation {sweep.screen}: {metric} {s.screen_delta:+.1f} pp vs matched-random "
+                         f"{s.mean:+.1f} +- {s.std:.1f} pp over {len(s.deltas)} seeds (ratio {ratio})")
     return lines
 
 
@@ -447,7 +487,7 @@ def write_run(out_dir: Path, rows: list[HeadRow], run_summary: RunSummary, per_s
 def discard_partial(out_dir: Path) -> None:
     """Remove the result files of a run that did not finish (no summary.json written)."""
     if not (out_dir / SUMMARY_FILE).exists():
-        for name in (HEADS_FILE, PER_SEQUENCE_FILE, "classes.png"):
+        for name in (HEADS_FILE, PER_SEQUENCE_FILE, PROMPTS_FILE, "classes.png"):
             (out_dir / name).unlink(missing_ok=True)
 
 

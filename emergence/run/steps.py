@@ -15,12 +15,15 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from emergence.core.atomic import atomic_write_text
 from emergence.core.config import Config, config_digest
 from emergence.core.errors import UsageError
 from emergence.hub import checkpoints, integrity
 from emergence.recipe import ablation, capture, icl, probe, sinks, stats, text
 from emergence.recipe.measurements import Measurements
 from emergence.recipe.screen import CLASSES, Screened
+from emergence.recipe.tasks.batches import TaskBatch
+from emergence.recipe.tasks.step import TaskResult
 from emergence.run import cache, prefetch, results, tracking
 from emergence.run.validation import validate_for_model
 from emergence.toy import train as toy_train
@@ -48,6 +51,8 @@ class Loaded:
     cache_file: Path | None  # where the measurements are kept (reuse=true); None: not kept
     cached: Measurements | None  # the probe's measurements from the cache (reuse=true), if there
     subject: capture.Subject | None  # model, layout, batch; None: the cached measurements serve, ablation is off
+    task_batch: TaskBatch | None = None  # probe.task's prompts on the checkpoint's tokenizer; None: no task
+    task_tokenizer: str | None = None  # that tokenizer's repo@revision
 
 
 def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None:
@@ -88,6 +93,7 @@ def load(cfg: Config) -> Loaded:
     hf_config = checkpoint.hf_config
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
     batch, tokenizer = checkpoints.probe_batch(cfg, src, hf_config.vocab_size)
+    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, src)
     dtype_name = checkpoints.dtype_name(dtype)
     # the run's bookkeeping: the settings against the checkpoint, the sweep's prefetch, the cache
     validate_for_model(cfg, hf_config)
@@ -117,7 +123,7 @@ def load(cfg: Config) -> Loaded:
     return Loaded(f"{cfg.model.key}@{revision.name or 'as-is'}", revision, src, checkpoint.model_type_mapped_from,
                   device, dtype_name, weight_bytes, weights_sha256, download, batch,
                   probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), tokenizer, cache_file, cached,
-                  subject)
+                  subject, task_batch, task_tokenizer)
 
 
 def run_config(cfg: Config, loaded: Loaded) -> dict:
@@ -146,10 +152,20 @@ def remove_from_cache(source: checkpoints.Source) -> None:
     log.info(f"cleanup: removed {source.path}@{source.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
 
 
-def summarise(cfg: Config, loaded: Loaded, measured: Measurements, screened: Screened,
-              uncertainty: stats.Uncertainty, ablated: ablation.AblationResult,
+@dataclass(frozen=True)
+class Findings:
+    """What the recipe's steps found on the checkpoint, for its record and files."""
+
+    screened: Screened
+    uncertainty: stats.Uncertainty
+    ablated: ablation.AblationResult
+    task: TaskResult | None  # probe.task's step; None: no task
+
+
+def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findings,
               timings: dict[str, float]) -> results.RunSummary:
     """The run's record, ``summary.json``."""
+    screened, uncertainty, ablated = found.screened, found.uncertainty, found.ablated
     revision, scr, null, p = loaded.revision, screened.screen, uncertainty.null, cfg.probe
     # the run's own records first, then the recipe's scores, then the settings' digest
     training_seed = results.training_seed(cfg.model)
@@ -185,23 +201,27 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, screened: Scr
         reused_measurements=loaded.cached is not None, ablation=ablated,
         copy_loss_drop=copy_loss_drop, config_digest=digest, timings=timings, versions=versions,
         massive_activations=measured.residual.records(), text=text_scores, repeat=repeat_scores,
-        model_type_mapped_from=loaded.model_type_mapped_from)
+        model_type_mapped_from=loaded.model_type_mapped_from, task=found.task.summary if found.task else None)
 
 
 def write_outputs(out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: Measurements,
-                  screened: Screened, uncertainty: stats.Uncertainty) -> None:
-    """The class grid, the W&B run's log, the cache entry (reuse=true), then heads.csv,
-    per_sequence.npz (with the token batch [n, T]) and summary.json (last)."""
+                  found: Findings) -> None:
+    """The class grid, the W&B run's log, the cache entry (reuse=true), the task's prompts.jsonl,
+    then heads.csv, per_sequence.npz (with the token batch [n, T]) and summary.json (last)."""
+    screened, uncertainty = found.screened, found.uncertainty
     null = uncertainty.null
     out_dir.mkdir(parents=True, exist_ok=True)
     figure = tracking.class_figure(screened.screen.head_class, loaded.name)
     figure.savefig(out_dir / "classes.png", dpi=120)
-    rows = results.head_rows(screened.screen, results.HeadMeasures.of(measured), uncertainty.intervals,
+    task_scores = found.task.screen.scores if found.task else None
+    rows = results.head_rows(screened.screen, results.HeadMeasures.of(measured, task_scores), uncertainty.intervals,
                              null.per_head_p99, null.degenerate, screened.near_threshold)
     tracking.log_checkpoint(run, summary, rows, figure)
     tracking.plt.close(figure)
     if loaded.cache_file is not None and loaded.cached is None:
         cache.save(loaded.cache_file, measured)
+    if loaded.task_batch is not None:
+        atomic_write_text(out_dir / results.PROMPTS_FILE, loaded.task_batch.jsonl())
     per_sequence = {"targets": measured.targets, "sink_importance": measured.sink_importance,
                     "tokens": loaded.batch.tokens.numpy()}
     if measured.position_losses is not None:

@@ -125,6 +125,13 @@ def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
     if ablation.effect:
         metrics.update({f"ablation/{k}": v for k, v in ablation.effect.to_json().items() if v is not None})
     metrics.update({f"ablation/clean_{k}": v for k, v in ablation.clean.to_json().items()})
+    if summary.task is not None:  # probe.task: its capability, and each screen against its matched-random draws
+        task = summary.task
+        metrics.update({f"task/{task.name}/{k}": m.value for k, m in task.metrics.metrics.items()})
+        for sweep in task.ablation.sweeps if task.ablation else []:
+            for metric, s in sweep.sweeps.items():
+                metrics[f"task/{task.name}/{sweep.screen}/{metric}_delta_pp"] = s.screen_delta
+                metrics[f"task/{task.name}/{sweep.screen}/{metric}_random_delta_pp"] = s.mean
     metrics["heads"] = wandb.Table(columns=HEAD_COLUMNS, data=[list(r.columns().values()) for r in rows])
     metrics["classes"] = wandb.Image(figure)
     run.log(metrics)

@@ -29,6 +29,7 @@ from emergence.hub.weights import WEIGHTS_FORMATS
 from emergence.recipe.probe import PAIR_START, min_seq_len
 from emergence.recipe.screen import parse_head_name
 from emergence.recipe.stats import NULL_RULES
+from emergence.recipe.tasks.batches import TASKS
 from emergence.recipe.text import TEXT_FILE_SUFFIXES
 from emergence.toy.validation import validate_recipe
 
@@ -83,6 +84,8 @@ def validate(cfg: Config) -> None:
         _fail("ablate.sequences", a.sequences, f"use one of {', '.join(ABLATE_SEQUENCES)}")
     if a.min_sequences < 2:
         _fail("ablate.min_sequences", a.min_sequences, "must be >= 2 (an interval needs two sequences)")
+    if a.mr_seeds < 0:
+        _fail("ablate.mr_seeds", a.mr_seeds, "must be >= 0 fresh matched-random draws (0: the seed-123 draw alone)")
     if not 0 < a.confidence < 1:
         _fail("ablate.confidence", a.confidence, "must be in (0, 1), e.g. 0.95")
     if cfg.stats.n_boot < 100:
@@ -126,6 +129,15 @@ def validate_probe_kind(p: ProbeConfig) -> None:
     """The repeat and text probes' own fields."""
     if p.kind not in PROBE_KINDS:
         _fail("probe.kind", p.kind, f"use one of {', '.join(PROBE_KINDS)}")
+    if p.task is not None:
+        if p.task not in TASKS:
+            _fail("probe.task", p.task, f"use one of {', '.join(TASKS)} (probe=ioi, ...) or null")
+        if p.kind != "synthetic":  # the task's capability circuits come from the synthetic probe's screen
+            _fail("probe.kind", p.kind, "a task (probe.task) runs beside the synthetic probe: use probe.kind=synthetic")
+        if p.task_prompts is not None and p.task_prompts < 1:
+            _fail("probe.task_prompts", p.task_prompts, "must be >= 1, or null (the study's)")
+        if p.task_top_k < 1:
+            _fail("probe.task_top_k", p.task_top_k, "must be >= 1 head")
     if p.kind == "repeat" and (p.seq_len - 1) // 2 < PAIR_START + 1:
         _fail("probe.seq_len", p.seq_len, f"the repeat probe's span (seq_len-1)//2 must reach {PAIR_START + 1} tokens")
     if p.kind != "text":
