@@ -16,7 +16,7 @@ from emergence.recipe.text import checkpoint_tokenizer
 
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}  # no downloads, no W&B
 # The error line: ours ("error: ...") or argparse's ("python -m emergence.x: error: ...").
-ERROR_LINE = re.compile(r"(python -m emergence[.\w]*: )?error: \S")
+ERROR_LINE = re.compile(r"(python -m (emergence|benchmarks)[.\w]*: )?error: \S")
 PRESETS = sorted(p.name.removesuffix(".yaml") for p in files("emergence.conf").joinpath("model").iterdir()
                  if p.name.endswith(".yaml"))
 
@@ -152,7 +152,7 @@ def test_an_unknown_model_key_lists_the_presets():
 
 @pytest.mark.parametrize("override,words", [
     ("model=gpt5", ["model=gpt5 is invalid", ", ".join(PRESETS)]),
-    ("probe=nope", ["probe=nope is invalid", "paper, quick, repeat, text"]),
+    ("probe=nope", ["probe=nope is invalid", "binding, greater_than, ioi, paper, quick, repeat, successor, text"]),
     ("probe.seq_len=abc", ["probe.seq_len=abc", "could not be converted to Integer"]),
     ("model.nope=1", ["model.nope", "not in 'ModelConfig'"]),
     ("garbage", ["garbage", "missing EQUAL"]),

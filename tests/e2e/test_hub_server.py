@@ -153,7 +153,7 @@ def test_an_unknown_branch_ends_in_one_line(hub_server, placeholder, tmp_path):
 def test_hub_reachable_connects_to_the_endpoints_own_port(endpoint, address, monkeypatch):
     import huggingface_hub.constants
 
-    from emergence.hub import endpoint
+    from emergence.hub import endpoint as hub
 
     tried = []
 

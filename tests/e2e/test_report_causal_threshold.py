@@ -33,8 +33,9 @@ SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab
 @pytest.mark.slow
 def test_a_threshold_sweep_reuses_the_measurements_and_reports_t_star(tiny_dirs, tmp_path):
     # A one-entry panel gives the checkpoint a token count, as every panel revision has (the report needs it).
+    # Its own cache: another test of the session may have measured the same tiny model with this probe.
     model = ["model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", "revision=r0",
-             "model.panel=[{revision: main, step: 1, tokens: 1000}]", *SMALL]
+             "model.panel=[{revision: main, step: 1, tokens: 1000}]", f"cache_dir={tmp_path / 'cache'}", *SMALL]
     # Thresholds from the checkpoint's own selectivities (not cached: reuse=false): just above the
     # 3rd, 2nd and 1st induction head of each layer, so the circuits shrink and controls exist.
     probe = run_cli(*model, "ablate.enabled=false", "reuse=false", f"hydra.run.dir={tmp_path / 'probe'}")

@@ -108,10 +108,12 @@ def test_heads_csv_of_a_run_before_the_mechanism_columns_reads_them_as_nan(tmp_p
     row = HeadRow(**{f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type] for f in fields(HeadRow)})
     write_run(tmp_path, [row], run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1))
     lines = (tmp_path / HEADS_FILE).read_text().splitlines()
-    old = [",".join(cells.split(",")[:-2]) for cells in lines]  # value_norm_ratio and prefix_matching are the last two
+    cut = HEAD_COLUMNS.index("value_norm_ratio")  # the mechanism's columns, and the task's after them
+    old = [",".join(cells.split(",")[:cut]) for cells in lines]
     (tmp_path / HEADS_FILE).write_text("\n".join(old) + "\n")
     (read,) = read_run(tmp_path)[1]
     assert read["sel_bos"] == 1.5 and math.isnan(read["value_norm_ratio"]) and math.isnan(read["prefix_matching"])
+    assert math.isnan(read["nm_sel"]) and math.isnan(read["other_attn"])
 
 
 def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_path):
@@ -121,7 +123,9 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     written = json.loads((VERSION_2_RUN / SUMMARY_FILE).read_text())
     assert written["schema_version"] == 2 and "copy_loss_drop" not in written
     summary, rows = read_run(VERSION_2_RUN)
-    renamed = {**written, "copy_loss_drop": written["icl_score"]}
+    # no task before schema 3: the probe's task settings read as their defaults
+    renamed = {**written, "copy_loss_drop": written["icl_score"], "task": None,
+               "probe": {**written["probe"], "task": None, "task_prompts": None, "task_top_k": 5}}
     del renamed["icl_score"]
     assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
