@@ -316,7 +316,8 @@ def task_capability(findings: PanelFindings, out: Path) -> Path | None:
             if t.emergence is not None:
                 ax.axvline(t.emergence.tokens, color="0.4", lw=0.8)
             _tokens_axis(ax, [r.tokens for r in t.revisions])
-            ax.set_title(f"{model}: {metric}", fontsize=8)
+            ax.set_ylabel(metric, fontsize=8)
+            ax.set_title(model, fontsize=8)
         for ax in row[len(t.revisions[0].metrics):]:
             ax.axis("off")
     fig.suptitle("task capability (band: interval over prompts; dashed: emergence level; solid: emergence)",

@@ -302,12 +302,12 @@ def _share_of(heads: list[str], screen: list[str]) -> str:
 def task_section(model: str, t: TaskFindings) -> list[str]:
     """One trajectory of task runs: its capability per revision, when it emerges, the screens'
     overlaps and first entries, the final screen-vs-random verdicts and the study's numbers."""
-    levels = " and ".join(f"`{level.metric}` > {level.level:g}" for level in t.levels)
+    levels = " and ".join(f"`{level.metric}` {level.level:g}" for level in t.levels)
     coverage = "the runs'" if t.ci_level is None else f"the {t.ci_level:.0%}"
     metrics = list(t.revisions[0].metrics)
     out = [f"### {model}: {t.task}\n",
-           f"- **Emergence** (`task_{t.task}`: the first revision at which {coverage} interval over prompts of "
-           f"every metric clears its level, its low end above {levels}): {milestone_text(t.emergence)}.", "",
+           f"- **Emergence** (`task_{t.task}`: the first revision where the low end of {coverage} interval over "
+           f"prompts is above every level, {levels}): {milestone_text(t.emergence)}.", "",
            "| revision | tokens | " + " | ".join(metrics) + " | clears the levels |", "|---|---|" + "---|" * len(metrics)
            + "---|"]
     out += [f"| {r.revision}{' (refinement)' if r.refined else ''} | {format_tokens(r.tokens)} | "
@@ -344,11 +344,14 @@ def published_section(c: PublishedComparison) -> list[str]:
                "run on Apple MPS in its dtype (docs/tasks.md), ours carry their interval):", "",
            "  | experiment | condition | metric | published | ours | published heads | our heads |",
            "  |---|---|---|---|---|---|---|"]
+    shown = set()  # the conditions whose heads a row above gave
     for r in c.rows:
         ours = "not run" if r.ours is None else _with_interval(r.value, r.ci)
         published = _value(r.published) if r.valid else f"{_value(r.published)} (invalid)"
-        out.append(f"  | {r.experiment} | {r.condition} | {r.metric} | {published} | {ours} | "
-                   f"{', '.join(r.published_heads) or '-'} | {'-' if r.heads is None else ', '.join(r.heads) or '-'} |")
+        heads = ("(as above) | (as above)" if (r.experiment, r.condition) in shown else
+                 f"{', '.join(r.published_heads) or '-'} | {'-' if r.heads is None else ', '.join(r.heads) or '-'}")
+        shown.add((r.experiment, r.condition))
+        out.append(f"  | {r.experiment} | {r.condition} | {r.metric} | {published} | {ours} | {heads} |")
     invalid = {(r.experiment, r.condition): r.why for r in c.invalid()}
     out += ["", "  Invalid published rows (compare nothing with them): " + (
         "; ".join(f"{experiment} {condition}: {why}" for (experiment, condition), why in invalid.items())
@@ -370,8 +373,9 @@ def token_axis_section(model: str, axis: TokenAxis) -> list[str]:
     pair's separation, and where the random-token and text probes disagree about sinks."""
     out = [f"## {model}: measures on one token axis\n",
            f"Probes: {', '.join(axis.probes)} (docs/probes.md). A transition is a measure's largest change "
-           "between adjacent revisions; its milestone is the first revision past half of it.", "",
-           "| measure (probe) | per revision | largest change | transition |", "|---|---|---|---|"]
+           "between adjacent revisions; its milestone is the first revision past half of it.", ""]
+    if axis.transitions:  # none: a task's emergence is the only measure beside the probe's milestones
+        out += ["| measure (probe) | per revision | largest change | transition |", "|---|---|---|---|"]
     for t in axis.transitions:
         change = "-" if t.largest_jump is None else f"{t.jump:+.4g} ({t.largest_jump[0]} -> {t.largest_jump[1]})"
         out.append(f"| {t.measure} ({t.probe}) | {' / '.join(_value(v) for v in t.values)} | {change} | "
