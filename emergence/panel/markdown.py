@@ -308,8 +308,8 @@ def task_section(model: str, t: TaskFindings) -> list[str]:
     out = [f"### {model}: {t.task}\n",
            f"- **Emergence** (`task_{t.task}`: the first revision where the low end of {coverage} interval over "
            f"prompts is above every level, {levels}): {milestone_text(t.emergence)}.", "",
-           "| revision | tokens | " + " | ".join(metrics) + " | clears the levels |", "|---|---|" + "---|" * len(metrics)
-           + "---|"]
+           "| revision | tokens | " + " | ".join(metrics) + " | clears the levels |",
+           "|---|---|" + "---|" * (len(metrics) + 1)]
     out += [f"| {r.revision}{' (refinement)' if r.refined else ''} | {format_tokens(r.tokens)} | "
             + " | ".join(_with_interval(r.metrics[m].value, r.metrics[m].ci) for m in metrics)
             + f" | {'yes' if r.cleared else 'no'} |" for r in t.revisions]
@@ -321,7 +321,8 @@ def task_section(model: str, t: TaskFindings) -> list[str]:
             heads, o = r.screens.get(screen, []), r.overlaps.get(screen)
             out.append(f"| {r.revision} | {', '.join(heads) or 'none'} | " + (
                 "- | - | - |" if o is None else
-                f"{_share_of(o.induction, heads)} | {_share_of(o.previous_token, heads)} | {_share_of(o.sink, heads)} |"))
+                f"{_share_of(o.induction, heads)} | {_share_of(o.previous_token, heads)} | "
+                f"{_share_of(o.sink, heads)} |"))
         out += ["", "First entry into the top-k of each head of the final one: " + (
             "; ".join(f"{e.head} (rank {e.rank}) {milestone_text(e.entered)}" for e in entries) or "no heads") + "."]
     if t.verdicts:
@@ -357,8 +358,8 @@ def published_section(c: PublishedComparison) -> list[str]:
         "; ".join(f"{experiment} {condition}: {why}" for (experiment, condition), why in invalid.items())
         or "none") + "."]
     for s in c.screens:
-        out.append(f"  Screen `{s.screen}`: published top-5 {', '.join(s.published)}; ours {', '.join(s.ours) or 'none'}; "
-                   f"shared {_share_of(s.shared, s.ours)}.")
+        out.append(f"  Screen `{s.screen}`: published top-5 {', '.join(s.published)}; "
+                   f"ours {', '.join(s.ours) or 'none'}; shared {_share_of(s.shared, s.ours)}.")
     for s in c.sweeps:
         p = s.published
         ours = ("not swept" if s.ours is None else

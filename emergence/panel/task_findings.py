@@ -51,11 +51,14 @@ EMERGENCE_LEVELS: dict[str, tuple[EmergenceLevel, ...]] = {
     "successor": (EmergenceLevel("top1", TOP1_LEVEL),),
     "binding": (EmergenceLevel("top1", TOP1_LEVEL),),
 }
-TASK_MILESTONES = tuple(f"task_{task}" for task in TASKS)  # the milestones' names (``ModelFindings.milestones``)
 
 
 def milestone_name(task: str) -> str:
+    """The task's emergence milestone (``ModelFindings.milestones``, ``--milestones`` of refine)."""
     return f"task_{task}"
+
+
+TASK_MILESTONES = tuple(milestone_name(task) for task in TASKS)
 
 
 # --- per revision (pure) -------------------------------------------------------------------------
