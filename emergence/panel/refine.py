@@ -8,7 +8,8 @@ interval between adjacent existing checkpoints.
 
 A panel places a milestone (the induction onset, a BOS-fraction level, a recall level, a task's
 emergence ``task_<task>`` on a sweep of task runs, named with ``--milestones``) in a bracket:
-after the panel revision before it, by the one where it is first seen. Many published checkpoints may lie inside (OLMo publishes one every 1,000 steps). Refinement analyses K of
+after the panel revision before it, by the one where it is first seen. Many published
+checkpoints may lie inside (OLMo publishes one every 1,000 steps). Refinement analyses K of
 them per round, evenly spaced by count (K=1: bisection, the middle one), and keeps the part
 whose ends disagree, until the bracket is one interval between adjacent checkpoints: at most
 floor(log2(n)) + 1 analyses for n checkpoints inside, instead of n. One analysed checkpoint
