@@ -183,6 +183,8 @@ def trajectories(findings: PanelFindings, out: Path) -> Path:
     return _save(fig, out / "trajectories.png")
 
 
+TASK_PANEL = "task"  # the token axis's panel of the tasks' capability
+
 MEASURE_LABELS = {"icl_score": "ICL score (nats)", "loss_drop": "repeat loss drop (nats)",
                   "prefix_matching_max": "top prefix matching", "massive_activation_ratio": "top / median |h|",
                   "value_norm_ratio_min": "lowest |v_0| / |v|"}
@@ -194,8 +196,19 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
     if not findings.token_axis:
         return None
     measures = list(dict.fromkeys(t.measure for axis in findings.token_axis.values() for t in axis.transitions))
-    fig, axes = plt.subplots(len(measures), 1, figsize=(6.5, 2.2 * len(measures)), sharex=True, squeeze=False)
+    tasks = {model: findings.models[model].task for model in findings.token_axis
+             if model in findings.models and findings.models[model].task is not None}
+    panels = measures + ([TASK_PANEL] if tasks else [])
+    fig, axes = plt.subplots(len(panels), 1, figsize=(6.5, 2.2 * len(panels)), sharex=True, squeeze=False)
     axes = axes[:, 0]
+    for model, t in tasks.items():  # each task's top-1 share (its last level: one scale for every task)
+        ax, level = axes[-1], t.levels[-1]
+        colour = _line_with_band(ax, t.revisions, Series(lambda r: r.metrics[level.metric].value,
+                                                         lambda r: r.metrics[level.metric].ci),
+                                 f"{model}: {level.metric}")
+        if t.emergence is not None:
+            for each in axes:
+                each.axvline(t.emergence.tokens, color=colour, lw=1.2)
     for model, axis in findings.token_axis.items():
         for t in axis.transitions:
             ax = axes[measures.index(t.measure)]
@@ -208,14 +221,15 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
                 for ax in axes:
                     ax.axvline(m.tokens, color="0.5", lw=0.6, ls={"induction_onset": "-", "bos_50": "--",
                                                                   "sink_50": "-."}[name.split(" ")[0]])
-    for ax, measure in zip(axes, measures):
-        ax.set_ylabel(MEASURE_LABELS[measure], fontsize=8)
+    for ax, measure in zip(axes, panels):
+        ax.set_ylabel(MEASURE_LABELS.get(measure, "task capability"), fontsize=8)
         if measure == "massive_activation_ratio":
             ax.set_yscale("log")
         ax.legend(fontsize=6)
-    _tokens_axis(axes[-1], [x for axis in findings.token_axis.values() for t in axis.transitions for x in t.tokens])
+    _tokens_axis(axes[-1], [x for axis in findings.token_axis.values() for t in axis.transitions for x in t.tokens]
+                 + [r.tokens for t in tasks.values() for r in t.revisions])
     axes[0].set_title("grey: induction onset (solid), BOS 50% (dashed), Sink_eps 50% (dash-dot); "
-                      "dotted: a transition", fontsize=7)
+                      "dotted: a transition" + ("; coloured: a task's emergence" if tasks else ""), fontsize=7)
     return _save(fig, out / "token_axis.png")
 
 
@@ -282,3 +296,30 @@ def causal_threshold(sweeps: list[dict], out: Path) -> Path | None:
         ax.set_title(f"{sweep['model']} @ {sweep['revision']}", fontsize=9)
         ax.legend(fontsize=7)
     return _save(fig, out / "causal_threshold.png")
+
+
+def task_capability(findings: PanelFindings, out: Path) -> Path | None:
+    """Per trajectory of task runs (rows), each capability metric (columns) with its interval as a
+    band, the emergence levels dashed and the emergence marked; None without a task."""
+    tasks = {model: f.task for model, f in findings.models.items() if f.task is not None}
+    if not tasks:
+        return None
+    n_metrics = max(len(t.revisions[0].metrics) for t in tasks.values())
+    fig, axes = plt.subplots(len(tasks), n_metrics, figsize=(3.2 * n_metrics, 2.6 * len(tasks)), squeeze=False)
+    for row, (model, t) in zip(axes, tasks.items()):
+        levels = {level.metric: level.level for level in t.levels}
+        for ax, metric in zip(row, t.revisions[0].metrics):
+            _line_with_band(ax, t.revisions, Series(lambda r, m=metric: r.metrics[m].value,
+                                                    lambda r, m=metric: r.metrics[m].ci), model)
+            if metric in levels:
+                ax.axhline(levels[metric], color="0.4", lw=0.8, ls="--")
+            if t.emergence is not None:
+                ax.axvline(t.emergence.tokens, color="0.4", lw=0.8)
+            _tokens_axis(ax, [r.tokens for r in t.revisions])
+            ax.set_ylabel(metric, fontsize=8)
+            ax.set_title(model, fontsize=8)
+        for ax in row[len(t.revisions[0].metrics):]:
+            ax.axis("off")
+    fig.suptitle("task capability (band: interval over prompts; dashed: emergence level; solid: emergence)",
+                 fontsize=8)
+    return _save(fig, out / "task_capability.png")

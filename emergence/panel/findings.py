@@ -20,6 +20,8 @@ Definitions (thresholds are arguments; the defaults are docs/method.md section 4
 * F5: per final circuit head, the first revision where PR reaches 2x its first-revision
   value and the first where induction selectivity reaches the circuit threshold; the
   lead is the ratio of their token counts.
+* Task circuits (a trajectory of task runs): ``task_findings.py``; its emergence is the
+  milestone ``task_<task>``.
 
 Every milestone carries ``bracket_tokens`` (it happened after the revision before and by
 its own), F3 the range of its gap ratio over the brackets; from run directories, a
@@ -62,6 +64,7 @@ from emergence.panel.records import (
     Thresholds,
 )
 from emergence.panel.runs import Checkpoint, Trajectory
+from emergence.panel.task_findings import task_findings, task_reached
 from emergence.panel.token_axis import token_axes
 from emergence.panel.uncertainty import Replicates, bracket, first_crossing_probability, ratio_range, replicates
 from emergence.recipe.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, head_name, near_threshold
@@ -157,9 +160,12 @@ def reached_by_revision(bos_fraction: np.ndarray, n_induction: np.ndarray, induc
 
 def milestone_reached(traj: Trajectory, class_threshold: float, circuit_threshold: float,
                       sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict[str, np.ndarray]:
-    """``reached_by_revision`` of a trajectory at these thresholds."""
-    return reached_by_revision(bos_fractions(traj, class_threshold), induction_counts(traj, circuit_threshold),
-                               *recall(traj, class_threshold, circuit_threshold), sink_fractions(traj, sink_epsilon))
+    """``reached_by_revision`` of a trajectory at these thresholds, and a task trajectory's emergence
+    (``task_reached``)."""
+    return {**reached_by_revision(bos_fractions(traj, class_threshold), induction_counts(traj, circuit_threshold),
+                                  *recall(traj, class_threshold, circuit_threshold),
+                                  sink_fractions(traj, sink_epsilon)),
+            **task_reached(traj)}
 
 
 def replicates_reached(reps: Replicates, circuit: list[tuple[int, int]], class_threshold: float
@@ -454,6 +460,7 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         dtype=dtype_note(rows),
         null_floor=null_floors(traj),
         refined=refined,
+        task=task_findings(traj, class_threshold),
     )
 
 

@@ -22,9 +22,11 @@ from emergence.panel.records import (
     NullFloor,
     PanelFindings,
     PrIntegralRanking,
+    PublishedComparison,
     RevisionRow,
     SeedFamily,
     SinkFindings,
+    TaskFindings,
     Thresholds,
     TokenAxis,
 )
@@ -289,13 +291,92 @@ def _value(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+def _with_interval(value: float | None, ci: list[float] | None) -> str:
+    return _value(value) + ("" if ci is None else f" [{_value(ci[0])}, {_value(ci[1])}]")
+
+
+def _share_of(heads: list[str], screen: list[str]) -> str:
+    return f"{len(heads)}/{len(screen)}" + (f" ({', '.join(heads)})" if heads else "")
+
+
+def task_section(model: str, t: TaskFindings) -> list[str]:
+    """One trajectory of task runs: its capability per revision, when it emerges, the screens'
+    overlaps and first entries, the final screen-vs-random verdicts and the study's numbers."""
+    levels = " and ".join(f"`{level.metric}` {level.level:g}" for level in t.levels)
+    coverage = "the runs'" if t.ci_level is None else f"the {t.ci_level:.0%}"
+    metrics = list(t.revisions[0].metrics)
+    out = [f"### {model}: {t.task}\n",
+           f"- **Emergence** (`task_{t.task}`: the first revision where the low end of {coverage} interval over "
+           f"prompts is above every level, {levels}): {milestone_text(t.emergence)}.", "",
+           "| revision | tokens | " + " | ".join(metrics) + " | clears the levels |",
+           "|---|---|" + "---|" * (len(metrics) + 1)]
+    out += [f"| {r.revision}{' (refinement)' if r.refined else ''} | {format_tokens(r.tokens)} | "
+            + " | ".join(_with_interval(r.metrics[m].value, r.metrics[m].ci) for m in metrics)
+            + f" | {'yes' if r.cleared else 'no'} |" for r in t.revisions]
+    for screen, entries in t.first_entry.items():
+        out += ["", f"Screen `{screen}`: its top-k, and how many of them are in the run's induction circuit, its "
+                    "previous-token circuit and the BOS heads (sinks) of the same revision:", "",
+                "| revision | top-k | induction | previous token | sinks |", "|---|---|---|---|---|"]
+        for r in t.revisions:
+            heads, o = r.screens.get(screen, []), r.overlaps.get(screen)
+            out.append(f"| {r.revision} | {', '.join(heads) or 'none'} | " + (
+                "- | - | - |" if o is None else
+                f"{_share_of(o.induction, heads)} | {_share_of(o.previous_token, heads)} | "
+                f"{_share_of(o.sink, heads)} |"))
+        out += ["", "First entry into the top-k of each head of the final one: " + (
+            "; ".join(f"{e.head} (rank {e.rank}) {milestone_text(e.entered)}" for e in entries) or "no heads") + "."]
+    if t.verdicts:
+        out += ["", "- **Screen vs matched random** at the final revision (specific: the screen's change is below "
+                    "every matched-random seed's):"]
+        for v in t.verdicts:
+            s = v.sweep
+            ratio = "-" if s.ratio is None else f"{s.ratio:.3g}"
+            out.append(f"  - `{v.screen}` {v.metric}: {s.screen_delta:+.1f} pp vs {s.mean:+.1f} +- {s.std:.1f} pp "
+                       f"[{s.min:+.1f}, {s.max:+.1f}] over {len(s.deltas)} seeds, ratio {ratio}: "
+                       f"{v.verdict.replace('_', ' ')}.")
+    if t.published:
+        out += published_section(t.published)
+    return out + [""]
+
+
+def published_section(c: PublishedComparison) -> list[str]:
+    """Our final numbers beside the study's (``published_tasks.json``), its invalid rows named."""
+    out = ["", f"- **Beside the study** ({c.study_model} at {c.revision}; published values are the study's, "
+               "run on Apple MPS in its dtype (docs/tasks.md), ours carry their interval):", "",
+           "  | experiment | condition | metric | published | ours | published heads | our heads |",
+           "  |---|---|---|---|---|---|---|"]
+    shown = set()  # the conditions whose heads a row above gave
+    for r in c.rows:
+        ours = "not run" if r.ours is None else _with_interval(r.value, r.ci)
+        published = _value(r.published) if r.valid else f"{_value(r.published)} (invalid)"
+        heads = ("(as above) | (as above)" if (r.experiment, r.condition) in shown else
+                 f"{', '.join(r.published_heads) or '-'} | {'-' if r.heads is None else ', '.join(r.heads) or '-'}")
+        shown.add((r.experiment, r.condition))
+        out.append(f"  | {r.experiment} | {r.condition} | {r.metric} | {published} | {ours} | {heads} |")
+    invalid = {(r.experiment, r.condition): r.why for r in c.invalid()}
+    out += ["", "  Invalid published rows (compare nothing with them): " + (
+        "; ".join(f"{experiment} {condition}: {why}" for (experiment, condition), why in invalid.items())
+        or "none") + "."]
+    for s in c.screens:
+        out.append(f"  Screen `{s.screen}`: published top-5 {', '.join(s.published)}; "
+                   f"ours {', '.join(s.ours) or 'none'}; shared {_share_of(s.shared, s.ours)}.")
+    for s in c.sweeps:
+        p = s.published
+        ours = ("not swept" if s.ours is None else
+                f"ours {s.ours.screen_delta:+.1f} pp vs {s.ours.mean:+.2f} +- {s.ours.std:.2f} pp")
+        out.append(f"  Sweep `{s.screen}` {p.top1_metric}: published {p.screen_delta_top1_pp:+.1f} pp vs "
+                   f"{p.mr_delta_top1_mean_pp:+.2f} +- {p.mr_delta_top1_std_pp:.2f} pp; {ours}.")
+    return out
+
+
 def token_axis_section(model: str, axis: TokenAxis) -> list[str]:
     """The probes' measures side by side: each transition, the events in token order, every
     pair's separation, and where the random-token and text probes disagree about sinks."""
     out = [f"## {model}: measures on one token axis\n",
            f"Probes: {', '.join(axis.probes)} (docs/probes.md). A transition is a measure's largest change "
-           "between adjacent revisions; its milestone is the first revision past half of it.", "",
-           "| measure (probe) | per revision | largest change | transition |", "|---|---|---|---|"]
+           "between adjacent revisions; its milestone is the first revision past half of it.", ""]
+    if axis.transitions:  # none: a task's emergence is the only measure beside the probe's milestones
+        out += ["| measure (probe) | per revision | largest change | transition |", "|---|---|---|---|"]
     for t in axis.transitions:
         change = "-" if t.largest_jump is None else f"{t.jump:+.4g} ({t.largest_jump[0]} -> {t.largest_jump[1]})"
         out.append(f"| {t.measure} ({t.probe}) | {' / '.join(_value(v) for v in t.values)} | {change} | "
@@ -386,6 +467,15 @@ def render(findings: PanelFindings, reference: bool) -> str:
     out = header(findings, reference)
     for model, f in findings.models.items():
         out += model_section(model, f, findings.thresholds, reference)
+    tasks = {model: f.task for model, f in findings.models.items() if f.task is not None}
+    if tasks:
+        out += ["## Task circuits\n",
+                "Trajectories of task runs (docs/tasks.md), one per model and task; their F1-F5 above are the "
+                "synthetic probe's of the same runs. A task emerges at the first revision whose metrics' intervals "
+                "clear the stated levels; the screens' heads are compared with the same run's capability circuits "
+                "and with the BOS heads at the report's class threshold.\n"]
+        for model, t in tasks.items():
+            out += task_section(model, t)
     for model, axis in findings.token_axis.items():
         out += token_axis_section(model, axis)
     for family, entry in findings.seeds.items():

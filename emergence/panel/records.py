@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Literal
 
 from emergence.core.record import from_json, to_json
+from emergence.panel.published_tasks import SweepSummary
 from emergence.recipe.stats import NullSummary
+from emergence.recipe.tasks.matched_random import SeedSweep
+from emergence.recipe.tasks.metrics import MetricValue
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,126 @@ class NullFloor:
     set_aside: dict[str, list[str]]  # heads set aside for a degenerate baseline -> the revisions they were
 
 
+# --- task circuits (docs/tasks.md): a trajectory of one task's runs ---------------------------------
+
+@dataclass(frozen=True)
+class EmergenceLevel:
+    """One condition of a task's emergence: the low end of ``metric``'s interval is above ``level``."""
+
+    metric: str  # a name of ``summary.json`` ``task.metrics``
+    level: float  # in the metric's units (a share for top-1, nats for a logit difference)
+
+
+@dataclass(frozen=True)
+class CircuitOverlap:
+    """The heads of one task screen that are also in another set of heads of the same revision, in
+    the screen's rank order."""
+
+    induction: list[str]  # in the run's own induction circuit (``task.circuits``, >= 50x)
+    previous_token: list[str]  # in its previous-token circuit (>= 100x, best class)
+    sink: list[str]  # BOS heads at the report's class threshold (first-token selectivity >= it)
+
+
+@dataclass(frozen=True)
+class TaskRevision:
+    """One revision of a task's trajectory."""
+
+    revision: str
+    tokens: float
+    metrics: dict[str, MetricValue]  # the task's capability metrics, each with its interval over prompts
+    cleared: bool  # every emergence level is cleared by its metric's interval
+    screens: dict[str, list[str]]  # screen -> its top-k heads, best first
+    overlaps: dict[str, CircuitOverlap]  # per screen
+    refined: bool  # analysed by ``python -m emergence.refine``, not one of the panel's revisions
+
+
+@dataclass(frozen=True)
+class HeadEntry:
+    """One head of a screen's top-k at the final revision, and when it first entered the top-k."""
+
+    head: str  # "L13H1"
+    rank: int  # at the final revision, 1 = best
+    entered: Milestone  # the first revision whose top-k holds it (it may leave and return later)
+
+
+@dataclass(frozen=True)
+class ScreenVerdict:
+    """A screen's ablation against its matched-random controls at the final revision, for one top-1
+    metric (percentage points). Specific: the screen's change is below every seed's, a larger
+    drop than each control (with n exchangeable seeds, a chance of 1 in n + 1)."""
+
+    screen: str
+    metric: str
+    sweep: SeedSweep  # the screen's change, the seeds' changes and their summary (``task.ablation.sweeps``)
+    verdict: Literal["specific", "not_specific"]
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One published ablation condition's metric beside ours at the same model's final revision."""
+
+    experiment: str  # the study's experiment (``published_tasks.Experiment``)
+    condition: str  # its condition name (``published_tasks.ConditionName``)
+    metric: str
+    published: float
+    published_heads: list[str]  # the heads the study ablated, in its spec order
+    ours: str | None  # our condition's name (``task.ablation``); None: not run
+    value: float | None  # ours; None: not run
+    ci: list[float] | None
+    heads: list[str] | None  # the heads we ablated
+    valid: bool  # False: the published row is not what its name says (``why``): nothing to compare
+    why: str | None
+
+
+@dataclass(frozen=True)
+class PublishedScreenHeads:
+    """A published top-5 screen beside ours at the final revision."""
+
+    screen: str  # our screen name
+    published: list[str]
+    ours: list[str]
+    shared: list[str]  # heads in both, in our rank order
+
+
+@dataclass(frozen=True)
+class PublishedSweep:
+    """The study's 10-seed matched-random summary beside ours for one screen."""
+
+    screen: str
+    published: SweepSummary
+    ours: SeedSweep | None  # None: our run swept no seeds for that screen
+
+
+@dataclass(frozen=True)
+class PublishedComparison:
+    """Our final numbers beside the study's (``published_tasks.json``) for one of its models."""
+
+    study_model: str  # pythia | olmo | olmoe
+    revision: str  # the study's final revision, which our last one is
+    rows: list[PublishedRow]
+    screens: list[PublishedScreenHeads]
+    sweeps: list[PublishedSweep]
+
+    def invalid(self) -> list[PublishedRow]:
+        return [r for r in self.rows if not r.valid]
+
+
+@dataclass(frozen=True)
+class TaskFindings:
+    """One model's trajectory of one task's runs (docs/tasks.md): its capability over training, when
+    it emerges, when the final screen's heads entered their screen, how the screens overlap the
+    capability circuits and sinks, the final screen-vs-random verdicts and the published numbers."""
+
+    task: str  # ioi | greater_than | successor | binding
+    levels: list[EmergenceLevel]  # emergence: every level cleared by its metric's interval
+    ci_level: float | None  # the intervals' coverage (the runs' stats.ci); None: they differ between runs
+    revisions: list[TaskRevision]
+    emergence: Milestone | None  # the first revision clearing every level; None: none does
+    first_entry: dict[str, list[HeadEntry]]  # per screen, its final top-k in rank order
+    verdicts: list[ScreenVerdict]  # at the final revision; empty: its run did not ablate
+    published: PublishedComparison | None  # None: not one of the study's models at its final revision
+
+
 @dataclass(frozen=True)
 class ModelFindings:
     """F1-F5 of one model's trajectory, and what qualifies them."""
@@ -262,11 +386,14 @@ class ModelFindings:
     # The milestones ``python -m emergence.refine`` narrowed, by name: its ``refined.json`` answers
     # (``emergence.refine.Refinement``) as that file holds them. None: not refined.
     refined: dict[str, dict] | None = None
+    task: TaskFindings | None = None  # a trajectory of task runs (probe.task); None: none
 
     def milestones(self) -> dict[str, Milestone | None]:
-        """Every named milestone: F3's, F4's and, where measured, Sink_0's."""
+        """Every named milestone: F3's, F4's and, where measured, Sink_0's and the task's emergence
+        (``task_<task>``)."""
         return {**self.f3.milestones(), **self.f4.milestones(),
-                **(self.sinks_gu.f3.milestones() if self.sinks_gu else {})}
+                **(self.sinks_gu.f3.milestones() if self.sinks_gu else {}),
+                **({f"task_{self.task.task}": self.task.emergence} if self.task else {})}
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ interval between adjacent existing checkpoints.
     python -m emergence.refine SWEEP --scan                                    # every checkpoint
     python -m emergence.refine SWEEP hydra/launcher=slurm                      # rounds as cluster jobs
 
-A panel places a milestone (the induction onset, a BOS-fraction level, a recall level) in a
-bracket: after the panel revision before it, by the one where it is first seen. Many published
+A panel places a milestone (the induction onset, a BOS-fraction level, a recall level, a task's
+emergence ``task_<task>`` on a sweep of task runs, named with ``--milestones``) in a bracket:
+after the panel revision before it, by the one where it is first seen. Many published
 checkpoints may lie inside (OLMo publishes one every 1,000 steps). Refinement analyses K of
 them per round, evenly spaced by count (K=1: bisection, the middle one), and keeps the part
 whose ends disagree, until the bracket is one interval between adjacent checkpoints: at most
@@ -45,12 +46,13 @@ from emergence.hub.integrity import INTEGRITY_FILE, check
 from emergence.hub.revisions import existing_checkpoints
 from emergence.panel.findings import BOS_MILESTONES, RECALL_MILESTONES, milestone_reached, model_findings
 from emergence.panel.runs import REFINE_FOLDER, REFINED_FILE, Trajectory, load_runs
+from emergence.panel.task_findings import TASK_MILESTONES
 from emergence.panel.uncertainty import replicates
 from emergence.run.results import SUMMARY_FILE
 from emergence.run.sweep import FAILED_FILE
 
 MILESTONES = ("induction_onset", *(f"bos_{p}" for p in BOS_MILESTONES), *RECALL_MILESTONES,
-              *(f"sink_{p}" for p in BOS_MILESTONES))
+              *(f"sink_{p}" for p in BOS_MILESTONES), *TASK_MILESTONES)
 DEFAULT_MILESTONES = ("induction_onset", *(f"bos_{p}" for p in BOS_MILESTONES), "recall_67",
                       *(f"sink_{p}" for p in BOS_MILESTONES))
 
@@ -181,7 +183,7 @@ def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[st
     method = method_name(per_round, scan)
     refinements, pending, considered = {}, set(), {c.revision for c in panel.checkpoints}
     for name in milestones:
-        if name not in reached_panel:  # sink_* without key-0 importances in the runs
+        if name not in reached_panel:  # sink_* without key-0 importances in the runs, task_* without the task
             refinements[name] = Refinement.without_bracket(name, method, "not measured by these runs")
             continue
         hits = np.flatnonzero(reached_panel[name])

@@ -89,7 +89,8 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
         trajectories, grids, class_threshold, circuit_threshold), defective_checkpoints=defective or {})
     made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
             figures.trajectories(findings, out), figures.sensitivity(grids, class_threshold, circuit_threshold, out),
-            figures.causal_threshold(findings.causal_threshold, out), figures.token_axis(findings, out)]
+            figures.causal_threshold(findings.causal_threshold, out), figures.token_axis(findings, out),
+            figures.task_capability(findings, out)]
     for model, f in findings.models.items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
     findings = dataclasses.replace(findings, figures=[p.name for p in made if p is not None])

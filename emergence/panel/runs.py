@@ -1,6 +1,11 @@
 """Reading a panel: per-head selectivities (and a spectral estimator, F5's PR) of one model at
 several revisions.
 
+Runs of a task (``probe.task``, docs/tasks.md) form a trajectory of their own per model and task,
+"<model>-<task>", as runs of another probe do: each checkpoint carries its run's task summary, and
+a revision measured for two tasks is a point of both trajectories (the synthetic probe's findings
+F1-F5 of each are those of the same runs).
+
 Two sources give the same ``Trajectory``:
 * run directories written by ``python -m emergence`` (``summary.json`` + ``heads.csv``);
 * the reference study's files (``per_revision/*.json`` + ``pr/*_trajectory.json``).
@@ -21,6 +26,7 @@ from emergence.hub.integrity import INTEGRITY_FILE, stored_verdicts
 from emergence.recipe.icl import RepeatScores, TextScores
 from emergence.recipe.screen import CLASSES
 from emergence.recipe.stats import NullSummary
+from emergence.recipe.tasks.step import TaskSummary
 from emergence.run.results import PER_SEQUENCE_FILE, SUMMARY_FILE, is_duplicate, read_json, read_run
 
 # Reference file prefixes -> our model keys, and how their revision names give tokens.
@@ -60,17 +66,20 @@ class Checkpoint:
     null: NullSummary | None = None  # the run's null calibration
     text: TextScores | None = None  # probe.kind=text: Olsson et al.'s ICL score
     repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy
+    task: TaskSummary | None = None  # probe.task: the task's capability, screens and ablations
+    name_or_path: str | None = None  # the checkpoint's repository (run directories)
 
 
 @dataclass
 class Trajectory:
-    model: str  # the panel's name: the model key, with "-seed<N>" when several training seeds are compared and
-    # "-<probe>" for a probe other than the synthetic one
+    model: str  # the panel's name: the model key, with "-<task>" for runs of a task, "-seed<N>" when several
+    # training seeds are compared and "-<probe>" for a probe other than the synthetic one
     checkpoints: list[Checkpoint]  # ordered by tokens
     spectral_estimator: str | None  # which estimator ``Checkpoint.spectral`` holds (heads.csv's column)
     thresholds: tuple[float, float] | None = None  # (class, circuit) the runs were screened with, if one pair
     family: str | None = None  # the model key shared by the seeds of one model (None: a single panel)
-    probe: str = "synthetic"  # the runs' probe.kind: one trajectory per model, seed and probe
+    probe: str = "synthetic"  # the runs' probe.kind: one trajectory per model, seed, probe and task
+    task: str | None = None  # the runs' probe.task (every checkpoint has its summary); None: no task
 
     @property
     def tokens(self) -> np.ndarray:
@@ -150,9 +159,11 @@ def find_runs(paths: list[Path]) -> dict[Path, bool]:
 
 
 def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") -> dict[str, Trajectory]:
-    """Runs grouped by their summary's ``model``, by training seed where a model has several, and by
-    probe (a trajectory "<model>-text" for ``probe.kind=text``), ordered by tokens, with heads.csv's ``spectral_estimator`` column as the spectral one. A revision analysed twice (e.g. under two threshold presets) is kept
-    once: the selectivities do not depend on it."""
+    """Runs grouped by their summary's ``model``, by training seed where a model has several, by
+    probe (a trajectory "<model>-text" for ``probe.kind=text``) and by task ("<model>-ioi" for
+    ``probe.task=ioi``), ordered by tokens, with heads.csv's ``spectral_estimator`` column as the
+    spectral one. A revision analysed twice (e.g. under two threshold presets) is kept once: the
+    selectivities do not depend on it."""
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
     for run_dir, refined in find_runs(paths).items():
@@ -173,7 +184,8 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         massive = (None if summary.massive_activations is None
                    else np.array([m.ratio for m in summary.massive_activations]))
         classes = set(summary.thresholds.classes.values())
-        panel = (summary.model, summary.training_seed, summary.probe.kind)
+        panel = (summary.model, summary.training_seed, summary.probe.kind, None if summary.task is None else
+                 summary.task.name)
         used.setdefault(panel, set()).add(
             (classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
         arrays = {}
@@ -185,18 +197,20 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             **{name: None if np.isnan(grid).all() else grid for name, grid in per_head.items()},
             massive_activation_ratio=massive, dtype=summary.dtype, reference_dtype=summary.reference_dtype,
             weights_sha256=summary.weights_sha256, copy_loss_drop=summary.copy_loss_drop, null=summary.null,
-            text=summary.text, repeat=summary.repeat)
+            text=summary.text, repeat=summary.repeat, task=summary.task, name_or_path=summary.name_or_path)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
-    seeds = Counter((model, probe) for model, _, probe in by_model)
+    seeds = Counter((model, probe, task) for model, _, probe, task in by_model)
     trajectories = {}
-    for (model, seed, probe), cs in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1] or 0, item[0][2])):
-        several = seeds[(model, probe)] > 1
-        name = (f"{model}-seed{seed}" if several else model) + ("" if probe == "synthetic" else f"-{probe}")
-        thresholds = used[(model, seed, probe)]
+    for (model, seed, probe, task), cs in sorted(by_model.items(), key=lambda item: (
+            item[0][0], item[0][3] or "", item[0][1] or 0, item[0][2])):
+        several = seeds[(model, probe, task)] > 1
+        family = model if task is None else f"{model}-{task}"  # a task's seeds are compared among themselves
+        name = (f"{family}-seed{seed}" if several else family) + ("" if probe == "synthetic" else f"-{probe}")
+        thresholds = used[(model, seed, probe, task)]
         trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), spectral_estimator,
                                         next(iter(thresholds)) if len(thresholds) == 1 else None,
-                                        family=model if several else None, probe=probe)
+                                        family=family if several else None, probe=probe, task=task)
     return trajectories
 
 

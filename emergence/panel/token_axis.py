@@ -3,8 +3,8 @@ trajectories under every probe it was run with, side by side.
 
 A *transition* of a measure is its largest change between adjacent revisions, and the first
 revision past the midpoint of that change (``Transition.half_way``, a milestone with its
-bracket). The *events* are the probes' milestones (induction onset, BOS 50 %, Sink_eps 50 %),
-the transitions' half-ways and the first revision with a massive activation (over
+bracket). The *events* are the probes' milestones (induction onset, BOS 50 %, Sink_eps 50 %, a
+task's emergence ``task_<task>``), the transitions' half-ways and the first revision with a massive activation (over
 ``MASSIVE_RATIO`` x the median, Sun et al. 2024); every pair of reached events gets F3's
 separation, the ratio of their tokens with its range over both brackets.
 """
@@ -108,10 +108,10 @@ def sinks_by_probe(trajectories: dict[str, Trajectory], findings: dict[str, Mode
 
 def token_axis(trajectories: dict[str, Trajectory], findings: dict[str, ModelFindings]) -> TokenAxis | None:
     """One model's trajectories under each probe (``trajectories`` and ``findings`` by probe.kind);
-    None where no run of it measured any of ``MEASURES`` (the reference data, older runs)."""
+    None where no run of it measured any of ``MEASURES`` nor a task (the reference data, older runs)."""
     transitions = [t for probe, traj in trajectories.items() for measure, (probes, _) in MEASURES.items()
                    if probe in probes and (t := transition(traj, measure)) is not None]
-    if not transitions:
+    if not transitions and not any(f.task for f in findings.values()):
         return None
     events: dict[str, Milestone | None] = {}
     for probe, f in findings.items():
@@ -120,6 +120,8 @@ def token_axis(trajectories: dict[str, Trajectory], findings: dict[str, ModelFin
         if f.sinks_gu is not None:
             events[f"sink_50 ({probe})"] = f.sinks_gu.f3.sink_50
         events[f"massive_activation ({probe})"] = massive_onset(trajectories[probe])
+        if f.task is not None:
+            events[f"task_{f.task.task} ({probe})"] = f.task.emergence
     for t in transitions:
         events[f"{t.measure} ({t.probe})"] = t.half_way
     reached = sorted(((name, m) for name, m in events.items() if m is not None and m.tokens is not None),

@@ -1,0 +1,232 @@
+"""Task circuits over training (docs/tasks.md): the findings of a trajectory of one task's runs
+(``runs.Trajectory.task``), computed from its checkpoints' task summaries by pure functions.
+
+* Capability: each metric's value and bootstrap interval over prompts per revision, as the runs
+  measured them (``summary.json`` ``task.metrics``).
+* Emergence (``task_<task>``, a milestone like F3's): the first revision at which every level of
+  ``EMERGENCE_LEVELS`` is cleared by its metric's interval, its low end strictly above the level;
+  a revision whose value is above a level but whose interval reaches down to it has not cleared it.
+* First entry: for each head of a screen's top-k at the final revision, the first revision whose
+  top-k holds it.
+* Overlaps: per revision and screen, the screen's heads in the run's own induction and
+  previous-token circuits (``task.circuits``) and among the BOS heads of that revision at the
+  report's class threshold (the sinks the report's BOS fraction counts).
+* Verdicts: at the final revision, per screen and top-1 metric, the screen's ablation against the
+  matched-random seeds (``task.ablation.sweeps``): specific when its change is below every seed's.
+* Published: for one of the study's models (its repository) at the study's final revision, our
+  final numbers beside ``published_tasks.json``'s, the invalid published rows marked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emergence.panel.published_tasks import Ablation, PublishedTasks, load_published_tasks
+from emergence.panel.records import (
+    CircuitOverlap,
+    EmergenceLevel,
+    HeadEntry,
+    Milestone,
+    PublishedComparison,
+    PublishedRow,
+    PublishedScreenHeads,
+    PublishedSweep,
+    ScreenVerdict,
+    TaskFindings,
+    TaskRevision,
+)
+from emergence.panel.runs import Checkpoint, Trajectory, preset
+from emergence.panel.uncertainty import bracket
+from emergence.recipe.screen import CLASSES, head_name
+from emergence.recipe.tasks.ablation import ConditionResult, TaskAblation
+from emergence.recipe.tasks.metrics import SUMMARY_METRICS, TASKS, MetricValue
+
+BOS = CLASSES.index("bos")
+
+IOI_LOGIT_DIFF_LEVEL = 1.0  # nats: IOI's mean logit difference, target (indirect object) - subject
+TOP1_LEVEL = 0.5  # share of prompts whose argmax is right (greater-than: an "above" year)
+EMERGENCE_LEVELS: dict[str, tuple[EmergenceLevel, ...]] = {
+    "ioi": (EmergenceLevel("logit_diff_mean", IOI_LOGIT_DIFF_LEVEL), EmergenceLevel("top1", TOP1_LEVEL)),
+    "greater_than": (EmergenceLevel("top1_above", TOP1_LEVEL),),
+    "successor": (EmergenceLevel("top1", TOP1_LEVEL),),
+    "binding": (EmergenceLevel("top1", TOP1_LEVEL),),
+}
+
+
+def milestone_name(task: str) -> str:
+    """The task's emergence milestone (``ModelFindings.milestones``, ``--milestones`` of refine)."""
+    return f"task_{task}"
+
+
+TASK_MILESTONES = tuple(milestone_name(task) for task in TASKS)
+
+
+# --- per revision (pure) -------------------------------------------------------------------------
+
+def clears(metrics: dict[str, MetricValue], levels: tuple[EmergenceLevel, ...]) -> bool:
+    """Every level's metric has its interval's low end strictly above the level (NaN: not)."""
+    return all(metrics[level.metric].ci[0] > level.level for level in levels)
+
+
+def task_reached(traj: Trajectory) -> dict[str, np.ndarray]:
+    """``{"task_<task>": [revisions] bool}``: whether each revision clears the task's levels; empty
+    for a trajectory without a task."""
+    if traj.task is None:
+        return {}
+    levels = EMERGENCE_LEVELS[traj.task]
+    return {milestone_name(traj.task): np.array([clears(c.task.metrics.metrics, levels) for c in traj.checkpoints],
+                                                dtype=bool)}
+
+
+def sink_heads(c: Checkpoint, class_threshold: float) -> set[str]:
+    """The BOS heads of a checkpoint: first-token selectivity >= the class threshold."""
+    return {head_name(int(l), int(h)) for l, h in np.argwhere(c.sel[..., BOS] >= class_threshold)}
+
+
+def overlap(screen: list[str], circuits: dict[str, list[str]], sinks: set[str]) -> CircuitOverlap:
+    """The screen's heads (rank order) in each capability circuit and among the sinks."""
+    return CircuitOverlap(induction=[h for h in screen if h in circuits["induction"]],
+                          previous_token=[h for h in screen if h in circuits["previous_token"]],
+                          sink=[h for h in screen if h in sinks])
+
+
+def task_revision(c: Checkpoint, levels: tuple[EmergenceLevel, ...], class_threshold: float) -> TaskRevision:
+    task = c.task
+    sinks = sink_heads(c, class_threshold)
+    return TaskRevision(revision=c.revision, tokens=c.tokens, metrics=task.metrics.metrics,
+                        cleared=clears(task.metrics.metrics, levels), screens=task.screens,
+                        overlaps={name: overlap(heads, task.circuits, sinks) for name, heads in task.screens.items()},
+                        refined=c.refined)
+
+
+# --- over the trajectory -------------------------------------------------------------------------
+
+def _milestone(traj: Trajectory, index: int) -> Milestone:
+    c = traj.checkpoints[index]
+    return Milestone(c.revision, c.tokens, bracket(traj.tokens, index))
+
+
+def emergence(traj: Trajectory) -> Milestone | None:
+    """The first revision clearing every level of the task (``task_reached``); None: none does."""
+    (reached,) = task_reached(traj).values()
+    hits = np.flatnonzero(reached)
+    return _milestone(traj, int(hits[0])) if len(hits) else None
+
+
+def first_entries(traj: Trajectory, screen: str) -> list[HeadEntry]:
+    """Each head of ``screen``'s top-k at the final revision, in rank order, with the first revision
+    whose top-k holds it."""
+    final = traj.checkpoints[-1].task.screens[screen]
+    entries = []
+    for rank, head in enumerate(final, start=1):
+        first = next(i for i, c in enumerate(traj.checkpoints) if head in c.task.screens.get(screen, []))
+        entries.append(HeadEntry(head=head, rank=rank, entered=_milestone(traj, first)))
+    return entries
+
+
+def verdicts(ablation: TaskAblation | None) -> list[ScreenVerdict]:
+    """Per screen and top-1 metric of a run's ablation, the screen against its matched-random seeds."""
+    if ablation is None:
+        return []
+    return [ScreenVerdict(screen=s.screen, metric=metric, sweep=sweep,
+                          verdict="specific" if sweep.deltas and sweep.screen_delta < min(sweep.deltas)
+                          else "not_specific")
+            for s in ablation.sweeps for metric, sweep in s.sweeps.items()]
+
+
+# --- the study's published numbers beside ours ---------------------------------------------------------
+
+# The study's experiment -> our screen's name (None: the task's own screen, named as the task)
+EXPERIMENT_SCREEN = {"name_movers": "name_mover", "s_inhibition": "s_inhibition", "task_screen": None}
+# its "union" condition -> our condition kind: the capability circuits' union, IOI's two screens' union
+UNION_KIND = {"capability": "circuit_union", "s_inhibition": "screen_union"}
+SCREEN_KINDS = ("screen", "matched_random", "full_layers")
+
+
+def study_model(c: Checkpoint, published: PublishedTasks) -> str | None:
+    """The study's model key whose repository and final revision (its preset's last panel revision)
+    the checkpoint is; None otherwise."""
+    for key, shape in published.models.items():
+        if c.name_or_path == shape.hf_id and c.revision == preset(key).panel[-1].revision:
+            return key
+    return None
+
+
+def matches(ours: ConditionResult, published: Ablation, condition: str) -> bool:
+    """Our condition is the published experiment's ``condition`` (the same task's)."""
+    if condition in SCREEN_KINDS:
+        return ours.kind == condition and ours.screen == (EXPERIMENT_SCREEN.get(published.experiment) or published.task)
+    if condition == "union":
+        return ours.kind == UNION_KIND.get(published.experiment)
+    return ours.kind == condition  # baseline, induction_circuit, prev_token_circuit
+
+
+def our_condition(ablation: TaskAblation, published: Ablation, condition: str) -> ConditionResult | None:
+    """Our condition matching a published one (None: not run)."""
+    return next((r for r in ablation.conditions if matches(r, published, condition)), None)
+
+
+def _names(heads: list[list[int]]) -> list[str]:
+    return [head_name(layer, head) for layer, head in heads]
+
+
+def published_rows(ablation: TaskAblation | None, published: Ablation) -> list[PublishedRow]:
+    """Each metric of each condition of one published experiment, beside ours; the metrics the study
+    quotes beyond the task's own (``SUMMARY_METRICS``) are left out."""
+    rows = []
+    for condition in published.conditions:
+        ours = None if ablation is None else our_condition(ablation, published, condition.name)
+        for metric, value in condition.metrics.items():
+            if metric not in SUMMARY_METRICS[published.task]:
+                continue
+            mine = None if ours is None else ours.metrics.metrics[metric]
+            rows.append(PublishedRow(
+                experiment=published.experiment, condition=condition.name, metric=metric, published=value,
+                published_heads=_names(condition.heads), ours=None if ours is None else ours.name,
+                value=None if mine is None else mine.value, ci=None if mine is None else mine.ci,
+                heads=None if ours is None else ours.heads, valid=condition.valid, why=condition.why))
+    return rows
+
+
+def published_comparison(c: Checkpoint) -> PublishedComparison | None:
+    """The final checkpoint ``c`` of a task trajectory beside the study's numbers for its model and
+    task; None when it is not one of the study's models at the study's final revision."""
+    published = load_published_tasks()
+    model = study_model(c, published)
+    if model is None:
+        return None
+    task = c.task
+    ablations = [a for a in published.ablations if a.model == model and a.task == task.name]
+    screens = [s for s in published.screens if s.model == model and s.task == task.name]
+    ours_sweeps = {s.screen: s for s in task.ablation.sweeps} if task.ablation else {}
+    sweeps = []
+    for s in (s for s in published.sweeps if s.model == model and s.task == task.name):
+        screen = EXPERIMENT_SCREEN.get(s.experiment) or task.name
+        ours = ours_sweeps.get(screen)
+        sweeps.append(PublishedSweep(screen=screen, published=s,
+                                     ours=None if ours is None else ours.sweeps.get(s.top1_metric)))
+    heads = []
+    for s in screens:
+        screen = EXPERIMENT_SCREEN.get(s.experiment) or task.name
+        shown = [head_name(h.layer, h.head) for h in s.heads]
+        ours = task.screens.get(screen, [])
+        heads.append(PublishedScreenHeads(screen=screen, published=shown, ours=ours,
+                                          shared=[h for h in ours if h in shown]))
+    return PublishedComparison(study_model=model, revision=c.revision,
+                               rows=[row for a in ablations for row in published_rows(task.ablation, a)],
+                               screens=heads, sweeps=sweeps)
+
+
+def task_findings(traj: Trajectory, class_threshold: float) -> TaskFindings | None:
+    """The task findings of a trajectory of task runs (module docstring); None without a task."""
+    if traj.task is None:
+        return None
+    levels = EMERGENCE_LEVELS[traj.task]
+    final = traj.checkpoints[-1]
+    coverages = {c.task.metrics.ci_level for c in traj.checkpoints}
+    return TaskFindings(
+        task=traj.task, levels=list(levels), ci_level=coverages.pop() if len(coverages) == 1 else None,
+        revisions=[task_revision(c, levels, class_threshold) for c in traj.checkpoints],
+        emergence=emergence(traj),
+        first_entry={screen: first_entries(traj, screen) for screen in final.task.screens},
+        verdicts=verdicts(final.task.ablation), published=published_comparison(final))
