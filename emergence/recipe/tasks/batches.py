@@ -134,15 +134,20 @@ def _check_n(task: TaskName, n: int, most: int | None = None) -> None:
         raise UsageError(f"{task}: n = {n} prompts; give n from {limit}")
 
 
+def _two_names(rng: np.random.RandomState) -> tuple[str, str]:
+    """Two distinct names, the study's one draw for both (IOI and binding)."""
+    a, b = rng.choice(len(NAMES), 2, replace=False)
+    return NAMES[a], NAMES[b]
+
+
 def ioi_prompts(n: int = N_PROMPTS, seed: int = SEED) -> list[IoiPrompt]:
     """The study's IOI prompts: per example two distinct names (A, B), a place, an object."""
     _check_n("ioi", n)
     rng = np.random.RandomState(seed)
     prompts = []
     for i in range(n):
-        a, b = rng.choice(len(NAMES), 2, replace=False)
+        io, subject = _two_names(rng)
         place, obj = PLACES[rng.randint(len(PLACES))], OBJECTS[rng.randint(len(OBJECTS))]
-        io, subject = NAMES[a], NAMES[b]
         first, second = (io, subject) if i % 2 == 0 else (subject, io)
         prompts.append(IoiPrompt(
             text=f"When {first} and {second} went to the {place}, {subject} gave a {obj} to",
@@ -190,12 +195,12 @@ def binding_prompts(n: int = N_PROMPTS, seed: int = SEED) -> list[BindingPrompt]
     rng = np.random.RandomState(seed)
     prompts = []
     for i in range(n):
-        a, b = rng.choice(len(NAMES), 2, replace=False)
+        name_a, name_b = _two_names(rng)
         city_a, city_b = rng.choice(len(CITIES), 2, replace=False)
         first = i % 2 == 0
-        query = NAMES[a] if first else NAMES[b]
+        query = name_a if first else name_b
         prompts.append(BindingPrompt(
-            text=f" {NAMES[a]} lives in {CITIES[city_a]}. {NAMES[b]} lives in {CITIES[city_b]}. {query} lives in",
+            text=f" {name_a} lives in {CITIES[city_a]}. {name_b} lives in {CITIES[city_b]}. {query} lives in",
             target=CITIES[city_a] if first else CITIES[city_b],
             distractor=CITIES[city_b] if first else CITIES[city_a],
             query_name=query, query_is_first=first,
