@@ -487,11 +487,6 @@ def task_batch(cfg: Config, src: Source) -> tuple[TaskBatch, str]:
     """The batch of the task ``probe.task`` names, built on the checkpoint's own tokenizer
     (``tokenizer_source``), and that tokenizer's name (repo@revision)."""
     found = tokenizer_source(cfg, src)
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(found.directory,
-                                                               trust_remote_code=cfg.model.trust_remote_code)
-    except (OSError, ValueError, TypeError) as err:
-        raise UsageError(f"{found.name} has no tokenizer that loads ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''}); probe.task needs the checkpoint's "
-                         "tokenizer: save it beside the weights") from None
+    tokenizer = text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
+                                    "probe.task needs the checkpoint's tokenizer: save it beside the weights")
     return build_task_batch(cfg.probe.task, tokenizer, cfg.probe.task_prompts), found.name

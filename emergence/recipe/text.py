@@ -40,11 +40,11 @@ def byte_tokenizer() -> Tokenizer:
     return Tokenizer(encode=lambda docs: [list(d.encode("utf-8")) for d in docs], bos=None, eos=None, name="bytes")
 
 
-def checkpoint_tokenizer(directory: str, name: str, trust_remote_code: bool) -> Tokenizer:
-    """The tokenizer in ``directory`` (``AutoTokenizer``): a checkpoint's own, named ``name`` (repo@revision)."""
+def load_tokenizer(directory: str, name: str, trust_remote_code: bool, fix: str):
+    """The tokenizer in ``directory`` (``AutoTokenizer``): a checkpoint's own, named ``name`` (repo@revision);
+    one line ending in ``fix`` if none loads, or if it is empty."""
     from transformers import AutoTokenizer
 
-    fix = "for a model that reads bytes use probe.tokenizer=bytes"
     try:
         tok = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as err:
@@ -56,6 +56,12 @@ def checkpoint_tokenizer(directory: str, name: str, trust_remote_code: bool) -> 
         raise UsageError(f"{name} has no tokenizer (no tokenizer files: its vocabulary is only the special tokens "
                          f"{', '.join(sorted(tok.get_vocab()))}); save the model's tokenizer beside its weights, "
                          f"or {fix}")
+    return tok
+
+
+def checkpoint_tokenizer(directory: str, name: str, trust_remote_code: bool) -> Tokenizer:
+    """The text probe's tokenizer: the checkpoint's own (``load_tokenizer``), named ``name`` (repo@revision)."""
+    tok = load_tokenizer(directory, name, trust_remote_code, "for a model that reads bytes use probe.tokenizer=bytes")
     starts_with_bos = tok.bos_token_id is not None and tok("x")["input_ids"][:1] == [tok.bos_token_id]
     return Tokenizer(encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"],
                      bos=tok.bos_token_id if starts_with_bos else None, eos=tok.eos_token_id,
