@@ -66,6 +66,8 @@ def validate(cfg: Config) -> None:
         _fail("threshold.class_default", t.class_default, "must be > 0")
     if t.circuit <= 0:
         _fail("threshold.circuit", t.circuit, "must be > 0")
+    if t.prev_token_circuit <= 0:
+        _fail("threshold.prev_token_circuit", t.prev_token_circuit, "must be > 0")
     for cls, value in t.per_class.overrides().items():
         if value <= 0:
             _fail(f"threshold.per_class.{cls}", value, "must be > 0")

@@ -126,6 +126,7 @@ def test_cli_end_to_end_with_wandb_offline(tiny_dirs, tmp_path):
 BAD = [
     (["threshold.class_default=0"], "threshold.class_default"),
     (["threshold.circuit=-5"], "threshold.circuit"),
+    (["threshold.prev_token_circuit=0"], "threshold.prev_token_circuit"),
     (["probe.seq_len=40"], "probe.seq_len"),
     (["probe.seq_len=4096"], "probe.seq_len"),
     (["probe.seq_len=64", "probe.vocab_high=100000"], "probe.vocab_high"),

@@ -69,6 +69,10 @@ def test_capability_circuits_thresholds_ties_and_nan():
     prev_token, induction = capability_circuits(sel)
     assert list(prev_token.items()) == [(0, [0, 3]), (1, [3]), (2, [0])]
     assert list(induction.items()) == [(1, [0, 1]), (2, [1])]
+    # Other levels (threshold.prev_token_circuit, threshold.circuit): the same rules at 150 and 80.
+    prev_token, induction = capability_circuits(sel, prev_token_min=150.0, induction_min=80.0)
+    assert list(prev_token.items()) == [(0, [3]), (1, [3])]
+    assert list(induction.items()) == [(1, [0]), (2, [1])]
 
 
 def test_best_class_scans_the_study_order():

@@ -62,6 +62,7 @@ from emergence.recipe.tasks.screens import TaskScreen
 
 # --- 1. the capability circuits (TASKS.md 0.5) -----------------------------------------------------
 
+# The study's levels (at T = 256), the defaults of threshold.circuit and threshold.prev_token_circuit.
 INDUCTION_CIRCUIT_MIN = 50.0  # induction circuit: induction selectivity >= 50
 PREV_TOKEN_CIRCUIT_MIN = 100.0  # previous-token circuit: previous-token selectivity >= 100, and its best class
 # The study scans the classes in its order (screen.TIE_ORDER: induction, previous token, duplicate
@@ -81,11 +82,13 @@ def best_class(selectivity: Sequence[float]) -> str | None:
     return best
 
 
-def capability_circuits(selectivity: np.ndarray) -> tuple[HeadSpec, HeadSpec]:
+def capability_circuits(selectivity: np.ndarray, prev_token_min: float = PREV_TOKEN_CIRCUIT_MIN,
+                        induction_min: float = INDUCTION_CIRCUIT_MIN) -> tuple[HeadSpec, HeadSpec]:
     """(previous-token circuit, induction circuit) from the 6-class selectivities
     [layers, heads, 6] (``CLASSES`` order): the heads whose previous-token selectivity is at least
-    100 and is their best class, and the heads whose induction selectivity is at least 50 (NaN is
-    neither). Specs layer-major, heads ascending (``spec_from_circuit``)."""
+    ``prev_token_min`` (the study's 100) and is their best class, and the heads whose induction
+    selectivity is at least ``induction_min`` (the study's 50); NaN is neither. Specs layer-major,
+    heads ascending (``spec_from_circuit``)."""
     selectivity = np.asarray(selectivity, dtype=np.float64)
     if selectivity.ndim != 3 or selectivity.shape[-1] != len(CLASSES):
         raise UsageError(f"selectivity has shape {selectivity.shape}; pass [layers, heads, {len(CLASSES)}] "
@@ -95,8 +98,8 @@ def capability_circuits(selectivity: np.ndarray) -> tuple[HeadSpec, HeadSpec]:
     previous = selectivity[..., CLASSES.index("previous_token")]
     induction = selectivity[..., CLASSES.index("induction")]
     prev_token = [lh for lh in all_heads
-                  if previous[lh] >= PREV_TOKEN_CIRCUIT_MIN and best_class(selectivity[lh]) == "previous_token"]
-    induction_heads = [lh for lh in all_heads if induction[lh] >= INDUCTION_CIRCUIT_MIN]
+                  if previous[lh] >= prev_token_min and best_class(selectivity[lh]) == "previous_token"]
+    induction_heads = [lh for lh in all_heads if induction[lh] >= induction_min]
     return spec_from_circuit(prev_token), spec_from_circuit(induction_heads)
 
 

@@ -31,7 +31,8 @@ class TaskSummary(Record):
     fingerprint: str  # sha256 of the task and its token ids
     metrics: TaskMetrics  # capability at T-1, each with its bootstrap interval over prompts
     screens: dict[str, list[str]]  # screen -> its top-k heads ("L13H1"), best first
-    circuits: dict[str, list[str]]  # previous_token (>= 100x, best class) and induction (>= 50x) heads of this run
+    # previous_token (best class, >= threshold.prev_token_circuit) and induction (>= threshold.circuit) heads of this run
+    circuits: dict[str, list[str]]
     ablation: TaskAblation | None = None  # each condition with its heads and capability; None: ablation off
 
 
@@ -47,12 +48,13 @@ def measure_task(subject, batch: TaskBatch, tokenizer: str, selectivity: np.ndar
     """The task on ``subject`` (``capture.Subject``: the loaded model; its batch size is used),
     ``selectivity`` [layers, heads, 6] the synthetic probe's screen of the same checkpoint (its
     capability circuits), ``settings`` the run's ``Config`` (``probe.task_top_k``, ``ablate``,
-    ``stats``)."""
+    ``stats``, ``threshold``)."""
     model, arch, batch_size, ablate, stats = (subject.model, subject.arch, subject.batch_size, settings.ablate,
                                               settings.stats)
     passed = task_pass(model, arch, batch, batch_size)  # one pass: the metrics and the screens
     screen = passed.screen(settings.probe.task_top_k)
-    prev_token, induction = capability_circuits(selectivity)
+    prev_token, induction = capability_circuits(selectivity, settings.threshold.prev_token_circuit,
+                                                settings.threshold.circuit)
     ablation = None
     if ablate.enabled:
         plan = AblationPlan.from_screen(screen, mr_seed=ablate.mr_seed, mr_seeds=tuple(range(ablate.mr_seeds)),
