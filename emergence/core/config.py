@@ -88,6 +88,7 @@ class ToyRecipe:
     # emergence/toy/words.py, saved with every checkpoint). Both or neither: the defaults are the other toys'.
     task_fraction: float = 0.0
     tokenizer: Optional[str] = None  # null (ids only) | words
+    home_city_share: float = 0.0  # the bindings that use the name's home city (task_corpus.py says why)
     # Also save a checkpoint every this many steps (folders step{N}, beside the panel's), so that a
     # milestone can be refined between panel revisions (python -m emergence.refine). Not part of
     # what the weights are: a panel trained with it serves runs without it, bit for bit.

@@ -10,12 +10,20 @@ prompt followed by its answer and a full stop:
   year, same century; start decade 02..88 as the study's, end decade above it up to 99);
 * successor: " Monday Tuesday Wednesday Thursday Friday Saturday." (6 to 10 consecutive items of the
   days or months, which wrap, or of the ordinals first..tenth or the numbers 1..99, which do not);
-* variable binding: " Anna lives in Paris. Tom lives in Rome. Anna lives in Paris." (the query is
-  either name, half each).
+* variable binding, a story: 2 to 6 names each bound to a distinct city, then every name asked once
+  in a random order, " Anna lives in Paris. Tom lives in Rome. Tom lives in Rome. Anna lives in
+  Paris." (the study's prompt is the start of a 2-name story). Each name has a home city
+  (``HOME_CITIES``), and a share of the bindings use it (``model.toy.home_city_share``, 0.5 in
+  ``toy_tasks``): a name then predicts its city already at " in",
+  which rewards carrying the name there, the step the in-context lookup builds on. Without it nothing
+  rewards that step until the lookup works, and binding stays at chance (the model answers one of
+  the story's cities): in a corpus of stories alone, at 50% through 2048 steps without home cities,
+  at 100% by step 2048 with them (docs/toy-panel.md). The study's prompts bind random cities, so
+  a home city is right there only by chance.
 
 A batch (``TaskMixCorpus.batch``) is ``ToyCorpus``'s synthetic sequences over the filler tokens,
 which keep the induction circuit forming, and, for ``task_fraction`` of it, runs of task sentences
-(each sentence's task drawn uniformly) starting at position 0 and cut at ``seq_len``: the probe feeds
+(each sentence's task drawn with ``TASK_WEIGHTS``) starting at position 0 and cut at ``seq_len``: the probe feeds
 a prompt with no BOS at position 0, so the tasks are learned from there. Everything is drawn from
 the seed, a pure function of (seed, step). The study's evaluation prompts come from
 ``numpy.random.RandomState(42)``; the training never uses those draws (it draws from numpy's
@@ -25,6 +33,7 @@ pairs x 36 place-object pairs x 2 orders).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Literal
 
 import numpy as np
@@ -43,7 +52,10 @@ TASKS: tuple[Task, ...] = ("ioi", "greater_than", "successor", "binding")
 IOI_PROMPTS = {"ABBA": "When {io} and {s} went to the {place}, {s} gave a {obj} to",
                "BABA": "When {s} and {io} went to the {place}, {s} gave a {obj} to"}
 GREATER_THAN_PROMPT = "The {noun} lasted from the year {century}{start:02d} to the year {century}"
-BINDING_PROMPT = " {a} lives in {city_a}. {b} lives in {city_b}. {query} lives in"
+BINDING_STATEMENT = " {name} lives in {city}."
+BINDING_NAMES = (2, 6)  # names in a binding story, inclusive
+# Each name's home city: names spread over the cities by a fixed stride (7 is prime to 30).
+HOME_CITIES = tuple(CITIES[(7 * i) % len(CITIES)] for i in range(len(NAMES)))
 GREATER_THAN_CENTURIES = range(14, 20)  # 14..19, as the study's
 GREATER_THAN_START_DECADES = range(2, 89)  # 02..88, as the study's
 # The successor lists, and whether a run wraps from the last item to the first.
@@ -78,27 +90,37 @@ def successor_sentence(rng: np.random.Generator) -> str:
     return "".join(f" {items[(first + k) % len(items)]}" for k in range(length)) + "."
 
 
-def binding_sentence(rng: np.random.Generator) -> str:
-    """Two names bound to two cities, then one of the names again with its city."""
-    a, b = rng.choice(len(NAMES), 2, replace=False)
-    city_a, city_b = rng.choice(len(CITIES), 2, replace=False)
-    query, city = ((a, city_a), (b, city_b))[rng.integers(2)]
-    prompt = BINDING_PROMPT.format(a=NAMES[a], city_a=CITIES[city_a], b=NAMES[b], city_b=CITIES[city_b],
-                                   query=NAMES[query])
-    return f"{prompt} {CITIES[city]}."
+def binding_sentence(rng: np.random.Generator, home_city_share: float = 0.0) -> str:
+    """A binding story: 2..6 names bound to distinct cities (each its home city with probability
+    ``home_city_share``, unless two would then share a city: all random), then each name again with
+    its city, in a random order."""
+    k = int(rng.integers(BINDING_NAMES[0], BINDING_NAMES[1] + 1))
+    names = [NAMES[i] for i in rng.choice(len(NAMES), k, replace=False)]
+    cities = [CITIES[i] for i in rng.choice(len(CITIES), k, replace=False)]
+    home = rng.random(k) < home_city_share
+    with_homes = [HOME_CITIES[NAMES.index(n)] if h else c for n, c, h in zip(names, cities, home)]
+    if len(set(with_homes)) == k:
+        cities = with_homes
+    order = list(range(k)) + [int(i) for i in rng.permutation(k)]
+    return "".join(BINDING_STATEMENT.format(name=names[i], city=cities[i]) for i in order)
 
 
 SENTENCES: dict[Task, Callable[[np.random.Generator], str]] = {
     "ioi": ioi_sentence, "greater_than": greater_than_sentence, "successor": successor_sentence,
     "binding": binding_sentence}
+# The chance of each task (TASKS' order) for a sentence: binding half of them, since its lookup is the slowest
+# to form and needs the most stories (docs/toy-panel.md); the other three tasks the rest, equally.
+TASK_WEIGHTS = (1 / 6, 1 / 6, 1 / 6, 1 / 2)
 # The fewest tokens a sentence has (a 6-item successor run and its "."): enough sentences for any run.
 MIN_SENTENCE_TOKENS = SUCCESSOR_RUN[0] + 1
 
 
-def task_run(rng: np.random.Generator, n_sentences: int) -> str:
-    """``n_sentences`` task sentences, each of a task drawn uniformly, one after another: the first as its
-    template starts ("When ...", "The ...", " Anna ..."), the others after a space."""
-    sentences = [SENTENCES[TASKS[rng.integers(len(TASKS))]](rng) for _ in range(n_sentences)]
+def task_run(rng: np.random.Generator, n_sentences: int, home_city_share: float = 0.0) -> str:
+    """``n_sentences`` task sentences (a binding story counts as one), each of a task drawn with
+    ``TASK_WEIGHTS``, one after another: the first as its template starts ("When ...", "The ...",
+    " Anna ..."), the others after a space."""
+    draw = {**SENTENCES, "binding": partial(binding_sentence, home_city_share=home_city_share)}
+    sentences = [draw[TASKS[rng.choice(len(TASKS), p=TASK_WEIGHTS)]](rng) for _ in range(n_sentences)]
     return sentences[0] + "".join(s if s.startswith(" ") else " " + s for s in sentences[1:])
 
 
@@ -106,11 +128,14 @@ class TaskMixCorpus:
     """``ToyCorpus`` over the filler tokens, mixed with runs of task sentences (the module docstring)."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, seq_len: int, seed: int, task_fraction: float,
-                 synthetic_options: dict):
+                 synthetic_options: dict, home_city_share: float = 0.0):
         """``synthetic_options``: ``ToyCorpus``'s keyword options (repeat_fraction, skip_offsets, ...)."""
         if not 0 < task_fraction <= 1:
             raise UsageError(f"model.toy.task_fraction={task_fraction}: use a share of each batch in (0, 1]")
+        if not 0 <= home_city_share <= 1:
+            raise UsageError(f"model.toy.home_city_share={home_city_share}: use a share of the bindings in [0, 1]")
         self.tokenizer, self.seq_len, self.seed, self.task_fraction = tokenizer, seq_len, seed, task_fraction
+        self.home_city_share = home_city_share
         self.synthetic = ToyCorpus(len(tokenizer) - FIRST_FILLER_ID, seq_len, seed, **synthetic_options)
 
     def batch(self, step: int, size: int) -> torch.Tensor:
@@ -125,6 +150,6 @@ class TaskMixCorpus:
         rng = np.random.default_rng([self.seed, step, TASK_STREAM])
         n_sentences = -(-self.seq_len // MIN_SENTENCE_TOKENS)  # at least seq_len tokens whatever is drawn
         backend = self.tokenizer.backend_tokenizer  # one text at a time: no tokenizer threads
-        runs = [backend.encode(task_run(rng, n_sentences), add_special_tokens=False).ids[:self.seq_len]
-                for _ in range(n)]
+        texts = [task_run(rng, n_sentences, self.home_city_share) for _ in range(n)]
+        runs = [backend.encode(text, add_special_tokens=False).ids[:self.seq_len] for text in texts]
         return torch.tensor(runs, dtype=torch.int64).reshape(n, self.seq_len)

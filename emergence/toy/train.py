@@ -94,7 +94,7 @@ def build_corpus(recipe, tokenizer):
             raise UsageError(f"model.toy.task_fraction={recipe.task_fraction} needs a tokenizer for the task "
                              "sentences: set model.toy.tokenizer=words")
         return ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, **synthetic)
-    return TaskMixCorpus(tokenizer, recipe.seq_len, recipe.seed, recipe.task_fraction, synthetic)
+    return TaskMixCorpus(tokenizer, recipe.seq_len, recipe.seed, recipe.task_fraction, synthetic, recipe.home_city_share)
 
 
 def measure_copy_loss_drop(model, recipe) -> float:
@@ -133,7 +133,7 @@ def checkpoints_to_save(model_cfg) -> list[PanelEntry]:
 
 # Recipe fields added after panels were trained and documented, at the value every earlier panel had: a
 # weights recipe leaves them out at that value, so earlier manifests and documented panels still match.
-LATER_FIELDS = {"task_fraction": 0.0, "tokenizer": None}
+LATER_FIELDS = {"task_fraction": 0.0, "tokenizer": None, "home_city_share": 0.0}
 
 
 def weights_recipe(recipe: dict) -> dict:

@@ -15,8 +15,8 @@ from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
 from emergence.toy.corpus import ToyCorpus
 from emergence.toy.repro import documented_panels
-from emergence.toy.task_corpus import (TaskMixCorpus, binding_sentence, greater_than_sentence, ioi_sentence,
-                                       successor_sentence, task_run)
+from emergence.toy.task_corpus import (HOME_CITIES, TaskMixCorpus, binding_sentence, greater_than_sentence,
+                                       ioi_sentence, successor_sentence, task_run)
 from emergence.toy.train import build_corpus, weights_recipe
 from emergence.toy.words import (CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS,
                                  PLACES, word_tokenizer)
@@ -26,7 +26,8 @@ SYNTHETIC = dict(repeat_fraction=0.5, skip_offsets=(2, 3, 4), skip_prob=0.25)
 WORD = r"[A-Za-z]+"
 IOI = re.compile(rf"When ({WORD}) and ({WORD}) went to the ({WORD}), ({WORD}) gave a ({WORD}) to ({WORD})\.")
 GREATER_THAN = re.compile(rf"The ({WORD}) lasted from the year (\d\d)(\d\d) to the year (\d\d)(\d\d)\.")
-BINDING = re.compile(rf" ({WORD}) lives in ({WORD})\. ({WORD}) lives in ({WORD})\. ({WORD}) lives in ({WORD})\.")
+STATEMENT = re.compile(rf" ({WORD}) lives in ({WORD})\.")
+BINDING = re.compile(rf"(?:{STATEMENT.pattern})+")  # one binding story or more, one after another
 SUCCESSOR = re.compile(r"((?: (?:%s))+)\." % "|".join((*DAYS, *MONTHS, *ORDINALS, *NUMBERS)))
 SUCCESSOR_LISTS = {"days": (DAYS, True), "months": (MONTHS, True), "ordinals": (ORDINALS, False),
                    "numbers": (NUMBERS, False)}
@@ -81,14 +82,56 @@ def test_successor_runs_follow_their_list():
     assert any(r[0] in DAYS and DAYS.index(r[-1]) < DAYS.index(r[0]) for r in runs)
 
 
-def test_binding_sentences_repeat_a_name_with_its_city():
-    queries = Counter()
-    for text in sentences(binding_sentence):
-        a, city_a, b, city_b, query, city = BINDING.fullmatch(text).groups()
-        assert a != b and city_a != city_b and {a, b} <= set(NAMES) and {city_a, city_b} <= set(CITIES)
-        assert (query, city) in {(a, city_a), (b, city_b)}
-        queries[query == a] += 1
-    assert 150 < queries[True] < 250
+def split_stories(text: str) -> list[list[tuple[str, str]]]:
+    """Binding statements, one story or more one after another, as stories of (name, city): each the
+    fewest statements whose first half binds distinct names and whose second half asks each of them
+    once (a shorter split would ask a name its first half has not bound, so the fewest is the story).
+    Statements that complete no story (a run's cut end) are left out."""
+    statements = [m.groups() for m in STATEMENT.finditer(text)]
+    assert "".join(f" {n} lives in {c}." for n, c in statements) == text
+    stories = []
+    while k := next((k for k in range(2, len(statements) // 2 + 1)
+                     if len({n for n, _ in statements[:k]}) == k
+                     and sorted(n for n, _ in statements[k:2 * k]) == sorted(n for n, _ in statements[:k])), None):
+        stories.append(statements[:2 * k])
+        statements = statements[2 * k:]
+    return stories
+
+
+def story_text(story: list[tuple[str, str]]) -> str:
+    return "".join(f" {n} lives in {c}." for n, c in story)
+
+
+def test_binding_stories_bind_names_then_ask_each_once():
+    sizes, asked_in_order, homes, bindings = Counter(), 0, 0, 0
+    for text in sentences(lambda rng: binding_sentence(rng, home_city_share=0.5), n=1000):
+        (story,) = split_stories(text)
+        k = len(story) // 2
+        bound, asked = dict(story[:k]), story[k:]
+        assert set(bound) <= set(NAMES) and set(bound.values()) <= set(CITIES)
+        assert len(set(bound.values())) == k  # distinct cities
+        assert all(bound[name] == city for name, city in asked)  # each asked name with its city
+        sizes[k] += 1
+        asked_in_order += [n for n, _ in asked] == [n for n, _ in story[:k]]
+        homes += sum(HOME_CITIES[NAMES.index(n)] == c for n, c in bound.items())
+        bindings += k
+    assert set(sizes) == {2, 3, 4, 5, 6} and all(150 < sizes[k] < 250 for k in sizes)  # 2..6 names, uniform
+    assert asked_in_order < 400  # the questions come in a random order (2 names: in order half the time)
+    # A name's home city: about half the bindings (fewer where two homes collide: then all random),
+    # the rest by chance (1 in 30).
+    assert 0.3 < homes / bindings < 0.55
+    text = binding_sentence(np.random.default_rng(0))  # by default no home cities: only chance
+    none = [binding_sentence(np.random.default_rng(s)) for s in range(300)]
+    chance = [HOME_CITIES[NAMES.index(n)] == c for t in none for story in split_stories(t) for n, c in story]
+    assert text == none[0] and sum(chance) / len(chance) < 0.08
+
+
+def test_the_study_binding_prompt_starts_a_two_name_story():
+    stories = [t for t in sentences(binding_sentence, n=200) if len(split_stories(t)[0]) == 4]
+    first = STATEMENT.findall(stories[0])
+    prompt = " {} lives in {}. {} lives in {}. {} lives in".format(*first[0], *first[1], first[2][0])
+    assert stories[0].startswith(prompt) and stories[0][len(prompt):] == f" {first[2][1]}." + stories[0][
+        len(prompt) + len(first[2][1]) + 2:]
 
 
 def parse_run(text: str) -> list[str]:
@@ -100,9 +143,18 @@ def parse_run(text: str) -> list[str]:
         match = next((m for p in patterns if (m := p.match(text, pos))), None)
         if match is None:
             break
-        found.append(match.group(0))
-        pos = match.end()
+        if match.re is BINDING:  # stories one after another: one sentence each; statements after them are cut
+            stories = [story_text(story) for story in split_stories(match.group(0))]
+            found += stories
+            pos += len("".join(stories))
+            if pos < match.end():
+                break
+        else:
+            found.append(match.group(0))
+            pos = match.end()
     assert "." not in text[pos:] or text[pos:].startswith(" ")  # the cut sentence: no complete sentence missed
+    if pos < len(text) and STATEMENT.match(text, pos):  # a cut story: the statements it has, then a cut one
+        assert not split_stories(text[pos:pos + len("".join(m.group(0) for m in STATEMENT.finditer(text, pos)))])
     return found
 
 
@@ -117,19 +169,21 @@ def test_a_run_is_whole_sentences_from_position_0(tokenizer):
     starts = Counter()
     for row in rows:
         text = tokenizer.decode(row)
-        assert len(parse_run(text)) >= 3  # 64 tokens hold three sentences of 16 or fewer
+        assert len(parse_run(text)) >= 1  # the longest sentence (a 6-name story) is 60 tokens
         starts[next(k for k, p in (("ioi", "When"), ("greater_than", "The"), ("binding", r" \w+ lives"),
                                    ("successor", " ")) if re.match(p, text))] += 1
     assert set(starts) == {"ioi", "greater_than", "binding", "successor"}  # every task starts runs at position 0
 
 
-def test_each_task_is_a_quarter_of_the_sentences():
+def test_binding_is_half_the_sentences_and_the_other_tasks_a_sixth_each():
     tasks = Counter()
     for seed in range(200):
         for sentence in parse_run(task_run(np.random.default_rng(seed), 10)):
-            tasks[next(i for i, p in enumerate((IOI, GREATER_THAN, BINDING, SUCCESSOR)) if p.search(sentence))] += 1
+            tasks[next(name for name, p in (("ioi", IOI), ("greater_than", GREATER_THAN), ("binding", BINDING),
+                                            ("successor", SUCCESSOR)) if p.search(sentence))] += 1
     assert sum(tasks.values()) == 2000
-    assert all(430 < tasks[i] < 570 for i in range(4))  # 500 expected; sd about 19
+    assert all(270 < tasks[name] < 400 for name in ("ioi", "greater_than", "successor"))  # 333 expected; sd 17
+    assert 900 < tasks["binding"] < 1100  # 1000 expected; sd about 22
 
 
 def test_batch_is_a_pure_function_of_seed_and_step_with_synthetic_rows_on_the_fillers(tokenizer):
@@ -151,6 +205,8 @@ def test_recipe_with_tasks_needs_the_word_tokenizer(tokenizer):
         build_corpus(recipe, None)
     with pytest.raises(UsageError, match="task_fraction"):
         TaskMixCorpus(tokenizer, SEQ_LEN, 0, 0.0, SYNTHETIC)
+    with pytest.raises(UsageError, match="home_city_share"):
+        TaskMixCorpus(tokenizer, SEQ_LEN, 0, 0.5, SYNTHETIC, home_city_share=1.5)
     model = compose_config(["model=toy_tasks"]).model
     assert isinstance(build_corpus(model.toy, tokenizer), TaskMixCorpus)
     # The induction probe draws the fillers: the ids the synthetic half is written in.
@@ -160,17 +216,18 @@ def test_recipe_with_tasks_needs_the_word_tokenizer(tokenizer):
 @pytest.mark.parametrize("key", ["toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks"])
 def test_the_other_toys_weights_recipes_are_unchanged(key):
     recipe = asdict(compose_config([f"model={key}"]).model.toy)
-    assert recipe["task_fraction"] == 0.0 and recipe["tokenizer"] is None
-    before = {k: v for k, v in recipe.items() if k not in ("task_fraction", "tokenizer")}  # a manifest from before
+    later = ("task_fraction", "tokenizer", "home_city_share")
+    assert recipe["task_fraction"] == 0.0 and recipe["tokenizer"] is None and recipe["home_city_share"] == 0.0
+    before = {k: v for k, v in recipe.items() if k not in later}  # a manifest from before
     assert weights_recipe(recipe) == weights_recipe(before)
-    assert "task_fraction" not in weights_recipe(recipe) and "tokenizer" not in weights_recipe(recipe)
+    assert not set(later) & set(weights_recipe(recipe))
     for panel in documented_panels():  # the documented panels still match their recipe
         if panel["model"] == key:
             seed = panel["recipe"]["seed"]
             documented = asdict(compose_config([f"model={key}", f"model.toy.seed={seed}"]).model.toy)
             assert weights_recipe(documented) == panel["recipe"]
     tasks = weights_recipe(asdict(compose_config(["model=toy_tasks"]).model.toy))
-    assert tasks["task_fraction"] > 0 and tasks["tokenizer"] == "words"
+    assert tasks["task_fraction"] > 0 and tasks["tokenizer"] == "words" and tasks["home_city_share"] > 0
     assert json.loads(json.dumps(tasks)) == tasks  # what the manifest stores reads back the same
 
 

@@ -5,7 +5,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from emergence.core.errors import UsageError
-from emergence.toy.task_corpus import BINDING_PROMPT, GREATER_THAN_PROMPT, IOI_PROMPTS
+from emergence.toy.task_corpus import GREATER_THAN_PROMPT, IOI_PROMPTS
 from emergence.toy.words import (CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS,
                                  PLACES, UNK, vocabulary, word_tokenizer)
 
@@ -53,7 +53,7 @@ def test_the_study_prompts_have_its_token_counts_and_no_unknown_token(tokenizer)
     greater_than = GREATER_THAN_PROMPT.format(noun="war", century=14, start=5)
     assert tokenizer.convert_ids_to_tokens(encode(tokenizer, greater_than)) == [
         "The", " war", " lasted", " from", " the", " year", " 14", "05", " to", " the", " year", " 14"]
-    binding = BINDING_PROMPT.format(a="Sandra", city_a="Denver", b="Daniel", city_b="Beijing", query="Sandra")
+    binding = " Sandra lives in Denver. Daniel lives in Beijing. Sandra lives in"
     assert len(encode(tokenizer, binding)) == 13
     assert len(encode(tokenizer, " 33 34 35 36 37")) == 5
     assert len(encode(tokenizer, " Friday Saturday Sunday Monday Tuesday")) == 5
