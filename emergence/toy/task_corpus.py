@@ -132,8 +132,6 @@ class TaskMixCorpus:
         """``synthetic_options``: ``ToyCorpus``'s keyword options (repeat_fraction, skip_offsets, ...)."""
         if not 0 < task_fraction <= 1:
             raise UsageError(f"model.toy.task_fraction={task_fraction}: use a share of each batch in (0, 1]")
-        if not 0 <= home_city_share <= 1:
-            raise UsageError(f"model.toy.home_city_share={home_city_share}: use a share of the bindings in [0, 1]")
         self.tokenizer, self.seq_len, self.seed, self.task_fraction = tokenizer, seq_len, seed, task_fraction
         self.home_city_share = home_city_share
         self.synthetic = ToyCorpus(len(tokenizer) - FIRST_FILLER_ID, seq_len, seed, **synthetic_options)

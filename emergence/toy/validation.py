@@ -13,6 +13,8 @@ def validate_recipe(recipe: ToyRecipe) -> None:
     if not 0 <= recipe.trigger_fraction < 1:
         raise invalid("model.toy.trigger_fraction", recipe.trigger_fraction,
                       "must be in [0, 1): a share of the vocabulary")
+    if not 0 <= recipe.home_city_share <= 1:
+        raise invalid("model.toy.home_city_share", recipe.home_city_share, "must be in [0, 1]: a share of the bindings")
     if recipe.save_every is not None and recipe.save_every < 1:
         raise invalid("model.toy.save_every", recipe.save_every,
                       "must be >= 1 step, or null (only the panel's checkpoints)")

@@ -205,12 +205,15 @@ def test_recipe_with_tasks_needs_the_word_tokenizer(tokenizer):
         build_corpus(recipe, None)
     with pytest.raises(UsageError, match="task_fraction"):
         TaskMixCorpus(tokenizer, SEQ_LEN, 0, 0.0, SYNTHETIC)
-    with pytest.raises(UsageError, match="home_city_share"):
-        TaskMixCorpus(tokenizer, SEQ_LEN, 0, 0.5, SYNTHETIC, home_city_share=1.5)
     model = compose_config(["model=toy_tasks"]).model
     assert isinstance(build_corpus(model.toy, tokenizer), TaskMixCorpus)
     # The induction probe draws the fillers: the ids the synthetic half is written in.
     assert (model.probe_fit.vocab_low, model.probe_fit.vocab_high) == (FIRST_FILLER_ID, model.toy.vocab_size)
+    # The toy screens its top 3 of 16 heads (the study's 5 elsewhere); the command line still wins.
+    assert compose_config(["model=toy_tasks", "probe=ioi"]).probe.task_top_k == 3
+    assert compose_config(["model=toy_tasks", "probe=ioi", "probe.task_top_k=5"]).probe.task_top_k == 5
+    assert compose_config(["model=toy_neox", "probe=ioi"]).probe.task_top_k == 5
+    assert compose_config(["model=toy_tasks"]).threshold.prev_token_circuit == 25.0  # threshold=toy_t64
 
 
 @pytest.mark.parametrize("key", ["toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks"])
