@@ -76,7 +76,7 @@ def header(findings: PanelFindings, reference: bool) -> list[str]:
     th = findings.thresholds
     models = findings.models.values()
     intervals = findings.intervals
-    return [f"# Panel report\n",
+    return ["# Panel report\n",
             f"Thresholds: class / BOS membership >= {th.class_:g}x baseline, induction circuit >= "
             f"{th.circuit:g}x" + (f"; Gu et al.'s Sink_0 at key-0 importance > {th.sink_epsilon:g}"
                                   if any(f.sinks_gu for f in models) else "")

@@ -24,7 +24,7 @@ from emergence.core.config import (
     ModelConfig,
     ProbeConfig,
 )
-from emergence.core.errors import UsageError, invalid
+from emergence.core.errors import invalid
 from emergence.hub.weights import WEIGHTS_FORMATS
 from emergence.recipe.probe import PAIR_START, min_seq_len
 from emergence.recipe.screen import parse_head_name

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import os
 from functools import lru_cache
 from pathlib import Path
 

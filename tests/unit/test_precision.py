@@ -108,7 +108,7 @@ def test_a_run_marks_its_near_threshold_heads_and_states_its_dtype_against_the_r
     assert summary.near_threshold.to_json() == {"relative_error": DTYPE_RELATIVE_ERROR["float32"], "count": 1,
                                                 "heads": [name]}
     assert (summary.dtype, summary.reference_dtype) == ("float32", "float16")
-    assert "dtype float32, the reference study's float16" in caplog.text and f"near a threshold" in caplog.text
+    assert "dtype float32, the reference study's float16" in caplog.text and "near a threshold" in caplog.text
     plain = read_run(tmp_path / "plain")[0]
     assert plain.reference_dtype is None and not dtype_differs(plain.dtype, plain.reference_dtype)
 
