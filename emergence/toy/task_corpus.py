@@ -14,17 +14,17 @@ prompt followed by its answer and a full stop:
   in a random order, " Anna lives in Paris. Tom lives in Rome. Tom lives in Rome. Anna lives in
   Paris." (the study's prompt is the start of a 2-name story). Each name has a home city
   (``HOME_CITIES``), and a share of the bindings use it (``model.toy.home_city_share``, 0.5 in
-  ``toy_tasks``): a name then predicts its city already at " in",
-  which rewards carrying the name there, the step the in-context lookup builds on. Without it nothing
-  rewards that step until the lookup works, and binding stays at chance (the model answers one of
-  the story's cities): in a corpus of stories alone, at 50% through 2048 steps without home cities,
-  at 100% by step 2048 with them (docs/toy-panel.md). The study's prompts bind random cities, so
-  a home city is right there only by chance.
+  ``toy_tasks``): a name then predicts its city already at " in", which rewards carrying the name
+  there, the step the in-context lookup builds on. Without it nothing rewards that step until the
+  lookup works, and binding stays at chance (the model answers one of the story's cities): in a
+  corpus of stories alone, at 50% through 2048 steps without home cities, at 100% by step 2048
+  with them (docs/toy-panel.md). The study's prompts bind random cities, so a home city is right
+  there only by chance.
 
-A batch (``TaskMixCorpus.batch``) is ``ToyCorpus``'s synthetic sequences over the filler tokens,
-which keep the induction circuit forming, and, for ``task_fraction`` of it, runs of task sentences
-(each sentence's task drawn with ``TASK_WEIGHTS``) starting at position 0 and cut at ``seq_len``: the probe feeds
-a prompt with no BOS at position 0, so the tasks are learned from there. Everything is drawn from
+A batch (``TaskMixCorpus.batch``) is ``ToyCorpus``'s synthetic sequences over the filler tokens
+(the ones the induction probe draws) and, for ``task_fraction`` of it, runs of task sentences
+(each sentence's task drawn with ``TASK_WEIGHTS``) starting at position 0 and cut at ``seq_len``:
+the probe feeds a prompt with no BOS at position 0, so the tasks are learned from there. Everything is drawn from
 the seed, a pure function of (seed, step). The study's evaluation prompts come from
 ``numpy.random.RandomState(42)``; the training never uses those draws (it draws from numpy's
 ``default_rng``): random combinations of the same word lists cover them anyway (IOI: 42 x 41 name
