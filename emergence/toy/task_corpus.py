@@ -40,7 +40,6 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from emergence.core.errors import UsageError
 from emergence.toy.corpus import ToyCorpus
 from emergence.toy.words import (CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS,
                                  PLACES)
@@ -129,9 +128,8 @@ class TaskMixCorpus:
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, seq_len: int, seed: int, task_fraction: float,
                  synthetic_options: dict, home_city_share: float = 0.0):
-        """``synthetic_options``: ``ToyCorpus``'s keyword options (repeat_fraction, skip_offsets, ...)."""
-        if not 0 < task_fraction <= 1:
-            raise UsageError(f"model.toy.task_fraction={task_fraction}: use a share of each batch in (0, 1]")
+        """``synthetic_options``: ``ToyCorpus``'s keyword options (repeat_fraction, skip_offsets, ...);
+        ``task_fraction`` in (0, 1] (``toy.validation``)."""
         self.tokenizer, self.seq_len, self.seed, self.task_fraction = tokenizer, seq_len, seed, task_fraction
         self.home_city_share = home_city_share
         self.synthetic = ToyCorpus(len(tokenizer) - FIRST_FILLER_ID, seq_len, seed, **synthetic_options)

@@ -39,7 +39,6 @@ from transformers.utils import logging as hf_logging
 
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import ModelConfig, PanelEntry
-from emergence.core.errors import UsageError
 from emergence.toy import repro
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 from emergence.toy.task_corpus import TaskMixCorpus
@@ -77,11 +76,7 @@ def build_model(recipe):
 
 def build_tokenizer(recipe):
     """The recipe's tokenizer (``words``: ``emergence/toy/words.py``), or None for a toy of ids only."""
-    if recipe.tokenizer is None:
-        return None
-    if recipe.tokenizer != "words":
-        raise UsageError(f"model.toy.tokenizer={recipe.tokenizer!r}: use words (emergence/toy/words.py) or null")
-    return word_tokenizer(recipe.vocab_size)
+    return None if recipe.tokenizer is None else word_tokenizer(recipe.vocab_size)
 
 
 def build_corpus(recipe, tokenizer):
@@ -90,9 +85,6 @@ def build_corpus(recipe, tokenizer):
     synthetic = dict(repeat_fraction=recipe.repeat_fraction, skip_offsets=recipe.skip_offsets,
                      skip_prob=recipe.skip_prob, trigger_fraction=recipe.trigger_fraction)
     if tokenizer is None:
-        if recipe.task_fraction:
-            raise UsageError(f"model.toy.task_fraction={recipe.task_fraction} needs a tokenizer for the task "
-                             "sentences: set model.toy.tokenizer=words")
         return ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, **synthetic)
     return TaskMixCorpus(tokenizer, recipe.seq_len, recipe.seed, recipe.task_fraction, synthetic, recipe.home_city_share)
 

@@ -1,6 +1,6 @@
 """The toy recipe's checks, for ``python -m emergence.toy`` and for a run of a toy model."""
 
-from emergence.core.config import LR_SCHEDULES, TOY_NUMERICS, ToyRecipe
+from emergence.core.config import LR_SCHEDULES, TOY_NUMERICS, TOY_TOKENIZERS, ToyRecipe
 from emergence.core.errors import invalid
 
 
@@ -13,6 +13,14 @@ def validate_recipe(recipe: ToyRecipe) -> None:
     if not 0 <= recipe.trigger_fraction < 1:
         raise invalid("model.toy.trigger_fraction", recipe.trigger_fraction,
                       "must be in [0, 1): a share of the vocabulary")
+    if recipe.tokenizer not in TOY_TOKENIZERS:
+        raise invalid("model.toy.tokenizer", recipe.tokenizer, "use words (emergence/toy/words.py) or null (ids only)")
+    if not 0 <= recipe.task_fraction <= 1:
+        raise invalid("model.toy.task_fraction", recipe.task_fraction, "must be in [0, 1]: a share of each batch")
+    if (recipe.task_fraction > 0) != (recipe.tokenizer is not None):
+        raise invalid("model.toy.task_fraction", recipe.task_fraction,
+                      f"with model.toy.tokenizer={recipe.tokenizer}: task sentences need the word tokenizer, and it "
+                      "needs task sentences; set both (task_fraction > 0, tokenizer=words) or neither")
     if not 0 <= recipe.home_city_share <= 1:
         raise invalid("model.toy.home_city_share", recipe.home_city_share, "must be in [0, 1]: a share of the bindings")
     if recipe.save_every is not None and recipe.save_every < 1:

@@ -18,6 +18,7 @@ from emergence.toy.repro import documented_panels
 from emergence.toy.task_corpus import (HOME_CITIES, TaskMixCorpus, binding_sentence, greater_than_sentence,
                                        ioi_sentence, successor_sentence, task_run)
 from emergence.toy.train import build_corpus, weights_recipe
+from emergence.toy.validation import validate_recipe
 from emergence.toy.words import (CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS,
                                  PLACES, word_tokenizer)
 
@@ -199,12 +200,16 @@ def test_batch_is_a_pure_function_of_seed_and_step_with_synthetic_rows_on_the_fi
     assert int(batch[24:].max()) < 353 <= int(batch[:24].min())
 
 
-def test_recipe_with_tasks_needs_the_word_tokenizer(tokenizer):
-    recipe = compose_config(["model=toy_olmo", "model.toy.task_fraction=0.5"]).model.toy
-    with pytest.raises(UsageError, match="model.toy.tokenizer=words"):
-        build_corpus(recipe, None)
-    with pytest.raises(UsageError, match="task_fraction"):
-        TaskMixCorpus(tokenizer, SEQ_LEN, 0, 0.0, SYNTHETIC)
+@pytest.mark.parametrize("overrides", [["model=toy_olmo", "model.toy.task_fraction=0.5"],
+                                       ["model=toy_olmo", "model.toy.tokenizer=words"],
+                                       ["model=toy_tasks", "model.toy.task_fraction=0"],
+                                       ["model=toy_tasks", "model.toy.tokenizer=null"]])
+def test_task_sentences_and_the_word_tokenizer_come_together(overrides):
+    with pytest.raises(UsageError, match=r"^model\.toy\.task_fraction=.* set both \(task_fraction > 0, tokenizer=words\)"):
+        validate_recipe(compose_config(overrides).model.toy)
+
+
+def test_the_task_toy_composes_its_corpus_and_probe(tokenizer):
     model = compose_config(["model=toy_tasks"]).model
     assert isinstance(build_corpus(model.toy, tokenizer), TaskMixCorpus)
     # The induction probe draws the fillers: the ids the synthetic half is written in.
