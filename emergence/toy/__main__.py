@@ -11,11 +11,13 @@ is compared with."""
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
-from emergence.toy.train import MANIFEST, ensure_trained, train
+from emergence.toy.repro import LOSSES, compare_to_documented, compare_trainings, document, documented_panels
+from emergence.toy.train import MANIFEST, ensure_trained, train, weights_recipe
 from emergence.toy.validation import validate_recipe
 
 DEFAULT_TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
@@ -36,8 +38,6 @@ def main() -> None:
                         help="compare two trained panels (their folders with manifest.json and losses.tsv)")
     args = parser.parse_args()
     if args.compare:
-        from emergence.toy.repro import LOSSES, compare_trainings
-
         for folder in args.compare:
             missing = [name for name in (MANIFEST, LOSSES) if not (folder / name).is_file()]
             if missing:
@@ -61,16 +61,12 @@ def main() -> None:
         else:
             ensure_trained(cfg.model)
         manifest = json.loads((Path(cfg.model.name_or_path).expanduser() / MANIFEST).read_text())
+        weights = weights_recipe(asdict(cfg.model.toy))
         print(f"{key}: {cfg.model.name_or_path}")
-        if "documented" in manifest:
-            print(f"  {manifest['documented']['message']}")
+        # Against the documented panels as they are now, not as they were when this panel was trained.
+        print(f"  {compare_to_documented(manifest, weights, documented_panels())['message']}")
         if args.document:
-            from dataclasses import asdict
-
-            from emergence.toy.repro import document
-            from emergence.toy.train import weights_recipe
-
-            print(f"  documented in {document(manifest, weights_recipe(asdict(cfg.model.toy)))}")
+            print(f"  documented in {document(manifest, weights)}")
 
 
 if __name__ == "__main__":
