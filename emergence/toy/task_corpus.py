@@ -24,8 +24,8 @@ prompt followed by its answer and a full stop:
 A batch (``TaskMixCorpus.batch``) is ``ToyCorpus``'s synthetic sequences over the filler tokens
 (the ones the induction probe draws) and, for ``task_fraction`` of it, runs of task sentences
 (each sentence's task drawn with ``TASK_WEIGHTS``) starting at position 0 and cut at ``seq_len``:
-the probe feeds a prompt with no BOS at position 0, so the tasks are learned from there. Everything is drawn from
-the seed, a pure function of (seed, step). The study's evaluation prompts come from
+the probe feeds a prompt with no BOS at position 0, so the tasks are learned from there. Everything
+is drawn from the seed, a pure function of (seed, step). The study's evaluation prompts come from
 ``numpy.random.RandomState(42)``; the training never uses those draws (it draws from numpy's
 ``default_rng``): random combinations of the same word lists cover them anyway (IOI: 42 x 41 name
 pairs x 36 place-object pairs x 2 orders).
@@ -94,19 +94,16 @@ def binding_sentence(rng: np.random.Generator, home_city_share: float = 0.0) -> 
     ``home_city_share``, unless two would then share a city: all random), then each name again with
     its city, in a random order."""
     k = int(rng.integers(BINDING_NAMES[0], BINDING_NAMES[1] + 1))
-    names = [NAMES[i] for i in rng.choice(len(NAMES), k, replace=False)]
+    names = rng.choice(len(NAMES), k, replace=False)
     cities = [CITIES[i] for i in rng.choice(len(CITIES), k, replace=False)]
     home = rng.random(k) < home_city_share
-    with_homes = [HOME_CITIES[NAMES.index(n)] if h else c for n, c, h in zip(names, cities, home)]
+    with_homes = [HOME_CITIES[n] if h else c for n, c, h in zip(names, cities, home)]
     if len(set(with_homes)) == k:
         cities = with_homes
     order = list(range(k)) + [int(i) for i in rng.permutation(k)]
-    return "".join(BINDING_STATEMENT.format(name=names[i], city=cities[i]) for i in order)
+    return "".join(BINDING_STATEMENT.format(name=NAMES[names[i]], city=cities[i]) for i in order)
 
 
-SENTENCES: dict[Task, Callable[[np.random.Generator], str]] = {
-    "ioi": ioi_sentence, "greater_than": greater_than_sentence, "successor": successor_sentence,
-    "binding": binding_sentence}
 # The chance of each task (TASKS' order) for a sentence: binding half of them, since its lookup is the slowest
 # to form and needs the most stories (docs/toy-panel.md); the other three tasks the rest, equally.
 TASK_WEIGHTS = (1 / 6, 1 / 6, 1 / 6, 1 / 2)
@@ -118,7 +115,9 @@ def task_run(rng: np.random.Generator, n_sentences: int, home_city_share: float 
     """``n_sentences`` task sentences (a binding story counts as one), each of a task drawn with
     ``TASK_WEIGHTS``, one after another: the first as its template starts ("When ...", "The ...",
     " Anna ..."), the others after a space."""
-    draw = {**SENTENCES, "binding": partial(binding_sentence, home_city_share=home_city_share)}
+    draw: dict[Task, Callable[[np.random.Generator], str]] = {
+        "ioi": ioi_sentence, "greater_than": greater_than_sentence, "successor": successor_sentence,
+        "binding": partial(binding_sentence, home_city_share=home_city_share)}
     sentences = [draw[TASKS[rng.choice(len(TASKS), p=TASK_WEIGHTS)]](rng) for _ in range(n_sentences)]
     return sentences[0] + "".join(s if s.startswith(" ") else " " + s for s in sentences[1:])
 
