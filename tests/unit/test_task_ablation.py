@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from emergence.core.config import StatsConfig
+from emergence.core.config import StatsConfig, ThresholdConfig
 from emergence.core.errors import UsageError
 from emergence.recipe.ablation import ablating, head_mask
 from emergence.recipe.screen import CLASSES
@@ -66,7 +66,8 @@ def test_capability_circuits_thresholds_ties_and_nan():
         (2, 1): {"induction": 80.0, "bos": 1000.0},  # induction has no best-class filter: in
         (2, 0): {"induction": float("nan"), "previous_token": 120.0},  # NaN induction: out; previous: in
     })
-    prev_token, induction = capability_circuits(sel)
+    assert (ThresholdConfig.prev_token_circuit, ThresholdConfig.circuit) == (100.0, 50.0)  # the study's, by default
+    prev_token, induction = capability_circuits(sel, prev_token_min=100.0, induction_min=50.0)
     assert list(prev_token.items()) == [(0, [0, 3]), (1, [3]), (2, [0])]
     assert list(induction.items()) == [(1, [0, 1]), (2, [1])]
     # Other levels (threshold.prev_token_circuit, threshold.circuit): the same rules at 150 and 80.
@@ -90,7 +91,7 @@ def test_best_class_scans_the_study_order():
 
 def test_capability_circuits_refuse_another_shape():
     with pytest.raises(UsageError, match=r"\[layers, heads, 6\]"):
-        capability_circuits(np.ones((2, 4, 7)))
+        capability_circuits(np.ones((2, 4, 7)), prev_token_min=100.0, induction_min=50.0)
 
 
 # --- the conditions ---------------------------------------------------------------------------------

@@ -62,9 +62,6 @@ from emergence.recipe.tasks.screens import TaskScreen
 
 # --- 1. the capability circuits (TASKS.md 0.5) -----------------------------------------------------
 
-# The study's levels (at T = 256), the defaults of threshold.circuit and threshold.prev_token_circuit.
-INDUCTION_CIRCUIT_MIN = 50.0  # induction circuit: induction selectivity >= 50
-PREV_TOKEN_CIRCUIT_MIN = 100.0  # previous-token circuit: previous-token selectivity >= 100, and its best class
 # The study scans the classes in its order (screen.TIE_ORDER: induction, previous token, duplicate
 # token, first token, self, local), so a tie goes to the earlier one there, not in CLASSES' order.
 _STUDY_COLUMNS = [CLASSES.index(c) for c in TIE_ORDER]
@@ -82,12 +79,13 @@ def best_class(selectivity: Sequence[float]) -> str | None:
     return best
 
 
-def capability_circuits(selectivity: np.ndarray, prev_token_min: float = PREV_TOKEN_CIRCUIT_MIN,
-                        induction_min: float = INDUCTION_CIRCUIT_MIN) -> tuple[HeadSpec, HeadSpec]:
+def capability_circuits(selectivity: np.ndarray, prev_token_min: float,
+                        induction_min: float) -> tuple[HeadSpec, HeadSpec]:
     """(previous-token circuit, induction circuit) from the 6-class selectivities
     [layers, heads, 6] (``CLASSES`` order): the heads whose previous-token selectivity is at least
-    ``prev_token_min`` (the study's 100) and is their best class, and the heads whose induction
-    selectivity is at least ``induction_min`` (the study's 50); NaN is neither. Specs layer-major,
+    ``prev_token_min`` (``threshold.prev_token_circuit``, the study's 100) and is their best class,
+    and the heads whose induction selectivity is at least ``induction_min`` (``threshold.circuit``,
+    the study's 50); NaN is neither. Specs layer-major,
     heads ascending (``spec_from_circuit``)."""
     selectivity = np.asarray(selectivity, dtype=np.float64)
     if selectivity.ndim != 3 or selectivity.shape[-1] != len(CLASSES):
