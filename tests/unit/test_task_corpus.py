@@ -13,6 +13,7 @@ import torch
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
+from emergence.recipe.tasks.batches import binding_prompts
 from emergence.toy.corpus import ToyCorpus
 from emergence.toy.repro import documented_panels
 from emergence.toy.task_corpus import (HOME_CITIES, TaskMixCorpus, binding_sentence, greater_than_sentence,
@@ -128,11 +129,14 @@ def test_binding_stories_bind_names_then_ask_each_once():
 
 
 def test_the_study_binding_prompt_starts_a_two_name_story():
-    stories = [t for t in sentences(binding_sentence, n=200) if len(split_stories(t)[0]) == 4]
-    first = STATEMENT.findall(stories[0])
-    prompt = " {} lives in {}. {} lives in {}. {} lives in".format(*first[0], *first[1], first[2][0])
-    assert stories[0].startswith(prompt) and stories[0][len(prompt):] == f" {first[2][1]}." + stories[0][
-        len(prompt) + len(first[2][1]) + 2:]
+    study = re.compile(rf" ({WORD}) lives in ({WORD})\. ({WORD}) lives in ({WORD})\. ({WORD}) lives in")
+    assert all(study.fullmatch(p.text) for p in binding_prompts(n=50))  # the study's own prompts have this shape
+    two_names = [t for t in sentences(binding_sentence, n=200) if len(split_stories(t)[0]) == 4]
+    assert len(two_names) > 20
+    for text in two_names:
+        name_a, city_a, name_b, city_b, query = study.match(text).groups()
+        assert query in (name_a, name_b)
+        assert text[study.match(text).end():].startswith(f" {city_a if query == name_a else city_b}.")
 
 
 def parse_run(text: str) -> list[str]:
