@@ -7,6 +7,7 @@ downloads only what the run reads; refinement and the report run on the sweep; a
 import json
 import os
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -198,3 +199,19 @@ def test_weights_format_safetensors_refuses_a_pickle_only_branch(hub_twin, tmp_p
         "(weights_only=True)")
     files = cached_files(tmp_path / "hub", "EleutherAI/pythia-1b")
     assert "pytorch_model.bin" not in set().union(*files.values())
+
+
+def test_a_task_on_a_step_branch_reads_mains_tokenizer_and_refuses_a_name_it_splits(hub_twin, tmp_path):
+    """probe=ioi on Amber's ckpt_001, which carries no tokenizer: the task's batch is built on main's (as the
+    text probe's is), whose words are w0..w299, so the study's first name is not one token: one line
+    naming the word and the tokenizer, exit 2, no run directory."""
+    run = tmp_path / "run"
+    res = run_cli("model=amber", "revision=custom", "revision.name=ckpt_001", "probe=ioi", *QUICK[1:],
+                  f"hydra.run.dir={run}", env={**hub_twin.env(tmp_path / "hub"),
+                                               "EMERGENCE_CACHE": str(tmp_path / "emergence")})
+    assert res.returncode == 2 and "Traceback" not in res.stderr and not run.exists()
+    line = last_line(res.stderr)
+    assert re.fullmatch(r"error: ioi: ' [A-Z][a-z]+' is (the unknown token|\d+ tokens) in the tokenizer .+, not one "
+                        r"token; run ioi with a model whose tokenizer has it as one token, or leave ioi out", line), line
+    files = cached_files(tmp_path / "hub", "LLM360/Amber")
+    assert TOKENIZER & set(files["main"]) and not TOKENIZER & set(files["ckpt_001"])  # main's tokenizer was read
