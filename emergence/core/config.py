@@ -22,6 +22,7 @@ from omegaconf import MISSING, OmegaConf
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROBE_KINDS = ("synthetic", "repeat", "text")  # emergence/recipe/probe.py, docs/probes.md
 PROBE_TOKENIZERS = ("auto", "bytes")  # the text probe's: the checkpoint's own, or UTF-8 bytes
+FIRST_TOKENS = ("auto", "random", "bos")  # what position 0 of every sequence holds (recipe/probe.py FirstToken)
 ABLATE_MODES = ("zero", "mean")
 ABLATE_SEQUENCES = ("adaptive", "all")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -113,6 +114,9 @@ class ModelConfig:
     revision_required_for: Optional[str] = None  # regex on name_or_path: repos whose main branch may hold no weights
     panel: List[PanelEntry] = field(default_factory=list)  # empty: revision=rK proposes one from the Hub's branches
     trust_remote_code: bool = False
+    # a .gguf file in name_or_path (a folder or a Hub repo): config, weights and tokenizer read through
+    # transformers' GGUF loader, dequantized to model.dtype (needs the [gguf] extra; docs/real-models.md)
+    gguf_file: Optional[str] = None
     # auto: a revision's safetensors where it has them, else its pickled .bin through torch's restricted
     # unpickler; safetensors: refuse pickles (docs/hub.md)
     weights_format: str = "auto"
@@ -152,6 +156,10 @@ class ProbeConfig:
     column: str = "text"
     text_file: Optional[str] = None
     tokenizer: str = "auto"  # auto: the checkpoint's own (its repo and revision) | bytes: UTF-8 bytes as ids
+    # Position 0 of every sequence and task prompt: random (the study's: an ordinary random token) | bos (the
+    # tokenizer's BOS id, the rest drawn as for random) | auto: bos where the checkpoint's tokenizer puts its
+    # BOS before every input (the model was trained behind it), else random
+    first_token: str = "auto"
     # Olsson et al.'s in-context learning score: mean loss at icl_positions[1] minus at [0]
     # (0-based positions of the predicted token)
     icl_positions: List[int] = field(default_factory=lambda: [50, 500])

@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import logging
 import os
 import pickle
 import re
@@ -25,11 +27,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from emergence.core.config import Config
 from emergence.core.errors import UsageError
-from emergence.hub import revisions, weights
+from emergence.hub import gguf, revisions, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
 from emergence.hub.integrity import MODEL_TYPE_ALIASES
 from emergence.recipe import capture, probe, text
 from emergence.recipe.tasks.batches import TaskBatch, build_task_batch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,7 @@ class Source:
     local_only: bool  # a local directory or a revision already in the Hugging Face cache: no network
     cached_before: bool  # the Hub revision was in the cache before this run
     weights_format: str = "auto"  # model.weights_format: which weight files may be read (``weights.select``)
+    gguf_file: str | None = None  # model.gguf_file: the one GGUF file that holds config, weights and tokenizer
 
 
 def _cached_snapshot(src: Source) -> Path | None:
@@ -179,7 +184,8 @@ def source(cfg: Config, revision: Revision) -> Source:
                       cfg.model.weights_format)
     path = cfg.model.name_or_path
     if Path(path).expanduser().is_dir():
-        return Source(str(Path(path).expanduser()), revision.name, True, True, cfg.model.weights_format)
+        return Source(str(Path(path).expanduser()), revision.name, True, True, cfg.model.weights_format,
+                      cfg.model.gguf_file)
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -187,8 +193,19 @@ def source(cfg: Config, revision: Revision) -> Source:
     except HFValidationError:
         raise UsageError(f"model.name_or_path={path!r} is invalid: it is neither a directory nor a Hub repo id "
                          "(org/name)") from None
-    cached = weights.cached_snapshot(path, revision.name, cfg.model.weights_format) is not None
-    return Source(path, revision.name, cached, cached, cfg.model.weights_format)
+    if cfg.model.gguf_file:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = isinstance(try_to_load_from_cache(path, cfg.model.gguf_file, revision=revision.name), str)
+    else:
+        cached = weights.cached_snapshot(path, revision.name, cfg.model.weights_format) is not None
+    return Source(path, revision.name, cached, cached, cfg.model.weights_format, cfg.model.gguf_file)
+
+
+def gguf_file_path(src: Source) -> Path:
+    """The GGUF file of a ``model.gguf_file`` source, on this machine (``gguf.gguf_path``)."""
+    check_hub(src)
+    return gguf.gguf_path(src.path, src.gguf_file, src.revision, src.local_only)
 
 
 def _where(src: Source) -> str:
@@ -242,10 +259,13 @@ class CheckpointConfig:
 
     hf_config: object  # transformers' PreTrainedConfig
     model_type_mapped_from: str | None  # the config's own model_type where it was mapped (MODEL_TYPE_ALIASES)
+    gguf: gguf.GgufHeader | None = None  # model.gguf_file: its tensors' types before dequantization
 
 
 def load_config(cfg: Config, src: Source) -> CheckpointConfig:
-    """The checkpoint's config.json: cheap, and enough to validate before loading weights."""
+    """The checkpoint's config.json (a GGUF file's header): cheap, and enough to validate before loading weights."""
+    if src.gguf_file:
+        return _gguf_config(cfg, src)
     check_hub(src)
     options = dict(revision=src.revision, local_files_only=src.local_only)
     mapped_from = None
@@ -267,6 +287,21 @@ def load_config(cfg: Config, src: Source) -> CheckpointConfig:
                              f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)
     return CheckpointConfig(hf_config, mapped_from)
+
+
+def _gguf_config(cfg: Config, src: Source) -> CheckpointConfig:
+    """A GGUF file's config, as transformers maps its header onto the architecture's config class;
+    the header is read first, which refuses a truncated or foreign file in one line."""
+    path = gguf_file_path(src)
+    header = gguf.read_header(path)
+    try:
+        hf_config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name,
+                                               trust_remote_code=cfg.model.trust_remote_code)
+    except (ValueError, KeyError) as err:  # an architecture transformers' GGUF path does not map
+        raise UsageError(f"model.gguf_file={src.gguf_file!r} cannot be loaded: transformers {transformers.__version__} "
+                         f"does not read GGUF architecture {header.architecture!r} ({str(err).splitlines()[0]})") from None
+    check_attention_support(hf_config, cfg.model.trust_remote_code)
+    return CheckpointConfig(hf_config, None, header)
 
 
 def _aliased_config(path: str, options: dict):
@@ -318,13 +353,17 @@ class TokenizerSource:
 
     directory: str  # a local checkpoint, or the cache's snapshot holding the tokenizer's files
     name: str  # repo@revision it comes from (``summary.json`` ``text.tokenizer``)
+    gguf_file: str | None = None  # a GGUF file in ``directory`` that holds the tokenizer (``model.gguf_file``)
 
 
 def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
     """The text probe's tokenizer: the revision's own files, else ``main``'s, else those of the
     family's first branch that has them (tokenizers do not change in pretraining; Amber's and CRFM's
     step branches carry none, SmolLM2's main holds nothing). Only the tokenizer's files are fetched
-    (offline: what the cache holds). A local checkpoint: itself."""
+    (offline: what the cache holds). A local checkpoint: itself. A GGUF file: the tokenizer it holds."""
+    if src.gguf_file:
+        path = gguf_file_path(src)
+        return TokenizerSource(str(path.parent), f"{src.path}/{src.gguf_file}", path.name)
     if Path(src.path).expanduser().is_dir():
         return TokenizerSource(src.path, f"{src.path}@{src.revision or 'main'}")
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
@@ -357,6 +396,9 @@ def weights_sha256(src: Source) -> str | None:
     from each weight file's content sha256; None if they are not on this machine. Two revisions
     with the same fingerprint serve the same weights. In the Hub cache the digests are the blobs'
     names: no weights are read."""
+    if src.gguf_file:
+        path = gguf_file_path(src)
+        return weights.file_sha256(path)
     snapshot = Path(src.path) if Path(src.path).is_dir() else _cached_snapshot(src)
     files = weights.preferred(weights.formats_in(p.name for p in snapshot.iterdir())) if snapshot else None
     if files is None:
@@ -435,6 +477,8 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
     ``model.trust_remote_code``."""
     from safetensors import SafetensorError
 
+    if src.gguf_file:
+        return _load_gguf_model(cfg, src, checkpoint, device, dtype)
     directory, files = checkpoint_files(cfg, src)
     os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"  # transformers must not ask the Hub to convert a pickle
     try:
@@ -462,31 +506,92 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
     return model.to(device).eval()
 
 
+def _load_gguf_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: torch.device,
+                     dtype: torch.dtype):
+    """A GGUF file's model: transformers dequantizes every tensor to ``dtype`` (no pickle, no code)."""
+    path = gguf_file_path(src)
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, config=checkpoint.hf_config, local_files_only=True, dtype=dtype,
+        trust_remote_code=cfg.model.trust_remote_code, attn_implementation=capture.register_attention())
+    return model.to(device).eval()
+
+
 def _refused_global(err: pickle.UnpicklingError) -> str:
     """The global torch's restricted unpickler refused, as its message names it."""
     found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)", str(err))
     return f"global {found.group(1)}" if found else "a global the unpickler does not allow"
 
 
-def probe_batch(cfg: Config, src: Source, vocab_size: int) -> tuple[probe.ProbeBatch, str | None]:
-    """The probe batch ``probe.kind`` names, and the text probe's tokenizer (None for the others):
-    the checkpoint's own (``tokenizer_source``) or bytes."""
+def first_token(cfg: Config, src: Source) -> probe.FirstToken:
+    """What position 0 of the probe and the task prompts holds (``probe.first_token``): under ``auto``, the
+    BOS id where the checkpoint's tokenizer puts it before every input (the model was trained behind it),
+    else an ordinary random token, the study's. ``random`` where that tokenizer prepends a BOS warns: the
+    model then reads a text unlike any it saw in training (its sinks may not show)."""
+    requested = cfg.probe.first_token
+    if cfg.probe.kind == "text" and cfg.probe.tokenizer == "bytes":
+        return probe.FirstToken("random", None, "probe.tokenizer=bytes: ids without special tokens")
+    tok, missing = _first_token_tokenizer(cfg, src)
+    if tok is None:
+        if requested == "bos":
+            raise UsageError(f"probe.first_token=bos is invalid for {_where(src)}: {missing}; use random")
+        return probe.FirstToken("random", None, f"probe.first_token={requested}: {missing}")
+    prepended = text.prepended_bos(tok)
+    says = (f"its tokenizer puts {tok.bos_token!r} (id {prepended}) before every input" if prepended is not None
+            else "its tokenizer puts no BOS before an input")
+    if requested == "random":
+        if prepended is not None:
+            log.warning(f"probe.first_token=random on {_where(src)}, whose tokenizer puts {tok.bos_token!r} before "
+                        "every input: the model reads sequences unlike its training's (probe.first_token=auto "
+                        "puts it first)")
+        return probe.FirstToken("random", None, f"probe.first_token=random ({says})")
+    if requested == "bos":
+        if tok.bos_token_id is None:
+            raise UsageError(f"probe.first_token=bos is invalid for {_where(src)}: its tokenizer has no BOS token; "
+                             "use random")
+        return probe.FirstToken("bos", tok.bos_token_id, f"probe.first_token=bos ({says})")
+    if prepended is None:
+        return probe.FirstToken("random", None, f"probe.first_token=auto: {says}")
+    return probe.FirstToken("bos", prepended, f"probe.first_token=auto: {says}")
+
+
+def _first_token_tokenizer(cfg: Config, src: Source):
+    """The checkpoint's tokenizer for ``first_token``, or None and why there is none (a toy's folder, a
+    Hub repo whose tokenizer is neither cached nor reachable)."""
+    local = Path(src.path).expanduser()
+    if not src.gguf_file and local.is_dir() and not any((local / name).exists() for name in TOKENIZER_FILES):
+        return None, f"{src.path} holds no tokenizer files"
+    try:
+        found = tokenizer_source(cfg, src)
+        return text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
+                                   "or set probe.first_token", found.gguf_file), None
+    except UsageError as err:
+        return None, f"no tokenizer ({err})"
+
+
+def probe_batch(cfg: Config, src: Source, vocab_size: int,
+                first: probe.FirstToken) -> tuple[probe.ProbeBatch, str | None]:
+    """The probe batch ``probe.kind`` names, position 0 as ``first`` says, and the text probe's tokenizer
+    (None for the others): the checkpoint's own (``tokenizer_source``) or bytes."""
     p = cfg.probe
     if p.kind == "text":
         if p.tokenizer == "bytes":
             tokenizer = text.byte_tokenizer()
         else:
             found = tokenizer_source(cfg, src)
-            tokenizer = text.checkpoint_tokenizer(found.directory, found.name, cfg.model.trust_remote_code)
+            tokenizer = text.checkpoint_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
+                                                  found.gguf_file)
+        tokenizer = dataclasses.replace(tokenizer, bos=first.bos_id)  # windows start with it (``make_text_batch``)
         return text.text_batch(p, tokenizer, vocab_size), tokenizer.name
     make = probe.make_repeat_batch if p.kind == "repeat" else probe.make_probe_batch
-    return make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), None
+    return probe.with_first_token(make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), first), None
 
 
-def task_batch(cfg: Config, src: Source) -> tuple[TaskBatch, str]:
+def task_batch(cfg: Config, src: Source, first: probe.FirstToken) -> tuple[TaskBatch, str]:
     """The batch of the task ``probe.task`` names, built on the checkpoint's own tokenizer
-    (``tokenizer_source``), and that tokenizer's name (repo@revision)."""
+    (``tokenizer_source``), each prompt behind ``first``'s BOS where it has one, and that tokenizer's
+    name (repo@revision)."""
     found = tokenizer_source(cfg, src)
     tokenizer = text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
-                                    "probe.task needs the checkpoint's tokenizer: save it beside the weights")
+                                    "probe.task needs the checkpoint's tokenizer: save it beside the weights",
+                                    found.gguf_file)
     return build_task_batch(cfg.probe.task, tokenizer, cfg.probe.task_prompts), found.name

@@ -17,11 +17,16 @@ the screen reads the attention from T-1 to ``ab+1`` (induction) and ``ab`` (dupl
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
+
+from emergence.core.errors import UsageError
+from emergence.core.record import Record
 
 PAIR_START = 20  # the first possible position of the planted A (reference protocol)
 LOCAL_OFFSETS = (3, 4, 5, 6)  # the "local" class averages T-3..T-6
@@ -124,6 +129,34 @@ def make_repeat_batch(n: int, seq_len: int, vocab_low: int, vocab_high: int, see
     ab = np.full(n, layout.copy_start - 1, dtype=np.int64)
     return ProbeBatch(tokens=torch.from_numpy(tokens), ab=torch.from_numpy(ab),
                       a=torch.from_numpy(tokens[:, -1].copy()), b=torch.from_numpy(tokens[:, layout.copy_start].copy()))
+
+
+@dataclass(frozen=True)
+class FirstToken(Record):
+    """What position 0 of every probe sequence and task prompt holds (``probe.first_token``): an ordinary
+    random token, as the study drew it for models trained without a BOS, or the BOS id the model was
+    trained behind (``summary.json`` ``probe.first``)."""
+
+    kind: Literal["random", "bos"]
+    bos_id: int | None  # the id at position 0 for ``bos``; None for ``random``
+    reason: str  # why: what was asked and what the checkpoint's tokenizer does
+
+
+RANDOM_FIRST = FirstToken("random", None, "probe.first_token=random")
+
+
+def with_first_token(batch: ProbeBatch, first: FirstToken) -> ProbeBatch:
+    """``batch`` with ``first.bos_id`` at position 0 of every sequence (``bos``), the rest as drawn; as it is
+    for ``random``. Position 0 is never a planted A or B (the pair starts at 20 and the generators redraw
+    every other occurrence of both), so only the random token that stood there changes."""
+    if first.kind == "random":
+        return batch
+    if bool(((batch.a == first.bos_id) | (batch.b == first.bos_id)).any()):
+        raise UsageError(f"probe.first_token=bos is invalid with this probe.vocab_low/vocab_high: the BOS id "
+                         f"{first.bos_id} lies in that range and is drawn as a planted A or B; use a range without it")
+    tokens = batch.tokens.clone()
+    tokens[:, 0] = first.bos_id
+    return dataclasses.replace(batch, tokens=tokens)
 
 
 def latest_earlier_occurrence(window: np.ndarray) -> int | None:

@@ -11,6 +11,7 @@ how to get it: it is raised before the weights load.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,13 +41,18 @@ def byte_tokenizer() -> Tokenizer:
     return Tokenizer(encode=lambda docs: [list(d.encode("utf-8")) for d in docs], bos=None, eos=None, name="bytes")
 
 
-def load_tokenizer(directory: str, name: str, trust_remote_code: bool, fix: str):
-    """The tokenizer in ``directory`` (``AutoTokenizer``): a checkpoint's own, named ``name`` (repo@revision);
-    one line ending in ``fix`` if none loads, or if it is empty."""
+@functools.lru_cache(maxsize=4)  # a run asks for it up to three times (first token, text probe, task)
+def _auto_tokenizer(directory: str, trust_remote_code: bool, gguf_file: str | None):
     from transformers import AutoTokenizer
 
+    return AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code, gguf_file=gguf_file)
+
+
+def load_tokenizer(directory: str, name: str, trust_remote_code: bool, fix: str, gguf_file: str | None = None):
+    """The tokenizer in ``directory`` (``AutoTokenizer``; the one ``gguf_file`` holds, where given): a
+    checkpoint's own, named ``name`` (repo@revision); one line ending in ``fix`` if none loads, or if it is empty."""
     try:
-        tok = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
+        tok = _auto_tokenizer(directory, trust_remote_code, gguf_file)
     except (OSError, ValueError, TypeError) as err:
         raise UsageError(f"{name} has no tokenizer that loads ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''}); {fix}") from None
@@ -59,13 +65,18 @@ def load_tokenizer(directory: str, name: str, trust_remote_code: bool, fix: str)
     return tok
 
 
-def checkpoint_tokenizer(directory: str, name: str, trust_remote_code: bool) -> Tokenizer:
-    """The text probe's tokenizer: the checkpoint's own (``load_tokenizer``), named ``name`` (repo@revision)."""
-    tok = load_tokenizer(directory, name, trust_remote_code, "for a model that reads bytes use probe.tokenizer=bytes")
+def prepended_bos(tok) -> int | None:
+    """The BOS id a Hugging Face tokenizer puts before every input it encodes; None if it puts none."""
     starts_with_bos = tok.bos_token_id is not None and tok("x")["input_ids"][:1] == [tok.bos_token_id]
-    return Tokenizer(encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"],
-                     bos=tok.bos_token_id if starts_with_bos else None, eos=tok.eos_token_id,
-                     name=name)
+    return tok.bos_token_id if starts_with_bos else None
+
+
+def checkpoint_tokenizer(directory: str, name: str, trust_remote_code: bool, gguf_file: str | None = None) -> Tokenizer:
+    """The text probe's tokenizer: the checkpoint's own (``load_tokenizer``), named ``name`` (repo@revision)."""
+    tok = load_tokenizer(directory, name, trust_remote_code, "for a model that reads bytes use probe.tokenizer=bytes",
+                         gguf_file)
+    return Tokenizer(encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"], bos=prepended_bos(tok),
+                     eos=tok.eos_token_id, name=name)
 
 
 def documents(probe_cfg) -> Sequence[str]:

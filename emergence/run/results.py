@@ -21,9 +21,11 @@ import emergence
 from emergence.core.atomic import atomic_write_bytes, atomic_write_text, npz_bytes
 from emergence.core.config import ProbeConfig
 from emergence.core.record import Record
+from emergence.hub.gguf import GgufHeader
 from emergence.recipe.ablation import AblationResult
 from emergence.recipe.icl import RepeatScores, TextScores
 from emergence.recipe.mechanism import MassiveActivation
+from emergence.recipe.probe import FirstToken
 from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
 from emergence.recipe.sinks import SinkMetric
 from emergence.recipe.tasks.step import TaskSummary
@@ -221,6 +223,8 @@ class ProbeSummary(ProbeConfig, Record):
 
     fingerprint: str = field(kw_only=True)  # sha256 of the token batch (``ProbeBatch.fingerprint``)
     baseline_positions: list[int] = field(kw_only=True)  # 0-based key positions
+    # what position 0 held and why (``probe.first_token`` resolved); None: a run before the field (random)
+    first: FirstToken | None = field(kw_only=True, default=None)
 
 
 @dataclass
@@ -307,6 +311,7 @@ class RunSummary(Record):
     # a config whose model_type is a development name (olmo_1124) is read as the released one (``architecture``)
     model_type_mapped_from: str | None = None
     task: TaskSummary | None = None  # probe.task's capability, screens and ablations (docs/tasks.md)
+    gguf: GgufHeader | None = None  # model.gguf_file: the file's tensor types before dequantization
 
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")
@@ -420,6 +425,10 @@ def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
     for layer in range(scr.n_layers):
         counts = {c: int((scr.head_class[layer] == c).sum()) for c in (*CLASSES, UNCLASSIFIED)}
         lines.append(f"  L{layer:<3}" + "  ".join(f"{c}={n}" for c, n in counts.items() if n))
+    first = summary.probe.first
+    if first is not None:
+        lines.append(f"first token: {first.kind}" + (f" (id {first.bos_id})" if first.bos_id is not None else "")
+                     + f": {first.reason}")
     low, high = summary.bos_fraction_ci
     lines.append(f"BOS fraction: {summary.bos_fraction:.1%} ({summary.intervals.ci:.0%} CI "
                  f"{low:.1%}-{high:.1%})   induction circuit: {', '.join(summary.induction_circuit) or '(empty)'}")

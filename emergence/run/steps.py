@@ -19,6 +19,7 @@ from emergence.core.atomic import atomic_write_text
 from emergence.core.config import Config, config_digest
 from emergence.core.errors import UsageError
 from emergence.hub import checkpoints, integrity
+from emergence.hub.gguf import GgufHeader
 from emergence.recipe import ablation, capture, icl, probe, sinks, stats, text
 from emergence.recipe.measurements import Measurements
 from emergence.recipe.screen import CLASSES, Screened
@@ -45,6 +46,7 @@ class Loaded:
     weight_bytes: int
     weights_sha256: dict[str, str]  # each weight file's content sha256
     download: results.Download  # bytes downloaded and the prefetch's arrival (load_seconds set by ``summarise``)
+    first_token: probe.FirstToken  # what position 0 of the probe and the task prompts holds, and why
     batch: probe.ProbeBatch  # the probe (built before the weights load: the text probe's can fail)
     baseline: np.ndarray  # [n_baseline] the baseline's key positions
     tokenizer: str | None  # the text probe's tokenizer: the checkpoint's (repo@revision) or bytes
@@ -53,6 +55,7 @@ class Loaded:
     subject: capture.Subject | None  # model, layout, batch; None: the cached measurements serve, ablation is off
     task_batch: TaskBatch | None = None  # probe.task's prompts on the checkpoint's tokenizer; None: no task
     task_tokenizer: str | None = None  # that tokenizer's repo@revision
+    gguf: GgufHeader | None = None  # model.gguf_file: the file's tensor types before dequantization
 
 
 def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None:
@@ -92,8 +95,9 @@ def load(cfg: Config) -> Loaded:
     checkpoint = checkpoints.load_config(cfg, src)
     hf_config = checkpoint.hf_config
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
-    batch, tokenizer = checkpoints.probe_batch(cfg, src, hf_config.vocab_size)
-    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, src)
+    first = checkpoints.first_token(cfg, src)
+    batch, tokenizer = checkpoints.probe_batch(cfg, src, hf_config.vocab_size, first)
+    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, src, first)
     dtype_name = checkpoints.dtype_name(dtype)
     # the run's bookkeeping: the settings against the checkpoint, the sweep's prefetch, the cache
     validate_for_model(cfg, hf_config)
@@ -121,9 +125,9 @@ def load(cfg: Config) -> Loaded:
     weights_sha256 = checkpoints.weights_sha256(src)
     p = cfg.probe
     return Loaded(f"{cfg.model.key}@{revision.name or 'as-is'}", revision, src, checkpoint.model_type_mapped_from,
-                  device, dtype_name, weight_bytes, weights_sha256, download, batch,
+                  device, dtype_name, weight_bytes, weights_sha256, download, first, batch,
                   probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), tokenizer, cache_file, cached,
-                  subject, task_batch, task_tokenizer)
+                  subject, task_batch, task_tokenizer, checkpoint.gguf)
 
 
 def run_config(cfg: Config, loaded: Loaded) -> dict:
@@ -189,7 +193,7 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
         download=dataclasses.replace(loaded.download, load_seconds=timings["load"]),
         batch_size=loaded.subject.batch_size if loaded.subject else p.batch_size,
         probe=results.ProbeSummary(**asdict(p), fingerprint=loaded.batch.fingerprint(),
-                                   baseline_positions=loaded.baseline.tolist()),
+                                   baseline_positions=loaded.baseline.tolist(), first=loaded.first_token),
         thresholds=results.Thresholds(classes=dict(zip(CLASSES, screened.thresholds.tolist())),
                                       circuit=cfg.threshold.circuit),
         class_counts=scr.class_counts(), member_counts=scr.member_counts(), bos_fraction=scr.bos_fraction(),
@@ -201,7 +205,8 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
         reused_measurements=loaded.cached is not None, ablation=ablated,
         copy_loss_drop=copy_loss_drop, config_digest=digest, timings=timings, versions=versions,
         massive_activations=measured.residual.records(), text=text_scores, repeat=repeat_scores,
-        model_type_mapped_from=loaded.model_type_mapped_from, task=found.task.summary if found.task else None)
+        model_type_mapped_from=loaded.model_type_mapped_from, task=found.task.summary if found.task else None,
+        gguf=loaded.gguf)
 
 
 def write_outputs(out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: Measurements,

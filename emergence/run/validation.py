@@ -17,6 +17,7 @@ from emergence.core.config import (
     ABLATE_MODES,
     ABLATE_SEQUENCES,
     DTYPES,
+    FIRST_TOKENS,
     PROBE_KINDS,
     PROBE_TOKENIZERS,
     WANDB_MODES,
@@ -25,6 +26,7 @@ from emergence.core.config import (
     ProbeConfig,
 )
 from emergence.core.errors import invalid
+from emergence.hub import gguf
 from emergence.hub.weights import WEIGHTS_FORMATS
 from emergence.recipe.probe import PAIR_START, min_seq_len
 from emergence.recipe.screen import parse_head_name
@@ -62,6 +64,14 @@ def validate(cfg: Config) -> None:
     if p.spectral_sequences is not None and p.spectral_sequences < 2:
         _fail("probe.spectral_sequences", p.spectral_sequences, "must be >= 2 or null (all sequences)")
     validate_probe_kind(p)
+    if p.first_token not in FIRST_TOKENS:
+        _fail("probe.first_token", p.first_token, f"use one of {', '.join(FIRST_TOKENS)}")
+    if p.first_token == "bos" and p.kind == "text" and p.tokenizer == "bytes":
+        _fail("probe.first_token", p.first_token, "probe.tokenizer=bytes has no BOS; use random or auto")
+    if cfg.model.gguf_file is not None:
+        if not cfg.model.gguf_file.endswith(".gguf"):
+            _fail("model.gguf_file", cfg.model.gguf_file, "name a .gguf file in model.name_or_path")
+        gguf.check_installed(cfg.model.gguf_file)
     if t.class_default <= 0:
         _fail("threshold.class_default", t.class_default, "must be > 0")
     if t.circuit <= 0:
