@@ -166,6 +166,7 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
     selectivities do not depend on it."""
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
+    first_tokens: dict[tuple, dict[str, list[str]]] = {}  # panel -> first token -> its revisions
     for run_dir, refined in find_runs(paths).items():
         summary, rows = read_run(run_dir)
         if summary.tokens is None:
@@ -188,6 +189,8 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
                  summary.task.name)
         used.setdefault(panel, set()).add(
             (classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
+        first = "random" if summary.probe.first is None else summary.probe.first.kind  # before the field: the study's
+        first_tokens.setdefault(panel, {}).setdefault(first, []).append(summary.revision)
         arrays = {}
         if (run_dir / PER_SEQUENCE_FILE).exists():
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
@@ -200,6 +203,11 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             text=summary.text, repeat=summary.repeat, task=summary.task, name_or_path=summary.name_or_path)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
+    for (model, _, probe, _), kinds in first_tokens.items():
+        if len(kinds) > 1:  # a sink read behind a BOS and one read behind a random token are not one trajectory
+            runs = "; ".join(f"{kind}: {', '.join(sorted(map(str, revisions)))}" for kind, revisions in sorted(kinds.items()))
+            raise ValueError(f"the {model} {probe} runs differ in their first token ({runs}); rerun them with one "
+                             "probe.first_token (random or bos)")
     seeds = Counter((model, probe, task) for model, _, probe, task in by_model)
     trajectories = {}
     for (model, seed, probe, task), cs in sorted(by_model.items(), key=lambda item: (
