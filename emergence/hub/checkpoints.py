@@ -483,10 +483,12 @@ def probe_batch(cfg: Config, src: Source, vocab_size: int) -> tuple[probe.ProbeB
     return make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), None
 
 
-def task_batch(cfg: Config, src: Source) -> tuple[TaskBatch, str]:
+def task_batch(cfg: Config, src: Source, bos: int | None) -> tuple[TaskBatch, str]:
     """The batch of the task ``probe.task`` names, built on the checkpoint's own tokenizer
-    (``tokenizer_source``), and that tokenizer's name (repo@revision)."""
+    (``tokenizer_source``) from the words ``probe.task_words`` picks, with the token id ``bos``
+    before every prompt (None: none), and that tokenizer's name (repo@revision)."""
     found = tokenizer_source(cfg, src)
     tokenizer = text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
                                     "probe.task needs the checkpoint's tokenizer: save it beside the weights")
-    return build_task_batch(cfg.probe.task, tokenizer, cfg.probe.task_prompts), found.name
+    return build_task_batch(cfg.probe.task, tokenizer, cfg.probe.task_prompts, words=cfg.probe.task_words,
+                            bos=bos), found.name

@@ -93,7 +93,8 @@ def load(cfg: Config) -> Loaded:
     hf_config = checkpoint.hf_config
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
     batch, tokenizer = checkpoints.probe_batch(cfg, src, hf_config.vocab_size)
-    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, src)
+    # no BOS before the task prompts, as the study's batches
+    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, src, None)
     dtype_name = checkpoints.dtype_name(dtype)
     # the run's bookkeeping: the settings against the checkpoint, the sweep's prefetch, the cache
     validate_for_model(cfg, hf_config)

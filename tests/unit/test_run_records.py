@@ -125,7 +125,8 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     summary, rows = read_run(VERSION_2_RUN)
     # no task before schema 3: the probe's task settings read as their defaults
     renamed = {**written, "copy_loss_drop": written["icl_score"], "task": None,
-               "probe": {**written["probe"], "task": None, "task_prompts": None, "task_top_k": 5}}
+               "probe": {**written["probe"], "task": None, "task_prompts": None, "task_top_k": 5,
+                         "task_words": "auto"}}
     del renamed["icl_score"]
     assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
