@@ -8,14 +8,28 @@ Two layers:
   ``numpy.random.RandomState(seed)`` and the order of its draws are the study's
   (``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``), so seed 42 gives its
   prompts: the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's
-  draws follow the previous example's, so the first n prompts are the same for any n.
-* Tokens: ``build_task_batch(task, tokenizer)`` encodes every prompt with
-  ``tokenizer.encode(text, add_special_tokens=False)`` (no BOS: position 0 is the prompt's first
-  word, as in the study), checks that each prompt has its task's length and each answer word is
-  one token, and gives a ``TaskBatch``: the tokens [n, T], answer and distractor ids [n], the
-  named positions [n] the screens and metrics read, and the rows of the run's ``prompts.jsonl``.
+  draws follow the previous example's, so the first n prompts are the same for any n. Each
+  generator also takes restricted word lists (successor: a filter on its windows) and a
+  predicate under which an example is drawn again from the same generator.
+* Tokens: ``build_task_batch(task, tokenizer, words=..., bos=...)`` encodes every prompt with
+  ``tokenizer.encode(text, add_special_tokens=False)``, checks that each prompt has its task's
+  length and each answer word is one token, and gives a ``TaskBatch``: the tokens [n, T], answer
+  and distractor ids [n], the named positions [n] the screens and metrics read, the words it was
+  drawn from (``TaskWords``) and the rows of the run's ``prompts.jsonl``.
 
-The query is always the last position, ``end`` = T - 1. Per task:
+Words (``task_words``, ``probe.task_words``): ``study`` draws from the study's lists and refuses
+a tokenizer that splits a word it draws or gives a prompt another length; ``filtered`` draws the
+same way from each list restricted to the words the tokenizer keeps as one token after a space
+(successor: the windows whose six items are), drawing an example again while its prompt has
+another length (a word can merge with the punctuation after it), never padding; ``auto`` is
+``study`` where every word of the task's lists is one token (then the batch is the study's, bit
+for bit), else ``filtered``. Greater-than needs "00".."99" as single tokens under any words.
+
+BOS: without one (the study's), position 0 is the prompt's first word. With ``bos`` (the token a
+model was trained behind) every prompt's ids start with it, every named position below moves
+one on and T is one more; the checks read the prompt without it.
+
+The query is always the last position, ``end`` = T - 1. Per task (no BOS):
 
 * ``ioi`` (T = 14): "When {A} and {B} went to the {place}, {B} gave a {object} to", A and B
   swapped in the first clause for odd i (ABBA for even i, BABA for odd). Target = " A" (the
