@@ -364,10 +364,11 @@ def task_words(task: TaskName, tokenizer, words: str) -> TaskWords:
         raise UsageError(f"probe.task_words={words!r} is invalid: use one of {', '.join(TASK_WORDS)}")
     for name, kept in one_token.items():
         if len(kept) < MIN_WORDS.get(name, 0):
+            verb = "is" if len(kept) == 1 else "are"
             raise UsageError(f"{task} cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: "
-                             f"{len(kept)} of the study's {len(lists[name])} {name} {'is' if len(kept) == 1 else 'are'} "
-                             f"one token there ({', '.join(map(repr, kept)) or 'none'}) and a prompt draws "
-                             f"{MIN_WORDS[name]}; run {task} with another model, or leave it out")
+                             f"{len(kept)} of the study's {len(lists[name])} {name} {verb} one token there "
+                             f"({', '.join(map(repr, kept)) or 'none'}) and a prompt draws {MIN_WORDS[name]}; "
+                             f"run {task} with another model, or leave it out")
     return TaskWords("filtered", kept=one_token, dropped=dropped)
 
 
@@ -393,7 +394,7 @@ def _checked(task: TaskName, tokenizer, row: TaskPrompt, expected: dict[str, int
     return dataclasses.replace(row, positions={**positions, "end": PROMPT_LENGTH[task] - 1})
 
 
-def _accept(task: TaskName, tokenizer, words: TaskWords):
+def _accept(task: TaskName, tokenizer, words: TaskWords) -> Callable[[P | SuccessorPrompt], bool] | None:
     """filtered: a prompt of another length than the task's is drawn again (a word that is one token
     alone can merge with its neighbour, as a city with the full stop after it); study: every prompt is
     kept, and one of another length is refused (``_token_ids``)."""
@@ -453,8 +454,10 @@ def _greater_than_batch(tokenizer, n: int, seed: int, words: TaskWords, bos: int
 
 def _successor_rows(tokenizer, n: int | None, seed: int, words: TaskWords) -> list[TaskPrompt]:
     accept = _accept("successor", tokenizer, words)
-    windows = successor_items(seed, keep=None if accept is None else lambda window: accept(window) and all(
-        item in words.kept[window.sequence] for item in (*window.items, window.target)))
+
+    def keep(window: SuccessorPrompt) -> bool:  # filtered: each item one token, and the prompt the task's length
+        return all(item in words.kept[window.sequence] for item in (*window.items, window.target)) and accept(window)
+    windows = successor_items(seed, keep=None if accept is None else keep)
     if not windows:
         raise UsageError(f"successor cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: no window of "
                          f"{SUCCESSOR_SHOWN + 1} items has each item one token and the prompt "
