@@ -2,6 +2,7 @@
 summaries hold numbers set here, the emergence milestone, first entries, overlaps, verdicts,
 findings.json, the published numbers beside ours, and refinement's task milestones."""
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -24,6 +25,7 @@ from emergence.recipe.tasks.batches import TaskWords
 from emergence.recipe.tasks.matched_random import seed_sweep
 from emergence.recipe.tasks.metrics import SUMMARY_METRICS, MetricValue, TaskMetrics
 from emergence.recipe.tasks.step import TaskSummary
+from emergence.run.results import task_lines
 
 BOS = CLASSES.index("bos")
 TOKENS = (0.0, 1e6, 1e7, 1e8, 1e9)
@@ -305,6 +307,15 @@ def test_only_a_batch_of_the_studys_words_is_compared(tmp_path, mode, compared):
     assert (published is not None) == compared
     if compared:
         assert published.study_model == "pythia" and published.rows
+
+
+def test_the_printed_lines_name_the_words_a_filtered_batch_dropped():
+    summary = task_summary("binding", {}, {"binding": ["L0H0"]}, {"induction": [], "previous_token": []})
+    words = TaskWords("filtered", {"names": ["John", "Mary"], "cities": ["Paris", "Rome"]},
+                      {"names": ["Donna"], "cities": ["Bangkok", "Sydney"]})
+    assert not any(line.startswith("task words") for line in task_lines(summary))  # the study's: nothing to say
+    lines = task_lines(dataclasses.replace(summary, words=words))
+    assert lines[1] == "task words: filtered to the tokenizer's single tokens, dropped names Donna; cities Bangkok Sydney"
 
 
 # --- runs without tasks ---------------------------------------------------------------------------
