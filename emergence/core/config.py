@@ -23,6 +23,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROBE_KINDS = ("synthetic", "repeat", "text")  # emergence/recipe/probe.py, docs/probes.md
 PROBE_TOKENIZERS = ("auto", "bytes")  # the text probe's: the checkpoint's own, or UTF-8 bytes
 FIRST_TOKENS = ("auto", "random", "bos")  # what position 0 of every sequence holds (recipe/probe.py FirstToken)
+# probe.task_words: the study's word lists, those restricted to the tokenizer's single tokens, or
+# the study's where it has them all (emergence/recipe/tasks/batches.py, docs/tasks.md)
+TASK_WORDS = ("auto", "study", "filtered")
 ABLATE_MODES = ("zero", "mean")
 ABLATE_SEQUENCES = ("adaptive", "all")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -168,6 +171,9 @@ class ProbeConfig:
     task: Optional[str] = None
     task_prompts: Optional[int] = None  # the task's prompts: the study's (500; successor's 118) unless set
     task_top_k: int = 5  # heads ranked by each task screen and ablated as its "screen" condition (the study's 5)
+    # the words the task's prompts are drawn from (TASK_WORDS): study | filtered (those the tokenizer keeps as
+    # one token) | auto (study where every word is one token, else filtered)
+    task_words: str = "auto"
 
 
 @dataclass

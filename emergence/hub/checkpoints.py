@@ -588,10 +588,11 @@ def probe_batch(cfg: Config, src: Source, vocab_size: int,
 
 def task_batch(cfg: Config, src: Source, first: probe.FirstToken) -> tuple[TaskBatch, str]:
     """The batch of the task ``probe.task`` names, built on the checkpoint's own tokenizer
-    (``tokenizer_source``), each prompt behind ``first``'s BOS where it has one, and that tokenizer's
-    name (repo@revision)."""
+    (``tokenizer_source``) from the words ``probe.task_words`` picks, each prompt behind ``first``'s BOS
+    where it has one, and that tokenizer's name (repo@revision)."""
     found = tokenizer_source(cfg, src)
     tokenizer = text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
                                     "probe.task needs the checkpoint's tokenizer: save it beside the weights",
                                     found.gguf_file)
-    return build_task_batch(cfg.probe.task, tokenizer, cfg.probe.task_prompts), found.name
+    return build_task_batch(cfg.probe.task, tokenizer, cfg.probe.task_prompts, words=cfg.probe.task_words,
+                            bos=first.bos_id), found.name

@@ -13,8 +13,9 @@
   report's class threshold (the sinks the report's BOS fraction counts).
 * Verdicts: at the final revision, per screen and top-1 metric, the screen's ablation against the
   matched-random seeds (``task.ablation.sweeps``): specific when its change is below every seed's.
-* Published: for one of the study's models (its repository) at the study's final revision, our
-  final numbers beside ``published_tasks.json``'s, the invalid published rows marked.
+* Published: for one of the study's models (its repository) at the study's final revision, measured
+  on the study's own words (``task.words``), our final numbers beside ``published_tasks.json``'s,
+  the invalid published rows marked.
 """
 
 from __future__ import annotations
@@ -190,12 +191,13 @@ def published_rows(ablation: TaskAblation | None, published: Ablation) -> list[P
 
 def published_comparison(c: Checkpoint) -> PublishedComparison | None:
     """The final checkpoint ``c`` of a task trajectory beside the study's numbers for its model and
-    task; None when it is not one of the study's models at the study's final revision."""
+    task; None when it is not one of the study's models at the study's final revision, or its batch
+    was not the study's (filtered words: other prompts than those the study measured)."""
     published = load_published_tasks()
     model = study_model(c, published)
-    if model is None:
-        return None
     task = c.task
+    if model is None or (task.words is not None and task.words.mode != "study"):  # None: a run before the field
+        return None
     ablations = [a for a in published.ablations if a.model == model and a.task == task.name]
     screens = [s for s in published.screens if s.model == model and s.task == task.name]
     ours_sweeps = {s.screen: s for s in task.ablation.sweeps} if task.ablation else {}

@@ -463,6 +463,9 @@ def task_lines(task: TaskSummary) -> list[str]:
     """The task's capability, screens and screen-vs-random verdicts, a line each."""
     metrics = ", ".join(f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]" for name, m in task.metrics.metrics.items())
     lines = [f"task {task.name}: {task.n_prompts} prompts x {task.seq_len} tokens ({task.tokenizer}): {metrics}"]
+    if task.words is not None and task.words.mode == "filtered":  # not the study's prompts: say which words went
+        dropped = "; ".join(f"{name} {' '.join(words)}" for name, words in task.words.dropped.items() if words)
+        lines.append(f"task words: filtered to the tokenizer's single tokens, dropped {dropped or 'none'}")
     lines += [f"task screen {name}: {' '.join(heads) or '-'}" for name, heads in task.screens.items()]
     for sweep in task.ablation.sweeps if task.ablation else []:
         for metric, s in sweep.sweeps.items():

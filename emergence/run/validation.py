@@ -20,6 +20,7 @@ from emergence.core.config import (
     FIRST_TOKENS,
     PROBE_KINDS,
     PROBE_TOKENIZERS,
+    TASK_WORDS,
     WANDB_MODES,
     Config,
     ModelConfig,
@@ -150,6 +151,8 @@ def validate_probe_kind(p: ProbeConfig) -> None:
             _fail("probe.task_prompts", p.task_prompts, "must be >= 1, or null (the study's)")
         if p.task_top_k < 1:
             _fail("probe.task_top_k", p.task_top_k, "must be >= 1 head")
+        if p.task_words not in TASK_WORDS:
+            _fail("probe.task_words", p.task_words, f"use one of {', '.join(TASK_WORDS)}")
     if p.kind == "repeat" and (p.seq_len - 1) // 2 < PAIR_START + 1:
         _fail("probe.seq_len", p.seq_len, f"the repeat probe's span (seq_len-1)//2 must reach {PAIR_START + 1} tokens")
     if p.kind != "text":

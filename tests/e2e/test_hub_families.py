@@ -203,10 +203,11 @@ def test_weights_format_safetensors_refuses_a_pickle_only_branch(hub_twin, tmp_p
 
 def test_a_task_on_a_step_branch_reads_mains_tokenizer_and_refuses_a_name_it_splits(hub_twin, tmp_path):
     """probe=ioi on Amber's ckpt_001, which carries no tokenizer: the task's batch is built on main's (as the
-    text probe's is), whose words are w0..w299, so the study's first name is not one token: one line
-    naming the word and the tokenizer, exit 2, no run directory."""
+    text probe's is), whose words are w0..w299, so the study's first name is not one token: with the study's
+    words (probe.task_words=study), one line naming the word and the tokenizer, exit 2, no run directory."""
     run = tmp_path / "run"
-    res = run_cli("model=amber", "revision=custom", "revision.name=ckpt_001", "probe=ioi", *QUICK[1:],
+    res = run_cli("model=amber", "revision=custom", "revision.name=ckpt_001", "probe=ioi", "probe.task_words=study",
+                  *QUICK[1:],
                   f"hydra.run.dir={run}", env={**hub_twin.env(tmp_path / "hub"),
                                                "EMERGENCE_CACHE": str(tmp_path / "emergence")})
     assert res.returncode == 2 and "Traceback" not in res.stderr and not run.exists()

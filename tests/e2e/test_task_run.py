@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from emergence.core.config import compose_config
 from emergence.main import analyse
 from emergence.recipe.screen import parse_head_name
-from emergence.recipe.tasks.batches import build_task_batch
+from emergence.recipe.tasks.batches import NAMES, OBJECTS, PLACES, build_task_batch
 from emergence.recipe.tasks.matched_random import matched_random, spec_from_ranking
 from emergence.run.results import read_run
 from emergence.toy.words import word_tokenizer
@@ -84,6 +84,11 @@ def test_prompts_file_and_ablation_conditions(task_dirs, tmp_path):
     assert first["text"] == "When Sandra and Daniel went to the store, Daniel gave a book to"  # TASKS.md 12
     assert first["positions"] == {"io": 1, "s1": 3, "s2": 9, "end": 13}
     assert first["token_ids"][first["positions"]["io"]] == first["target"]
+    # the toy's tokenizer has every study word as one token: auto reads the study's words, all kept
+    written = json.loads((tmp_path / "summary.json").read_text())["task"]
+    assert written["words"] == {"mode": "study", "kept": {"names": list(NAMES), "places": list(PLACES),
+                                                          "objects": list(OBJECTS)},
+                                "dropped": {"names": [], "places": [], "objects": []}}
     conditions = {c.name: c for c in summary.task.ablation.conditions}
     screen = summary.task.screens["name_mover"]
     spec = spec_from_ranking([parse_head_name(h) for h in screen])  # layers by first appearance (TASKS.md 0.3)

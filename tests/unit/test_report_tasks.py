@@ -2,6 +2,7 @@
 summaries hold numbers set here, the emergence milestone, first entries, overlaps, verdicts,
 findings.json, the published numbers beside ours, and refinement's task milestones."""
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -20,9 +21,11 @@ from emergence.panel.report import main as report_main
 from emergence.panel.runs import Checkpoint, load_runs
 from emergence.recipe.screen import CLASSES
 from emergence.recipe.tasks.ablation import ConditionResult, ScreenSweep, TaskAblation
+from emergence.recipe.tasks.batches import TaskWords
 from emergence.recipe.tasks.matched_random import seed_sweep
 from emergence.recipe.tasks.metrics import SUMMARY_METRICS, MetricValue, TaskMetrics
 from emergence.recipe.tasks.step import TaskSummary
+from emergence.run.results import task_lines
 
 BOS = CLASSES.index("bos")
 TOKENS = (0.0, 1e6, 1e7, 1e8, 1e9)
@@ -43,10 +46,10 @@ def metrics(task: str, values: dict[str, tuple[float, list[float]]]) -> TaskMetr
 
 
 def task_summary(task: str, values: dict, screens: dict[str, list[str]], circuits: dict[str, list[str]],
-                 ablation: TaskAblation | None = None) -> TaskSummary:
+                 ablation: TaskAblation | None = None, words: TaskWords | None = None) -> TaskSummary:
     return TaskSummary(name=task, n_prompts=500, seq_len=14, tokenizer="hand-made", prompts_sha1="hand-made",
                        fingerprint="hand-made", metrics=metrics(task, values), screens=screens, circuits=circuits,
-                       ablation=ablation)
+                       ablation=ablation, words=words)
 
 
 def write_task_run(run_dir: Path, sel: np.ndarray, tokens: float, summary: dict) -> None:
@@ -206,10 +209,10 @@ OUR_IOI = [condition("baseline", "baseline", None, [], 0.91),
 
 
 def study_run(root: Path, task: str, revision: str = "step143000", repo: str = "EleutherAI/pythia-1b",
-              ablation: TaskAblation | None = None) -> None:
+              ablation: TaskAblation | None = None, words: TaskWords | None = None) -> None:
     screens = {"ioi": {"name_mover": ["L13H1", "L10H6", "L9H0", "L10H4", "L11H7"], "s_inhibition": ["L12H1"]},
                "greater_than": {"greater_than": ["L8H5", "L7H0", "L0H0", "L1H1", "L2H2"]}}[task]
-    summary = task_summary(task, {}, screens, {"induction": ["L4H4"], "previous_token": ["L1H3"]}, ablation)
+    summary = task_summary(task, {}, screens, {"induction": ["L4H4"], "previous_token": ["L1H3"]}, ablation, words)
     write_checkpoint(root / revision, Checkpoint(revision, 3e11, np.ones((16, 8, len(CLASSES)))), {
         "model": "pythia", "name_or_path": repo, "revision": revision, "tokens": 299892736000, "n_layers": 16,
         "n_heads": 8, "task": summary})
@@ -284,6 +287,35 @@ def test_the_invalid_published_rows_are_named(tmp_path):
 def test_only_the_study_models_final_revision_is_compared(tmp_path, revision, repo):
     study_run(tmp_path, "ioi", revision=revision, repo=repo)
     assert panel_findings(load_runs([tmp_path]), 30.0, 50.0).models["pythia-ioi"].task.published is None
+
+
+@pytest.mark.parametrize("mode, compared", [("study", True), ("filtered", False), (None, True)])
+def test_only_a_batch_of_the_studys_words_is_compared(tmp_path, mode, compared):
+    """A filtered batch holds other prompts than the study measured: nothing to set beside its numbers. A
+    summary without ``words`` (a run before probe.task_words) measured the study's."""
+    kept = {"names": ["John", "Mary"], "places": ["store"], "objects": ["drink"]}
+    words = None if mode is None else TaskWords(mode, kept, {"names": [] if mode == "study" else ["Donna"],
+                                                             "places": [], "objects": []})
+    study_run(tmp_path, "ioi", words=words)
+    path = tmp_path / "step143000" / "summary.json"
+    written = json.loads(path.read_text())
+    assert written["task"]["words"] == (None if words is None else words.to_json())
+    if mode is None:
+        del written["task"]["words"]
+        path.write_text(json.dumps(written))
+    published = panel_findings(load_runs([tmp_path]), 30.0, 50.0).models["pythia-ioi"].task.published
+    assert (published is not None) == compared
+    if compared:
+        assert published.study_model == "pythia" and published.rows
+
+
+def test_the_printed_lines_name_the_words_a_filtered_batch_dropped():
+    summary = task_summary("binding", {}, {"binding": ["L0H0"]}, {"induction": [], "previous_token": []})
+    words = TaskWords("filtered", {"names": ["John", "Mary"], "cities": ["Paris", "Rome"]},
+                      {"names": ["Donna"], "cities": ["Bangkok", "Sydney"]})
+    assert not any(line.startswith("task words") for line in task_lines(summary))  # the study's: nothing to say
+    lines = task_lines(dataclasses.replace(summary, words=words))
+    assert lines[1] == "task words: filtered to the tokenizer's single tokens, dropped names Donna; cities Bangkok Sydney"
 
 
 # --- runs without tasks ---------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     # record before them (the report reads a missing first token as random, the study's)
     renamed = {**written, "copy_loss_drop": written["icl_score"], "task": None, "gguf": None,
                "probe": {**written["probe"], "task": None, "task_prompts": None, "task_top_k": 5,
-                         "first_token": "auto", "first": None}}
+                         "task_words": "auto", "first_token": "auto", "first": None}}
     del renamed["icl_score"]
     assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]

@@ -12,12 +12,18 @@ import pytest
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
+from emergence.hub.checkpoints import Source, task_batch
 from emergence.recipe.tasks.batches import (
     CITIES,
     NAMES,
     NOUNS,
+    OBJECTS,
+    PLACES,
+    SEQUENCES,
     TaskPrompt,
+    TaskWords,
     binding_prompts,
     build_task_batch,
     greater_than_pairs,
@@ -25,6 +31,7 @@ from emergence.recipe.tasks.batches import (
     ioi_prompts,
     successor_items,
 )
+from emergence.run.validation import validate
 
 IOI_SHA1 = "8994feb7c551154c154bbe581e893f7e791ea51b"
 BINDING_SHA1 = "e1b1646341f9ff0b50a2467ec8695552e512e43e"
@@ -33,9 +40,11 @@ DIGIT_PIECES = {"pairs": r" ?\d{1,2}", "single": r" ?\d", "whole": r" ?\d+"}
 MERGED_YEAR = 1912  # one year the test vocabulary has as a single token
 
 
-def _pattern(digits: str) -> str:
-    """The pre-tokenizer's pieces: the merged year, words and digit runs with their leading space, punctuation."""
-    return rf" {MERGED_YEAR}(?!\d)| ?[A-Za-z]+|{DIGIT_PIECES[digits]}| ?[^\sA-Za-z\d]+"
+def _pattern(digits: str, merged: tuple[str, ...] = ()) -> str:
+    """The pre-tokenizer's pieces: the ``merged`` pieces and the merged year, words and digit runs with
+    their leading space, punctuation."""
+    return "".join(re.escape(piece) + "|" for piece in merged) + (
+        rf" {MERGED_YEAR}(?!\d)| ?[A-Za-z]+|{DIGIT_PIECES[digits]}| ?[^\sA-Za-z\d]+")
 
 
 def _corpus() -> list[str]:
@@ -44,13 +53,15 @@ def _corpus() -> list[str]:
     texts += [p.text + " " + p.target for p in successor_items()]
     texts += [f"The {noun} lasted from the year 14 to the year" for noun in NOUNS]
     texts += [f" {century}" for century in range(14, 20)] + [f"{d:02d}" for d in range(100)]
-    texts += [" " + word for word in NAMES + CITIES] + [f" {MERGED_YEAR}"]
+    texts += [" " + word for word in NAMES + CITIES + PLACES + OBJECTS] + [f" {MERGED_YEAR}"]
     return texts
 
 
-def word_level_tokenizer(digits: str = "pairs", missing: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
-    """A WordLevel tokenizer over the batches' pieces, less the pieces ``missing``."""
-    pattern = _pattern(digits)
+def word_level_tokenizer(digits: str = "pairs", missing: tuple[str, ...] = (), merged: tuple[str, ...] = ()
+                         ) -> PreTrainedTokenizerFast:
+    """A WordLevel tokenizer over the batches' pieces, less the pieces ``missing``; each piece of
+    ``merged`` (a word and the punctuation after it, say) is one token where a prompt holds it."""
+    pattern = _pattern(digits, merged)
     pieces = {piece for text in _corpus() for piece in re.findall(pattern, text)} - set(missing)
     vocab = {piece: i for i, piece in enumerate(["[UNK]", *sorted(pieces)])}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -256,3 +267,190 @@ def test_bad_n_and_task_are_refused(tokenizer):
     assert "n = 0" in _one_line_error("ioi", tokenizer, n=0)
     with pytest.raises(UsageError, match="unknown task 'gt'"):
         build_task_batch("gt", tokenizer)
+
+
+# --- probe.task_words: the study's words, or those the tokenizer keeps as one token ----------------------------------
+
+TASK_NAMES = ("ioi", "greater_than", "successor", "binding")
+LENGTHS = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}  # TASKS.md: each task's T, no BOS
+# the study's years, less 1912 (one token in the test vocabulary)
+PAIRS = [(c, d) for c in range(14, 20) for d in range(2, 89) if (c, d) != (19, 12)]
+
+
+def _texts(batch) -> list[str]:
+    return [p.text for p in batch.prompts]
+
+
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_auto_is_the_study_batch_where_every_word_is_one_token(tokenizer, task):
+    auto, study = build_task_batch(task, tokenizer, words="auto"), build_task_batch(task, tokenizer)
+    assert auto.words.mode == "study" and auto.words == study.words
+    assert not any(auto.words.dropped.values())
+    assert auto.tokens.equal(study.tokens) and auto.fingerprint() == study.fingerprint()
+    if task in ("ioi", "binding"):
+        assert auto.prompts_sha1() == {"ioi": IOI_SHA1, "binding": BINDING_SHA1}[task]
+    # filtered, with nothing to filter, draws the same prompts; only its record says filtered
+    filtered = build_task_batch(task, tokenizer, words="filtered")
+    assert filtered.words.mode == "filtered" and filtered.words.kept == auto.words.kept
+    assert filtered.fingerprint() == auto.fingerprint()
+
+
+def test_the_study_words_are_recorded_whole():
+    words = build_task_batch("ioi", word_level_tokenizer(), n=3, words="study").words
+    assert words == TaskWords("study", kept={"names": list(NAMES), "places": list(PLACES), "objects": list(OBJECTS)},
+                              dropped={"names": [], "places": [], "objects": []})
+
+
+def test_filtered_ioi_draws_the_studys_order_over_the_kept_words():
+    tokenizer = word_level_tokenizer(missing=(" Sandra", " Eve", " park"))
+    batch = build_task_batch("ioi", tokenizer, n=60, words="auto")
+    names = [name for name in NAMES if name not in ("Sandra", "Eve")]
+    places = [place for place in PLACES if place != "park"]
+    assert batch.words == TaskWords("filtered", kept={"names": names, "places": places, "objects": list(OBJECTS)},
+                                    dropped={"names": ["Sandra", "Eve"], "places": ["park"], "objects": []})
+    rng = np.random.RandomState(42)  # TASKS.md 1.1 per example: two names at once, a place, an object
+    expected = []
+    for i in range(60):
+        a, b = rng.choice(len(names), 2, replace=False)
+        place, obj = places[rng.randint(len(places))], OBJECTS[rng.randint(len(OBJECTS))]
+        first, second = (names[a], names[b]) if i % 2 == 0 else (names[b], names[a])
+        expected.append(f"When {first} and {second} went to the {place}, {names[b]} gave a {obj} to")
+    assert _texts(batch) == expected and expected != [p.text for p in ioi_prompts(60)]
+    rows = np.arange(60)
+    assert batch.tokens.shape == (60, 14) and (batch.tokens != tokenizer.unk_token_id).all()
+    assert (batch.tokens[rows, batch.positions["io"]] == batch.target).all()
+    assert (batch.tokens[rows, batch.positions["s2"]] == batch.distractor).all()
+    assert build_task_batch("ioi", tokenizer, n=9, words="filtered").tokens.equal(batch.tokens[:9])
+
+
+def test_filtered_greater_than_draws_over_the_kept_nouns():
+    tokenizer = word_level_tokenizer(missing=(" war", " famine"))
+    batch = build_task_batch("greater_than", tokenizer, n=40, words="auto")
+    nouns = [noun for noun in NOUNS if noun not in ("war", "famine")]
+    assert batch.words == TaskWords("filtered", {"nouns": nouns}, {"nouns": ["war", "famine"]})
+    rng = np.random.RandomState(42)  # TASKS.md 2.1: a noun, then a pair
+    expected = []
+    for _ in range(40):
+        noun = nouns[rng.randint(len(nouns))]
+        century, decade = PAIRS[rng.randint(len(PAIRS))]
+        expected.append(f"The {noun} lasted from the year {century}{decade:02d} to the year {century}")
+    assert _texts(batch) == expected
+    assert (batch.tokens[np.arange(40), batch.positions["decade"]] == batch.target).all()
+
+
+def test_filtered_binding_draws_again_a_prompt_of_another_length():
+    """" Denver" is one token, and so is " Denver." where a prompt holds it: such a prompt is 12 tokens.
+    The study's words refuse it; filtered draws that example again from the same generator."""
+    tokenizer = word_level_tokenizer(merged=(" Denver.",))
+    message = _one_line_error("binding", tokenizer, words="auto")  # every word is one token: the study's batch
+    assert "' Sandra lives in Denver. Daniel lives in Beijing. Sandra lives in' is 12 tokens" in message
+    batch = build_task_batch("binding", tokenizer, n=100, words="filtered")
+    assert batch.words.mode == "filtered" and not any(batch.words.dropped.values())
+    rng, expected, redrawn = np.random.RandomState(42), [], 0
+    while len(expected) < 100:  # TASKS.md 4.1: two names, then two cities
+        a, b = rng.choice(len(NAMES), 2, replace=False)
+        city_a, city_b = (CITIES[c] for c in rng.choice(len(CITIES), 2, replace=False))
+        if "Denver" in (city_a, city_b):
+            redrawn += 1
+            continue
+        query = NAMES[a] if len(expected) % 2 == 0 else NAMES[b]
+        expected.append(f" {NAMES[a]} lives in {city_a}. {NAMES[b]} lives in {city_b}. {query} lives in")
+    assert redrawn > 0 and _texts(batch) == expected
+    assert batch.tokens.shape == (100, 13)
+    rows = np.arange(100)
+    assert (batch.tokens[rows, batch.positions["binding"]] == batch.target).all()
+
+
+def test_filtered_successor_keeps_the_windows_whose_items_are_one_token():
+    tokenizer = word_level_tokenizer(digits="single")  # " 33" -> " 3", "3": the numbers 10..99 are two tokens
+    batch = build_task_batch("successor", tokenizer, words="auto")
+    assert batch.words.mode == "filtered"
+    assert batch.words.dropped == {"days": [], "months": [], "ordinals": [],
+                                   "numbers": [str(k) for k in range(10, 100)]}
+    windows = []  # TASKS.md 3.1's windows, those of six items below 10, shuffled once
+    for words, wraps in SEQUENCES.values():
+        for start in range(len(words) if wraps else len(words) - 5):
+            window = [words[(start + k) % len(words)] for k in range(6)]
+            if not any(item.isdigit() and int(item) >= 10 for item in window):
+                windows.append(window)
+    np.random.RandomState(42).shuffle(windows)
+    assert len(windows) == 7 + 12 + 5 + 4  # the numbers' windows 1-6, 2-7, 3-8, 4-9
+    assert [(p.text, _piece(tokenizer, p.target)) for p in batch.prompts] == [
+        (" " + " ".join(w[:5]), " " + w[5]) for w in windows]
+    assert "1 to 28" in _one_line_error("successor", tokenizer, words="filtered", n=29)
+
+
+def test_greater_than_cannot_be_posed_without_two_digit_tokens():
+    for words in ("auto", "filtered", "study"):
+        message = _one_line_error("greater_than", word_level_tokenizer(digits="single"), words=words)
+        assert message == (f"greater_than cannot be posed on the tokenizer '{TOKENIZER_NAME}': its two-digit numbers "
+                           "are not one token each ('00' is 2 tokens), and the answers '00'..'99' must be; run "
+                           "greater_than with another model, or leave it out")
+
+
+@pytest.mark.parametrize("task, listed, kept", [("ioi", "names", "John"), ("binding", "cities", "Paris")])
+def test_a_list_left_with_one_word_cannot_pose_the_task(task, listed, kept):
+    words = {"names": NAMES, "cities": CITIES}[listed]
+    tokenizer = word_level_tokenizer(missing=tuple(" " + w for w in words if w != kept))
+    message = _one_line_error(task, tokenizer, words="auto")
+    assert message == (f"{task} cannot be posed on the tokenizer '{TOKENIZER_NAME}': 1 of the study's {len(words)} "
+                       f"{listed} is one token there ('{kept}') and a prompt draws 2; run {task} with another model, "
+                       "or leave it out")
+
+
+def test_filtered_gives_up_where_no_draw_has_the_tasks_length():
+    tokenizer = word_level_tokenizer(merged=tuple(f" {place}," for place in PLACES))  # every IOI prompt: 13 tokens
+    assert _one_line_error("ioi", tokenizer, words="filtered", n=3).startswith(
+        "ioi: 1000 draws in a row were refused, the last 'When ")
+
+
+def test_task_words_is_validated():
+    assert compose_config(["model=toy_tasks", "probe=ioi"]).probe.task_words == "auto"
+    with pytest.raises(UsageError, match=r"probe.task_words=.*study, filtered"):
+        validate(compose_config(["model=toy_tasks", "probe=ioi", "probe.task_words=words"]))
+
+
+def test_the_run_builds_its_batch_from_probe_task_words_and_the_bos(tmp_path):
+    word_level_tokenizer(missing=(" Sandra",)).save_pretrained(tmp_path)
+    overrides = ["model=local", f"model.name_or_path={tmp_path}", "probe=ioi", "probe.task_prompts=8"]
+    source = Source(str(tmp_path), None, True, True)
+    batch, name = task_batch(compose_config(overrides), source, bos=3)
+    assert name == f"{tmp_path}@main" and batch.words.dropped["names"] == ["Sandra"]
+    assert (batch.tokens[:, 0] == 3).all() and batch.tokens.shape == (8, 15)
+    with pytest.raises(UsageError, match="' Sandra' is the unknown token"):
+        task_batch(compose_config([*overrides, "probe.task_words=study"]), source, bos=None)
+
+
+# --- a BOS before every prompt -------------------------------------------------------------------------------------
+
+BOS_ID = 1  # any id: the batch puts it first, whatever it encodes
+
+
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_a_bos_shifts_every_position_by_one(tokenizer, task):
+    plain, behind = build_task_batch(task, tokenizer, n=12), build_task_batch(task, tokenizer, n=12, bos=BOS_ID)
+    assert behind.tokens.shape == (12, LENGTHS[task] + 1)
+    assert (behind.tokens[:, 0] == BOS_ID).all() and behind.tokens[:, 1:].equal(plain.tokens)
+    assert {name: p.tolist() for name, p in behind.positions.items()} == {
+        name: (p + 1).tolist() for name, p in plain.positions.items()}
+    assert (behind.positions["end"] == LENGTHS[task]).all()  # still the last position
+    assert behind.target.equal(plain.target) and behind.prompts_sha1() == plain.prompts_sha1()
+    if behind.distractor is not None:
+        assert behind.distractor.equal(plain.distractor)
+    rows = np.arange(12)
+    for name, answer in {"io": behind.target, "s1": behind.distractor, "decade": behind.target,
+                         "binding": behind.target, "distractor": behind.distractor}.items():
+        if name in behind.positions:  # each named position still holds its word
+            assert (behind.tokens[rows, behind.positions[name]] == answer).all()
+    row = json.loads(behind.jsonl().splitlines()[0])
+    assert row["token_ids"][0] == BOS_ID and row["positions"]["end"] == LENGTHS[task]
+    assert behind.fingerprint() != plain.fingerprint()
+
+
+def test_the_checks_read_the_prompt_without_its_bos():
+    message = _one_line_error("successor", word_level_tokenizer(digits="single"), bos=BOS_ID)
+    assert "' 33 34 35 36 37' is 10 tokens" in message and "not 5" in message
+    tokenizer = word_level_tokenizer(merged=(" Denver.",))
+    filtered = build_task_batch("binding", tokenizer, n=30, words="filtered")
+    behind = build_task_batch("binding", tokenizer, n=30, words="filtered", bos=BOS_ID)
+    assert _texts(behind) == _texts(filtered) and behind.tokens[:, 1:].equal(filtered.tokens)

@@ -28,6 +28,7 @@ from tests.unit.test_task_batches import word_level_tokenizer
 TASK_NAMES = ("ioi", "greater_than", "successor", "binding")
 N = 10  # prompts per task batch: minibatches of 5 divide it, of 4 do not
 PLANTED_HEAD = 2
+BOS_ID = 0  # the unknown-word id, which no prompt holds, standing in for a BOS
 
 
 @functools.cache
@@ -96,6 +97,26 @@ def test_pass_equals_the_eager_reference(arch, task, batch_size):
     for name, scores in expected_scores.items():
         np.testing.assert_allclose(screen.scores[name], scores, rtol=1e-5, atol=1e-5, err_msg=name)
     assert screen.ranked == expected_ranked
+
+
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_a_bos_before_every_prompt_equals_the_eager_reference_on_the_same_tokens(task):
+    """Behind a BOS (an id no prompt holds), the pass reads the shifted positions and T + 1 keys as the
+    reference reads them from the same tokens; the numbers differ from the batch without it."""
+    eager, model, layout = models("llama")
+    b = build_task_batch(task, tokenizer(), n=N, bos=BOS_ID)
+    assert not np.isin(batch(task).tokens.numpy(), BOS_ID).any() and (b.tokens[:, 0] == BOS_ID).all()
+    got = task_pass(model, layout, b, batch_size=4)
+    assert_values_equal(got.values, reference_values(eager, b))
+    expected_scores, expected_ranked = reference_screens(
+        eager, task, b.tokens.numpy(), {name: p.numpy() for name, p in b.positions.items()})
+    screen = got.screen(k=5)
+    for name, scores in expected_scores.items():
+        np.testing.assert_allclose(screen.scores[name], scores, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert screen.ranked == expected_ranked
+    without = task_pass(model, layout, batch(task), batch_size=4).values
+    logit = {"greater_than": "logit_diff_above_below", "successor": "target_logit"}.get(task, "logit_diff")
+    assert not np.allclose(getattr(without, logit), getattr(got.values, logit))
 
 
 @pytest.mark.parametrize("arch", TINY_ARCHS)

@@ -8,14 +8,28 @@ Two layers:
   ``numpy.random.RandomState(seed)`` and the order of its draws are the study's
   (``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``), so seed 42 gives its
   prompts: the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's
-  draws follow the previous example's, so the first n prompts are the same for any n.
-* Tokens: ``build_task_batch(task, tokenizer)`` encodes every prompt with
-  ``tokenizer.encode(text, add_special_tokens=False)`` (no BOS: position 0 is the prompt's first
-  word, as in the study), checks that each prompt has its task's length and each answer word is
-  one token, and gives a ``TaskBatch``: the tokens [n, T], answer and distractor ids [n], the
-  named positions [n] the screens and metrics read, and the rows of the run's ``prompts.jsonl``.
+  draws follow the previous example's, so the first n prompts are the same for any n. Each
+  generator also takes restricted word lists (successor: a filter on its windows) and a
+  predicate under which an example is drawn again from the same generator.
+* Tokens: ``build_task_batch(task, tokenizer, words=..., bos=...)`` encodes every prompt with
+  ``tokenizer.encode(text, add_special_tokens=False)``, checks that each prompt has its task's
+  length and each answer word is one token, and gives a ``TaskBatch``: the tokens [n, T], answer
+  and distractor ids [n], the named positions [n] the screens and metrics read, the words it was
+  drawn from (``TaskWords``) and the rows of the run's ``prompts.jsonl``.
 
-The query is always the last position, ``end`` = T - 1. Per task:
+Words (``task_words``, ``probe.task_words``): ``study`` draws from the study's lists and refuses
+a tokenizer that splits a word it draws or gives a prompt another length; ``filtered`` draws the
+same way from each list restricted to the words the tokenizer keeps as one token after a space
+(successor: the windows whose six items are), drawing an example again while its prompt has
+another length (a word can merge with the punctuation after it), never padding; ``auto`` is
+``study`` where every word of the task's lists is one token (then the batch is the study's, bit
+for bit), else ``filtered``. Greater-than needs "00".."99" as single tokens under any words.
+
+BOS: without one (the study's), position 0 is the prompt's first word. With ``bos`` (the token a
+model was trained behind) every prompt's ids start with it, every named position below moves
+one on and T is one more; the checks read the prompt without it.
+
+The query is always the last position, ``end`` = T - 1. Per task (no BOS):
 
 * ``ioi`` (T = 14): "When {A} and {B} went to the {place}, {B} gave a {object} to", A and B
   swapped in the first clause for odd i (ABBA for even i, BABA for odd). Target = " A" (the
@@ -38,15 +52,17 @@ The query is always the last position, ``end`` = T - 1. Per task:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 import torch
 
+from emergence.core.config import TASK_WORDS
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
 
@@ -88,6 +104,20 @@ SEQUENCES: dict[SuccessorSequence, tuple[tuple[str, ...], bool]] = {
     "numbers": (tuple(str(k) for k in range(1, 100)), False),
 }
 SUCCESSOR_SHOWN = 5  # items shown; the target is the next one
+# The word lists each task draws from, by the names ``TaskWords`` gives them; a prompt holds each
+# word after a space. Successor's lists are its sequences' items.
+TASK_LISTS: dict[TaskName, dict[str, tuple[str, ...]]] = {
+    "ioi": {"names": NAMES, "places": PLACES, "objects": OBJECTS},
+    "greater_than": {"nouns": NOUNS},
+    "successor": {sequence: words for sequence, (words, _) in SEQUENCES.items()},
+    "binding": {"names": NAMES, "cities": CITIES},
+}
+# filtered: the fewest words a list may keep, what one prompt draws from it (two distinct names, two
+# cities); successor keeps windows, not words (``_successor_rows`` refuses where none is left)
+MIN_WORDS = {"names": 2, "places": 1, "objects": 1, "nouns": 1, "cities": 2}
+# filtered: draws of one example a tokenizer may refuse in a row before the batch is refused (a tokenizer
+# that gives so many the wrong length gives it to nearly all)
+MAX_DRAWS = 1000
 
 
 # --- text, no tokenizer ----------------------------------------------------------------------
@@ -134,48 +164,67 @@ def _check_n(task: TaskName, n: int, most: int | None = None) -> None:
         raise UsageError(f"{task}: n = {n} prompts; give n from {limit}")
 
 
-def _two_names(rng: np.random.RandomState) -> tuple[str, str]:
+def _two_names(rng: np.random.RandomState, names: Sequence[str]) -> tuple[str, str]:
     """Two distinct names, the study's one draw for both (IOI and binding)."""
-    a, b = rng.choice(len(NAMES), 2, replace=False)
-    return NAMES[a], NAMES[b]
+    a, b = rng.choice(len(names), 2, replace=False)
+    return names[a], names[b]
 
 
-def ioi_prompts(n: int = N_PROMPTS, seed: int = SEED) -> list[IoiPrompt]:
-    """The study's IOI prompts: per example two distinct names (A, B), a place, an object."""
+P = TypeVar("P", IoiPrompt, GreaterThanPrompt, BindingPrompt)
+
+
+def _drawn(task: TaskName, draw: Callable[[], P], accept: Callable[[P], bool] | None) -> P:
+    """One example: ``draw()`` (the generator's next draws), drawn again while ``accept`` refuses it."""
+    for _ in range(MAX_DRAWS):
+        prompt = draw()
+        if accept is None or accept(prompt):
+            return prompt
+    raise UsageError(f"{task}: {MAX_DRAWS} draws in a row were refused, the last {prompt.text!r}; "
+                     f"run {task} with a model whose tokenizer splits its prompts as the study's models do, "
+                     f"or leave {task} out")
+
+
+def ioi_prompts(n: int = N_PROMPTS, seed: int = SEED, names: Sequence[str] = NAMES, places: Sequence[str] = PLACES,
+                objects: Sequence[str] = OBJECTS, accept: Callable[[IoiPrompt], bool] | None = None
+                ) -> list[IoiPrompt]:
+    """The study's IOI prompts: per example two distinct names (A, B), a place, an object, drawn
+    from the given lists (the study's by default); an example ``accept`` refuses is drawn again."""
     _check_n("ioi", n)
     rng = np.random.RandomState(seed)
-    prompts = []
-    for i in range(n):
-        io, subject = _two_names(rng)
-        place, obj = PLACES[rng.randint(len(PLACES))], OBJECTS[rng.randint(len(OBJECTS))]
+
+    def draw(i: int) -> IoiPrompt:
+        io, subject = _two_names(rng, names)
+        place, obj = places[rng.randint(len(places))], objects[rng.randint(len(objects))]
         first, second = (io, subject) if i % 2 == 0 else (subject, io)
-        prompts.append(IoiPrompt(
+        return IoiPrompt(
             text=f"When {first} and {second} went to the {place}, {subject} gave a {obj} to",
             target=io, distractor=subject, template="ABBA" if i % 2 == 0 else "BABA", place=place, object=obj,
-        ))
-    return prompts
+        )
+    return [_drawn("ioi", functools.partial(draw, i), accept) for i in range(n)]
 
 
-def greater_than_prompts(pairs: Sequence[tuple[int, int]], n: int = N_PROMPTS, seed: int = SEED
+def greater_than_prompts(pairs: Sequence[tuple[int, int]], n: int = N_PROMPTS, seed: int = SEED,
+                         nouns: Sequence[str] = NOUNS, accept: Callable[[GreaterThanPrompt], bool] | None = None
                          ) -> list[GreaterThanPrompt]:
     """The study's greater-than prompts over the (century, decade) ``pairs`` a tokenizer allows
-    (``greater_than_pairs``), in their order: per example a noun, then a pair."""
+    (``greater_than_pairs``), in their order: per example a noun (of ``nouns``, the study's by
+    default), then a pair; an example ``accept`` refuses is drawn again."""
     _check_n("greater_than", n)
     rng = np.random.RandomState(seed)
-    prompts = []
-    for _ in range(n):
-        noun = NOUNS[rng.randint(len(NOUNS))]
+
+    def draw() -> GreaterThanPrompt:
+        noun = nouns[rng.randint(len(nouns))]
         century, decade = pairs[rng.randint(len(pairs))]
-        prompts.append(GreaterThanPrompt(
+        return GreaterThanPrompt(
             text=f"The {noun} lasted from the year {century}{decade:02d} to the year {century}",
             noun=noun, century=century, decade=decade,
-        ))
-    return prompts
+        )
+    return [_drawn("greater_than", draw, accept) for _ in range(n)]
 
 
-def successor_items(seed: int = SEED) -> list[SuccessorPrompt]:
+def successor_items(seed: int = SEED, keep: Callable[[SuccessorPrompt], bool] | None = None) -> list[SuccessorPrompt]:
     """The study's 118 successor windows (days, months, ordinals, numbers; every start whose
-    sixth item exists), shuffled once by ``RandomState(seed)``."""
+    sixth item exists), or those ``keep`` keeps, shuffled once by ``RandomState(seed)``."""
     windows = []
     for sequence, (words, wraps) in SEQUENCES.items():
         starts = len(words) if wraps else len(words) - SUCCESSOR_SHOWN
@@ -185,27 +234,33 @@ def successor_items(seed: int = SEED) -> list[SuccessorPrompt]:
                 text=" " + " ".join(window[:SUCCESSOR_SHOWN]), sequence=sequence,
                 items=window[:SUCCESSOR_SHOWN], target=window[SUCCESSOR_SHOWN],
             ))
+    # a window is kept whole or dropped (restricting its list would join items that do not follow each other)
+    windows = [w for w in windows if keep is None or keep(w)]
     np.random.RandomState(seed).shuffle(windows)  # in place, as the study shuffles its list
     return windows
 
 
-def binding_prompts(n: int = N_PROMPTS, seed: int = SEED) -> list[BindingPrompt]:
-    """The study's variable-binding prompts: per example two distinct names, then two distinct cities."""
+def binding_prompts(n: int = N_PROMPTS, seed: int = SEED, names: Sequence[str] = NAMES,
+                    cities: Sequence[str] = CITIES, accept: Callable[[BindingPrompt], bool] | None = None
+                    ) -> list[BindingPrompt]:
+    """The study's variable-binding prompts: per example two distinct names, then two distinct
+    cities, drawn from the given lists (the study's by default); an example ``accept`` refuses is
+    drawn again."""
     _check_n("binding", n)
     rng = np.random.RandomState(seed)
-    prompts = []
-    for i in range(n):
-        name_a, name_b = _two_names(rng)
-        city_a, city_b = rng.choice(len(CITIES), 2, replace=False)
+
+    def draw(i: int) -> BindingPrompt:
+        name_a, name_b = _two_names(rng, names)
+        city_a, city_b = rng.choice(len(cities), 2, replace=False)
         first = i % 2 == 0
         query = name_a if first else name_b
-        prompts.append(BindingPrompt(
-            text=f" {name_a} lives in {CITIES[city_a]}. {name_b} lives in {CITIES[city_b]}. {query} lives in",
-            target=CITIES[city_a] if first else CITIES[city_b],
-            distractor=CITIES[city_b] if first else CITIES[city_a],
+        return BindingPrompt(
+            text=f" {name_a} lives in {cities[city_a]}. {name_b} lives in {cities[city_b]}. {query} lives in",
+            target=cities[city_a] if first else cities[city_b],
+            distractor=cities[city_b] if first else cities[city_a],
             query_name=query, query_is_first=first,
-        ))
-    return prompts
+        )
+    return [_drawn("binding", functools.partial(draw, i), accept) for i in range(n)]
 
 
 # --- tokens ------------------------------------------------------------------------------------
@@ -222,6 +277,19 @@ class TaskPrompt(Record):
     positions: dict[str, int]  # name -> position in token_ids
 
 
+WordsMode = Literal["study", "filtered"]
+
+
+@dataclass(frozen=True)
+class TaskWords(Record):
+    """The word lists a task batch was drawn from (``TASK_LISTS``), each word as the prompts hold it
+    after a space."""
+
+    mode: WordsMode  # study: the study's lists; filtered: restricted to the words the tokenizer keeps as one token
+    kept: dict[str, list[str]]  # list name -> the words drawn from, in the study's order
+    dropped: dict[str, list[str]]  # list name -> the study's words left out (none for study)
+
+
 @dataclass(frozen=True, eq=False)
 class TaskBatch:
     """A task's prompts as tokens (module docstring: the tasks' targets and positions)."""
@@ -232,6 +300,7 @@ class TaskBatch:
     target: torch.Tensor  # [n] int64 token ids
     distractor: torch.Tensor | None  # [n] int64 token ids (IOI, binding)
     positions: Mapping[str, torch.Tensor]  # name -> [n] int64
+    words: TaskWords
     decade: torch.Tensor | None = None  # [n] int64, greater-than's start decade DD
     answer_tokens: torch.Tensor | None = None  # [100] int64, greater-than: the ids of "00".."99"
 
@@ -259,15 +328,48 @@ def _tokenizer_name(tokenizer) -> str:
     return repr(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
+def _is_one_token(tokenizer, ids: list[int]) -> bool:
+    """``ids`` (a word's encoding) is one token of the vocabulary; an unknown-word token does not count."""
+    return len(ids) == 1 and ids[0] != getattr(tokenizer, "unk_token_id", None)
+
+
+def _found(ids: list[int]) -> str:
+    """What a word that is not one token encodes to, in words."""
+    return "the unknown token" if len(ids) == 1 else f"{len(ids)} tokens"
+
+
 def _one_token(task: TaskName, tokenizer, word: str) -> int:
-    """The id of ``word``, which the task needs as one token of the vocabulary (an unknown-word
-    token does not count)."""
+    """The id of ``word``, which the task needs as one token of the vocabulary."""
     ids = _encode(tokenizer, word)
-    if len(ids) != 1 or ids[0] == getattr(tokenizer, "unk_token_id", None):
-        found = "the unknown token" if len(ids) == 1 else f"{len(ids)} tokens"
-        raise UsageError(f"{task}: {word!r} is {found} in the tokenizer {_tokenizer_name(tokenizer)}, not one token; "
-                         f"run {task} with a model whose tokenizer has it as one token, or leave {task} out")
+    if not _is_one_token(tokenizer, ids):
+        raise UsageError(f"{task}: {word!r} is {_found(ids)} in the tokenizer {_tokenizer_name(tokenizer)}, not one "
+                         f"token; run {task} with a model whose tokenizer has it as one token, or leave {task} out")
     return ids[0]
+
+
+def task_words(task: TaskName, tokenizer, words: str) -> TaskWords:
+    """The word lists of ``task`` for the ``words`` choice (``config.TASK_WORDS``): ``study`` the
+    study's lists; ``filtered`` each restricted to the words ``tokenizer`` encodes (after a space)
+    as one token; ``auto`` study where every word is one token, else filtered. Raises ``UsageError``
+    where a filtered list is left with fewer words than a prompt draws (``MIN_WORDS``)."""
+    lists = TASK_LISTS[task]
+    one_token = {name: [w for w in ws if _is_one_token(tokenizer, _encode(tokenizer, " " + w))]
+                 for name, ws in lists.items()}
+    dropped = {name: [w for w in ws if w not in one_token[name]] for name, ws in lists.items()}
+    mode = ("study" if not any(dropped.values()) else "filtered") if words == "auto" else words
+    if mode == "study":
+        return TaskWords("study", kept={name: list(ws) for name, ws in lists.items()},
+                         dropped={name: [] for name in lists})
+    if mode != "filtered":
+        raise UsageError(f"probe.task_words={words!r} is invalid: use one of {', '.join(TASK_WORDS)}")
+    for name, kept in one_token.items():
+        if len(kept) < MIN_WORDS.get(name, 0):
+            verb = "is" if len(kept) == 1 else "are"
+            raise UsageError(f"{task} cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: "
+                             f"{len(kept)} of the study's {len(lists[name])} {name} {verb} one token there "
+                             f"({', '.join(map(repr, kept)) or 'none'}) and a prompt draws {MIN_WORDS[name]}; "
+                             f"run {task} with another model, or leave it out")
+    return TaskWords("filtered", kept=one_token, dropped=dropped)
 
 
 def _token_ids(task: TaskName, tokenizer, text: str) -> list[int]:
@@ -292,9 +394,18 @@ def _checked(task: TaskName, tokenizer, row: TaskPrompt, expected: dict[str, int
     return dataclasses.replace(row, positions={**positions, "end": PROMPT_LENGTH[task] - 1})
 
 
-def _ioi_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
+def _accept(task: TaskName, tokenizer, words: TaskWords) -> Callable[[P | SuccessorPrompt], bool] | None:
+    """filtered: a prompt of another length than the task's is drawn again (a word that is one token
+    alone can merge with its neighbour, as a city with the full stop after it); study: every prompt is
+    kept, and one of another length is refused (``_token_ids``)."""
+    if words.mode == "study":
+        return None
+    return lambda prompt: len(_encode(tokenizer, prompt.text)) == PROMPT_LENGTH[task]
+
+
+def _ioi_rows(tokenizer, n: int, seed: int, words: TaskWords) -> list[TaskPrompt]:
     rows = []
-    for prompt in ioi_prompts(n, seed):
+    for prompt in ioi_prompts(n, seed, **words.kept, accept=_accept("ioi", tokenizer, words)):
         io, subject = (_one_token("ioi", tokenizer, " " + name) for name in (prompt.target, prompt.distractor))
         first = prompt.template == "ABBA"
         positions = {"io": 1 if first else 3, "s1": 3 if first else 1, "s2": 9}
@@ -312,23 +423,45 @@ def greater_than_pairs(tokenizer) -> list[tuple[int, int]]:
             == _encode(tokenizer, f" {century}") + _encode(tokenizer, f"{decade:02d}")]
 
 
-def _greater_than_batch(tokenizer, n: int, seed: int) -> TaskBatch:
+def _greater_than_answers(tokenizer) -> list[int]:
+    """The ids of "00".."99", each of which must be one token: every prompt's metric reads all 100
+    (the answers above its start decade against those below), so no word list can leave one out."""
+    encoded = [_encode(tokenizer, f"{d:02d}") for d in range(100)]
+    split = next((d for d, ids in enumerate(encoded) if not _is_one_token(tokenizer, ids)), None)
+    if split is not None:
+        raise UsageError(f"greater_than cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: its two-digit "
+                         f"numbers are not one token each ('{split:02d}' is {_found(encoded[split])}), and the "
+                         f"answers '00'..'99' must be; run greater_than with another model, or leave it out")
+    return [ids[0] for ids in encoded]
+
+
+def _greater_than_batch(tokenizer, n: int, seed: int, words: TaskWords, bos: int | None) -> TaskBatch:
     pairs = greater_than_pairs(tokenizer)
     if not pairs:
-        raise UsageError(f"greater_than: the tokenizer {_tokenizer_name(tokenizer)} splits no year 1402-1988 into "
-                         f"' CC' + 'DD'; run greater_than with a model whose tokenizer does, or leave it out")
-    answers = [_one_token("greater_than", tokenizer, f"{d:02d}") for d in range(100)]  # [100] "00".."99"
-    prompts = greater_than_prompts(pairs, n, seed)
+        raise UsageError(f"greater_than cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: it splits no "
+                         f"year 1402-1988 into ' CC' + 'DD'; run greater_than with a model whose tokenizer does, "
+                         f"or leave it out")
+    answers = _greater_than_answers(tokenizer)  # [100] "00".."99"
+    prompts = greater_than_prompts(pairs, n, seed, **words.kept, accept=_accept("greater_than", tokenizer, words))
     rows = [_checked("greater_than", tokenizer,
                      TaskPrompt(p.text, _token_ids("greater_than", tokenizer, p.text), answers[p.decade], None,
                                 {"century": 6, "decade": 7}), expected={"decade": answers[p.decade]})
             for p in prompts]
-    return _stack("greater_than", rows, decade=torch.tensor([p.decade for p in prompts], dtype=torch.int64),
+    return _stack("greater_than", rows, words, bos,
+                  decade=torch.tensor([p.decade for p in prompts], dtype=torch.int64),
                   answer_tokens=torch.tensor(answers, dtype=torch.int64))
 
 
-def _successor_rows(tokenizer, n: int | None, seed: int) -> list[TaskPrompt]:
-    windows = successor_items(seed)
+def _successor_rows(tokenizer, n: int | None, seed: int, words: TaskWords) -> list[TaskPrompt]:
+    accept = _accept("successor", tokenizer, words)
+
+    def keep(window: SuccessorPrompt) -> bool:  # filtered: each item one token, and the prompt the task's length
+        return all(item in words.kept[window.sequence] for item in (*window.items, window.target)) and accept(window)
+    windows = successor_items(seed, keep=None if accept is None else keep)
+    if not windows:
+        raise UsageError(f"successor cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: no window of "
+                         f"{SUCCESSOR_SHOWN + 1} items has each item one token and the prompt "
+                         f"{PROMPT_LENGTH['successor']} tokens; run successor with another model, or leave it out")
     if n is not None:
         _check_n("successor", n, most=len(windows))
         windows = windows[:n]
@@ -340,9 +473,9 @@ def _successor_rows(tokenizer, n: int | None, seed: int) -> list[TaskPrompt]:
     return rows
 
 
-def _binding_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
+def _binding_rows(tokenizer, n: int, seed: int, words: TaskWords) -> list[TaskPrompt]:
     rows = []
-    for prompt in binding_prompts(n, seed):
+    for prompt in binding_prompts(n, seed, **words.kept, accept=_accept("binding", tokenizer, words)):
         ids = _token_ids("binding", tokenizer, prompt.text)  # the study checks the length before the cities
         target, distractor = (_one_token("binding", tokenizer, " " + city)
                               for city in (prompt.target, prompt.distractor))
@@ -353,10 +486,18 @@ def _binding_rows(tokenizer, n: int, seed: int) -> list[TaskPrompt]:
     return rows
 
 
-def _stack(task: TaskName, rows: list[TaskPrompt], **greater_than) -> TaskBatch:
+def _with_bos(row: TaskPrompt, bos: int) -> TaskPrompt:
+    """The prompt behind the BOS id ``bos``: its named positions move one on with their tokens."""
+    return dataclasses.replace(row, token_ids=[bos, *row.token_ids],
+                               positions={name: position + 1 for name, position in row.positions.items()})
+
+
+def _stack(task: TaskName, rows: list[TaskPrompt], words: TaskWords, bos: int | None, **greater_than) -> TaskBatch:
     def column(values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int64)
 
+    if bos is not None:
+        rows = [_with_bos(row, bos) for row in rows]
     has_distractor = rows[0].distractor is not None
     return TaskBatch(
         task=task, prompts=tuple(rows),
@@ -364,23 +505,32 @@ def _stack(task: TaskName, rows: list[TaskPrompt], **greater_than) -> TaskBatch:
         target=column([r.target for r in rows]),
         distractor=column([r.distractor for r in rows]) if has_distractor else None,
         positions={name: column([r.positions[name] for r in rows]) for name in rows[0].positions},
+        words=words,
         **greater_than,
     )
 
 
-def build_task_batch(task: TaskName, tokenizer, n: int | None = None, seed: int = SEED) -> TaskBatch:
-    """The study's batch of ``task``, tokenised by ``tokenizer`` (a Hugging Face tokenizer).
+def build_task_batch(task: TaskName, tokenizer, n: int | None = None, seed: int = SEED, words: str = "study",
+                     bos: int | None = None) -> TaskBatch:
+    """The batch of ``task``, tokenised by ``tokenizer`` (a Hugging Face tokenizer).
 
-    ``n``: IOI, greater-than and binding draw n prompts (default 500), the first n of the
-    study's sequence; successor takes the first n of its 118 shuffled windows (default all).
-    Raises ``UsageError`` where the tokenizer cannot give the batch its shape (module docstring)."""
+    ``n``: IOI, greater-than and binding draw n prompts (default 500), the first n of their
+    sequence; successor takes the first n of its shuffled windows (default all). ``words``
+    (``config.TASK_WORDS``, ``task_words``): ``study`` the study's batch exactly, ``filtered``
+    the study's draws over its lists restricted to the tokenizer's single tokens, ``auto`` study
+    where the tokenizer has every word as one token, else filtered. ``bos``: a token id put before
+    every prompt (the named positions move one on); None: none, as the study. Raises
+    ``UsageError`` where the tokenizer cannot give the batch its shape (module docstring)."""
+    if task not in TASKS:
+        raise UsageError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     n_drawn = N_PROMPTS if n is None else n
-    if task == "ioi":
-        return _stack(task, _ioi_rows(tokenizer, n_drawn, seed))
+    chosen = task_words(task, tokenizer, words)
     if task == "greater_than":
-        return _greater_than_batch(tokenizer, n_drawn, seed)
-    if task == "successor":
-        return _stack(task, _successor_rows(tokenizer, n, seed))
-    if task == "binding":
-        return _stack(task, _binding_rows(tokenizer, n_drawn, seed))
-    raise UsageError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+        return _greater_than_batch(tokenizer, n_drawn, seed, chosen, bos)
+    if task == "ioi":
+        rows = _ioi_rows(tokenizer, n_drawn, seed, chosen)
+    elif task == "successor":
+        rows = _successor_rows(tokenizer, n, seed, chosen)
+    else:
+        rows = _binding_rows(tokenizer, n_drawn, seed, chosen)
+    return _stack(task, rows, chosen, bos)

@@ -12,7 +12,7 @@ from emergence.core.record import Record
 from emergence.recipe.screen import head_name
 from emergence.recipe.tasks.ablation import (AblationPlan, TaskAblation, build_conditions, capability_circuits,
                                              task_ablation)
-from emergence.recipe.tasks.batches import TaskBatch
+from emergence.recipe.tasks.batches import TaskBatch, TaskWords
 from emergence.recipe.tasks.matched_random import heads_of
 from emergence.recipe.tasks.measure import task_pass
 from emergence.recipe.tasks.metrics import TaskMetrics, task_metrics
@@ -34,6 +34,7 @@ class TaskSummary(Record):
     # previous_token (best class, >= threshold.prev_token_circuit) and induction (>= threshold.circuit) heads of this run
     circuits: dict[str, list[str]]
     ablation: TaskAblation | None = None  # each condition with its heads and capability; None: ablation off
+    words: TaskWords | None = None  # the words mode, kept and dropped; None: a run before probe.task_words (study)
 
 
 @dataclass(frozen=True)
@@ -68,5 +69,5 @@ def measure_task(subject, batch: TaskBatch, tokenizer: str, selectivity: np.ndar
         screens={name: [head_name(*h) for h in ranked] for name, ranked in screen.ranked.items()},
         circuits={"previous_token": [head_name(*h) for h in heads_of(prev_token)],
                   "induction": [head_name(*h) for h in heads_of(induction)]},
-        ablation=ablation)
+        ablation=ablation, words=batch.words)
     return TaskResult(summary, screen)
