@@ -6,6 +6,7 @@ import pytest
 
 from tests.helpers.hub_server import hub_server  # noqa: F401  (the fixture, for every test module)
 from tests.helpers.hub_twin import hub_twin  # noqa: F401  (the session's Hub twin, for every test module)
+from tests.helpers.real_model import GGUF_FILE, RealModel, save_dequantized, smollm2_folder
 from tests.helpers.tiny_models import ARCHS, save_tiny_model
 
 # Under pytest-xdist (``-n``), each worker gets its share of the cores, for its own torch and for
@@ -21,12 +22,15 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """The tests of the trained toy panel run on one worker (``--dist loadgroup``), which trains it
-    once, and first: it is the longest chain of the suite, so the other workers share the rest."""
-    uses_panel = {id(item) for item in items if "toy_panel" in getattr(item, "fixturenames", ())}
-    shared = [item for item in items if id(item) in uses_panel]
-    for item in shared:
-        item.add_marker(pytest.mark.xdist_group("toy_panel"))
-    items[:] = shared + [item for item in items if id(item) not in uses_panel]
+    once, and first: it is the longest chain of the suite, so the other workers share the rest. The
+    tests of the real model (SmolLM2) likewise share one worker, which dequantizes it once."""
+    shared = []
+    for fixture in ("toy_panel", "smollm2"):
+        group = [item for item in items if fixture in getattr(item, "fixturenames", ()) and item not in shared]
+        for item in group:
+            item.add_marker(pytest.mark.xdist_group(fixture))
+        shared += group
+    items[:] = shared + [item for item in items if item not in shared]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,3 +67,12 @@ def toy_panel(tmp_path_factory) -> tuple[Path, dict]:
     manifest = json.loads((root / "cache" / "toy" / "toy_neox" / "seed0" / "manifest.json").read_text())
     assert len(manifest["checkpoints"]) == 65  # step0 .. step2048, the panel's 10 among them
     return sweep, env
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory) -> RealModel:
+    """SmolLM2-135M-Instruct's GGUF (tests/helpers/real_model.py), and its dequantized float32 folder."""
+    folder = smollm2_folder()
+    hf_dir = tmp_path_factory.mktemp("smollm2") / "hf"
+    save_dequantized(folder, hf_dir)
+    return RealModel(folder, GGUF_FILE, hf_dir)
