@@ -225,7 +225,8 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
     except (UsageError, ValueError) as err:
         log.debug(f"no prefetch for job {num}: {err}")
         return None
-    return None if src.local_only else (src.path, src.revision, src.weights_format)
+    # a GGUF file is fetched by its own run (``checkpoints.gguf_file_path``), not as a revision's weights
+    return None if src.local_only or src.gguf_file else (src.path, src.revision, src.weights_format)
 
 
 if __name__ == "__main__":  # the downloader's child process: python -m emergence.run.prefetch REPO REVISION FORMAT

@@ -84,7 +84,7 @@ def test_the_repeat_probe_copies_and_its_ablation_reports_a_verdict(smollm2, eag
         logits = eager(tokens).logits.double()
     eager_losses = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:],
                                                      reduction="none").numpy()
-    np.testing.assert_allclose(losses[:, 1:], eager_losses, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-4, atol=1e-4)  # column j: the loss on token j+1
     layout = RepeatLayout(128)
     first_reading = eager_losses[:, layout.prefix:layout.copy_start - 1].mean()
     copy = eager_losses[:, layout.copy_start:].mean()
