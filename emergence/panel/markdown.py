@@ -31,6 +31,7 @@ from emergence.panel.records import (
     TokenAxis,
 )
 from emergence.panel.sensitivity import GRID_POINTS, GRID_RANGE
+from emergence.recipe.tasks.ablation import sweep_text
 from emergence.run.results import format_tokens
 
 
@@ -326,14 +327,9 @@ def task_section(model: str, t: TaskFindings) -> list[str]:
         out += ["", "First entry into the top-k of each head of the final one: " + (
             "; ".join(f"{e.head} (rank {e.rank}) {milestone_text(e.entered)}" for e in entries) or "no heads") + "."]
     if t.verdicts:
-        out += ["", "- **Screen vs matched random** at the final revision (specific: the screen's change is below "
-                    "every matched-random seed's):"]
-        for v in t.verdicts:
-            s = v.sweep
-            ratio = "-" if s.ratio is None else f"{s.ratio:.3g}"
-            out.append(f"  - `{v.screen}` {v.metric}: {s.screen_delta:+.1f} pp vs {s.mean:+.1f} +- {s.std:.1f} pp "
-                       f"[{s.min:+.1f}, {s.max:+.1f}] over {len(s.deltas)} seeds, ratio {ratio}: "
-                       f"{v.verdict.replace('_', ' ')}.")
+        out += ["", "- **Screen vs matched random** at the final revision (specific: the screen's change of the "
+                    "logit measure is below every distinct matched-random draw's; top-1 beside it):"]
+        out += [f"  - `{s.screen}`: {sweep_text(s)}." for s in t.verdicts]
     if t.published:
         out += published_section(t.published)
     return out + [""]
