@@ -359,7 +359,9 @@ def published_section(c: PublishedComparison) -> list[str]:
     for s in c.sweeps:
         p = s.published
         ours = ("not swept" if s.ours is None else
-                f"ours {s.ours.screen_delta:+.1f} pp vs {s.ours.mean:+.2f} +- {s.ours.std:.2f} pp")
+                f"ours {s.ours.screen_delta:+.1f} pp vs {s.ours.mean:+.2f} +- "
+                f"{'-' if s.ours.std is None else format(s.ours.std, '.2f')} pp over {len(s.ours.deltas)} distinct "
+                "draws")
         out.append(f"  Sweep `{s.screen}` {p.top1_metric}: published {p.screen_delta_top1_pp:+.1f} pp vs "
                    f"{p.mr_delta_top1_mean_pp:+.2f} +- {p.mr_delta_top1_std_pp:.2f} pp; {ours}.")
     return out

@@ -374,3 +374,18 @@ def test_the_task_figures_start_at_zero_tokens_and_say_what_they_show(ioi, tmp_p
     # the emergence (r3) drawn on every panel, and on the top-1 panel the level
     assert all(any(line.get_xdata()[0] == 1e8 for line in ax.lines) for ax in [*capability, task_panel])
     assert any(list(line.get_ydata()) == [0.5, 0.5] for line in capability[0].lines)
+
+
+def test_our_sweep_beside_the_published_one_says_over_how_many_distinct_draws(tmp_path):
+    def result(name: str, kind: str, top1: float, seed: int | None = None) -> ConditionResult:
+        return ConditionResult(name=name, kind=kind, screen="name_mover", seed=seed, heads=["L13H1"],
+                               metrics=metrics("ioi", {}), delta={"top1": top1, "logit_diff_mean": 10 * top1})
+
+    draws = [result(f"matched_random_seed:name_mover:{s}", "matched_random_seed", d, s)
+             for s, d in enumerate([-0.01, 0.03])]
+    sweep = screen_sweep("ioi", result("screen:name_mover", "screen", -0.2), {13: [1]}, draws, n_heads=8, absent=None)
+    study_run(tmp_path / "runs", "ioi", ablation=TaskAblation(task="ioi", n_prompts=500, conditions=OUR_IOI,
+                                                              sweeps=[sweep], not_run=[]))
+    report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--wandb-mode", "disabled"])
+    assert ("Sweep `name_mover` top1: published +7.2 pp vs +2.70 +- 4.05 pp; ours -20.0 pp vs +1.00 +- - pp over 2 "
+            "distinct draws.") in (tmp_path / "report" / "report.md").read_text()

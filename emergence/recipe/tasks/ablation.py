@@ -256,7 +256,7 @@ class ScreenSweep(Record):
     control_heads: int  # each draw's heads: fewer than the screen's where a layer has too few other heads
     smaller: bool  # control_heads < screen_heads
     verdict_metric: str  # the metric the verdict rests on (``metrics.VERDICT_METRIC``)
-    verdict: Verdict
+    verdict: Verdict | None  # None: a run written before verdicts were stored (``sweep_text`` says so)
     why: str  # the verdict in words (what it rests on, or why there is none)
 
 
