@@ -214,7 +214,7 @@ class AblateConfig:
     heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
     # (with probe.task, also the task's "user" condition, a spec in this rank order)
     mr_seed: int = 123  # a task screen's matched-random heads: the study's one draw (docs/tasks.md)
-    mr_seeds: int = 10  # ... and this many more, fresh generators seeded 0..N-1 (the study's seed sweep)
+    mr_seeds: int = 10  # ... and this many more distinct draws, fresh generators seeded 0, 1, ... (docs/tasks.md)
     # adaptive: stop once the interval of the causal criterion excludes zero (emergence/recipe/verdict.py);
     # all: every probe sequence (the reference protocol)
     sequences: str = "adaptive"

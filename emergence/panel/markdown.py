@@ -31,6 +31,7 @@ from emergence.panel.records import (
     TokenAxis,
 )
 from emergence.panel.sensitivity import GRID_POINTS, GRID_RANGE
+from emergence.recipe.tasks.ablation import sweep_text
 from emergence.run.results import format_tokens
 
 
@@ -326,14 +327,9 @@ def task_section(model: str, t: TaskFindings) -> list[str]:
         out += ["", "First entry into the top-k of each head of the final one: " + (
             "; ".join(f"{e.head} (rank {e.rank}) {milestone_text(e.entered)}" for e in entries) or "no heads") + "."]
     if t.verdicts:
-        out += ["", "- **Screen vs matched random** at the final revision (specific: the screen's change is below "
-                    "every matched-random seed's):"]
-        for v in t.verdicts:
-            s = v.sweep
-            ratio = "-" if s.ratio is None else f"{s.ratio:.3g}"
-            out.append(f"  - `{v.screen}` {v.metric}: {s.screen_delta:+.1f} pp vs {s.mean:+.1f} +- {s.std:.1f} pp "
-                       f"[{s.min:+.1f}, {s.max:+.1f}] over {len(s.deltas)} seeds, ratio {ratio}: "
-                       f"{v.verdict.replace('_', ' ')}.")
+        out += ["", "- **Screen vs matched random** at the final revision (specific: the screen's change of the "
+                    "logit measure is below every distinct matched-random draw's; top-1 beside it):"]
+        out += [f"  - `{s.screen}`: {sweep_text(s)}." for s in t.verdicts]
     if t.published:
         out += published_section(t.published)
     return out + [""]
@@ -363,7 +359,9 @@ def published_section(c: PublishedComparison) -> list[str]:
     for s in c.sweeps:
         p = s.published
         ours = ("not swept" if s.ours is None else
-                f"ours {s.ours.screen_delta:+.1f} pp vs {s.ours.mean:+.2f} +- {s.ours.std:.2f} pp")
+                f"ours {s.ours.screen_delta:+.1f} pp vs {s.ours.mean:+.2f} +- "
+                f"{'-' if s.ours.std is None else format(s.ours.std, '.2f')} pp over {len(s.ours.deltas)} distinct "
+                "draws")
         out.append(f"  Sweep `{s.screen}` {p.top1_metric}: published {p.screen_delta_top1_pp:+.1f} pp vs "
                    f"{p.mr_delta_top1_mean_pp:+.2f} +- {p.mr_delta_top1_std_pp:.2f} pp; {ours}.")
     return out

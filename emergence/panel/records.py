@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
 
 from emergence.core.record import from_json, to_json
 from emergence.panel.published_tasks import SweepSummary
 from emergence.recipe.stats import NullSummary
+from emergence.recipe.tasks.ablation import ScreenSweep
 from emergence.recipe.tasks.matched_random import SeedSweep
 from emergence.recipe.tasks.metrics import MetricValue
 
@@ -290,18 +290,6 @@ class HeadEntry:
 
 
 @dataclass(frozen=True)
-class ScreenVerdict:
-    """A screen's ablation against its matched-random controls at the final revision, for one top-1
-    metric (percentage points). Specific: the screen's change is below every seed's, a larger
-    drop than each control (with n exchangeable seeds, a chance of 1 in n + 1)."""
-
-    screen: str
-    metric: str
-    sweep: SeedSweep  # the screen's change, the seeds' changes and their summary (``task.ablation.sweeps``)
-    verdict: Literal["specific", "not_specific"]
-
-
-@dataclass(frozen=True)
 class PublishedRow:
     """One published ablation condition's metric beside ours at the same model's final revision."""
 
@@ -363,7 +351,9 @@ class TaskFindings:
     revisions: list[TaskRevision]
     emergence: Milestone | None  # the first revision clearing every level; None: none does
     first_entry: dict[str, list[HeadEntry]]  # per screen, its final top-k in rank order
-    verdicts: list[ScreenVerdict]  # at the final revision; empty: its run did not ablate
+    # the final revision's sweeps with their verdicts, as its run judged them (``ablation.screen_sweep``);
+    # empty: its run did not ablate
+    verdicts: list[ScreenSweep]
     published: PublishedComparison | None  # None: not one of the study's models at its final revision
 
 

@@ -11,8 +11,9 @@
 * Overlaps: per revision and screen, the screen's heads in the run's own induction and
   previous-token circuits (``task.circuits``) and among the BOS heads of that revision at the
   report's class threshold (the sinks the report's BOS fraction counts).
-* Verdicts: at the final revision, per screen and top-1 metric, the screen's ablation against the
-  matched-random seeds (``task.ablation.sweeps``): specific when its change is below every seed's.
+* Verdicts: at the final revision, per screen (and the user's heads), the run's sweep of its
+  ablation against its distinct matched-random draws, with the verdict the run gave
+  (``task.ablation.sweeps``, ``recipe.tasks.ablation.screen_sweep``).
 * Published: for one of the study's models (its repository) at the study's final revision, measured
   on the study's own words (``task.words``), our final numbers beside ``published_tasks.json``'s,
   the invalid published rows marked.
@@ -32,7 +33,6 @@ from emergence.panel.records import (
     PublishedRow,
     PublishedScreenHeads,
     PublishedSweep,
-    ScreenVerdict,
     TaskFindings,
     TaskRevision,
 )
@@ -123,16 +123,6 @@ def first_entries(traj: Trajectory, screen: str) -> list[HeadEntry]:
         first = next(i for i, c in enumerate(traj.checkpoints) if head in c.task.screens.get(screen, []))
         entries.append(HeadEntry(head=head, rank=rank, entered=_milestone(traj, first)))
     return entries
-
-
-def verdicts(ablation: TaskAblation | None) -> list[ScreenVerdict]:
-    """Per screen and top-1 metric of a run's ablation, the screen against its matched-random seeds."""
-    if ablation is None:
-        return []
-    return [ScreenVerdict(screen=s.screen, metric=metric, sweep=sweep,
-                          verdict="specific" if sweep.deltas and sweep.screen_delta < min(sweep.deltas)
-                          else "not_specific")
-            for s in ablation.sweeps for metric, sweep in s.sweeps.items()]
 
 
 # --- the study's published numbers beside ours ---------------------------------------------------------
@@ -231,4 +221,4 @@ def task_findings(traj: Trajectory, class_threshold: float) -> TaskFindings | No
         revisions=[task_revision(c, levels, class_threshold) for c in traj.checkpoints],
         emergence=emergence(traj),
         first_entry={screen: first_entries(traj, screen) for screen in final.task.screens},
-        verdicts=verdicts(final.task.ablation), published=published_comparison(final))
+        verdicts=final.task.ablation.sweeps if final.task.ablation else [], published=published_comparison(final))

@@ -28,6 +28,7 @@ from emergence.recipe.mechanism import MassiveActivation
 from emergence.recipe.probe import FirstToken
 from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
 from emergence.recipe.sinks import SinkMetric
+from emergence.recipe.tasks.ablation import sweep_text
 from emergence.recipe.tasks.step import TaskSummary
 from emergence.recipe.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 
@@ -460,18 +461,15 @@ def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
 
 
 def task_lines(task: TaskSummary) -> list[str]:
-    """The task's capability, screens and screen-vs-random verdicts, a line each."""
+    """The task's capability, screens and screen-vs-random verdicts (``ablation.sweep_text``), a line each."""
     metrics = ", ".join(f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]" for name, m in task.metrics.metrics.items())
     lines = [f"task {task.name}: {task.n_prompts} prompts x {task.seq_len} tokens ({task.tokenizer}): {metrics}"]
     if task.words is not None and task.words.mode == "filtered":  # not the study's prompts: say which words went
         dropped = "; ".join(f"{name} {' '.join(words)}" for name, words in task.words.dropped.items() if words)
         lines.append(f"task words: filtered to the tokenizer's single tokens, dropped {dropped or 'none'}")
     lines += [f"task screen {name}: {' '.join(heads) or '-'}" for name, heads in task.screens.items()]
-    for sweep in task.ablation.sweeps if task.ablation else []:
-        for metric, s in sweep.sweeps.items():
-            ratio = "-" if s.ratio is None else f"{s.ratio:.3g}"
-            lines.append(f"task ablation {sweep.screen}: {metric} {s.screen_delta:+.1f} pp vs matched-random "
-                         f"{s.mean:+.1f} +- {s.std:.1f} pp over {len(s.deltas)} seeds (ratio {ratio})")
+    lines += [f"task ablation {sweep.screen}: {sweep_text(sweep)}" for sweep in
+              (task.ablation.sweeps if task.ablation else [])]
     return lines
 
 

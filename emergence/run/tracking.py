@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 
 from emergence.core.errors import UsageError  # noqa: E402
 from emergence.recipe.screen import CLASSES, UNCLASSIFIED  # noqa: E402
+from emergence.recipe.tasks.metrics import TOP1_METRIC  # noqa: E402
 from emergence.run.results import HEAD_COLUMNS, HeadRow  # noqa: E402
 
 CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),
@@ -130,8 +131,9 @@ def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
         metrics.update({f"task/{task.name}/{k}": m.value for k, m in task.metrics.metrics.items()})
         for sweep in task.ablation.sweeps if task.ablation else []:
             for metric, s in sweep.sweeps.items():
-                metrics[f"task/{task.name}/{sweep.screen}/{metric}_delta_pp"] = s.screen_delta
-                metrics[f"task/{task.name}/{sweep.screen}/{metric}_random_delta_pp"] = s.mean
+                unit = "_pp" if metric == TOP1_METRIC[task.name] else ""  # the verdict metric: in its own units
+                metrics[f"task/{task.name}/{sweep.screen}/{metric}_delta{unit}"] = s.screen_delta
+                metrics[f"task/{task.name}/{sweep.screen}/{metric}_random_delta{unit}"] = s.mean
     metrics["heads"] = wandb.Table(columns=HEAD_COLUMNS, data=[list(r.columns().values()) for r in rows])
     metrics["classes"] = wandb.Image(figure)
     run.log(metrics)

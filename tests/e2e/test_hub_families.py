@@ -34,7 +34,7 @@ SWEEPS = {
     "smollm2": (["step-20000", "step-40000", "step-80000"], True, []),
     "crfm_gpt2": (["checkpoint-100", "checkpoint-300", "checkpoint-1000"], False, ["model.tokens_per_step=1000"]),
 }
-# What a run may download of a revision besides its config and weight files: the tokenizer (text probe).
+# What a run may download of a revision besides its config and weight files: the tokenizer (first token, text probe).
 TOKENIZER = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
 
 
@@ -109,12 +109,13 @@ def test_a_sweep_refinement_and_report_of_each_family_read_its_real_layout(famil
                                                      else None)
         if text:
             assert summary["text"]["tokenizer"] == f"{repo.repo_id}@{expected_tokenizer(repo, branch)}"
-    # only the config, the weight files of the format read, and (text probe) the tokenizer were downloaded
+    # only the config, the weight files of the format read, and the tokenizer (probe.first_token=auto reads
+    # whether it puts a BOS first; the text probe encodes with it) were downloaded
     for revision, files in cached_files(tmp_path / "hub", repo.repo_id).items():
         weight_files = {f for f in repo.files[revision] if f in repo.weight_sha256[revision] or f.endswith(".index.json")}
         if revision in branches and not repo.planted.get(revision):
             assert weight_files <= files, (revision, files)
-        assert files <= {"config.json", *weight_files, *(TOKENIZER if text else ())}, (revision, files)
+        assert files <= {"config.json", *weight_files, *TOKENIZER}, (revision, files)
         read_format = ".safetensors" if any(f.endswith(".safetensors") for f in files) else ".bin"
         assert not any(f.endswith((".bin", ".safetensors")) and not f.endswith(read_format) for f in files)
 

@@ -3,6 +3,7 @@ single tokens: every metric and screen score in summary.json and heads.csv again
 eager reference (``tests/helpers/task_reference.py``), the prompts file, the ablation's conditions,
 and a head list outside the model refused in one line."""
 
+import itertools
 import json
 import shutil
 
@@ -15,11 +16,12 @@ from emergence.core.config import compose_config
 from emergence.main import analyse
 from emergence.recipe.screen import parse_head_name
 from emergence.recipe.tasks.batches import NAMES, OBJECTS, PLACES, build_task_batch
-from emergence.recipe.tasks.matched_random import matched_random, spec_from_ranking
-from emergence.run.results import read_run
+from emergence.recipe.tasks.matched_random import matched_random, matched_random_seeds, spec_from_ranking
+from emergence.run.results import RunSummary, read_run, task_lines
 from emergence.toy.words import word_tokenizer
 from tests.helpers.cli import run_cli
 from tests.helpers.task_reference import reference_metrics, reference_screens
+from tests.helpers.tiny_models import tiny_config
 
 ARCHS = ("gpt_neox", "olmo", "llama")
 SMALL = ["probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500",
@@ -99,7 +101,8 @@ def test_prompts_file_and_ablation_conditions(task_dirs, tmp_path):
     assert conditions["user"].heads == ["L1H2", "L0H3"]  # the user's spec, in the order given
     assert conditions["baseline"].delta == {k: 0.0 for k in conditions["baseline"].delta}
     sweep = {s.screen: s for s in summary.task.ablation.sweeps}["name_mover"]
-    assert sweep.seeds == [0, 1] and len(sweep.sweeps["top1"].deltas) == 2
+    n = min(2, len(_all_controls(screen, 4)))  # distinct draws: as many as asked where the layers allow them
+    assert sweep.seeds[0] == 0 and len(sweep.seeds) == sweep.n_distinct == len(sweep.sweeps["top1"].deltas) == n
     # the ablated screen's capability against an independent ablation: its heads' o_proj columns zeroed
     eager = AutoModelForCausalLM.from_pretrained(task_dirs["gpt_neox"], attn_implementation="eager").eval()
     head_dim = eager.config.hidden_size // eager.config.num_attention_heads
@@ -120,3 +123,89 @@ def test_a_head_outside_the_model_is_one_line_exit_2(task_dirs, tmp_path):
     assert done.stderr.strip().splitlines()[-1].endswith(
         "ablate.heads='L0H10' is invalid: the model has 2 layers x 4 heads (L0H0..L1H3)")
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.fixture(scope="module")
+def pythia_grid(tmp_path_factory):
+    """A GPT-NeoX of Pythia-1B's head grid (16 layers x 8 heads) with the word tokenizer, whose IOI answers
+    never win: every name's unembedding row is zero, so its top-1 is 0 (a capability absent)."""
+    path = tmp_path_factory.mktemp("pythia_grid")
+    config = tiny_config("gpt_neox")
+    config.num_hidden_layers, config.num_attention_heads, config.hidden_size = 16, 8, 64  # head_dim 8
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    names = build_task_batch("ioi", word_tokenizer(512), N_PROMPTS).target.unique()
+    with torch.no_grad():
+        model.get_output_embeddings().weight[names] = 0.0  # logit 0, below the largest of 500 random others
+    model.save_pretrained(path, safe_serialization=True)
+    word_tokenizer(512).save_pretrained(path)
+    return path
+
+
+@pytest.mark.slow
+def test_a_published_head_list_gets_the_published_control_and_an_absent_capability_no_verdict(pythia_grid, tmp_path):
+    """Pythia's published name movers given as `ablate.heads` on the command line get the study's seed-123
+    control (TASKS.md 1.5: {13: [2], 10: [0, 2, 7], 11: [4]}), distinct fresh draws, and, with IOI's top-1
+    at 0, "capability absent" instead of a verdict: in summary.json and in the printed lines."""
+    done = run_cli("model=local", f"model.name_or_path={pythia_grid}", "probe=ioi", *SMALL,
+                   f"probe.task_prompts={N_PROMPTS}", "ablate.heads=[L13H1,L10H6,L10H5,L10H4,L11H7]",
+                   "ablate.mr_seeds=3", f"hydra.run.dir={tmp_path}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = RunSummary.read(tmp_path)
+    ablation = summary.task.ablation
+    conditions = {c.name: c for c in ablation.conditions}
+    assert conditions["user"].heads == ["L13H1", "L10H6", "L10H5", "L10H4", "L11H7"]
+    assert conditions["matched_random:user:123"].heads == ["L13H2", "L10H0", "L10H2", "L10H7", "L11H4"]
+    spec = {13: [1], 10: [6, 5, 4], 11: [7]}
+    for seed, control in zip(range(3), matched_random_seeds(spec, 8, range(3))):  # distinct: the study's seeds
+        assert conditions[f"matched_random_seed:user:{seed}"].heads == [f"L{l}H{h}" for l, hs in control.items()
+                                                                       for h in hs]
+    assert summary.task.metrics.metrics["top1"].value == 0.0
+    assert ablation.chance_top1 == 1 / 512 and ablation.capability_absent == "baseline top1 0.000 below chance 0.00195"
+    user = {s.screen: s for s in ablation.sweeps}["user"]
+    assert (user.seeds, user.n_distinct, user.screen_heads, user.control_heads) == ([0, 1, 2], 3, 5, 5)
+    assert (user.verdict, user.verdict_metric) == ("capability_absent", "logit_diff_mean")
+    random = [conditions[f"matched_random_seed:user:{s}"].delta["logit_diff_mean"] for s in range(3)]
+    assert user.sweeps["logit_diff_mean"].deltas == random
+    assert user.sweeps["logit_diff_mean"].screen_delta == conditions["user"].delta["logit_diff_mean"]
+    assert all(s.verdict == "capability_absent" for s in ablation.sweeps)
+    (line,) = [line for line in done.stderr.splitlines() if "task ablation user: " in line]
+    assert line.endswith("over 3 distinct draws; capability absent: no verdict (baseline top1 0.000 below chance "
+                         "0.00195)")
+    assert line.split("task ablation user: ")[1] == task_lines(summary.task)[-1].split("task ablation user: ")[1]
+
+
+def _all_controls(heads: list[str], n_heads: int) -> set[frozenset]:
+    """Every matched-random control of a head list, enumerated: per layer each choice of as many of its
+    other heads (fewer where it has fewer), combined over the layers."""
+    spec = spec_from_ranking([parse_head_name(h) for h in heads])
+    per_layer = [list(itertools.combinations([h for h in range(n_heads) if h not in picks],
+                                             min(len(picks), n_heads - len(picks)))) for picks in spec.values()]
+    return {frozenset((layer, h) for layer, chosen in zip(spec, combo) for h in chosen)
+            for combo in itertools.product(*per_layer)}
+
+
+def test_ten_seeds_on_a_4_head_model_count_distinct_draws(task_dirs, tmp_path):
+    """Binding's top-5 of a 2 x 4-head model leaves its layers room for fewer distinct controls than the 10
+    seeds asked: the summary counts them, and gives no std, ratio or verdict over fewer than 3."""
+    summary = task_run(task_dirs["gpt_neox"], tmp_path, "binding", "ablate.mr_seeds=10")
+    screen = summary.task.screens["binding"]
+    allowed = _all_controls(screen, 4)
+    (sweep,) = summary.task.ablation.sweeps
+    assert len(allowed) < 3  # the case this test is about
+    assert (sweep.n_distinct, sweep.all_drawn) == (len(allowed), True)
+    drawn = {frozenset(map(parse_head_name, c.heads)) for c in summary.task.ablation.conditions
+             if c.kind == "matched_random_seed"}
+    assert drawn == allowed and len(sweep.seeds) == len(allowed)
+    control_heads = len(next(iter(allowed)))
+    assert (sweep.screen_heads, sweep.control_heads, sweep.smaller) == (5, control_heads, control_heads < 5)
+    assert sweep.smaller  # 5 heads in 8 leave a layer too few others
+    for s in sweep.sweeps.values():
+        assert s.std is None and s.ratio is None
+        assert s.why == f"{len(allowed)} distinct matched-random draw{'s' if len(allowed) > 1 else ''}: no std or " \
+                        "ratio over fewer than 3"
+    assert sweep.verdict in ("too_few_draws", "capability_absent")
+    line = next(line for line in task_lines(summary.task) if line.startswith("task ablation binding: "))
+    draws = f"{len(allowed)} distinct draw{'s' if len(allowed) > 1 else ''}"
+    assert f"over {draws} (every one the layers allow); {control_heads} heads against the screen's 5: smaller" in line
+    assert " +- - " in line  # no std printed

@@ -6,6 +6,7 @@ Screens (rank order) and their seed-123 MR specs are TASKS.md sections 1.4/1.5 (
 ``cross_architecture/results/matched_random_sweep/{pythia1b_ioi_nm,olmoe_gt}_mr_sweep.json``.
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -14,10 +15,12 @@ import pytest
 from emergence.core.errors import UsageError
 from emergence.recipe.tasks.matched_random import (
     check_heads,
+    distinct_draws,
     heads_of,
     layers_of,
     matched_random,
     matched_random_seeds,
+    possible_draws,
     seed_sweep,
     spec_from_circuit,
     spec_from_ranking,
@@ -161,7 +164,61 @@ def test_seed_sweep_infinity_rule():
     assert sweep.mean == pytest.approx(-0.02) and sweep.std == pytest.approx(0.06324555320336764)
     assert sweep.ratio == math.inf
     assert seed_sweep(-0.6, [0.0] * 10).ratio is None  # both small: the study's dash
-    assert seed_sweep(2.0, [0.5, 0.5]).ratio == 4.0  # at 0.5 pp the ratio is a number again
+    assert seed_sweep(2.0, [0.5, 0.5, 0.5]).ratio == 4.0  # at 0.5 pp the ratio is a number again
+
+
+def test_under_three_distinct_draws_no_std_or_ratio_and_a_reason():
+    for deltas in ([-3.0], [-3.0, 1.0]):
+        sweep = seed_sweep(-40.0, deltas)
+        assert sweep.std is None and sweep.ratio is None
+        assert sweep.why == f"{len(deltas)} distinct matched-random draw{'s' if len(deltas) > 1 else ''}: no std or " \
+                            "ratio over fewer than 3"
+        assert (sweep.mean, sweep.min, sweep.max) == (np.mean(deltas), min(deltas), max(deltas))
+    three = seed_sweep(-40.0, [-3.0, 1.0, 5.0])
+    assert three.std == pytest.approx(4.0) and three.ratio == -40.0 and three.why is None
+    logit = seed_sweep(-2.0, [-0.5, 0.1, 0.3], top1=False)  # a logit measure: the ratio rule is top-1's
+    assert logit.ratio is None and logit.std == pytest.approx(np.std([-0.5, 0.1, 0.3], ddof=1))
+    assert logit.why == "no ratio: the study's ratio rule is in percentage points of top-1"
+
+
+def _all_controls(spec, n_heads):
+    """Every control of ``spec`` the layers allow, enumerated (no generator): per layer each choice
+    of as many other heads (fewer where the layer has fewer), combined over the layers."""
+    per_layer = []
+    for picks in spec.values():
+        others = [h for h in range(n_heads) if h not in picks]
+        per_layer.append(list(itertools.combinations(others, min(len(picks), len(others)))))
+    return {frozenset((layer, h) for layer, chosen in zip(spec, combo) for h in chosen)
+            for combo in itertools.product(*per_layer)}
+
+
+@pytest.mark.parametrize("spec, n_heads", [({1: [0, 2, 3], 0: [1, 2]}, 4), ({0: [1]}, 4), ({0: [0, 1], 1: [3]}, 4),
+                                           ({13: [1], 10: [6, 5, 4], 11: [7]}, 8), ({0: [0, 1, 2, 3]}, 4)])
+def test_possible_draws_counts_every_control_the_layers_allow(spec, n_heads):
+    assert possible_draws(spec, n_heads) == len(_all_controls(spec, n_heads))
+
+
+def test_distinct_draws_skip_repeats_and_stop_at_every_set_the_layers_allow():
+    # 3 of a 4-head layer's heads and 2 of the other's: one control, whatever the seed (issue 41's binding)
+    (only,) = distinct_draws({1: [0, 2, 3], 0: [1, 2]}, 4, 10)
+    assert only == (0, {1: [1], 0: [0, 3]})
+    # one head of 4: three controls; seeds drawn in order, each kept the first time its head comes up
+    spec, found = {0: [1]}, distinct_draws({0: [1]}, 4, 10)
+    by_hand, seen, seed = [], set(), 0
+    while len(seen) < 3:
+        head = int(np.random.RandomState(seed).choice([0, 2, 3], 1, replace=False)[0])
+        if head not in seen:
+            seen.add(head)
+            by_hand.append((seed, {0: [head]}))
+        seed += 1
+    assert found == by_hand and {frozenset(heads_of(c)) for _, c in found} == _all_controls(spec, 4)
+    assert len(distinct_draws({0: [1]}, 4, 2)) == 2  # fewer asked than allowed: as many as asked
+
+
+def test_distinct_draws_of_distinct_seeds_are_the_study_sweep():
+    spec = spec_from_ranking(_heads("L13H1 L10H6 L10H5 L10H4 L11H7"))
+    assert [seed for seed, _ in distinct_draws(spec, 8, 10)] == list(range(10))
+    assert [c for _, c in distinct_draws(spec, 8, 10)] == SWEEP_PYTHIA_NAME_MOVERS
 
 
 def test_seed_sweep_round_trips_as_a_record():

@@ -20,9 +20,8 @@ from emergence.panel.refine import plan_model
 from emergence.panel.report import main as report_main
 from emergence.panel.runs import Checkpoint, load_runs
 from emergence.recipe.screen import CLASSES
-from emergence.recipe.tasks.ablation import ConditionResult, ScreenSweep, TaskAblation
+from emergence.recipe.tasks.ablation import ConditionResult, TaskAblation, screen_sweep
 from emergence.recipe.tasks.batches import TaskWords
-from emergence.recipe.tasks.matched_random import seed_sweep
 from emergence.recipe.tasks.metrics import SUMMARY_METRICS, MetricValue, TaskMetrics
 from emergence.recipe.tasks.step import TaskSummary
 from emergence.run.results import task_lines
@@ -154,27 +153,67 @@ def test_task_milestones_are_refinement_milestones(ioi):
     assert plan.refinements["task_binding"].reason == "not measured by these runs"
 
 
-def sweep_ablation(task: str, screen: str, screen_delta: float, seed_deltas: list[float]) -> TaskAblation:
-    """An ablation whose only content is one screen's top-1 sweep (deltas in pp)."""
-    top1 = SUMMARY_METRICS[task][0]
-    return TaskAblation(task=task, n_prompts=500, conditions=[], not_run=[], sweeps=[
-        ScreenSweep(screen=screen, seeds=list(range(len(seed_deltas))),
-                    sweeps={top1: seed_sweep(screen_delta, seed_deltas)})])
+def sweep_ablation(screen_delta: float, seed_deltas: list[float]) -> TaskAblation:
+    """A successor ablation whose only content is its screen's sweep over distinct draws, judged as a run
+    judges it (``screen_sweep``): the target logit changes by the given deltas, top-1 by a tenth of them."""
+    def result(name: str, kind: str, delta: float, seed: int | None = None) -> ConditionResult:
+        return ConditionResult(name=name, kind=kind, screen="successor", seed=seed, heads=["L0H0"],
+                               metrics=metrics("successor", {}), delta={"target_logit_mean": delta, "top1": delta / 10})
+
+    draws = [result(f"matched_random_seed:successor:{i}", "matched_random_seed", d, i) for i, d in enumerate(seed_deltas)]
+    sweep = screen_sweep("successor", result("screen:successor", "screen", screen_delta), {0: [0]}, draws, n_heads=8,
+                         absent=None)
+    return TaskAblation(task="successor", n_prompts=500, conditions=[], not_run=[], sweeps=[sweep])
+
+
+def successor_runs(root: Path, ablation: TaskAblation) -> None:
+    """Two revisions of a successor trajectory, the last one ablated."""
+    for i in range(2):
+        task = task_summary("successor", {}, {"successor": ["L0H0"]}, {"induction": [], "previous_token": []},
+                            ablation if i == 1 else None)
+        write_task_run(root / f"r{i}", np.ones((1, 1, len(CLASSES))), TOKENS[i], {"revision": f"r{i}", "task": task})
 
 
 @pytest.mark.parametrize("screen_delta, verdict", [(-30.0, "specific"), (-12.0, "not_specific"),
                                                    (5.0, "not_specific")])
-def test_the_final_verdict_is_specific_only_below_every_matched_random_seed(tmp_path, screen_delta, verdict):
+def test_the_final_verdict_is_the_runs_and_the_report_states_it(tmp_path, screen_delta, verdict):
     seeds = [-10.0, -2.0, 0.5, -12.0]
-    for i in range(2):
-        ablation = sweep_ablation("successor", "successor", screen_delta, seeds) if i == 1 else None
-        task = task_summary("successor", {}, {"successor": ["L0H0"]}, {"induction": [], "previous_token": []},
-                            ablation)
-        write_task_run(tmp_path / f"r{i}", np.ones((1, 1, len(CLASSES))), TOKENS[i], {"revision": f"r{i}",
-                                                                                      "task": task})
-    (v,) = panel_findings(load_runs([tmp_path]), 30.0, 50.0).models["toy-successor"].task.verdicts
-    assert (v.screen, v.metric, v.verdict) == ("successor", "top1", verdict)
-    assert v.sweep.mean == pytest.approx(np.mean(seeds)) and v.sweep.min == -12.0
+    successor_runs(tmp_path / "runs", sweep_ablation(screen_delta, seeds))
+    (v,) = panel_findings(load_runs([tmp_path / "runs"]), 30.0, 50.0).models["toy-successor"].task.verdicts
+    assert (v.screen, v.verdict_metric, v.verdict, v.n_distinct) == ("successor", "target_logit_mean", verdict, 4)
+    logit = v.sweeps["target_logit_mean"]
+    assert logit.mean == pytest.approx(np.mean(seeds)) and logit.min == -12.0
+    assert logit.std == pytest.approx(np.std(seeds, ddof=1))
+    report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--wandb-mode", "disabled"])
+    line = next(line for line in (tmp_path / "report" / "report.md").read_text().splitlines()
+                if line.startswith("  - `successor`: "))
+    assert line.startswith(f"  - `successor`: target_logit_mean {screen_delta:+.3f} vs matched-random "
+                           f"{np.mean(seeds):+.3f} +- {np.std(seeds, ddof=1):.3f} [-12.000, +0.500]; top1 "
+                           f"{screen_delta * 10:+.1f} pp vs matched-random {np.mean(seeds) * 10:+.1f} +- "
+                           f"{np.std(seeds, ddof=1) * 10:.1f} pp [-120.0, +5.0] (ratio "
+                           f"{screen_delta / np.mean(seeds):.3g}) over 4 distinct draws; ")
+    assert line.endswith(("below" if verdict == "specific" else "not below")
+                         + " every one of 4 distinct draws (lowest -12.000).")
+
+
+def test_a_run_written_before_verdicts_reads_and_says_it_has_none(tmp_path):
+    """A summary of the earlier layout: its sweeps hold top-1 only, with no distinct count or verdict."""
+    successor_runs(tmp_path / "runs", sweep_ablation(-30.0, [-10.0, -2.0, 0.5, -12.0]))
+    path = tmp_path / "runs" / "r1" / "summary.json"
+    data = json.loads(path.read_text())
+    ablation = data["task"]["ablation"]
+    for key in ("chance_top1", "capability_absent"):
+        del ablation[key]
+    (sweep,) = ablation["sweeps"]
+    ablation["sweeps"] = [{"screen": sweep["screen"], "seeds": sweep["seeds"],
+                           "sweeps": {"top1": {k: v for k, v in sweep["sweeps"]["top1"].items() if k != "why"}}}]
+    path.write_text(json.dumps(data))
+    (v,) = panel_findings(load_runs([tmp_path / "runs"]), 30.0, 50.0).models["toy-successor"].task.verdicts
+    assert v.verdict is None and list(v.sweeps) == ["top1"]
+    report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--wandb-mode", "disabled"])
+    assert ("  - `successor`: top1 -300.0 pp vs matched-random -58.8 +- 60.6 pp [-120.0, +5.0] (ratio 5.11) over "
+            "4 seeds; no verdict stored (a run of an earlier version: rerun it).") in \
+        (tmp_path / "report" / "report.md").read_text()
 
 
 def test_findings_json_reads_back_into_the_same_task_records(ioi):
@@ -367,3 +406,18 @@ def test_the_task_figures_start_at_zero_tokens_and_say_what_they_show(ioi, tmp_p
     # the emergence (r3) drawn on every panel, and on the top-1 panel the level
     assert all(any(line.get_xdata()[0] == 1e8 for line in ax.lines) for ax in [*capability, task_panel])
     assert any(list(line.get_ydata()) == [0.5, 0.5] for line in capability[0].lines)
+
+
+def test_our_sweep_beside_the_published_one_says_over_how_many_distinct_draws(tmp_path):
+    def result(name: str, kind: str, top1: float, seed: int | None = None) -> ConditionResult:
+        return ConditionResult(name=name, kind=kind, screen="name_mover", seed=seed, heads=["L13H1"],
+                               metrics=metrics("ioi", {}), delta={"top1": top1, "logit_diff_mean": 10 * top1})
+
+    draws = [result(f"matched_random_seed:name_mover:{s}", "matched_random_seed", d, s)
+             for s, d in enumerate([-0.01, 0.03])]
+    sweep = screen_sweep("ioi", result("screen:name_mover", "screen", -0.2), {13: [1]}, draws, n_heads=8, absent=None)
+    study_run(tmp_path / "runs", "ioi", ablation=TaskAblation(task="ioi", n_prompts=500, conditions=OUR_IOI,
+                                                              sweeps=[sweep], not_run=[]))
+    report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--wandb-mode", "disabled"])
+    assert ("Sweep `name_mover` top1: published +7.2 pp vs +2.70 +- 4.05 pp; ours -20.0 pp vs +1.00 +- - pp over 2 "
+            "distinct draws.") in (tmp_path / "report" / "report.md").read_text()

@@ -158,20 +158,23 @@ def test_a_duplicates_summary_carries_the_schema_and_reads_under_the_same_rule(t
         assert is_done(tmp_path, "digest") == (schema == 2)
 
 
+class Run:
+    """What ``tracking.log_checkpoint`` calls on a W&B run, keeping what it logs."""
+
+    def __init__(self):
+        self.logged, self.summary = {}, {}
+
+    def define_metric(self, *args, **kwargs):
+        pass
+
+    def log(self, metrics):
+        self.logged.update(metrics)
+
+
 def test_the_toys_copy_loss_drop_reaches_w_and_b_under_its_name():
     import matplotlib.pyplot as plt
 
     from emergence.run.tracking import log_checkpoint
-
-    class Run:  # what log_checkpoint calls on a W&B run
-        def __init__(self):
-            self.logged, self.summary = {}, {}
-
-        def define_metric(self, *args, **kwargs):
-            pass
-
-        def log(self, metrics):
-            self.logged.update(metrics)
 
     with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
         rows = [HeadRow.from_columns(r) for r in csv.DictReader(f)]
@@ -181,3 +184,36 @@ def test_the_toys_copy_loss_drop_reaches_w_and_b_under_its_name():
     plt.close(figure)
     assert run.summary["copy_loss_drop"] == 1.25 and "icl_score" not in run.summary
     assert run.logged["heads"].columns == HEAD_COLUMNS and len(run.logged["heads"].data) == len(rows)
+
+
+def test_a_task_sweep_reaches_w_and_b_in_its_units():
+    """The verdict metric's changes in its own units, top-1's in percentage points, for the user's heads too."""
+    import matplotlib.pyplot as plt
+
+    from emergence.recipe.tasks.ablation import ConditionResult, TaskAblation, screen_sweep
+    from emergence.recipe.tasks.metrics import SUMMARY_METRICS, MetricValue, TaskMetrics
+    from emergence.recipe.tasks.step import TaskSummary
+    from emergence.run.tracking import log_checkpoint
+
+    metrics = TaskMetrics(task="ioi", n_prompts=5, n_boot=1, ci_level=0.9, seed=0,
+                          metrics={m: MetricValue(0.5, [0.4, 0.6]) for m in SUMMARY_METRICS["ioi"]})
+
+    def result(kind, ld, top1, seed=None):
+        return ConditionResult(name=f"{kind}:{seed}", kind=kind, screen=None if kind == "user" else "user", seed=seed,
+                               heads=["L0H0"], metrics=metrics, delta={"logit_diff_mean": ld, "top1": top1})
+
+    draws = [result("matched_random_seed", -0.1 * s, 0.01 * s, s) for s in range(3)]
+    sweep = screen_sweep("ioi", result("user", -2.0, -0.3), {0: [0]}, draws, n_heads=4, absent=None)
+    task = TaskSummary(name="ioi", n_prompts=5, seq_len=14, tokenizer="t", prompts_sha1="s", fingerprint="f",
+                       metrics=metrics, screens={}, circuits={"previous_token": [], "induction": []},
+                       ablation=TaskAblation(task="ioi", n_prompts=5, conditions=[], sweeps=[sweep], not_run=[]))
+
+    with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
+        rows = [HeadRow.from_columns(r) for r in csv.DictReader(f)]
+    run, figure = Run(), plt.figure()
+    log_checkpoint(run, replace(RunSummary.read(VERSION_2_RUN), task=task), rows, figure)
+    plt.close(figure)
+    assert run.summary["task/ioi/user/logit_diff_mean_delta"] == -2.0
+    assert run.summary["task/ioi/user/logit_diff_mean_random_delta"] == pytest.approx(-0.1)
+    assert run.summary["task/ioi/user/top1_delta_pp"] == pytest.approx(-30.0)
+    assert run.summary["task/ioi/user/top1_random_delta_pp"] == pytest.approx(1.0)

@@ -13,6 +13,7 @@ from emergence.core.config import StatsConfig, ThresholdConfig
 from emergence.core.errors import UsageError
 from emergence.recipe.ablation import ablating, head_mask
 from emergence.recipe.screen import CLASSES
+from emergence.panel.published_tasks import load_published_tasks
 from emergence.recipe.tasks.ablation import (
     AblationPlan,
     Condition,
@@ -21,11 +22,22 @@ from emergence.recipe.tasks.ablation import (
     build_conditions,
     capability_circuits,
     task_ablation,
+    verdict,
 )
 from emergence.recipe.tasks.batches import build_task_batch
-from emergence.recipe.tasks.matched_random import heads_of, matched_random_seeds
+from emergence.recipe.tasks.matched_random import heads_of, matched_random_seeds, seed_sweep
 from emergence.recipe.tasks.measure import task_pass
-from emergence.recipe.tasks.metrics import ChoicePrompts, GreaterThanPrompts, SuccessorPrompts, task_metrics
+from emergence.recipe.tasks.metrics import (
+    SUMMARY_METRICS,
+    ChoicePrompts,
+    GreaterThanPrompts,
+    MetricValue,
+    SuccessorPrompts,
+    TaskMetrics,
+    capability_absent,
+    chance_top1,
+    task_metrics,
+)
 from tests.helpers.task_reference import TINY_ARCHS
 from tests.unit.test_task_pass import (
     TASK_NAMES,
@@ -111,16 +123,17 @@ def ordered(spec):
 
 def test_conditions_reproduce_the_study_specs():
     plan = AblationPlan(screens={"name_mover": PYTHIA_NAME_MOVERS, "s_inhibition": PYTHIA_S_INHIBITION},
-                        circuits=(PYTHIA_PREV_TOKEN, PYTHIA_INDUCTION), heads=["L5H2", "L0H7"], mr_seeds=(0, 9))
+                        circuits=(PYTHIA_PREV_TOKEN, PYTHIA_INDUCTION), heads=["L5H2", "L0H7"], mr_seeds=2)
     conditions = build_conditions(plan, *PYTHIA)
     by_name = {c.name: c for c in conditions}
     assert [c.name for c in conditions] == [
         "baseline",
         "screen:name_mover", "matched_random:name_mover:123", "full_layers:name_mover",
         "screen:s_inhibition", "matched_random:s_inhibition:123", "full_layers:s_inhibition",
-        "screen_union", "prev_token_circuit", "induction_circuit", "circuit_union", "user",
-        "matched_random_seed:name_mover:0", "matched_random_seed:name_mover:9",
-        "matched_random_seed:s_inhibition:0", "matched_random_seed:s_inhibition:9",
+        "screen_union", "prev_token_circuit", "induction_circuit", "circuit_union", "user", "matched_random:user:123",
+        "matched_random_seed:name_mover:0", "matched_random_seed:name_mover:1",
+        "matched_random_seed:s_inhibition:0", "matched_random_seed:s_inhibition:1",
+        "matched_random_seed:user:0", "matched_random_seed:user:1",
     ]
     assert by_name["baseline"].spec == {}
     assert ordered(by_name["screen:name_mover"].spec) == ordered(PYTHIA_NAME_MOVERS)
@@ -132,23 +145,30 @@ def test_conditions_reproduce_the_study_specs():
                                                      (11, [7])]  # S-inhibition layers first (1.6)
     assert ordered(by_name["circuit_union"].spec) == [*ordered(PYTHIA_PREV_TOKEN), (4, [4]), (7, [0, 1])]  # 1.3
     assert ordered(by_name["user"].spec) == [(5, [2]), (0, [7])]
-    for seed in (0, 9):  # a fresh generator per seed, drawn here by hand
+    for seed in (0, 1):  # a fresh generator per seed, drawn here by hand
         rng = np.random.RandomState(seed)
         by_hand = {layer: sorted(rng.choice([h for h in range(8) if h not in picks], len(picks), replace=False))
                    for layer, picks in PYTHIA_NAME_MOVERS.items()}
         assert ordered(by_name[f"matched_random_seed:name_mover:{seed}"].spec) == ordered(by_hand)
-    assert [by_name[f"matched_random_seed:s_inhibition:{s}"].spec for s in (0, 9)] == matched_random_seeds(
-        PYTHIA_S_INHIBITION, 8, (0, 9))
+    assert [by_name[f"matched_random_seed:s_inhibition:{s}"].spec for s in (0, 1)] == matched_random_seeds(
+        PYTHIA_S_INHIBITION, 8, (0, 1))
+    # the user's heads get a screen's controls: seed 123's draw in their order, and the fresh seeds
+    rng = np.random.RandomState(123)
+    assert ordered(by_name["matched_random:user:123"].spec) == [
+        (layer, sorted(int(h) for h in rng.choice([h for h in range(8) if h != pick], 1, replace=False)))
+        for layer, pick in ((5, 2), (0, 7))]
+    assert [by_name[f"matched_random_seed:user:{s}"].spec for s in (0, 1)] == matched_random_seeds(
+        {5: [2], 0: [7]}, 8, (0, 1))
 
 
 def test_conditions_of_a_one_screen_task():
-    plan = AblationPlan(screens={"greater_than": {8: [5], 7: [0], 6: [7], 11: [6], 4: [1]}}, mr_seeds=())
+    plan = AblationPlan(screens={"greater_than": {8: [5], 7: [0], 6: [7], 11: [6], 4: [1]}}, mr_seeds=0)
     conditions = build_conditions(plan, *PYTHIA)
     assert [c.name for c in conditions] == ["baseline", "screen:greater_than", "matched_random:greater_than:123",
                                             "full_layers:greater_than"]
     # TASKS.md 2.4: the study's seed-123 control of Pythia's greater-than heads
     assert ordered(conditions[2].spec) == [(8, [1]), (7, [5]), (6, [3]), (11, [5]), (4, [4])]
-    assert ordered(build_conditions(AblationPlan(screens=plan.screens, mr_seed=7, mr_seeds=()), *PYTHIA)[2].spec) \
+    assert ordered(build_conditions(AblationPlan(screens=plan.screens, mr_seed=7, mr_seeds=0), *PYTHIA)[2].spec) \
         != ordered(conditions[2].spec)
 
 
@@ -175,13 +195,13 @@ def test_user_heads_are_names_each_once():
 def test_plan_from_a_task_screen_keeps_rank_order():
     _, model, layout = models("olmo")
     screen = task_pass(model, layout, batch("ioi"), 5).screen(k=5)
-    plan = AblationPlan.from_screen(screen, mr_seeds=(1,))
+    plan = AblationPlan.from_screen(screen, mr_seeds=1)
     assert list(plan.screens) == ["name_mover", "s_inhibition"]
     for name, ranked in screen.ranked.items():
         spec = plan.screens[name]
         assert list(spec) == list(dict.fromkeys(layer for layer, _ in ranked))  # layers by first appearance
         assert all(spec[layer] == [h for l, h in ranked if l == layer] for layer in spec)  # heads in rank order
-    assert (plan.mr_seed, plan.mr_seeds, plan.circuits, plan.heads) == (123, (1,), None, None)
+    assert (plan.mr_seed, plan.mr_seeds, plan.circuits, plan.heads) == (123, 1, None, None)
 
 
 # --- the ablation runs ----------------------------------------------------------------------------
@@ -295,38 +315,52 @@ def sweep_model():
     return (*ours(eager), b)
 
 
-def test_seed_sweep_draws_a_fresh_generator_per_seed():
-    """The run's seeded controls are ``matched_random_seeds`` of the screen (drawn here by hand too), and
-    the sweep summarises their top-1 changes in percentage points."""
+def test_seed_sweep_draws_distinct_sets_from_fresh_generators():
+    """The run's seeded controls are the screen's distinct draws (drawn here by hand: a fresh generator
+    per seed, a seed repeating an earlier set skipped), and the sweep summarises their changes: the
+    verdict metric (the logit difference) in its units, top-1 in percentage points."""
     model, layout, b = sweep_model()
-    seeds = (0, 1, 2, 3, 4, 5)
-    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=1), mr_seeds=seeds)
+    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=6)
     result = task_ablation(model, layout, b, 5, build_conditions(plan, layout.n_layers, layout.n_heads), SETTINGS)
     by_name = {r.name: r for r in result.conditions}
     spec = plan.screens["greater_than"]
-    for seed, expected in zip(seeds, matched_random_seeds(spec, layout.n_heads, seeds)):
+    by_hand, seen, seed = [], set(), 0
+    while len(by_hand) < 6:
         rng = np.random.RandomState(seed)
-        by_hand = [(layer, int(h)) for layer, picks in spec.items()
-                   for h in sorted(rng.choice([h for h in range(layout.n_heads) if h not in picks], len(picks),
-                                              replace=False))]
-        assert heads_of(expected) == by_hand
-        assert by_name[f"matched_random_seed:greater_than:{seed}"].heads == [f"L{l}H{h}" for l, h in by_hand]
+        heads = [(layer, int(h)) for layer, picks in spec.items()
+                 for h in sorted(rng.choice([h for h in range(layout.n_heads) if h not in picks], len(picks),
+                                            replace=False))]
+        if frozenset(heads) not in seen:
+            seen.add(frozenset(heads))
+            by_hand.append((seed, heads))
+        seed += 1
+    seeds = [seed for seed, _ in by_hand]
+    assert seeds != list(range(6))  # a seed repeated a set: the test exercises the skipping
+    for seed, heads in by_hand:
+        assert by_name[f"matched_random_seed:greater_than:{seed}"].heads == [f"L{l}H{h}" for l, h in heads]
 
-    def top1_pp(name):  # the condition's change of top-1 in percentage points
-        return 100 * (by_name[name].metrics.metrics["top1_above"].value
-                      - by_name["baseline"].metrics.metrics["top1_above"].value)
+    def change(name, metric):
+        return (by_name[name].metrics.metrics[metric].value - by_name["baseline"].metrics.metrics[metric].value)
 
-    random_pp = [top1_pp(f"matched_random_seed:greater_than:{s}") for s in seeds]
-    screen_pp = top1_pp("screen:greater_than")
-    assert len(set(random_pp)) > 1 and abs(np.mean(random_pp)) >= 0.5 and screen_pp != 0  # the numbers mean something
     (sweep,) = result.sweeps
-    assert (sweep.screen, sweep.seeds, list(sweep.sweeps)) == ("greater_than", list(seeds), ["top1_above"])
-    top1 = sweep.sweeps["top1_above"]
-    assert top1.screen_delta == pytest.approx(screen_pp)
-    assert top1.deltas == pytest.approx(random_pp)
-    assert (top1.mean, top1.std, top1.min, top1.max) == pytest.approx(
-        (np.mean(random_pp), np.std(random_pp, ddof=1), min(random_pp), max(random_pp)))
-    assert top1.ratio == pytest.approx(screen_pp / np.mean(random_pp))
+    assert (sweep.screen, sweep.seeds, sweep.n_distinct, sweep.all_drawn) == ("greater_than", seeds, 6, False)
+    assert (sweep.screen_heads, sweep.control_heads, sweep.smaller) == (2, 2, False)
+    for metric, scale in (("logit_diff_above_below", 1.0), ("top1_above", 100.0)):
+        random = [scale * change(f"matched_random_seed:greater_than:{s}", metric) for s in seeds]
+        got = sweep.sweeps[metric]
+        assert got.screen_delta == pytest.approx(scale * change("screen:greater_than", metric))
+        assert got.deltas == pytest.approx(random)
+        assert (got.mean, got.std, got.min, got.max) == pytest.approx(
+            (np.mean(random), np.std(random, ddof=1), min(random), max(random)))
+    assert sweep.sweeps["top1_above"].ratio == pytest.approx(sweep.sweeps["top1_above"].screen_delta
+                                                             / np.mean(sweep.sweeps["top1_above"].deltas))
+    assert sweep.sweeps["logit_diff_above_below"].ratio is None  # the ratio rule is top-1's
+    # this model prefers the "below" answers: no capability to ablate, and no verdict
+    ld = by_name["baseline"].metrics.metrics["logit_diff_above_below"].value
+    assert ld < 0 and result.capability_absent == f"baseline logit_diff_above_below {ld:.3f} <= 0"
+    assert (sweep.verdict_metric, sweep.verdict) == ("logit_diff_above_below", "capability_absent")
+    assert sweep.why == f"capability absent: no verdict (baseline logit_diff_above_below {ld:.3f} <= 0)"
+    assert result.chance_top1 == pytest.approx(np.mean(99 - b.decade.numpy()) / model.config.vocab_size)
     assert TaskAblation.from_json(json.loads(json.dumps(result.to_json()))) == result
 
 
@@ -335,7 +369,7 @@ def test_ioi_runs_both_screens_and_reports_the_empty_ones():
     run, and named; the name movers' are, with their seed sweep."""
     _, model, layout = models("olmo")
     b = batch("ioi")
-    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=3), mr_seeds=(0, 1),
+    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=3), mr_seeds=2,
                                     circuits=({1: [3]}, {}))
     assert heads_of(plan.screens["name_mover"]) and not heads_of(plan.screens["s_inhibition"])
     result = task_ablation(model, layout, b, 5, build_conditions(plan, layout.n_layers, layout.n_heads), SETTINGS)
@@ -344,7 +378,76 @@ def test_ioi_runs_both_screens_and_reports_the_empty_ones():
         "prev_token_circuit", "matched_random_seed:name_mover:0", "matched_random_seed:name_mover:1"]
     assert result.not_run == ["screen:s_inhibition", "matched_random:s_inhibition:123", "full_layers:s_inhibition",
                               "screen_union", "induction_circuit", "circuit_union",
-                              "matched_random_seed:s_inhibition:0", "matched_random_seed:s_inhibition:1"]
+                              "matched_random_seed:s_inhibition:0"]  # an empty screen has one (empty) draw
     assert [s.screen for s in result.sweeps] == ["name_mover"]
     assert (result.task, result.n_prompts) == ("ioi", 10)
     assert TaskAblation.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+# --- the verdict ----------------------------------------------------------------------------------
+
+SEEDS = [-1.0, -0.2, 0.05, -1.2]  # four distinct draws' changes of the logit difference
+
+
+@pytest.mark.parametrize("screen_delta, decided", [(-3.0, "specific"), (-1.2, "not_specific"),
+                                                   (0.5, "not_specific")])
+def test_the_verdict_is_specific_only_below_every_distinct_draw(screen_delta, decided):
+    decision, why = verdict("logit_diff_mean", seed_sweep(screen_delta, SEEDS, top1=False), absent=None)
+    assert decision == decided
+    assert why == (f"logit_diff_mean {screen_delta:+.3f} {'below' if decided == 'specific' else 'not below'} every "
+                   "one of 4 distinct draws (lowest -1.200)")
+
+
+def test_no_verdict_without_a_capability_or_on_fewer_than_three_draws():
+    assert verdict("top1", seed_sweep(-3.0, SEEDS[:2], top1=False), absent=None) == (
+        "too_few_draws", "no std, ratio or verdict over fewer than 3 distinct draws")
+    absent = "baseline top1 0.000 below chance 0.002"
+    for draws in (SEEDS, SEEDS[:1]):  # the capability comes first: it says why no number can be read
+        assert verdict("logit_diff_mean", seed_sweep(-3.0, draws, top1=False), absent) == (
+            "capability_absent", f"capability absent: no verdict ({absent})")
+
+
+def task_values(task, **values):
+    """The task's summary metrics: ``values`` where given, 0 elsewhere (intervals irrelevant here)."""
+    return TaskMetrics(task=task, n_prompts=10, n_boot=1, ci_level=0.9, seed=0, metrics={
+        name: MetricValue(values.get(name, 0.0), [0.0, 0.0]) for name in SUMMARY_METRICS[task]})
+
+
+def test_capability_absent_below_chance_or_without_a_positive_difference():
+    chance = chance_top1("ioi", 500)
+    assert chance == 1 / 500
+    assert capability_absent("ioi", task_values("ioi", top1=0.0, logit_diff_mean=2.0), chance) == \
+        "baseline top1 0.000 below chance 0.002"
+    assert capability_absent("binding", task_values("binding", top1=0.4, logit_diff_mean=-0.1), chance) == \
+        "baseline logit_diff_mean -0.100 <= 0"
+    assert capability_absent("binding", task_values("binding", top1=0.4, logit_diff_mean=0.0), chance) == \
+        "baseline logit_diff_mean 0.000 <= 0"
+    assert capability_absent("ioi", task_values("ioi", top1=0.01, logit_diff_mean=0.3), chance) is None
+    # successor's target logit has no zero (a softmax ignores a shift): only top-1 decides
+    assert capability_absent("successor", task_values("successor", top1=0.3, target_logit_mean=-5.0), chance) is None
+    # greater-than: the chance of hitting an answer above each prompt's decade, and a difference no prompt defines
+    decades = np.array([2, 88, 99])
+    assert chance_top1("greater_than", 1000, decades) == pytest.approx((97 + 11 + 0) / 3 / 1000)
+    nan = task_values("greater_than", top1_above=0.5, logit_diff_above_below=float("nan"))
+    assert capability_absent("greater_than", nan, 0.01) == "baseline logit_diff_above_below nan <= 0"
+
+
+# --- a published screen spec given as the user's heads (issue 44) ---------------------------------------
+
+PUBLISHED = load_published_tasks()
+CONTROLLED = [a for a in PUBLISHED.ablations
+              if {"screen", "matched_random"} <= {c.name for c in a.conditions}]
+
+
+def test_every_task_has_a_published_control():
+    assert {a.task for a in CONTROLLED} >= {"ioi", "greater_than", "successor", "binding"}
+
+
+@pytest.mark.parametrize("published", CONTROLLED, ids=[f"{a.model}-{a.task}-{a.experiment}" for a in CONTROLLED])
+def test_a_published_screen_given_as_heads_gets_the_published_control(published):
+    shape = PUBLISHED.models[published.model]
+    names = [f"L{layer}H{head}" for layer, head in published.condition("screen").heads]  # as a user types them
+    conditions = build_conditions(AblationPlan(screens={}, heads=names, mr_seeds=0), shape.n_layers, shape.n_heads)
+    by_name = {c.name: c for c in conditions}
+    assert [list(pair) for pair in heads_of(by_name["matched_random:user:123"].spec)] == \
+        published.condition("matched_random").heads

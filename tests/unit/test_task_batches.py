@@ -15,6 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
 from emergence.hub.checkpoints import Source, task_batch
+from emergence.recipe.probe import RANDOM_FIRST, FirstToken
 from emergence.recipe.tasks.batches import (
     CITIES,
     NAMES,
@@ -414,11 +415,11 @@ def test_the_run_builds_its_batch_from_probe_task_words_and_the_bos(tmp_path):
     word_level_tokenizer(missing=(" Sandra",)).save_pretrained(tmp_path)
     overrides = ["model=local", f"model.name_or_path={tmp_path}", "probe=ioi", "probe.task_prompts=8"]
     source = Source(str(tmp_path), None, True, True)
-    batch, name = task_batch(compose_config(overrides), source, bos=3)
+    batch, name = task_batch(compose_config(overrides), source, FirstToken("bos", 3, "given"))
     assert name == f"{tmp_path}@main" and batch.words.dropped["names"] == ["Sandra"]
     assert (batch.tokens[:, 0] == 3).all() and batch.tokens.shape == (8, 15)
     with pytest.raises(UsageError, match="' Sandra' is the unknown token"):
-        task_batch(compose_config([*overrides, "probe.task_words=study"]), source, bos=None)
+        task_batch(compose_config([*overrides, "probe.task_words=study"]), source, RANDOM_FIRST)
 
 
 # --- a BOS before every prompt -------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ Three steps:
    head spec (``Condition``). Pure; every spec is checked against the model before anything runs.
 3. ``task_ablation``: one task pass (``measure.task_pass``, no screen) per condition with its heads
    zero-ablated at all positions (``recipe.ablation.ablating``, TASKS.md 0.2) -> ``TaskAblation``:
-   each condition's ``TaskMetrics`` and its change against the baseline, and per screen the
-   matched-random seed sweep (TASKS.md 6.1).
+   each condition's ``TaskMetrics`` and its change against the baseline, and per screen (and the
+   user's heads) the sweep of its distinct matched-random draws (TASKS.md 6.1) with the verdict.
 
 Conditions (TASKS.md 1.3, 1.5, 1.6, 2.4, 3.4, 4.4), in this order:
 
@@ -21,8 +21,17 @@ Conditions (TASKS.md 1.3, 1.5, 1.6, 2.4, 3.4, 4.4), in this order:
   ``full_layers`` (every head of the screen's layers);
 * IOI: ``screen_union``, the S-inhibition and name-mover heads together (S-inhibition layers first);
 * ``prev_token_circuit``, ``induction_circuit`` and ``circuit_union`` (previous-token layers first);
-* ``user``: the heads the user listed, in their order;
-* per screen and seed of ``mr_seeds``: ``matched_random_seed``, from a fresh ``RandomState(seed)``.
+* ``user``: the heads the user listed, in their order, and its ``matched_random`` (named ``user``
+  as its screen) drawn as a screen's: a published screen spec given as the user's heads gets the
+  study's control of it;
+* per screen, then for the user's heads, ``mr_seeds`` distinct ``matched_random_seed`` draws, each
+  from a fresh ``RandomState(seed)`` (``matched_random.distinct_draws``: fewer where the layers
+  allow fewer distinct sets).
+
+The verdict of a screen (or the user's heads) against its draws rests on the task's logit measure
+(``metrics.VERDICT_METRIC``), with top-1 beside it: "specific" when the screen's change is below
+every distinct draw's; none where the baseline shows no capability (``metrics.capability_absent``)
+or fewer than ``MIN_DISTINCT_DRAWS`` distinct draws exist.
 
 A condition whose spec holds no head (a circuit no head reaches, an S-inhibition screen no head
 passes, a union one of whose sides is empty) is not run: ``TaskAblation.not_run`` names it.
@@ -43,21 +52,31 @@ from emergence.recipe.ablation import ablating, head_mask
 from emergence.recipe.screen import CLASSES, TIE_ORDER, head_name, parse_head_name
 from emergence.recipe.tasks.batches import TaskBatch
 from emergence.recipe.tasks.matched_random import (
+    MIN_DISTINCT_DRAWS,
     MR_SEED,
     SWEEP_SEEDS,
     HeadSpec,
     SeedSweep,
     check_heads,
+    distinct_draws,
     heads_of,
     layers_of,
     matched_random,
+    possible_draws,
     seed_sweep,
     spec_from_circuit,
     spec_from_ranking,
     union,
 )
-from emergence.recipe.tasks.measure import task_pass
-from emergence.recipe.tasks.metrics import TaskMetrics, task_metrics
+from emergence.recipe.tasks.measure import TaskPass, task_pass
+from emergence.recipe.tasks.metrics import (
+    TOP1_METRIC,
+    VERDICT_METRIC,
+    TaskMetrics,
+    capability_absent,
+    chance_top1,
+    task_metrics,
+)
 from emergence.recipe.tasks.screens import TaskScreen
 
 # --- 1. the capability circuits (TASKS.md 0.5) -----------------------------------------------------
@@ -106,6 +125,7 @@ def capability_circuits(selectivity: np.ndarray, prev_token_min: float,
 ConditionKind = Literal["baseline", "screen", "matched_random", "full_layers", "screen_union", "prev_token_circuit",
                         "induction_circuit", "circuit_union", "user", "matched_random_seed"]
 SCREEN_UNION = ("s_inhibition", "name_mover")  # IOI's two screens, in the study's layer order (TASKS.md 1.6)
+USER = "user"  # the user's heads, as the screen their matched-random draws derive from
 
 
 @dataclass(frozen=True)
@@ -114,7 +134,7 @@ class AblationPlan:
 
     screens: dict[str, HeadSpec]  # screen name -> its top-k heads in rank order (``from_screen``)
     mr_seed: int = MR_SEED  # the one matched-random draw per screen
-    mr_seeds: tuple[int, ...] = SWEEP_SEEDS  # the seed sweep, a fresh RandomState each; () for none
+    mr_seeds: int = len(SWEEP_SEEDS)  # distinct fresh draws per screen (``distinct_draws``); 0 for none
     circuits: tuple[HeadSpec, HeadSpec] | None = None  # (previous-token, induction): ``capability_circuits``
     heads: list[str] | None = None  # the user's heads, "L13H1", ..., in rank order
 
@@ -130,7 +150,7 @@ class Condition:
 
     kind: ConditionKind
     spec: HeadSpec
-    screen: str | None = None  # the screen it derives from (screen, matched_random*, full_layers)
+    screen: str | None = None  # the screen it derives from (screen, matched_random*, full_layers); USER: the user's
     seed: int | None = None  # the matched-random draws' seed
 
     @property
@@ -187,20 +207,25 @@ def build_conditions(plan: AblationPlan, n_layers: int, n_heads: int) -> list[Co
         prev_token, induction = plan.circuits
         conditions += [Condition("prev_token_circuit", prev_token), Condition("induction_circuit", induction),
                        Condition("circuit_union", _union_of_both(prev_token, induction))]
+    controlled = dict(plan.screens)  # the specs with matched-random draws, by the screen they are named after
     if plan.heads is not None:
-        conditions.append(Condition("user", user_spec(plan.heads)))
-    for name, spec in plan.screens.items():
-        conditions += [Condition("matched_random_seed", matched_random(spec, n_heads, np.random.RandomState(seed)),
-                                 screen=name, seed=seed) for seed in plan.mr_seeds]
+        controlled[USER] = user_spec(plan.heads)
+        conditions += [Condition("user", controlled[USER]),
+                       Condition("matched_random", matched_random(controlled[USER], n_heads,
+                                                                  np.random.RandomState(plan.mr_seed)),
+                                 screen=USER, seed=plan.mr_seed)]
+    for name, spec in controlled.items():
+        conditions += [Condition("matched_random_seed", control, screen=name, seed=seed)
+                       for seed, control in distinct_draws(spec, n_heads, plan.mr_seeds)]
     return conditions
 
 
 # --- 3. running them ---------------------------------------------------------------------------------
 
-# Metrics that are shares of prompts whose top-1 prediction is right: the seed sweep states their
-# changes in percentage points, and its ratio's thresholds are in those points (TASKS.md 6.1).
-TOP1_METRICS = ("top1", "top1_above")
+# Top-1 is a share of prompts: the sweep states its changes in percentage points, and its
+# ratio's thresholds are in those points (TASKS.md 6.1).
 PERCENT = 100.0
+Verdict = Literal["specific", "not_specific", "capability_absent", "too_few_draws"]
 
 
 @dataclass(frozen=True)
@@ -218,11 +243,21 @@ class ConditionResult(Record):
 
 @dataclass(frozen=True)
 class ScreenSweep(Record):
-    """A screen's ablation against its matched-random controls over the plan's seeds."""
+    """A screen's (or the user's heads') ablation against its distinct matched-random draws, and the
+    verdict. Runs written before verdicts were stored read with the fields after ``sweeps`` None."""
 
-    screen: str
-    seeds: list[int]
-    sweeps: dict[str, SeedSweep]  # top-1 metric -> screen and controls' changes in percentage points, and the ratio
+    screen: str  # the screen's name; USER: the user's heads
+    seeds: list[int]  # the seeds of the distinct draws, in order (a seed repeating an earlier draw is skipped)
+    # metric -> the screen's and the draws' changes: the verdict metric in its units, top-1 in percentage points
+    sweeps: dict[str, SeedSweep]
+    n_distinct: int  # distinct draws (len(seeds)): fewer than ablate.mr_seeds only where ``all_drawn``
+    all_drawn: bool  # the draws are every distinct control the screen's layers allow
+    screen_heads: int
+    control_heads: int  # each draw's heads: fewer than the screen's where a layer has too few other heads
+    smaller: bool  # control_heads < screen_heads
+    verdict_metric: str  # the metric the verdict rests on (``metrics.VERDICT_METRIC``)
+    verdict: Verdict | None  # None: a run written before verdicts were stored (``sweep_text`` says so)
+    why: str  # the verdict in words (what it rests on, or why there is none)
 
 
 @dataclass(frozen=True)
@@ -232,32 +267,85 @@ class TaskAblation(Record):
     task: str
     n_prompts: int
     conditions: list[ConditionResult]  # in the order given
-    sweeps: list[ScreenSweep]  # per screen with matched_random_seed conditions
+    sweeps: list[ScreenSweep]  # per screen (and the user's heads) with matched_random_seed conditions
     not_run: list[str]  # conditions with no head to ablate (module docstring)
+    chance_top1: float | None = None  # top-1 of a uniform guess over the vocabulary (``metrics.chance_top1``)
+    capability_absent: str | None = None  # why the baseline shows no capability (no verdicts); None: it shows one
 
 
-def _condition_values(model, arch, batch: TaskBatch, batch_size: int, condition: Condition):
-    """The per-prompt values of ``batch`` with the condition's heads zero-ablated."""
+def _condition_pass(model, arch, batch: TaskBatch, batch_size: int, condition: Condition) -> TaskPass:
+    """The pass over ``batch`` with the condition's heads zero-ablated (no screen)."""
     mask = head_mask(heads_of(condition.spec), arch.n_layers, arch.n_heads)  # [layers, heads]
     with ablating(arch, mask[None]):  # one row of masks, broadcast over every prompt
-        return task_pass(model, arch, batch, batch_size, screen=False).values
+        return task_pass(model, arch, batch, batch_size, screen=False)
 
 
-def _sweeps(results: list[ConditionResult]) -> list[ScreenSweep]:
-    """Per screen, the seed sweep of each top-1 metric (changes in percentage points)."""
-    screens = {r.screen: r for r in results if r.kind == "screen"}
+def verdict(metric: str, sweep: SeedSweep, absent: str | None) -> tuple[Verdict, str]:
+    """The verdict of a screen against its distinct draws on ``metric`` (``sweep``: its changes) and
+    why: none where the baseline shows no capability (``absent``, ``metrics.capability_absent``) or
+    under ``MIN_DISTINCT_DRAWS`` draws; else "specific" when the screen's change is below every
+    draw's (with n exchangeable draws, a chance of 1 in n + 1)."""
+    n = len(sweep.deltas)
+    if absent is not None:
+        return "capability_absent", f"capability absent: no verdict ({absent})"
+    if n < MIN_DISTINCT_DRAWS:
+        return "too_few_draws", f"no std, ratio or verdict over fewer than {MIN_DISTINCT_DRAWS} distinct draws"
+    below = sweep.screen_delta < sweep.min
+    return ("specific" if below else "not_specific",
+            f"{metric} {sweep.screen_delta:+.3f} {'below' if below else 'not below'} every one of {n} distinct "
+            f"draws (lowest {sweep.min:+.3f})")
+
+
+def screen_sweep(task: str, ablated: ConditionResult, spec: HeadSpec, draws: list[ConditionResult], n_heads: int,
+                 absent: str | None) -> ScreenSweep:
+    """The sweep of ``ablated`` (a screen or the user's heads; ``spec`` its heads) against its distinct
+    ``draws`` in a model of ``n_heads`` heads per layer, and its verdict (``verdict``)."""
+    metric, top1 = VERDICT_METRIC[task], TOP1_METRIC[task]
+    sweeps = {metric: seed_sweep(ablated.delta[metric], [r.delta[metric] for r in draws], top1=False),
+              top1: seed_sweep(PERCENT * ablated.delta[top1], [PERCENT * r.delta[top1] for r in draws])}
+    decided, why = verdict(metric, sweeps[metric], absent)
+    control_heads = len(draws[0].heads)  # every draw holds as many heads per layer (``matched_random``)
+    return ScreenSweep(screen=ablated.screen or USER, seeds=[r.seed for r in draws], sweeps=sweeps,
+                       n_distinct=len(draws), all_drawn=len(draws) == possible_draws(spec, n_heads),
+                       screen_heads=len(ablated.heads), control_heads=control_heads,
+                       smaller=control_heads < len(ablated.heads), verdict_metric=metric, verdict=decided, why=why)
+
+
+def _sweeps(task: str, results: list[ConditionResult], specs: dict[str, HeadSpec], n_heads: int,
+            absent: str | None) -> list[ScreenSweep]:
+    """Per screen, then the user's heads, with draws run: its ``screen_sweep`` (``specs``: each
+    condition's heads by name)."""
     sweeps = []
-    for screen, screen_result in screens.items():
-        seeded = [r for r in results if r.kind == "matched_random_seed" and r.screen == screen]
-        if not seeded:
-            continue
-        sweeps.append(ScreenSweep(
-            screen=screen, seeds=[r.seed for r in seeded],
-            sweeps={metric: seed_sweep(PERCENT * screen_result.delta[metric],
-                                       [PERCENT * r.delta[metric] for r in seeded])
-                    for metric in screen_result.delta if metric in TOP1_METRICS},
-        ))
+    for ablated in (r for r in results if r.kind in ("screen", "user")):
+        name = ablated.screen or USER
+        draws = [r for r in results if r.kind == "matched_random_seed" and r.screen == name]
+        if draws:
+            sweeps.append(screen_sweep(task, ablated, specs[ablated.name], draws, n_heads, absent))
     return sweeps
+
+
+def _changes(metric: str, s: SeedSweep) -> str:
+    """One metric's changes: top-1 in percentage points to 0.1 with its ratio, a logit measure in
+    nats to 0.001; a std not given (``SeedSweep.why``) as "-"."""
+    pp = metric in TOP1_METRIC.values()
+    digits, unit = (".1f", " pp") if pp else (".3f", "")
+    std = "-" if s.std is None else format(s.std, digits)
+    ratio = f" (ratio {'-' if s.ratio is None else format(s.ratio, '.3g')})" if pp else ""
+    return (f"{metric} {s.screen_delta:+{digits}}{unit} vs matched-random {s.mean:+{digits}} +- {std}{unit} "
+            f"[{s.min:+{digits}}, {s.max:+{digits}}]{ratio}")
+
+
+def sweep_text(s: ScreenSweep) -> str:
+    """A sweep in words: the verdict metric's and top-1's changes against the draws', and the
+    verdict (the run's printed line and the report say the same)."""
+    if s.verdict is None:  # a run written before verdicts were stored: its sweeps are top-1's
+        return "; ".join(f"{_changes(metric, sweep)} over {len(sweep.deltas)} seeds" for metric, sweep in
+                         s.sweeps.items()) + "; no verdict stored (a run of an earlier version: rerun it)"
+    heads = f"{s.control_heads} heads against the screen's {s.screen_heads}: smaller" if s.smaller else ""
+    draws = f"{s.n_distinct} distinct draw{'s' if s.n_distinct != 1 else ''}" + (
+        " (every one the layers allow)" if s.all_drawn else "")
+    changes = "; ".join(_changes(metric, sweep) for metric, sweep in s.sweeps.items())
+    return "; ".join(part for part in (f"{changes} over {draws}", heads, s.why) if part)
 
 
 def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
@@ -266,7 +354,9 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
     ``capture.register_attention()``, ``arch`` its ``checkpoints.Architecture``, ``batch_size`` prompts
     per forward) and summarise each with ``task_metrics`` (``settings``: the run's ``StatsConfig``,
     its ``n_boot``, ``ci`` and ``seed``: the same resamples for every condition). Every spec is
-    checked before the first forward pass; a condition other than the baseline that has no head is not run."""
+    checked before the first forward pass; a condition other than the baseline that has no head is not run.
+    Each screen (and the user's heads) with draws gets its ``screen_sweep``, judged against the
+    baseline's capability (``metrics.capability_absent``)."""
     check_conditions(conditions, arch.n_layers, arch.n_heads)
     baselines = [c for c in conditions if c.kind == "baseline"]
     if len(baselines) != 1 or heads_of(baselines[0].spec):
@@ -277,8 +367,11 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
         raise UsageError("two ablation conditions have the same name; give each condition once")
     to_run = [c for c in conditions if c.kind == "baseline" or heads_of(c.spec)]
     run = {c.name for c in to_run}
-    measured = {c.name: task_metrics(batch.task, _condition_values(model, arch, batch, batch_size, c),
-                                     settings.n_boot, settings.ci, settings.seed) for c in to_run}
+    passes = {c.name: _condition_pass(model, arch, batch, batch_size, c) for c in to_run}
+    measured = {name: task_metrics(batch.task, p.values, settings.n_boot, settings.ci, settings.seed)
+                for name, p in passes.items()}
+    chance = chance_top1(batch.task, passes[baselines[0].name].vocab_size, batch.decade)
+    absent = capability_absent(batch.task, measured[baselines[0].name], chance)
     baseline = measured[baselines[0].name].metrics
     results = [ConditionResult(
         name=c.name, kind=c.kind, screen=c.screen, seed=c.seed,
@@ -286,5 +379,8 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
         metrics=measured[c.name],
         delta={metric: value.value - baseline[metric].value for metric, value in measured[c.name].metrics.items()},
     ) for c in to_run]
-    return TaskAblation(task=batch.task, n_prompts=len(batch.tokens), conditions=results, sweeps=_sweeps(results),
-                        not_run=[name for name in names if name not in run])
+    specs = {c.name: c.spec for c in to_run}
+    return TaskAblation(task=batch.task, n_prompts=len(batch.tokens), conditions=results,
+                        sweeps=_sweeps(batch.task, results, specs, arch.n_heads, absent),
+                        not_run=[name for name in names if name not in run], chance_top1=chance,
+                        capability_absent=absent)

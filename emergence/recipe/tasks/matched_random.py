@@ -12,6 +12,10 @@ drawn uniformly from that layer's other heads. With the study's generator and or
 ``numpy.random.RandomState(seed)`` consumed across the layers; ``choice`` over the eligible
 heads in ascending order; the draw sorted) seed 123 gives the MR heads its ablation files list,
 and a fresh generator per seed the heads of its 10-seed sweep.
+
+A layer with few other heads allows few distinct controls (3 of a layer's 4 heads: one), and
+then fresh seeds repeat the same heads: ``distinct_draws`` keeps each distinct set once, and the
+sweep's spread and ratio are stated only over at least ``MIN_DISTINCT_DRAWS`` of them.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ SWEEP_SEEDS = tuple(range(10))  # the study's 10-seed sweep
 # number; it is infinite if the screen moved top-1 by more than INFINITE_RATIO_MIN_SCREEN_PP.
 RATIO_MIN_MR_PP = 0.5
 INFINITE_RATIO_MIN_SCREEN_PP = 1.0
+# Below this many distinct draws a spread is not a spread (2 draws give one difference) and a
+# ratio to their mean rests on one or two head sets: neither is stated.
+MIN_DISTINCT_DRAWS = 3
 
 
 def spec_from_ranking(heads: Iterable[tuple[int, int]]) -> HeadSpec:
@@ -87,6 +94,31 @@ def matched_random_seeds(spec: HeadSpec, n_heads: int, seeds: Iterable[int] = SW
     return [matched_random(spec, n_heads, np.random.RandomState(seed)) for seed in seeds]
 
 
+def possible_draws(spec: HeadSpec, n_heads: int) -> int:
+    """How many distinct MR controls of ``spec`` a model of ``n_heads`` heads per layer allows: per
+    layer, the ways to choose its drawn heads among its other heads, multiplied over the layers."""
+    return math.prod(math.comb(n_heads - len(picks), min(len(picks), n_heads - len(picks))) for picks in spec.values())
+
+
+def distinct_draws(spec: HeadSpec, n_heads: int, n: int) -> list[tuple[int, HeadSpec]]:
+    """(seed, MR control) of up to ``n`` distinct controls of ``spec``: one fresh ``RandomState(seed)``
+    per seed 0, 1, 2, ..., a draw whose heads an earlier seed drew skipped, until ``n`` are found or
+    every distinct control the layers allow (``possible_draws``) is. Where seeds 0..n-1 draw ``n``
+    distinct sets these are the study's sweep (``matched_random_seeds``)."""
+    wanted = min(n, possible_draws(spec, n_heads))
+    found: list[tuple[int, HeadSpec]] = []
+    seen: set[frozenset[tuple[int, int]]] = set()
+    seed = 0
+    while len(found) < wanted:  # ends: each draw is uniform over the ``possible_draws`` sets
+        control = matched_random(spec, n_heads, np.random.RandomState(seed))
+        heads = frozenset(heads_of(control))
+        if heads not in seen:
+            seen.add(heads)
+            found.append((seed, control))
+        seed += 1
+    return found
+
+
 def check_heads(spec: HeadSpec, n_layers: int, n_heads: int, what: str) -> None:
     """Refuse a spec with a head outside a model of ``n_layers`` x ``n_heads``.
 
@@ -102,38 +134,47 @@ def check_heads(spec: HeadSpec, n_layers: int, n_heads: int, what: str) -> None:
 
 @dataclass(frozen=True)
 class SeedSweep(Record):
-    """A screen's ablation effect against its MR controls over several seeds (deltas are
-    ablated minus baseline; top-1 deltas in percentage points)."""
+    """A screen's ablation effect against its distinct MR controls (deltas are ablated minus
+    baseline; top-1 deltas in percentage points, other metrics in their own units)."""
 
     screen_delta: float
-    deltas: list[float]  # [seeds] the MR controls' deltas, in seed order
+    deltas: list[float]  # [draws] the distinct MR controls' deltas, in seed order
     mean: float
-    std: float  # ddof=1, as the study
+    std: float | None  # ddof=1, as the study; None under MIN_DISTINCT_DRAWS draws (``why``)
     min: float
     max: float
-    # screen_delta / mean; inf where the MR mean is within 0.5 pp of zero and the screen moved
-    # by more than 1 pp (the study prints an unsigned infinity); None where both are that small
-    # (the study prints a dash).
+    # Top-1 only: screen_delta / mean; inf where the MR mean is within 0.5 pp of zero and the
+    # screen moved by more than 1 pp (the study prints an unsigned infinity); None where both are
+    # that small (the study prints a dash), under MIN_DISTINCT_DRAWS draws, or for another metric.
     ratio: float | None
+    why: str | None = None  # why std or ratio is None, in words; None where both are numbers or the dash
 
 
-def seed_sweep(screen_delta: float, random_deltas: Sequence[float]) -> SeedSweep:
-    """The study's summary of a 10-seed sweep (its ``build_mr_table.py``): mean, sample std,
-    range and the specificity ratio, whose thresholds are in pp of top-1."""
-    deltas = np.asarray(random_deltas, dtype=np.float64)  # [seeds]
+def seed_sweep(screen_delta: float, random_deltas: Sequence[float], top1: bool = True) -> SeedSweep:
+    """The study's summary of a sweep of distinct draws (its ``build_mr_table.py``): mean, sample
+    std, range and the specificity ratio, whose thresholds are in pp of top-1 (``top1``; another
+    metric gets no ratio). Under ``MIN_DISTINCT_DRAWS`` draws neither std nor ratio is given."""
+    deltas = np.asarray(random_deltas, dtype=np.float64)  # [draws]
     mean = float(deltas.mean())
-    if abs(mean) >= RATIO_MIN_MR_PP:
-        ratio: float | None = screen_delta / mean
+    std: float | None = float(deltas.std(ddof=1)) if len(deltas) >= MIN_DISTINCT_DRAWS else None
+    ratio: float | None = None
+    why = None
+    if std is None:
+        why = (f"{len(deltas)} distinct matched-random draw{'s' if len(deltas) != 1 else ''}: no std or ratio "
+               f"over fewer than {MIN_DISTINCT_DRAWS}")
+    elif not top1:
+        why = "no ratio: the study's ratio rule is in percentage points of top-1"
+    elif abs(mean) >= RATIO_MIN_MR_PP:
+        ratio = screen_delta / mean
     elif abs(screen_delta) > INFINITE_RATIO_MIN_SCREEN_PP:
         ratio = math.inf
-    else:
-        ratio = None
     return SeedSweep(
         screen_delta=float(screen_delta),
         deltas=[float(d) for d in deltas],
         mean=mean,
-        std=float(deltas.std(ddof=1)),
+        std=std,
         min=float(deltas.min()),
         max=float(deltas.max()),
         ratio=ratio,
+        why=why,
     )

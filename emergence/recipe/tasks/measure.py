@@ -34,6 +34,7 @@ class TaskPass:
 
     task: Task
     seq_len: int  # T
+    vocab_size: int  # V: the logits' width, over which top-1 is an argmax
     values: PromptMetrics  # per-prompt capability values, prompts in batch order ([n] each)
     sums: ScreenSums | None  # attention from T-1, summed over the prompts; None for a pass with screen=False
 
@@ -91,6 +92,7 @@ def task_pass(model, arch, batch: TaskBatch, batch_size: int, screen: bool = Tru
     listener = _LayerRows(arch, screen)
     sums = ScreenSums.zeros(batch.task, arch.n_layers, arch.n_heads) if screen else None
     values: list[PromptMetrics] = []
+    vocab_size = 0
     with torch.inference_mode():
         for start in tqdm(range(0, n, batch_size), desc=f"task {batch.task}", unit="batch", leave=False):
             rows = slice(start, min(start + batch_size, n))
@@ -108,4 +110,5 @@ def task_pass(model, arch, batch: TaskBatch, batch_size: int, screen: bool = Tru
                     raise capture.non_finite(model.dtype)
                 sums.add(attention, {name: p[rows].numpy() for name, p in batch.positions.items()})
             values.append(_minibatch_values(batch.task, logits, batch, rows))
-    return TaskPass(task=batch.task, seq_len=T, values=concatenate(values), sums=sums)
+            vocab_size = logits.shape[-1]
+    return TaskPass(task=batch.task, seq_len=T, vocab_size=vocab_size, values=concatenate(values), sums=sums)

@@ -7,6 +7,8 @@ Every task reads the logits of the last position T-1 (``logits`` [b, V]). Two st
    ``SuccessorPrompts``); ``concatenate`` joins the minibatches' records.
 2. ``task_metrics``: all prompts' values -> ``TaskMetrics``, each summary metric (the study's
    names, ``SUMMARY_METRICS``) with a percentile bootstrap interval over prompts.
+3. ``capability_absent``: whether a baseline shows a capability at all (top-1 against the chance
+   of a uniform guess, ``chance_top1``, and the logit difference against 0).
 
 Precision, as the study: comparisons (argmax, target > distractor, ranks) and the target -
 distractor difference are computed in the logits' own dtype (the study's fp16, so its logit
@@ -44,6 +46,11 @@ SUMMARY_METRICS: dict[Task, tuple[str, ...]] = {
     "greater_than": ("top1_above", "prob_above", "prob_below", "logit_diff_above_below"),
     "successor": ("top1", "target_logit_mean", "rank_mean", "rank_median"),
 }
+# Each task's top-1 metric (a share of prompts), and the logit measure a screen-vs-random verdict
+# rests on: it moves where top-1 cannot (at 0 or 1 an ablation's effect on top-1 is cut off).
+TOP1_METRIC: dict[Task, str] = {"ioi": "top1", "binding": "top1", "greater_than": "top1_above", "successor": "top1"}
+VERDICT_METRIC: dict[Task, str] = {"ioi": "logit_diff_mean", "binding": "logit_diff_mean",
+                                   "greater_than": "logit_diff_above_below", "successor": "target_logit_mean"}
 
 
 # --- 1. per prompt --------------------------------------------------------------------------------
@@ -235,3 +242,29 @@ def task_metrics(task: Task, per_prompt_values: PromptMetrics, n_boot: int, ci: 
                    "rank_mean": _mean(p.target_rank, weights, ci),
                    "rank_median": _median(p.target_rank, weights, ci)}
     return TaskMetrics(task=task, n_prompts=n, n_boot=n_boot, ci_level=ci, seed=seed, metrics=metrics)
+
+
+# --- 3. is there a capability to ablate ------------------------------------------------------------
+
+def chance_top1(task: Task, vocab_size: int, decade=None) -> float:
+    """The top-1 of a guess uniform over the ``vocab_size`` logits: its right answers' share of the
+    vocabulary, averaged over prompts (greater-than: the DD+1..99 answers above each prompt's decade
+    ``decade`` [n]; the other tasks: one target)."""
+    if task == "greater_than":
+        return float(np.mean(N_ANSWERS - 1 - np.asarray(decade, dtype=np.float64))) / vocab_size
+    return 1.0 / vocab_size
+
+
+def capability_absent(task: Task, baseline: TaskMetrics, chance: float) -> str | None:
+    """Why the baseline ``baseline`` shows no capability whose loss an ablation could show; None where
+    it shows one. Absent: top-1 below ``chance`` (``chance_top1``), or, for the tasks whose verdict
+    metric is a difference (not successor's target logit, which has no zero: a softmax ignores a shift
+    of every logit), that difference at or below 0 (the distractor or the "below" answers preferred)."""
+    top1, top1_value = TOP1_METRIC[task], baseline.metrics[TOP1_METRIC[task]].value
+    if top1_value < chance:
+        return f"baseline {top1} {top1_value:.3f} below chance {chance:.3g}"
+    metric = VERDICT_METRIC[task]
+    value = baseline.metrics[metric].value
+    if task != "successor" and not value > 0:  # NaN (no prompt defines it) is not a capability either
+        return f"baseline {metric} {value:.3f} <= 0"
+    return None

@@ -58,7 +58,7 @@ def measure_task(subject, batch: TaskBatch, tokenizer: str, selectivity: np.ndar
                                                 settings.threshold.circuit)
     ablation = None
     if ablate.enabled:
-        plan = AblationPlan.from_screen(screen, mr_seed=ablate.mr_seed, mr_seeds=tuple(range(ablate.mr_seeds)),
+        plan = AblationPlan.from_screen(screen, mr_seed=ablate.mr_seed, mr_seeds=ablate.mr_seeds,
                                         circuits=(prev_token, induction), heads=ablate.heads)
         ablation = task_ablation(model, arch, batch, batch_size, build_conditions(plan, arch.n_layers, arch.n_heads),
                                  stats)
