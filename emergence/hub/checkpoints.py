@@ -461,7 +461,7 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {', '.join(files.shards)} is refused: "
                          f"its pickle would call code ({refused}), which weights_only=True never runs; "
                          "use a checkpoint in safetensors, or one from a source you trust") from None
-    except (OSError, EOFError, RuntimeError, UnicodeDecodeError) as err:  # a pickle cut short or corrupt; a missing shard
+    except (OSError, EOFError, RuntimeError, UnicodeDecodeError) as err:  # a broken pickle; a missing shard
         # torch reports a broken pickle by whatever its reader tripped on, so it is named only once a
         # shard is seen to fail on its own; any other error (a missing shard aside) is not ours to reword
         broken = unreadable_shard(directory, files) if files.format == "pickle" else None
