@@ -139,6 +139,8 @@ BAD = [
     (["probe.seq_len=64", "probe.vocab_high=100000"], "probe.vocab_high"),
     (["ablate.n_controls=2"], "ablate.n_controls"),
     (["ablate.causal_factor=0"], "ablate.causal_factor"),
+    (["ablate.control_exclude=0"], "ablate.control_exclude"),
+    (["ablate.control_exclude=1.5"], "ablate.control_exclude"),
     (["threshold.per_class.bos=-1"], "threshold.per_class.bos"),
 ]
 
