@@ -131,16 +131,13 @@ class Controls:
     in_layer_exist: int  # distinct in-layer sets there are
 
     def note(self, asked: int) -> str | None:
-        """What was drawn, in words, where it is not ``asked`` sets in-layer."""
+        """Why the sets are not ``asked`` in-layer ones, in words (the counts are the record's)."""
         if self.in_layer == asked:
             return None
         if not self.sets:
             return "no control set: no layer has room for the circuit's heads outside the circuit"
-        moved = ", ".join(f"L{c} -> L{f}" for c, f in sorted(self.fallback_layers.items()))
-        said = [f"{self.in_layer_exist} distinct control sets of {asked} asked exist in-layer"]
-        if len(self.sets) > self.in_layer:
-            said.append(f"{len(self.sets) - self.in_layer} drawn by the fallback ({moved})")
-        elif self.in_layer < MIN_CONTROLS:
+        said = [f"{self.in_layer_exist} distinct in-layer sets exist"]
+        if len(self.sets) == self.in_layer < MIN_CONTROLS:
             said.append("no layer has room for the fallback")
         if len(self.sets) < MIN_CONTROLS:
             said.append(f"the verdict rests on {len(self.sets)} (fewer than {MIN_CONTROLS})")

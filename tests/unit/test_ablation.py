@@ -180,10 +180,10 @@ def test_control_sets_are_distinct_and_widened_below_three():
     drawn = draw_controls([(1, 0), (1, 1)], n_layers=2, n_heads=4, n_sets=7, seed=0)
     assert drawn.sets[0] == [(1, 2), (1, 3)] and drawn.in_layer == 1 and drawn.fallback_layers == {1: 0}
     assert sorted(drawn.sets[1:]) == [[(0, a), (0, b)] for a in range(4) for b in range(a + 1, 4)]
-    assert drawn.note(7) == "1 distinct control sets of 7 asked exist in-layer; 6 drawn by the fallback (L1 -> L0)"
+    assert drawn.note(7) == "1 distinct in-layer sets exist"
     three = draw_controls([(0, 3)], n_layers=2, n_heads=4, n_sets=5, seed=0)  # one head of three others: enough
     assert sorted(three.sets) == [[(0, 0)], [(0, 1)], [(0, 2)]] and three.in_layer == 3
-    assert three.note(5) == "3 distinct control sets of 5 asked exist in-layer"
+    assert three.note(5) == "3 distinct in-layer sets exist"
 
 
 def test_a_layer_full_of_circuit_heads_draws_from_the_nearest_layer_with_room():
@@ -202,7 +202,7 @@ def test_a_layer_full_of_circuit_heads_draws_from_the_nearest_layer_with_room():
     # two circuit layers never trade places: that would draw the in-layer set (the only one) again
     swap = draw_controls([(0, 0), (0, 1), (1, 0), (1, 1)], 2, 4, 5, 0)
     assert swap.sets == [[(0, 2), (0, 3), (1, 2), (1, 3)]] and swap.fallback_layers == {}
-    assert swap.note(5) == ("1 distinct control sets of 5 asked exist in-layer; no layer has room for the fallback; "
+    assert swap.note(5) == ("1 distinct in-layer sets exist; no layer has room for the fallback; "
                             "the verdict rests on 1 (fewer than 3)")
     one = draw_controls([(0, h) for h in range(4)], 2, 4, 5, 0)  # layer 1's four heads: one set
     assert one.sets == [[(1, 0), (1, 1), (1, 2), (1, 3)]]
