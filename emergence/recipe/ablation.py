@@ -162,13 +162,15 @@ def _draw(layout: dict[int, int], pools: dict[int, list[int]], per_layer: Counte
 
 def _fallback_layout(per_layer: Counter, pools: dict[int, list[int]], n_layers: int) -> dict[int, int] | None:
     """Each circuit layer whose own layer gives fewer than ``MIN_CONTROLS`` distinct draws (none where
-    it has too few eligible heads) moves to the nearest layer with room for its heads (ties: the
-    lower) that holds no circuit head, one circuit layer per layer; the others stay. (Two circuit
-    layers swapping would draw the in-layer sets again.) None: some layer finds no room."""
+    it has too few eligible heads) moves to the nearest layer with room for its heads that holds no
+    circuit head, one circuit layer per layer; the others stay. (Two circuit layers swapping would
+    draw the in-layer sets again.) Ties go to the higher layer: the previous-token heads an
+    induction head reads from sit below it, and ablating them disables the circuit itself. None:
+    some layer finds no room."""
     moving = [l for l, k in sorted(per_layer.items()) if math.comb(len(pools[l]), k) < MIN_CONTROLS]
     layout = {l: l for l in per_layer if l not in moving}
     for layer in moving:
-        room = [m for m in sorted(range(n_layers), key=lambda m: (abs(m - layer), m))
+        room = [m for m in sorted(range(n_layers), key=lambda m: (abs(m - layer), -m))
                 if m not in per_layer and m not in layout.values() and len(pools[m]) >= per_layer[layer]]
         if not room:
             return None

@@ -193,8 +193,10 @@ def test_a_layer_full_of_circuit_heads_draws_from_the_nearest_layer_with_room():
     assert drawn.in_layer == 0 and drawn.fallback_layers == {1: 0} and len(drawn.sets) == 5
     for heads in drawn.sets:
         assert sorted(l for l, _ in heads) == [0, 0, 0, 2] and not set(heads) & set(circuit)
-    # ties go to the lower layer; a layer without room is passed over
-    assert draw_controls([(2, h) for h in range(4)], 5, 4, 5, 0).fallback_layers == {2: 1}
+    # ties go to the higher layer (not the previous-token heads below); a layer without room is passed over
+    assert draw_controls([(2, h) for h in range(4)], 5, 4, 5, 0).fallback_layers == {2: 3}
+    assert draw_controls([(2, h) for h in range(4)] + [(3, 0), (3, 1), (3, 2)], 5, 4, 5, 0).fallback_layers == {
+        2: 1, 3: 4}
     assert draw_controls([(2, h) for h in range(4)] + [(1, 0), (1, 1)], 5, 4, 5, 0).fallback_layers == {1: 0, 2: 3}
     # every layer full: no control set at all, and the note says why
     nothing = draw_controls([(l, h) for l in range(2) for h in range(4)], 2, 4, 5, 0)
