@@ -61,7 +61,7 @@ class ControlDraw(Record):
     fallback_layers: dict[str, str]  # per circuit layer moved by the fallback, the layer its heads come from
     set_aside_level: float  # the induction selectivity from which on a head is never a control
     set_aside: list[str]  # the heads at or above it, outside the ablated set: never in a control set
-    note: str | None = None  # what was drawn, where it is not the asked number in-layer
+    note: str | None = None  # why the sets are not the asked number in-layer (``Controls.note``)
 
 
 @dataclass
