@@ -74,7 +74,8 @@ def analyse(cfg: Config, out_dir: Path,
         lap("intervals")
         ablated = ablation.ablate(cfg.ablate, cfg.stats, loaded.subject, screened.screen.circuit_heads(),
                                   ablation.CleanRun(measured.clean_metrics, measured.clean_loss),
-                                  None if cap is None else cap.position_mean)
+                                  None if cap is None else cap.position_mean,
+                                  screened.screen.sel[..., screen.CLASSES.index("induction")], cfg.threshold.circuit)
         lap("ablate")
         task = None if loaded.task_batch is None else measure_task(
             loaded.subject, loaded.task_batch, loaded.task_tokenizer, screened.screen.sel, cfg)

@@ -208,7 +208,9 @@ class ThresholdConfig:
 class AblateConfig:
     enabled: bool = True
     mode: str = "zero"  # zero (the reference) | mean (the batch mean of the head's output at each position)
-    n_controls: int = 5  # control sets (as many heads from the same layers, outside the circuit)
+    n_controls: int = 5  # control sets (as many heads per layer as the circuit, outside it: ablation.draw_controls)
+    # a head whose induction selectivity reaches this share of threshold.circuit is never a control
+    control_exclude: float = 0.5
     causal_factor: float = 3.0  # causal: circuit's loss-of-B rise > this x the size of the controls' mean change
     seed: int = 0
     heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit

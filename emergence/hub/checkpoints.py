@@ -497,11 +497,22 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
                f"fetch it again: {_fetch_hint(src)} --force-download")
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its safetensors weights are truncated "
                          f"or corrupt ({str(err).splitlines()[0]}); {fix}") from None
-    except pickle.UnpicklingError as err:  # the restricted unpickler refused a pickle that calls code
+    except pickle.UnpicklingError as err:  # the restricted unpickler refused a pickle that calls code, or read garbage
+        refused = _refused_global(err)
+        if refused is None:  # no global refused: the bytes are no pickle torch can read
+            broken = unreadable_shard(directory, files) or (files.shards[0], first_line(err))
+            raise _broken_pickle(src, directory, broken) from None
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {', '.join(files.shards)} is refused: "
-                         f"its pickle would call code ({_refused_global(err)}), which weights_only=True never runs; "
+                         f"its pickle would call code ({refused}), which weights_only=True never runs; "
                          "use a checkpoint in safetensors, or one from a source you trust") from None
-    except OSError as err:  # a missing shard
+    except (OSError, EOFError, RuntimeError, UnicodeDecodeError) as err:  # a broken pickle; a missing shard
+        # torch reports a broken pickle by whatever its reader tripped on, so it is named only once a
+        # shard is seen to fail on its own; any other error (a missing shard aside) is not ours to reword
+        broken = unreadable_shard(directory, files) if files.format == "pickle" else None
+        if broken is not None:
+            raise _broken_pickle(src, directory, broken) from None
+        if not isinstance(err, OSError):
+            raise
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}") from None
     return model.to(device).eval()
 
@@ -516,10 +527,42 @@ def _load_gguf_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, dev
     return model.to(device).eval()
 
 
-def _refused_global(err: pickle.UnpicklingError) -> str:
-    """The global torch's restricted unpickler refused, as its message names it."""
+def _refused_global(err: pickle.UnpicklingError) -> str | None:
+    """The global torch's restricted unpickler refused, as its message names it; None when it
+    refused none (the file is no pickle it can read: cut short or corrupt)."""
     found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)", str(err))
-    return f"global {found.group(1)}" if found else "a global the unpickler does not allow"
+    return f"global {found.group(1)}" if found else None
+
+
+def unreadable_shard(directory: Path, files: weights.WeightFiles) -> tuple[str, str] | None:
+    """The first pickled weight file torch cannot read on its own, and why (its error's first line),
+    or None. Zip pickles are memory-mapped, so a large shard is not read into memory for this."""
+    import zipfile
+
+    for name in files.shards:
+        path = Path(directory) / name
+        try:
+            torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        except Exception as err:  # whatever torch trips on: the file is unreadable
+            return name, first_line(err)
+    return None
+
+
+def first_line(err: BaseException) -> str:
+    """An error's message in one line (its type where it has none: an EOFError)."""
+    return (str(err).splitlines() or [type(err).__name__])[0]
+
+
+def _broken_pickle(src: Source, directory: Path, broken: tuple[str, str]) -> UsageError:
+    """The one line for a pickled weight file cut short or corrupt (``unreadable_shard``'s file and
+    why): which file, and how to get it whole."""
+    name, why = broken
+    path = Path(directory) / name
+    fix = ("replace the file" if Path(src.path).expanduser().is_dir() else
+           f"delete it from the Hugging Face cache ({path.resolve()}) and download it again: "
+           f"{_fetch_hint(src)} --force-download")
+    return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {path} is truncated or corrupt "
+                      f"({why[:200]}); {fix}")
 
 
 def first_token(cfg: Config, src: Source) -> probe.FirstToken:

@@ -36,6 +36,8 @@ def point(summary: RunSummary) -> dict:
             "circuit_loss_increase": effect and effect.circuit_loss_increase,
             "controls_loss_increase_mean": effect and effect.controls_loss_increase_mean,
             "causal": effect and effect.causal, "n_controls": len(ab.controls),
+            # of them drawn by the fallback (``ablation.draw_controls``); runs before it drew none
+            "n_fallback": ab.control_draw.fallback if ab.control_draw else 0,
             "sequences_used": ab.sequences_used, "note": ab.note}
 
 

@@ -437,13 +437,14 @@ def causal_threshold(sweeps: list[dict]) -> list[str]:
                                                                               f"{sweep['t_star']:g}x])"))
         out.append(f"**{sweep['model']} @ {sweep['revision']}** ({format_tokens(sweep['tokens'])} tokens): "
                    f"T* = {bracket}{'' if sweep['monotone'] else '; the verdicts are not monotone in the threshold'}.\n")
-        out += ["| threshold | circuit | circuit rise | controls' mean | causal | sequences |",
-                "|---|---|---|---|---|---|"]
+        out += ["| threshold | circuit | circuit rise | controls' mean | control sets | causal | sequences |",
+                "|---|---|---|---|---|---|---|"]
         for p in sweep["points"]:
             verdict = {True: "yes", False: "no", None: p["note"] or "-"}[p["causal"]]
+            sets = f"{p['n_controls']}" + (f" ({p['n_fallback']} by the fallback)" if p["n_fallback"] else "")
             out.append(f"| {p['threshold']:g}x | {', '.join(p['circuit']) or 'empty'} | "
-                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['controls_loss_increase_mean'])} | {verdict} | "
-                       f"{p['sequences_used'] if p['sequences_used'] is not None else '-'} |")
+                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['controls_loss_increase_mean'])} | {sets} | "
+                       f"{verdict} | {p['sequences_used'] if p['sequences_used'] is not None else '-'} |")
         out.append("")
     return out
 

@@ -3,8 +3,9 @@
 An ablated head has its slice of the input to the output projection replaced: by zero
 (``zero``, the reference) or by its batch mean at that position (``mean``). We score
 the prediction of B at T-1 for the induction circuit ablated and for control sets, "controls"
-(as many heads from the same layers, drawn at random from the heads outside the circuit). Conditions are stacked along the batch dimension, so all
-control sets share each forward pass. The step's result is an ``AblationResult``.
+(as many heads per layer as the circuit, drawn at random: ``draw_controls``). Conditions are
+stacked along the batch dimension, so all control sets share each forward pass. The step's
+result is an ``AblationResult``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,20 @@ class ControlSet(Record):
 
     heads: list[str]  # "L4H4", ...
     metrics: Metrics
+    drawn: str = "in-layer"  # in-layer (from the circuit's own layers) | fallback (``draw_controls``)
+
+
+@dataclass
+class ControlDraw(Record):
+    """How the control sets were drawn (``draw_controls``; ``summary.json`` ``ablation.control_draw``)."""
+
+    asked: int  # ablate.n_controls
+    in_layer: int  # sets drawn from the circuit's own layers
+    fallback: int  # sets drawn by the fallback
+    fallback_layers: dict[str, str]  # per circuit layer moved by the fallback, the layer its heads come from
+    set_aside_level: float  # the induction selectivity from which on a head is never a control
+    set_aside: list[str]  # the heads at or above it, outside the ablated set: never in a control set
+    note: str | None = None  # why the sets are not the asked number in-layer (``Controls.note``)
 
 
 @dataclass
@@ -72,6 +87,7 @@ class AblationResult(Record):
     heads: list[str] | None = None  # the user's head set (ablate.heads), ablated instead of the screened circuit
     circuit: Metrics | None = None  # None: not ablated (disabled, or an empty circuit)
     controls: list[ControlSet] = field(default_factory=list)
+    control_draw: ControlDraw | None = None  # how the controls were drawn; None: not ablated
     effect: Effect | None = None
     sequences_used: int | None = None  # the first n probe sequences ablated (adaptive runs stop early)
     stopped_early: bool | None = None
@@ -91,34 +107,102 @@ def metrics_per_sequence(logits: torch.Tensor, target: torch.Tensor) -> torch.Te
                         (top5 == target[:, None]).any(-1), logits.gather(1, target[:, None])[:, 0]], dim=-1).double()
 
 
+MIN_CONTROLS = 3  # fewer distinct in-layer sets than this: the fallback widens the draw
+
+
 def _per_layer(circuit: list[tuple[int, int]]) -> Counter:
     return Counter(layer for layer, _ in circuit)
 
 
-def control_shortfall(circuit: list[tuple[int, int]], n_heads: int) -> str | None:
-    """Why no matched control exists (a layer with fewer non-circuit heads than circuit heads), or None."""
-    short = [f"L{layer} ({k} circuit heads, {n_heads - k} others)"
-             for layer, k in sorted(_per_layer(circuit).items()) if n_heads - k < k]
-    return None if not short else "no control set: too few non-circuit heads in " + ", ".join(short)
+def set_aside_heads(induction_sel: np.ndarray, level: float, ablated: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The heads outside ``ablated`` whose induction selectivity ([layers, heads]) reaches ``level``:
+    they nearly do the circuit's job, so a control holding one would hide the circuit's effect."""
+    ablated_set = set(ablated)
+    return [(int(l), int(h)) for l, h in np.argwhere(induction_sel >= level) if (l, h) not in ablated_set]
 
 
-def control_sets(circuit: list[tuple[int, int]], n_heads: int, n_sets: int,
-                        seed: int) -> list[list[tuple[int, int]]]:
-    """Up to ``n_sets`` distinct head sets with as many heads per layer as the circuit, drawn
-    without replacement from that layer's non-circuit heads (check ``control_shortfall``
-    first). Fewer when fewer distinct sets exist: 2 circuit heads of 4 leave exactly one."""
-    rng = np.random.default_rng(seed)
-    in_circuit = set(circuit)
-    pools = {layer: [h for h in range(n_heads) if (layer, h) not in in_circuit]
-             for layer in _per_layer(circuit)}
-    n_distinct = math.prod(math.comb(len(pools[layer]), k) for layer, k in _per_layer(circuit).items())
+@dataclass(frozen=True)
+class Controls:
+    """``draw_controls``' answer: the sets, in-layer ones first, and how they were drawn."""
+
+    sets: list[list[tuple[int, int]]]
+    in_layer: int  # the first ``in_layer`` sets come from the circuit's own layers, the rest by the fallback
+    fallback_layers: dict[int, int]  # circuit layer -> the layer the fallback draws its heads from
+    in_layer_exist: int  # distinct in-layer sets there are
+
+    def note(self, asked: int) -> str | None:
+        """Why the sets are not ``asked`` in-layer ones, in words (the counts are the record's)."""
+        if self.in_layer == asked:
+            return None
+        if not self.sets:
+            return "no control set: no layer has room for the circuit's heads outside the circuit"
+        said = [f"{self.in_layer_exist} distinct in-layer sets exist"]
+        if len(self.sets) == self.in_layer < MIN_CONTROLS:
+            said.append("no layer has room for the fallback")
+        if len(self.sets) < MIN_CONTROLS:
+            said.append(f"the verdict rests on {len(self.sets)} (fewer than {MIN_CONTROLS})")
+        return "; ".join(said)
+
+
+def _n_distinct(layout: dict[int, int], pools: dict[int, list[int]], per_layer: Counter) -> int:
+    return math.prod(math.comb(len(pools[layout[layer]]), k) for layer, k in per_layer.items())
+
+
+def _draw(layout: dict[int, int], pools: dict[int, list[int]], per_layer: Counter, n: int,
+          rng: np.random.Generator) -> list[list[tuple[int, int]]]:
+    """``n`` distinct sets (no more than exist): circuit layer l's k heads from layer ``layout[l]``'s pool."""
     sets: list[list[tuple[int, int]]] = []
-    while len(sets) < min(n_sets, n_distinct):
-        heads = [(layer, int(h)) for layer, k in sorted(_per_layer(circuit).items())
-                 for h in sorted(rng.choice(pools[layer], size=k, replace=False))]
+    while len(sets) < min(n, _n_distinct(layout, pools, per_layer)):
+        heads = sorted((layout[layer], int(h)) for layer, k in sorted(per_layer.items())
+                       for h in rng.choice(pools[layout[layer]], size=k, replace=False))
         if heads not in sets:
             sets.append(heads)
     return sets
+
+
+def _fallback_layout(per_layer: Counter, pools: dict[int, list[int]], n_layers: int) -> dict[int, int] | None:
+    """Each circuit layer whose own layer gives fewer than ``MIN_CONTROLS`` distinct draws (none where
+    it has too few eligible heads) moves to the nearest layer with room for its heads that holds no
+    circuit head, one circuit layer per layer; the others stay. (Two circuit layers swapping would
+    draw the in-layer sets again.) Ties go to the higher layer: the previous-token heads an
+    induction head reads from sit below it, and ablating them disables the circuit itself. None:
+    some layer finds no room."""
+    moving = [l for l, k in sorted(per_layer.items()) if math.comb(len(pools[l]), k) < MIN_CONTROLS]
+    layout = {l: l for l in per_layer if l not in moving}
+    for layer in moving:
+        room = [m for m in sorted(range(n_layers), key=lambda m: (abs(m - layer), -m))
+                if m not in per_layer and m not in layout.values() and len(pools[m]) >= per_layer[layer]]
+        if not room:
+            return None
+        layout[layer] = room[0]
+    return layout
+
+
+def draw_controls(circuit: list[tuple[int, int]], n_layers: int, n_heads: int, n_sets: int, seed: int,
+                  set_aside: list[tuple[int, int]] = ()) -> Controls:
+    """Up to ``n_sets`` distinct control sets with as many heads per layer as the circuit, never a
+    circuit head nor one of ``set_aside``.
+
+    In-layer first: each layer's heads from the same layer. When fewer than ``MIN_CONTROLS``
+    distinct in-layer sets exist (none where a layer lacks room), the fallback widens the draw:
+    the circuit layers short of draws take their heads from the nearest layer with room that holds
+    no circuit head (``_fallback_layout``), and its sets fill up to ``n_sets``. Those differ from
+    every in-layer set (some of their heads lie in a layer outside the circuit's). Reproducible
+    from ``seed``."""
+    per_layer = _per_layer(circuit)
+    excluded = set(circuit) | set(set_aside)
+    pools = {layer: [h for h in range(n_heads) if (layer, h) not in excluded] for layer in range(n_layers)}
+    rng = np.random.default_rng(seed)
+    identity = {layer: layer for layer in per_layer}
+    in_layer = _draw(identity, pools, per_layer, n_sets, rng)
+    in_layer_exist = _n_distinct(identity, pools, per_layer)
+    fallback, layout = [], {}
+    if in_layer_exist < MIN_CONTROLS:
+        found = _fallback_layout(per_layer, pools, n_layers)
+        if found is not None:
+            layout = {c: f for c, f in found.items() if c != f}
+            fallback = _draw(found, pools, per_layer, n_sets - len(in_layer), rng)
+    return Controls(in_layer + fallback, len(in_layer), layout if fallback else {}, in_layer_exist)
 
 
 def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], causal_factor: float) -> Effect:
@@ -318,13 +402,15 @@ class CleanRun:
 
 
 def ablate(settings, stats_settings, subject: capture.Subject, circuit: list[tuple[int, int]], clean: CleanRun,
-           position_mean: torch.Tensor | None) -> AblationResult:
+           position_mean: torch.Tensor | None, induction_sel: np.ndarray, circuit_level: float) -> AblationResult:
     """The ablation step: clean vs ``circuit`` ablated vs its controls.
 
     ``settings`` is the run's ``AblateConfig``; with ``settings.heads`` set, those heads
     (validated against the model's shape before the probe pass) replace the screened
     ``circuit``. ``position_mean`` (mean ablation) comes from the probe pass's capture;
-    ``stats_settings`` (the run's ``StatsConfig``) sizes the effect's paired bootstrap. With
+    ``stats_settings`` (the run's ``StatsConfig``) sizes the effect's paired bootstrap. No control
+    holds a head whose induction selectivity (``induction_sel`` [layers, heads]) reaches
+    ``settings.control_exclude`` x ``circuit_level`` (the circuit threshold). With
     ``settings.sequences == "adaptive"`` the run stops once the verdict is decided; the
     metrics are then means over the sequences used, and the effect is against the clean
     loss of the same sequences."""
@@ -340,8 +426,14 @@ def ablate(settings, stats_settings, subject: capture.Subject, circuit: list[tup
         result.note = "empty induction circuit: nothing to ablate"
         return result
     model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
-    shortfall = control_shortfall(circuit, arch.n_heads)
-    controls = [] if shortfall else control_sets(circuit, arch.n_heads, settings.n_controls, settings.seed)
+    level = settings.control_exclude * circuit_level
+    set_aside = set_aside_heads(induction_sel, level, circuit)
+    drawn = draw_controls(circuit, arch.n_layers, arch.n_heads, settings.n_controls, settings.seed, set_aside)
+    controls = drawn.sets
+    result.control_draw = ControlDraw(
+        asked=settings.n_controls, in_layer=drawn.in_layer, fallback=len(controls) - drawn.in_layer,
+        fallback_layers={f"L{c}": f"L{f}" for c, f in sorted(drawn.fallback_layers.items())},
+        set_aside_level=level, set_aside=[head_name(*h) for h in set_aside], note=drawn.note(settings.n_controls))
     head_sets = [circuit, *controls]
     # Rows above the shared prefix are len(head_sets) x the sequences: as many as a clean pass of batch_size.
     per_pass = max(1, batch_size // len(head_sets))
@@ -350,8 +442,8 @@ def ablate(settings, stats_settings, subject: capture.Subject, circuit: list[tup
     # Over the whole probe, the probe pass's own mean (today's numbers exactly); else the same sequences' mean.
     clean_used = clean_metrics["loss"] if run.n == batch.n else float(clean_loss[:run.n].mean())
     result.circuit = run.scores[0]
-    result.controls = [ControlSet([head_name(*h) for h in heads], scores)
-                       for heads, scores in zip(controls, run.scores[1:])]
+    result.controls = [ControlSet([head_name(*h) for h in heads], scores, "in-layer" if i < drawn.in_layer
+                                  else "fallback") for i, (heads, scores) in enumerate(zip(controls, run.scores[1:]))]
     result.effect = effect(clean_used, result.circuit.loss, [c.metrics.loss for c in result.controls],
                            settings.causal_factor)
     result.sequences_used = run.n
@@ -364,8 +456,8 @@ def ablate(settings, stats_settings, subject: capture.Subject, circuit: list[tup
                                                          settings.causal_factor, stats_settings)
         result.interval = (stop.last if stop is not None and run.n < batch.n else verdict.interval(
             criterion_values(clean_loss, run.loss, settings.causal_factor), settings.confidence))
-    if shortfall:
-        result.note = shortfall
+    if not controls:
+        result.note = result.control_draw.note
     elif result.effect.ratio is None:
         result.note = (f"the controls did not raise the loss of B "
                        f"(mean {result.effect.controls_loss_increase_mean:+.4f}): no ratio")

@@ -446,17 +446,30 @@ def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
                  + (f"; set aside, baseline attention under {null.degenerate_below:.3g} "
                     f"({DEGENERATE_BASELINE_SHARE:g}/T): "
                     f"{', '.join(null.set_aside)}" if null.set_aside else ""))
-    ab = summary.ablation
-    if ab.effect:
-        e = ab.effect
-        controls = ("no control set" if e.controls_loss_increase_mean is None
-                    else f"controls {e.controls_loss_increase_mean:+.3f}: "
-                         f"{'causal' if e.causal else 'not causal'} at {ab.causal_factor:g}x")
-        lines.append(f"ablation ({ab.mode}): loss of B {ab.clean.loss:.3f} -> {ab.circuit.loss:.3f} "
-                     f"(+{e.circuit_loss_increase:.3f}); {controls}")
+    lines += ablation_lines(summary.ablation)
     if summary.task is not None:
         lines += task_lines(summary.task)
     lines.append(f"results: {out_dir}")
+    return lines
+
+
+def ablation_lines(ab: AblationResult) -> list[str]:
+    """The ablation's verdict and how its controls were drawn. Every number of the verdict's line is
+    over the same sequences (``sequences_used``): the clean and ablated losses of B and the rises."""
+    if not ab.effect:
+        return []
+    e, draw = ab.effect, ab.control_draw
+    controls = ("no control set" if e.controls_loss_increase_mean is None
+                else f"controls {e.controls_loss_increase_mean:+.3f}: "
+                     f"{'causal' if e.causal else 'not causal'} at {ab.causal_factor:g}x")
+    lines = [f"ablation ({ab.mode}, {ab.sequences_used} sequences): loss of B {ab.clean_loss_used:.3f} -> "
+             f"{ab.circuit.loss:.3f} ({e.circuit_loss_increase:+.3f}); {controls}"]
+    if draw is not None:
+        moved = ", ".join(f"{c} -> {f}" for c, f in draw.fallback_layers.items())
+        lines.append(f"control sets: {draw.in_layer} in-layer, {draw.fallback} by the fallback"
+                     + (f" ({moved})" if moved else "") + f", {draw.asked} asked; never a control "
+                     f"(induction >= {draw.set_aside_level:g}x): {', '.join(draw.set_aside) or 'none'}"
+                     + (f"; {draw.note}" if draw.note else ""))
     return lines
 
 

@@ -91,6 +91,9 @@ def validate(cfg: Config) -> None:
             _fail("ablate.heads", name, "name heads like L4H4 (layer 4, head 4)")
     if a.n_controls < 5:
         _fail("ablate.n_controls", a.n_controls, "must be >= 5 control sets")
+    if not 0 < a.control_exclude <= 1:
+        _fail("ablate.control_exclude", a.control_exclude,
+              "must be in (0, 1]: the share of threshold.circuit from which on a head is never a control")
     if not a.causal_factor > 0:
         _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
     if a.sequences not in ABLATE_SEQUENCES:

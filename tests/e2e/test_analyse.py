@@ -80,14 +80,21 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
     assert ab["circuit"]["loss"] != ab["clean"]["loss"] and ab["controls"] == []
     assert "no control set" in ab["note"] and ab["effect"]["ratio"] is None
 
-    # A threshold just above each layer's third-best induction head: at most 2 of 4 per layer.
+    # A threshold just above each layer's third-best induction head: at most 2 of 4 per layer. Every
+    # head of this random model is near 1x, so all would be near-circuit heads at the default
+    # control_exclude (0.5): at 1 none is, and the other heads of each layer are the controls.
     third = max(sorted((r["sel_induction"] for r in rows if r["layer"] == l), reverse=True)[2] for l in range(2))
-    analyse(compose_cfg([*model, f"threshold.circuit={third * 1.0001}", "ablate.mode=mean"]), tmp_path / "some")
+    analyse(compose_cfg([*model, f"threshold.circuit={third * 1.0001}", "ablate.mode=mean",
+                         "ablate.control_exclude=1"]), tmp_path / "some")
     ab = json.loads((tmp_path / "some" / "summary.json").read_text())["ablation"]
     summary = json.loads((tmp_path / "some" / "summary.json").read_text())
     per_layer = Counter(int(h[1:].split("H")[0]) for h in summary["induction_circuit"])
     distinct = math.prod(math.comb(4 - k, k) for k in per_layer.values())  # other heads of each layer
-    assert ab["mode"] == "mean" and len(ab["controls"]) == min(5, distinct)
+    assert ab["mode"] == "mean" and ab["control_draw"]["set_aside"] == []
+    assert ab["control_draw"]["in_layer"] == min(5, distinct)
+    assert [c["drawn"] for c in ab["controls"]][:min(5, distinct)] == ["in-layer"] * min(5, distinct)
+    widened = ab["control_draw"]["fallback"] if distinct < 3 else 0  # the fallback widens below 3 sets only
+    assert len(ab["controls"]) == min(5, distinct) + widened
     assert len({tuple(r["heads"]) for r in ab["controls"]}) == len(ab["controls"])
     for block in (ab["clean"], ab["circuit"], *(r["metrics"] for r in ab["controls"])):
         assert set(block) == {"loss", "top1", "top5", "logit_b"}
@@ -132,6 +139,8 @@ BAD = [
     (["probe.seq_len=64", "probe.vocab_high=100000"], "probe.vocab_high"),
     (["ablate.n_controls=2"], "ablate.n_controls"),
     (["ablate.causal_factor=0"], "ablate.causal_factor"),
+    (["ablate.control_exclude=0"], "ablate.control_exclude"),
+    (["ablate.control_exclude=1.5"], "ablate.control_exclude"),
     (["threshold.per_class.bos=-1"], "threshold.per_class.bos"),
 ]
 
@@ -213,3 +222,72 @@ def test_ablating_a_chosen_head_set(tiny_dirs, tmp_path):
     with pytest.raises(UsageError, match="ablate.heads='L9H0'"):
         analyse(compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL,
                              "ablate.heads=[L9H0]"]), tmp_path / "bad")
+
+
+def test_a_layer_full_of_ablated_heads_gets_a_verdict_against_fallback_controls(tiny_dirs, tmp_path, caplog,
+                                                                                  monkeypatch):
+    """Every head of the last layer ablated: no control fits in that layer, so the fallback draws
+    the set from the layer below (all its 4 heads: the one set there is), and the verdict is
+    against it; the summary and the printed lines say so. The printed verdict line is over the
+    same sequences as summary.json's numbers: the adaptive run is made to stop at its first look
+    (8 of 64 sequences), where the clean loss differs from the whole probe's."""
+    import logging
+    import re
+
+    from emergence.recipe import ablation
+
+    monkeypatch.setattr(ablation.verdict, "decided", lambda interval: True)
+    full = [f"L1H{h}" for h in range(4)]
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "probe.n_sequences=64",
+                       f"ablate.heads=[{','.join(full)}]", "ablate.min_sequences=8"])
+    with caplog.at_level(logging.INFO, logger="emergence.main"):
+        analyse(cfg, tmp_path)
+    data = json.loads((tmp_path / "summary.json").read_text())
+    ab = data["ablation"]
+    assert [c["heads"] for c in ab["controls"]] == [["L0H0", "L0H1", "L0H2", "L0H3"]]
+    assert [c["drawn"] for c in ab["controls"]] == ["fallback"]
+    draw = ab["control_draw"]
+    assert (draw["asked"], draw["in_layer"], draw["fallback"], draw["fallback_layers"]) == (5, 0, 1, {"L1": "L0"})
+    assert draw["note"] == "0 distinct in-layer sets exist; the verdict rests on 1 (fewer than 3)"
+    assert ab["effect"]["causal"] is not None and ab["interval"] is not None  # a verdict, against that set
+    assert ab["sequences_used"] == 8 and round(ab["clean_loss_used"], 3) != round(ab["clean"]["loss"], 3)
+    printed = [r.getMessage() for r in caplog.records]
+    line = next(m for m in printed if m.startswith("ablation ("))
+    found = re.fullmatch(r"ablation \(zero, (\d+) sequences\): loss of B (\d+\.\d{3}) -> (\d+\.\d{3}) "
+                         r"\(([+-]\d+\.\d{3})\); controls ([+-]\d+\.\d{3}): (not )?causal at 3x", line)
+    assert found, line
+    n, clean, ablated, rise, controls = found.groups()[:5]
+    assert int(n) == ab["sequences_used"]
+    assert float(clean) == round(ab["clean_loss_used"], 3) and float(ablated) == round(ab["circuit"]["loss"], 3)
+    assert float(rise) == round(ab["effect"]["circuit_loss_increase"], 3)
+    assert abs(float(ablated) - float(clean) - float(rise)) <= 0.0011  # the line adds up, to its rounding
+    # the controls' rise over the same sequences: their mean loss there, from the per-set means
+    control_rise = ab["controls"][0]["metrics"]["loss"] - ab["clean_loss_used"]
+    assert float(controls) == round(control_rise, 3)
+    assert (found.group(6) is None) == ab["effect"]["causal"]
+    draw_line = next(m for m in printed if m.startswith("control sets: "))
+    assert draw_line == ("control sets: 0 in-layer, 1 by the fallback (L1 -> L0), 5 asked; never a control "
+                         f"(induction >= 25x): {', '.join(draw['set_aside']) or 'none'}; {draw['note']}")
+
+
+def test_a_head_near_the_circuit_level_is_never_a_control_set_member(tiny_dirs, tmp_path):
+    """The tiny model's own selectivities, read from a first run, plant the second run's circuit
+    level: half of it falls between the most induction-selective layer-1 head (besides the ablated
+    L1H2) and every other head, so that head alone is above half: set aside, named in the summary,
+    in no control set, while the other two layer-1 heads (2 in-layer sets, widened by the fallback)
+    are controls."""
+    base = ["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L1H2]"]
+    analyse(compose_cfg(base), tmp_path / "first")
+    _, rows = read_run(tmp_path / "first")
+    sel = {(r["layer"], r["head"]): r["sel_induction"] for r in rows if (r["layer"], r["head"]) != (1, 2)}
+    near = max((h for h in range(4) if h != 2), key=lambda h: sel[1, h])
+    second = max(s for head, s in sel.items() if head != (1, near))
+    assert second < sel[1, near]
+    level = sel[1, near] + second  # half of it lies between them
+    summary = analyse(compose_cfg([*base, f"threshold.circuit={level!r}"]), tmp_path / "second")
+    ab = summary.ablation
+    assert ab.control_draw.set_aside_level == pytest.approx(level / 2) and ab.control_draw.set_aside == [f"L1H{near}"]
+    assert (ab.control_draw.in_layer, ab.control_draw.fallback, ab.control_draw.fallback_layers) == (2, 3, {"L1": "L0"})
+    in_layer = sorted(c.heads for c in ab.controls if c.drawn == "in-layer")
+    assert in_layer == [[f"L1H{h}"] for h in range(4) if h not in (2, near)]
+    assert all(c.heads[0].startswith("L0") for c in ab.controls if c.drawn == "fallback")

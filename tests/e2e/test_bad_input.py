@@ -163,3 +163,66 @@ def test_compose_config_refuses_an_override_in_one_line(override, words):
         compose_config([override])
     message = str(caught.value)
     assert "\n" not in message and all(w in message for w in words), message
+
+
+def pickled_checkpoint(source: Path, path: Path, shards: int) -> Path:
+    """``source``'s model saved as pickled ``pytorch_model.bin`` (one file), or as that many pickled
+    shards with their index, as Pythia's and Amber's branches hold them."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    path.mkdir()
+    shutil.copy(source / "config.json", path / "config.json")
+    state = load_file(source / "model.safetensors")
+    if shards == 1:
+        torch.save(state, path / "pytorch_model.bin")
+        return path
+    names = list(state)
+    weight_map = {}
+    for i in range(shards):
+        shard = f"pytorch_model-{i + 1:05d}-of-{shards:05d}.bin"
+        part = names[i::shards]
+        torch.save({k: state[k] for k in part}, path / shard)
+        weight_map.update(dict.fromkeys(part, shard))
+    (path / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shards,broken,cut", [
+    (1, "pytorch_model.bin", 0.5),  # torch reads an mmap past the end: OSError
+    (1, "pytorch_model.bin", 0.05),  # no zip directory left: RuntimeError (PytorchStreamReader)
+    (3, "pytorch_model-00002-of-00003.bin", 0.5),  # one shard of three cut short
+    (1, "pytorch_model.bin", None),  # not a pickle at all: UnpicklingError, not a refused global
+])
+def test_a_truncated_or_corrupt_pickle_names_the_file_and_the_fix(shards, broken, cut, tiny_dirs, tmp_path):
+    ckpt = pickled_checkpoint(tiny_dirs["gpt_neox"], tmp_path / "ckpt", shards)
+    whole = (ckpt / broken).read_bytes()
+    (ckpt / broken).write_bytes(b"garbage " * 64 if cut is None else whole[: int(len(whole) * cut)])
+    run = tmp_path / "run"
+    res = run_cli("model=local", f"model.name_or_path={ckpt}", "probe=quick", "probe.n_sequences=8",
+                  "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500", f"hydra.run.dir={run}", env=ENV)
+    line = assert_one_line(res, f"model.name_or_path='{ckpt}'", f"{ckpt / broken} is truncated or corrupt",
+                           "replace the file")
+    assert "would call code" not in line
+    assert not run.exists()
+
+
+def test_a_broken_pickle_in_the_hub_cache_is_deleted_and_downloaded_again(tiny_dirs, tmp_path):
+    """In the Hugging Face cache the fix names the blob behind the snapshot's link, and the download."""
+    from emergence.hub.checkpoints import Source, _broken_pickle
+
+    blob = tmp_path / "blobs" / "ab12"
+    blob.parent.mkdir()
+    blob.write_bytes(b"cut")
+    snapshot = tmp_path / "snapshots" / "0123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "pytorch_model.bin").symlink_to(blob)
+    src = Source("EleutherAI/pythia-1b", "step512", local_only=True, cached_before=True)
+    err = _broken_pickle(src, snapshot, ("pytorch_model.bin", "PytorchStreamReader failed"))
+    assert str(err) == (
+        f"model.name_or_path='EleutherAI/pythia-1b@step512' cannot be loaded: {snapshot / 'pytorch_model.bin'} is "
+        f"truncated or corrupt (PytorchStreamReader failed); delete it from the Hugging Face cache ({blob}) and "
+        "download it again: hf download EleutherAI/pythia-1b --revision step512 --force-download")

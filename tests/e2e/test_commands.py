@@ -72,6 +72,22 @@ def test_ctrl_c_is_one_line_and_leaves_no_results(tiny_dirs, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0.2, 1.0, 3.0])
+def test_ctrl_c_while_importing_is_one_line_too(after, tiny_dirs, tmp_path):
+    """Ctrl-C in the first seconds, while torch, transformers and Hydra are still importing (seconds
+    on any machine), before ``main`` handles it: exit 130, one line, no traceback, nothing left."""
+    out = tmp_path / "run"
+    proc = start_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL, "wandb.mode=disabled",
+                     f"hydra.run.dir={out}")
+    time.sleep(after)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, rest[-2000:]
+    assert "Traceback" not in rest and last_line(rest).startswith("interrupted"), rest[-2000:]
+    assert not out.exists()
+
+
 def test_a_ctrl_c_that_python_swallows_in_a_finalizer_still_counts():
     """The KeyboardInterrupt of a Ctrl-C that lands in a finalizer is only printed; the run's
     handler records the Ctrl-C itself, which ``main`` then treats as an interrupt."""

@@ -35,7 +35,10 @@ def test_a_threshold_sweep_reuses_the_measurements_and_reports_t_star(tiny_dirs,
     # A one-entry panel gives the checkpoint a token count, as every panel revision has (the report needs it).
     # Its own cache: another test of the session may have measured the same tiny model with this probe.
     model = ["model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", "revision=r0",
-             "model.panel=[{revision: main, step: 1, tokens: 1000}]", f"cache_dir={tmp_path / 'cache'}", *SMALL]
+             "model.panel=[{revision: main, step: 1, tokens: 1000}]", f"cache_dir={tmp_path / 'cache'}", *SMALL,
+             # every head of this random model is near 1x, so each would be a near-circuit head at the
+             # default control_exclude (0.5) and none a control; at 1 the other heads are the controls
+             "ablate.control_exclude=1"]
     # Thresholds from the checkpoint's own selectivities (not cached: reuse=false): just above the
     # 3rd, 2nd and 1st induction head of each layer, so the circuits shrink and controls exist.
     probe = run_cli(*model, "ablate.enabled=false", "reuse=false", f"hydra.run.dir={tmp_path / 'probe'}")
@@ -62,7 +65,9 @@ def test_a_threshold_sweep_reuses_the_measurements_and_reports_t_star(tiny_dirs,
     assert [p["threshold"] for p in sweep_found["points"]] == [s["thresholds"]["circuit"] for s in summaries]
     assert [p["circuit"] for p in sweep_found["points"]] == [s["induction_circuit"] for s in summaries]
     verdicts = [s["ablation"]["effect"]["causal"] if s["ablation"]["effect"] else None for s in summaries]
-    assert [p["causal"] for p in sweep_found["points"]] == verdicts
+    assert [p["causal"] for p in sweep_found["points"]] == verdicts and set(verdicts) != {None}
+    drawn = [s["ablation"]["control_draw"] for s in summaries]  # None: an empty circuit, nothing drawn
+    assert [p["n_fallback"] for p in sweep_found["points"]] == [d["fallback"] if d else 0 for d in drawn]
     # T* by its definition, from the summaries: the lowest threshold from which every verdict is causal.
     judged = [(s["thresholds"]["circuit"], v) for s, v in zip(summaries, verdicts) if v is not None]
     expected = next((t for i, (t, _) in enumerate(judged) if all(v for _, v in judged[i:])), None)

@@ -9,11 +9,11 @@ from emergence.recipe import ablation, capture
 from emergence.recipe.ablation import (
     METRICS,
     ablating,
-    control_sets,
-    control_shortfall,
+    draw_controls,
     head_mask,
     metrics_per_sequence,
     run_ablation,
+    set_aside_heads,
 )
 from emergence.recipe.capture import PassOptions, Subject, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
@@ -164,25 +164,66 @@ def test_a_stop_rule_ends_the_run_after_a_minibatch(tiny_dirs, batch):
 
 def test_control_sets():
     circuit = [(2, 0), (2, 5), (4, 1)]
-    sets = control_sets(circuit, n_heads=8, n_sets=6, seed=0)
-    assert len(sets) == 6
+    drawn = draw_controls(circuit, n_layers=6, n_heads=8, n_sets=6, seed=0)
+    sets = drawn.sets
+    assert len(sets) == 6 and drawn.in_layer == 6 and drawn.fallback_layers == {} and drawn.note(6) is None
     for heads in sets:
         assert sorted(l for l, _ in heads) == [2, 2, 4]
         assert not set(heads) & set(circuit)
         assert len(set(heads)) == 3
-    assert len({tuple(s) for s in sets}) > 1  # the sets differ
-    assert sets == control_sets(circuit, 8, 6, 0)  # and are reproducible
-    assert control_shortfall(circuit, 8) is None
+    assert len({tuple(s) for s in sets}) == 6  # the sets differ
+    assert sets == draw_controls(circuit, 6, 8, 6, 0).sets  # and are reproducible
 
 
-def test_control_sets_are_distinct_and_no_more_than_exist():
-    assert control_sets([(1, 0), (1, 1)], n_heads=4, n_sets=5, seed=0) == [[(1, 2), (1, 3)]]
-    three = control_sets([(0, 3)], n_heads=4, n_sets=5, seed=0)  # one head of three others
-    assert sorted(three) == [[(0, 0)], [(0, 1)], [(0, 2)]]
+def test_control_sets_are_distinct_and_widened_below_three():
+    # 2 circuit heads of 4 leave one in-layer set: the fallback draws the rest from layer 0, all C(4, 2) = 6 there
+    drawn = draw_controls([(1, 0), (1, 1)], n_layers=2, n_heads=4, n_sets=7, seed=0)
+    assert drawn.sets[0] == [(1, 2), (1, 3)] and drawn.in_layer == 1 and drawn.fallback_layers == {1: 0}
+    assert sorted(drawn.sets[1:]) == [[(0, a), (0, b)] for a in range(4) for b in range(a + 1, 4)]
+    assert drawn.note(7) == "1 distinct in-layer sets exist"
+    three = draw_controls([(0, 3)], n_layers=2, n_heads=4, n_sets=5, seed=0)  # one head of three others: enough
+    assert sorted(three.sets) == [[(0, 0)], [(0, 1)], [(0, 2)]] and three.in_layer == 3
+    assert three.note(5) == "3 distinct in-layer sets exist"
 
 
-def test_a_layer_full_of_circuit_heads_has_no_control_set():
-    assert "L1 (3 circuit heads, 1 others)" in control_shortfall([(1, 0), (1, 1), (1, 2), (2, 0)], 4)
+def test_a_layer_full_of_circuit_heads_draws_from_the_nearest_layer_with_room():
+    # L1 holds 3 circuit heads of 4: its 3 heads come from L0 (L2, as near, keeps the circuit's own L2 head)
+    circuit = [(1, 0), (1, 1), (1, 2), (2, 0)]
+    drawn = draw_controls(circuit, n_layers=4, n_heads=4, n_sets=5, seed=0)
+    assert drawn.in_layer == 0 and drawn.fallback_layers == {1: 0} and len(drawn.sets) == 5
+    for heads in drawn.sets:
+        assert sorted(l for l, _ in heads) == [0, 0, 0, 2] and not set(heads) & set(circuit)
+    # ties go to the higher layer (not the previous-token heads below); a layer without room is passed over
+    assert draw_controls([(2, h) for h in range(4)], 5, 4, 5, 0).fallback_layers == {2: 3}
+    assert draw_controls([(2, h) for h in range(4)] + [(3, 0), (3, 1), (3, 2)], 5, 4, 5, 0).fallback_layers == {
+        2: 1, 3: 4}
+    assert draw_controls([(2, h) for h in range(4)] + [(1, 0), (1, 1)], 5, 4, 5, 0).fallback_layers == {1: 0, 2: 3}
+    # every layer full: no control set at all, and the note says why
+    nothing = draw_controls([(l, h) for l in range(2) for h in range(4)], 2, 4, 5, 0)
+    assert nothing.sets == [] and nothing.note(5).startswith("no control set")
+    # two circuit layers never trade places: that would draw the in-layer set (the only one) again
+    swap = draw_controls([(0, 0), (0, 1), (1, 0), (1, 1)], 2, 4, 5, 0)
+    assert swap.sets == [[(0, 2), (0, 3), (1, 2), (1, 3)]] and swap.fallback_layers == {}
+    assert swap.note(5) == ("1 distinct in-layer sets exist; no layer has room for the fallback; "
+                            "the verdict rests on 1 (fewer than 3)")
+    one = draw_controls([(0, h) for h in range(4)], 2, 4, 5, 0)  # layer 1's four heads: one set
+    assert one.sets == [[(1, 0), (1, 1), (1, 2), (1, 3)]]
+    assert one.note(5).endswith("the verdict rests on 1 (fewer than 3)")
+
+
+def test_a_head_near_the_circuit_level_is_never_a_control():
+    sel = np.ones((3, 8))
+    sel[1, 1] = 60.0  # the circuit (50x)
+    sel[1, 0] = 25.0  # exactly half the circuit level: set aside
+    sel[1, 2] = 24.9  # just under: an ordinary control
+    sel[0, 5] = 40.0  # another layer's near-circuit head: set aside too
+    set_aside = set_aside_heads(sel, 0.5 * 50.0, [(1, 1)])
+    assert set_aside == [(0, 5), (1, 0)]
+    seen = set()
+    for seed in range(20):
+        for heads in draw_controls([(1, 1)], 3, 8, 5, seed, set_aside).sets:
+            seen |= set(heads)
+    assert seen == {(1, h) for h in (2, 3, 4, 5, 6, 7)}  # every eligible head of L1 in some set, L1H0 in none
 
 
 def test_effect_ratio_only_over_a_positive_control_rise():

@@ -14,7 +14,7 @@ from tests.helpers.run_dirs import run_summary
 from emergence.core.config import compose_config
 from emergence.core.record import Record
 from emergence.main import analyse
-from emergence.recipe.ablation import AblationResult, ControlSet, Effect, Metrics
+from emergence.recipe.ablation import AblationResult, ControlDraw, ControlSet, Effect, Metrics
 from emergence.recipe.sinks import SinkMetric
 from emergence.recipe.stats import NullSummary
 from emergence.run.results import (
@@ -25,6 +25,7 @@ from emergence.run.results import (
     DuplicateRun,
     HeadRow,
     RunSummary,
+    ablation_lines,
     is_done,
     read_run,
     write_run,
@@ -64,6 +65,23 @@ def test_an_ablation_result_survives_json():
     result = AblationResult(True, "zero", 3.0, "all", metrics, circuit=Metrics(4.0, 0.0, 0.1, 1.0),
                             controls=[ControlSet(["L1H0"], metrics)], effect=Effect(2.0, 0.0, None, True))
     assert AblationResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+    result.control_draw = ControlDraw(5, 0, 1, {"L1": "L0"}, 25.0, ["L0H3"], "a note")
+    result.controls[0].drawn = "fallback"
+    assert AblationResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+def test_the_ablation_line_is_over_the_sequences_used_and_signs_print_once():
+    """The issue's case: the clean loss over all 200 sequences (8.885) is not the one the rise is
+    from (8.819 over the 64 the adaptive run used); a fall prints as -0.075, never +-0.075."""
+    result = AblationResult(True, "zero", 3.0, "adaptive", Metrics(8.885, 0.1, 0.2, 3.0),
+                            circuit=Metrics(8.744, 0.1, 0.2, 3.0), controls=[ControlSet(["L0H0"], Metrics(
+                                8.919, 0.1, 0.2, 3.0))], effect=Effect(8.744 - 8.819, 8.919 - 8.819, None, False),
+                            sequences_used=64, clean_loss_used=8.819,
+                            control_draw=ControlDraw(5, 3, 0, {}, 25.0, [], "3 distinct control sets ..."))
+    assert ablation_lines(result) == [
+        "ablation (zero, 64 sequences): loss of B 8.819 -> 8.744 (-0.075); controls +0.100: not causal at 3x",
+        "control sets: 3 in-layer, 0 by the fallback, 5 asked; never a control (induction >= 25x): none; "
+        "3 distinct control sets ..."]
 
 
 def test_summary_json_is_the_run_summary_and_an_old_schema_is_one_line(tiny_dirs, tmp_path):
@@ -123,11 +141,12 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     written = json.loads((VERSION_2_RUN / SUMMARY_FILE).read_text())
     assert written["schema_version"] == 2 and "copy_loss_drop" not in written
     summary, rows = read_run(VERSION_2_RUN)
-    # no task before schema 3: the probe's task settings read as their defaults; no first token or GGUF
-    # record before them (the report reads a missing first token as random, the study's)
+    # no task before schema 3: the probe's task settings read as their defaults; no first token, GGUF or
+    # control_draw record before them (the report reads a missing first token as random, the study's)
     renamed = {**written, "copy_loss_drop": written["icl_score"], "task": None, "gguf": None,
                "probe": {**written["probe"], "task": None, "task_prompts": None, "task_top_k": 5,
-                         "task_words": "auto", "first_token": "auto", "first": None}}
+                         "task_words": "auto", "first_token": "auto", "first": None},
+               "ablation": {**written["ablation"], "control_draw": None}}
     del renamed["icl_score"]
     assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
