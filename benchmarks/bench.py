@@ -33,6 +33,15 @@
       logits, cross-entropy per token), alternated ``--repeats`` times, fastest of each, the
       losses equal to 1e-4; on ``--sequences`` / 4 windows of a random token stream (the cost
       does not depend on what the tokens say);
+  (v) the probes against the vocabulary (``--only v``; ``--arch llama_262k``, a Gemma-3-270M-shaped
+      llama with a 262,144-token vocabulary, or ``llama``): per case of ``VOCAB_CASES`` (probe,
+      sequences x tokens, all in one minibatch), a fresh process loads the model, runs the probe
+      pass as ``python -m emergence`` runs it (the null, the sink mechanism, every token's loss on
+      the repeat and text probes) and then, on the same tokens and weights loaded for SDPA, the
+      bare forward (logits at T-1) and, for the per-token losses, the model's default forward
+      (every position's logits, one sequence at a time); the pass over each, and the peak RSS
+      during the pass against the weights' bytes. ``unchunked`` sets the loss chunk to the whole
+      [b, T, V] (the computation before ``capture.token_losses`` chunked it) for before/after;
   (load) loading a checkpoint (``--only load``): the same random float16 weights of a
       Pythia-1B-shaped GPTNeoX (``--load-shape``) written as ``model.safetensors`` and as a
       pickled ``pytorch_model.bin`` (``torch.save``'s zipfile format), each loaded through
@@ -87,6 +96,11 @@ SHAPES = {
     "llama": ("llama 30 layers x 9 heads (3 KV heads), hidden 576, vocab 49152 (SmolLM2-135M-shaped)", "LlamaConfig",
               dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
                    num_key_value_heads=3, intermediate_size=1536, max_position_embeddings=2048)),
+    "llama_262k": ("llama 18 layers x 4 heads (1 KV head, head_dim 256), hidden 640, intermediate 2048, vocab "
+                   "262144, tied embeddings (Gemma-3-270M-shaped)", "LlamaConfig",
+                   dict(vocab_size=262144, hidden_size=640, num_hidden_layers=18, num_attention_heads=4,
+                        num_key_value_heads=1, head_dim=256, intermediate_size=2048, tie_word_embeddings=True,
+                        max_position_embeddings=2048)),
 }
 
 
@@ -250,7 +264,7 @@ def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     from emergence.core.config import compose_config
     from emergence.hub.checkpoints import Architecture
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.capture import PassOptions, Subject, register_attention, run_probe, token_losses
+    from emergence.recipe.capture import PassOptions, Subject, register_attention, run_probe
     from emergence.recipe.probe import baseline_positions, make_text_batch
 
     p = compose_config(["model=pythia", "probe=text"]).probe
@@ -270,8 +284,8 @@ def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
         times["text_pass_s"].append(time.perf_counter() - start)
         start = time.perf_counter()
         with torch.inference_mode():
-            losses = torch.cat([token_losses(bare(batch.tokens[i:i + p.batch_size], use_cache=False).logits,
-                                             batch.tokens[i:i + p.batch_size]) for i in range(0, n, p.batch_size)])
+            losses = torch.cat([full_logit_losses(bare(batch.tokens[i:i + p.batch_size], use_cache=False).logits,
+                                                  batch.tokens[i:i + p.batch_size]) for i in range(0, n, p.batch_size)])
         times["bare_forward_with_losses_s"].append(time.perf_counter() - start)
     gap = float(np.abs(cap.position_losses - losses.numpy()).max())
     if gap > 1e-4:
@@ -279,6 +293,94 @@ def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     best = {k: round(min(v), 3) for k, v in times.items()}
     return {**best, "ratio": round(best["text_pass_s"] / best["bare_forward_with_losses_s"], 3), "sequences": n,
             "seq_len": p.seq_len, "max_loss_difference": gap, "repeats": repeats}
+
+
+# (v): (probe, sequences, seq_len, variants); each case is one minibatch. The 8 x 512 text case is the
+# issue's memory target; unchunked it would hold two [8, 511, 262144] float32 tensors (8.6 GB) on the
+# 262k shape, more than this benchmark may use, so its before is measured at 2 x 512.
+VOCAB_CASES = (("quick", 8, 256, ("chunked",)), ("repeat", 4, 256, ("unchunked", "chunked")),
+               ("text", 2, 512, ("unchunked", "chunked")), ("text", 8, 512, ("chunked",)))
+
+
+def vocabulary_child(path: str, probe: str, n: int, seq_len: int, unchunked: bool) -> None:
+    """(v)'s child: one case of ``VOCAB_CASES`` in this fresh process (its own peak RSS)."""
+    from transformers import AutoModelForCausalLM
+
+    from emergence.core.config import compose_config
+    from emergence.hub.checkpoints import Architecture
+    from emergence.recipe import capture, stats
+    from emergence.recipe.ablation import metrics_per_sequence
+    from emergence.recipe.probe import (RepeatLayout, baseline_positions, make_probe_batch, make_repeat_batch,
+                                        make_text_batch)
+
+    p = compose_config(["model=pythia", f"probe={probe}", f"probe.n_sequences={n}", f"probe.seq_len={seq_len}"]).probe
+    if probe == "text":  # a random token stream: the cost does not depend on what the tokens say
+        stream = np.random.RandomState(0).randint(100, 300, size=16 * n * seq_len)
+        batch = make_text_batch(stream, n, seq_len, p.seed, bos=None)
+    else:
+        batch = (make_repeat_batch if probe == "repeat" else make_probe_batch)(n, seq_len, p.vocab_low,
+                                                                               p.vocab_high, p.seed)
+    ours = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                attn_implementation=capture.register_attention()).eval()
+    arch = Architecture.of(ours)  # its pass reads every weight: they are resident from here on
+    weight_bytes = sum(w.numel() * w.element_size() for w in ours.parameters())
+    if unchunked:  # one chunk of every position: the [b, T-1, V] logits at once, as before chunking
+        capture.LOSS_CHUNK_ELEMENTS = n * seq_len * ours.config.vocab_size
+    losses = probe != "quick"
+    options = capture.PassOptions(baseline_positions(seq_len, p.n_baseline, p.baseline_seed), n,
+                                  null_positions=stats.null_positions(batch.ab.numpy(), seq_len, 500),
+                                  position_losses=losses, repeat=RepeatLayout(seq_len) if probe == "repeat" else None)
+    before = rss_kib()
+    start = time.perf_counter()
+    capture.run_probe(capture.Subject(ours, arch, batch, n), options, metrics_per_sequence)
+    pass_s = time.perf_counter() - start
+    peak = rss_kib()["VmHWM"]
+    del ours
+    bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    times = {}
+    with torch.inference_mode():
+        start = time.perf_counter()
+        bare(batch.tokens, logits_to_keep=1, use_cache=False)
+        times["bare_last_logits_s"] = time.perf_counter() - start
+        if losses:  # every position's logits, one sequence at a time (all at once would not fit)
+            start = time.perf_counter()
+            for i in range(n):
+                bare(batch.tokens[i:i + 1], use_cache=False)
+            times["bare_all_logits_s"] = time.perf_counter() - start
+    print(json.dumps({"pass_s": pass_s, **times, "weight_bytes": weight_bytes, "rss_before_pass_kib": before["VmRSS"],
+                      "peak_rss_kib": peak}))
+
+
+def vocabulary_cost(path: str, n: int, repeats: int) -> dict:
+    """(v): every case of ``VOCAB_CASES`` in its own process, once (``n`` and ``repeats`` unused: the
+    cases fix their sizes); the pass over the bare forwards in the same process, and its peak RSS."""
+    gib = 2**30
+    rows = []
+    for probe, sequences, seq_len, variants in VOCAB_CASES:
+        for variant in variants:
+            r = measure([sys.executable, "-m", "benchmarks.bench", "--vocabulary-child", path, "--probe", probe,
+                         "--sequences", str(sequences), "--seq-len", str(seq_len),
+                         *(["--unchunked"] if variant == "unchunked" else [])])
+            row = {"probe": probe, "sequences": sequences, "seq_len": seq_len, "losses": variant,
+                   "pass_s": round(r["pass_s"], 2), "bare_last_logits_s": round(r["bare_last_logits_s"], 2),
+                   "pass_over_bare_last_logits": round(r["pass_s"] / r["bare_last_logits_s"], 3)}
+            if "bare_all_logits_s" in r:
+                row.update(bare_all_logits_s=round(r["bare_all_logits_s"], 2),
+                           pass_over_bare_all_logits=round(r["pass_s"] / r["bare_all_logits_s"], 3))
+            row.update(weights_gib=round(r["weight_bytes"] / gib, 3),
+                       rss_before_pass_gib=round(r["rss_before_pass_kib"] * 1024 / gib, 3),
+                       peak_rss_gib=round(r["peak_rss_kib"] * 1024 / gib, 3),
+                       peak_rss_over_weights_gib=round((r["peak_rss_kib"] * 1024 - r["weight_bytes"]) / gib, 3))
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+    return {"cases": rows, "target": "pass <= 2x bare forward; peak RSS <= weights + 1.5 GB at 8 x 512 (262k)"}
+
+
+def full_logit_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """(k)'s bare computation: logits [b, T, V] of every position at once -> [b, T-1], each token's loss."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits[:, :-1].float().transpose(1, 2), tokens[:, 1:], reduction="none")
 
 
 def ablation_paths(path: str, n: int, repeats: int) -> dict:
@@ -712,7 +814,7 @@ def setup(args) -> dict:
 
 
 # The in-process comparisons ``--only`` runs by themselves: (model directory, sequences, repeats) -> row.
-IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths, "k": text_pass_over_forward,
+IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths, "k": text_pass_over_forward, "v": vocabulary_cost,
               "i": lambda path, n, repeats: clear_verdict_recipe(repeats),
               "dtype": lambda path, n, repeats: dtype_error(n)}
 SELF_CONTAINED = ("i", "dtype", "load")  # build their own models: no random stand-in of --arch's shape needed
@@ -739,6 +841,10 @@ def main(argv=None) -> None:
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--load-child", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--load-dtype", choices=LOAD_DTYPES, help=argparse.SUPPRESS)
+    p.add_argument("--vocabulary-child", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--probe", choices=("quick", "repeat", "text"), help=argparse.SUPPRESS)
+    p.add_argument("--seq-len", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--unchunked", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.out and not args.out.parent.is_dir():  # found now, not after the benchmark's minutes
         p.error(f"--out {args.out}: no folder {args.out.parent}; create it or give another path")
@@ -748,6 +854,8 @@ def main(argv=None) -> None:
         return study(args.study, args.sequences)
     if args.load_child:
         return load_child(args.load_child, args.load_dtype)
+    if args.vocabulary_child:
+        return vocabulary_child(args.vocabulary_child, args.probe, args.sequences, args.seq_len, args.unchunked)
 
     if args.only in SWEEPS:
         return write({args.only: SWEEPS[args.only](args.revisions), "setup": setup(args)}, args.out)

@@ -46,7 +46,10 @@ screen needs (query T-1 against all keys) and keeps only:
   the copy's tokens and the sequences: the prefix-matching score.
 
 Beside the Recorder, forward hooks on the decoder layers reduce the residual stream
-(``mechanism.ResidualRecorder``: massive activations).
+(``mechanism.ResidualRecorder``: massive activations). On the text and repeat probes, a hook
+on the output embeddings keeps the final hidden states and lets the model project T-1 alone;
+every token's loss then comes from them a few positions at a time (``token_losses``), so the
+[b, T, vocabulary] logits never exist.
 
 The full attention pattern [n, layers, heads, T, T] is never materialised; each layer's
 pieces wait in the Recorder until the minibatch's forward pass ends and are then reduced
@@ -60,6 +63,7 @@ output projection, whose input holds the per-head outputs).
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -403,10 +407,59 @@ def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
     return sites
 
 
-def token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """logits [b, T, V], tokens [b, T] -> [b, T-1] float32: the loss of the token at each position
-    1..T-1 given the ones before it (the model's own next-token cross-entropy, unreduced)."""
-    return F.cross_entropy(logits[:, :-1].float().transpose(1, 2), tokens[:, 1:], reduction="none")
+# The most logits (rows x positions x vocabulary) the per-token losses hold at a time: 64 MiB in
+# float32, so that neither T nor the vocabulary (262,144 for Gemma 3) sizes the pass's memory.
+LOSS_CHUNK_ELEMENTS = 2**24
+
+
+def token_losses(hidden: torch.Tensor, tokens: torch.Tensor, head, chunk: int) -> torch.Tensor:
+    """hidden [b, T, d]: the final hidden states (the output embeddings' input), tokens [b, T],
+    ``head``: hidden [b, c, d] -> logits [b, c, V] (``output_logits``) -> [b, T-1] float32: the loss
+    of the token at each position 1..T-1 given the ones before it (the model's own next-token
+    cross-entropy, unreduced). The logits exist ``chunk`` positions at a time, [b, chunk, V]: the
+    loss at a position needs that position's logits alone."""
+    T = tokens.shape[1]
+    return torch.cat([F.cross_entropy(head(hidden[:, s:min(s + chunk, T - 1)]).float().transpose(1, 2),
+                                      tokens[:, s + 1:s + 1 + chunk], reduction="none")
+                      for s in range(0, T - 1, chunk)], dim=1)
+
+
+def output_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """hidden [b, c, d] final hidden states -> [b, c, V]: the logits as the tested architectures'
+    forward makes them, the output embeddings and then, where the config has one, Gemma 2's final
+    soft-cap. ``run_probe`` checks this against the model's own logits at T-1 on every minibatch."""
+    return softcapped(model.get_output_embeddings()(hidden), getattr(model.config, "final_logit_softcapping", None))
+
+
+@contextmanager
+def final_hidden_kept(model):
+    """While active, the output embeddings keep their input, the final hidden states [b, T, d], in
+    the list this yields, and project it at the last position alone, [b, 1, d], as
+    ``logits_to_keep=1`` would: the per-token losses project the rest in chunks (``token_losses``)."""
+    kept: list[torch.Tensor] = []
+
+    def hook(module, args):
+        kept.append(args[0])
+        return (args[0][:, -1:], *args[1:])
+
+    handle = model.get_output_embeddings().register_forward_pre_hook(hook)
+    try:
+        yield kept
+    finally:
+        handle.remove()
+
+
+def checked_final_hidden(model, kept: list, logits: torch.Tensor, model_type: str) -> torch.Tensor:
+    """``kept``: what ``final_hidden_kept`` kept in one forward, logits [b, V] the model's own at T-1
+    -> the final hidden states [b, T, d], once ``output_logits`` gives those logits from them. A model
+    that scales or caps its logits some other way would get wrong per-token losses; the tolerance
+    only spares a GPU kernel that rounds differently between two calls."""
+    if len(kept) != 1 or not torch.allclose(output_logits(model, kept[0][:, -1:])[:, -1].float(), logits.float(),
+                                            rtol=1e-4, atol=1e-5):
+        raise UsageError(f"model architecture {model_type!r} is not supported with probe.kind=text or repeat: its "
+                         "logits are not its output embeddings of the final hidden states (with a final soft-cap), "
+                         "so the per-token losses cannot be computed in chunks")
+    return kept[0]
 
 
 def decoder_layers(model, attentions: list) -> list:
@@ -464,7 +517,7 @@ class PassOptions:
     keep_position_means: bool = False  # every head output's per-position mean, for mean ablation
     null_positions: np.ndarray | None = None  # [draws, n] the reference null's random key positions
     sink_importance: bool = True  # Gu et al.'s metric (the benchmark prices it by turning it off)
-    position_losses: bool = False  # the loss of every token (the logits at every position, reduced per minibatch)
+    position_losses: bool = False  # the loss of every token (from the final hidden states, ``token_losses``)
     repeat: RepeatLayout | None = None  # the repeat probe's layout: measures the prefix-matching score
     sink_mechanism: bool = True  # the massive activations and value norms (the benchmark prices them)
 
@@ -492,11 +545,15 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
                 stop = min(start + batch_size, n)
                 rec.begin_batch(start, batch.ab[start:stop].to(device))
                 tokens = batch.tokens[start:stop].to(device)
-                logits = model(tokens, logits_to_keep=0 if position_losses else 1, use_cache=False,
-                               **{LISTENER: rec}).logits  # no KV cache: nothing generates after it
+                # Every position reaches the output embeddings only for final_hidden_kept, which keeps
+                # them and projects T-1 alone; no KV cache: nothing generates after the pass.
+                with final_hidden_kept(model) if position_losses else nullcontext([]) as kept:
+                    logits = model(tokens, logits_to_keep=0 if position_losses else 1, use_cache=False,
+                                   **{LISTENER: rec}).logits[:, -1]
                 if position_losses:
-                    losses.append(token_losses(logits, tokens).cpu())
-                logits = logits[:, -1]
+                    hidden = checked_final_hidden(model, kept, logits, arch.model_type)
+                    chunk = max(1, LOSS_CHUNK_ELEMENTS // (len(tokens) * logits.shape[-1]))
+                    losses.append(token_losses(hidden, tokens, lambda h: output_logits(model, h), chunk).cpu())
                 if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
                     raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
                                      f"{arch.n_layers} attention layers went through the capture")
