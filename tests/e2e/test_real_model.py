@@ -76,7 +76,7 @@ def test_the_repeat_probe_copies_and_its_ablation_reports_a_verdict(smollm2, eag
     """SmolLM2 copies a repeated random span (its loss on the copy falls far below the first reading's),
     every position's loss is the eager cross-entropy, and the induction circuit's ablation is measured."""
     cfg = compose_config(["model=local", f"model.name_or_path={smollm2.hf_dir}", *QUICK, "probe=repeat",
-                          "probe.n_sequences=8", "probe.seq_len=128", "ablate.sequences=all"])
+                          "probe.n_sequences=8", "ablate.sequences=all"])
     summary = analyse(cfg, tmp_path)
     with np.load(tmp_path / "per_sequence.npz") as npz:
         tokens, losses = torch.from_numpy(npz["tokens"]), npz["position_losses"]
@@ -87,7 +87,7 @@ def test_the_repeat_probe_copies_and_its_ablation_reports_a_verdict(smollm2, eag
     # column j: the loss on token j+1. Our attention and eager's round differently in float32, and through
     # 30 layers whose residual holds a 16,000x massive activation that is a few 1e-4 nats
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-4, atol=1e-3)
-    layout = RepeatLayout(128)
+    layout = RepeatLayout(256)
     first_reading = eager_losses[:, layout.prefix:layout.copy_start - 1].mean()
     copy = eager_losses[:, layout.copy_start:].mean()
     assert first_reading - copy > 3.0  # nats: induction on a real model
