@@ -2,6 +2,7 @@
 transformers, torch) and Hydra's composing take seconds before ``main`` installs its own handling,
 and an interrupt among them must end as one during the run does: one line, exit 130."""
 
+import os
 import sys
 
 from emergence.run import interrupt
@@ -17,4 +18,7 @@ try:
     main()
 except KeyboardInterrupt:  # before main's handling (or after it): nothing was written
     sys.stderr.write("interrupted: no results written\n")
-    sys.exit(130)
+    sys.stderr.flush()
+    # os._exit: a Ctrl-C that lands while the interpreter shuts down (a library's atexit hook) would
+    # otherwise end the process by the signal (-2) instead of 130
+    os._exit(130)
