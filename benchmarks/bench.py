@@ -719,7 +719,7 @@ def full_model_ablation(model, arch, batch, head_sets: list, per_pass: int) -> n
         for start in range(0, batch.n, per_pass):
             tokens = batch.tokens[start:start + per_pass]
             b = len(tokens)
-            with ablating(arch, masks.repeat_interleave(b, dim=0)):
+            with ablating(arch, masks.repeat_interleave(b, dim=0).unbind(1)):
                 logits = model(tokens.repeat(len(head_sets), 1), logits_to_keep=1, use_cache=False).logits[:, -1]
             for i in range(len(head_sets)):
                 losses[i].append(F.cross_entropy(logits[i * b:(i + 1) * b].float(), batch.b[start:start + b],

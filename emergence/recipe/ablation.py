@@ -4,7 +4,7 @@ An ablated head has its slice of the input to the output projection replaced: by
 (``zero``, the reference) or by its batch mean at that position (``mean``). We score
 the prediction of B at T-1 for the induction circuit ablated and for control sets, "controls"
 (as many heads per layer as the circuit, drawn at random: ``draw_controls``). Conditions are
-stacked along the batch dimension, so all control sets share each forward pass. The step's
+stacked along the batch dimension (``stacked_logits``), so all control sets share each forward pass. The step's
 result is an ``AblationResult``.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -239,17 +240,17 @@ def removed_after(handles: list):
 
 
 @contextmanager
-def ablating(arch, row_masks: torch.Tensor, position_mean: torch.Tensor | None = None):
+def ablating(arch, layer_masks: Sequence[torch.Tensor | None], position_mean: torch.Tensor | None = None):
     """Ablate heads per batch row while active.
 
-    ``row_masks`` [rows, layers, heads] bool: which heads to ablate in each batch row.
-    ``position_mean`` [layers, T, heads, d]: replacement values for mean ablation
-    (None: zero ablation). Layers with nothing ablated are left untouched.
+    ``layer_masks[layer]`` [rows, heads] bool: which heads to ablate in each row of the batch as it
+    enters that layer (None: nothing). ``position_mean`` [layers, T, heads, d]: replacement values
+    for mean ablation (None: zero ablation). Layers with nothing ablated are left untouched.
     """
     handles = []
 
     def make_hook(layer: int):
-        ablated = row_masks[:, layer]
+        ablated = layer_masks[layer]
 
         def hook(module, args):
             x = args[0]
@@ -263,40 +264,104 @@ def ablating(arch, row_masks: torch.Tensor, position_mean: torch.Tensor | None =
         return hook
 
     for layer, proj in enumerate(arch.out_projs):
-        if row_masks[:, layer].any():
+        if layer_masks[layer] is not None and layer_masks[layer].any():
             handles.append(proj.register_forward_pre_hook(make_hook(layer)))
     with removed_after(handles):
         yield
 
 
+CLEAN = None  # the block of rows with nothing ablated (``StackLayout.blocks``)
+
+
+@dataclass(frozen=True)
+class StackLayout:
+    """How k head sets share one forward pass over the same ``rows`` sequences.
+
+    A head set's rows compute what the clean model computes up to its lowest ablated layer, so the
+    batch starts as one block of clean rows, and each set joins as a copy of them at its lowest
+    ablated layer: the layers below run once for all the sets that join above. ``blocks[layer]`` is
+    the blocks of ``rows`` rows entering that layer, in order: the clean rows first (``CLEAN``) while
+    a set is still to join or an empty head set needs them to the end, then the sets in the order
+    they joined (by lowest layer, then as given)."""
+
+    rows: int
+    blocks: list[list[int | None]]  # per layer: a head set's index, or CLEAN
+    owner: list[int | None]  # per head set: its block at the top (CLEAN for a set with no head)
+
+    @classmethod
+    def of(cls, masks: torch.Tensor, rows: int) -> "StackLayout":
+        """``masks`` [k, layers, heads] bool: the k head sets."""
+        k, n_layers, _ = masks.shape
+        per_layer = masks.any(dim=2)  # [k, layers]
+        lowest = [int(row.nonzero()[0]) if row.any() else None for row in per_layer]
+        joining = sorted((s for s in range(k) if lowest[s] is not None), key=lambda s: (lowest[s], s))
+        last_join = max((lowest[s] for s in joining), default=-1)
+        keep_clean = any(low is None for low in lowest)
+        blocks = [([CLEAN] if keep_clean or layer < last_join else []) +
+                  [s for s in joining if lowest[s] <= layer] for layer in range(n_layers)]
+        return cls(rows, blocks, [None if low is None else s for s, low in enumerate(lowest)])
+
+    def entering(self, layer: int) -> list[int | None]:
+        """The blocks reaching ``layer`` from below (the embeddings give one clean block)."""
+        return self.blocks[layer - 1] if layer else [CLEAN]
+
+    def gather(self, layer: int) -> torch.Tensor | None:
+        """Row indices [rows x blocks] taking the rows that reach ``layer`` to those it runs on (a
+        joining set copies the clean rows); None where they are the same."""
+        before, after = self.entering(layer), self.blocks[layer]
+        if before == after:
+            return None
+        return torch.cat([torch.arange(self.rows) + before.index(b if b in before else CLEAN) * self.rows
+                          for b in after])
+
+    def layer_masks(self, masks: torch.Tensor) -> list[torch.Tensor]:
+        """Per layer, [rows x blocks, heads]: each block's heads ablated there (``ablating``)."""
+        n_heads = masks.shape[2]
+        return [torch.stack([torch.zeros(n_heads, dtype=torch.bool) if b is CLEAN else masks[b, layer]
+                             for b in blocks]).repeat_interleave(self.rows, dim=0)
+                for layer, blocks in enumerate(self.blocks)]
+
+    def by_set(self, top: torch.Tensor) -> torch.Tensor:
+        """The last layer's rows [rows x blocks, ...] -> [k, rows, ...], head set by head set."""
+        per_block = top.view(len(self.blocks[-1]), self.rows, *top.shape[1:])
+        return per_block[[self.blocks[-1].index(b) for b in self.owner]]
+
+
 @contextmanager
-def shared_prefix(layers: list, rows: int, copies: int):
-    """Run the given decoder layers (the first ablated one and those above) on ``copies`` x
-    ``rows`` rows while the layers below run once on ``rows``: they compute the same thing for
-    every head set. Each hooked layer repeats, condition-major, every tensor argument with
-    ``rows`` rows (the hidden states at the first of them; per-row masks, positions and rotary
-    tables at all of them, since the model passes those to each layer afresh). Tensors of one
-    dimension (``cache_position`` [T]) are never per row, so they are left alone. The context
-    lasts one forward pass, in which a tensor passed to every layer (the mask, the rotary
-    tables) is repeated once; the hidden states are repeated without being kept."""
-    repeated: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (tensor, its repeat); the pair keeps the id
+def joining_rows(layers: list, layout: StackLayout):
+    """Make each decoder layer run on ``layout.blocks`` of rows: forward pre-hooks take the hidden
+    states reaching a layer (its first argument) to the layer's blocks (``StackLayout.gather``), and
+    repeat every other tensor argument with ``layout.rows`` rows once per block (per-row masks,
+    positions and rotary tables, which the model passes to each layer afresh), so no architecture's
+    layers are re-implemented. Tensors of one dimension (``cache_position`` [T]) are never per row,
+    so they are left alone. The context lasts one forward pass; a tensor passed to every layer (the
+    mask, the rotary tables) is repeated once per number of blocks."""
+    rows = layout.rows
+    repeated: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # (id, copies) -> (tensor, repeat)
 
-    def expand(value, keep: bool = True):
-        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == rows:
-            if keep and id(value) in repeated:
-                return repeated[id(value)][1]
-            copy = value.repeat(copies, *[1] * (value.dim() - 1))
-            if keep:
-                repeated[id(value)] = value, copy
-            return copy
-        return tuple(expand(v) for v in value) if isinstance(value, tuple) else value
+    def expand(value, copies: int):
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == rows and copies > 1:
+            key = id(value), copies
+            if key not in repeated:  # the pair keeps the tensor, so its id is not reused
+                repeated[key] = value, value.repeat(copies, *[1] * (value.dim() - 1))
+            return repeated[key][1]
+        return tuple(expand(v, copies) for v in value) if isinstance(value, tuple) else value
 
-    def hook(module, args, kwargs):
-        # the hidden states (the first argument) reach only the first hooked layer with ``rows`` rows
-        return ((*(expand(v, keep=False) for v in args[:1]), *expand(args[1:])),
-                {k: expand(v, keep=k != "hidden_states") for k, v in kwargs.items()})
+    def make_hook(layer: int):
+        gather, copies = layout.gather(layer), len(layout.blocks[layer])
 
-    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in layers] if copies > 1 else []
+        def take(hidden: torch.Tensor) -> torch.Tensor:
+            return hidden if gather is None else hidden.index_select(0, gather.to(hidden.device))
+
+        def hook(module, args, kwargs):
+            if args:
+                args = (take(args[0]), *expand(args[1:], copies))
+            return args, {k: take(v) if k == "hidden_states" else expand(v, copies) for k, v in kwargs.items()}
+
+        return hook
+
+    handles = [layer.register_forward_pre_hook(make_hook(i), with_kwargs=True) for i, layer in enumerate(layers)
+               if layout.blocks[i] != [CLEAN]]
     with removed_after(handles):
         yield
 
@@ -319,6 +384,23 @@ def last_position_only(layer, out_proj, attention):
         yield capture.last_query_only(attention)
 
 
+def stacked_logits(model, arch, tokens: torch.Tensor, masks: torch.Tensor,
+                   position_mean: torch.Tensor | None = None) -> torch.Tensor:
+    """[k, b, V] logits at T-1 of the ``b`` sequences ``tokens`` [b, T] with each of the ``k`` head
+    sets ``masks`` [k, layers, heads] ablated, in one forward pass (call it under inference mode).
+
+    Each set joins the clean rows at its lowest ablated layer (``StackLayout``, ``joining_rows``),
+    and the last layer's attention, output projection and MLP run at the last position alone
+    (``last_position_only``). ``position_mean``: mean ablation's values (``ablating``)."""
+    layout = StackLayout.of(masks, tokens.shape[0])
+    layers = arch.decoder_layers
+    device = next(model.parameters()).device
+    with joining_rows(layers, layout), ablating(arch, layout.layer_masks(masks), position_mean), \
+            last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]) as last_only:
+        logits = model(tokens.to(device), logits_to_keep=1, use_cache=False, **last_only).logits[:, -1]
+    return layout.by_set(logits)
+
+
 @dataclass
 class Ablated:
     """What ``run_ablation`` measured over the ``n`` sequences it used (the first ``n`` of the probe),
@@ -331,19 +413,11 @@ class Ablated:
 
 def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int, int]]],
                  batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
-    """Metrics of B at T-1 for each head set ablated, all sets sharing each pass.
-
-    Layers below the lowest ablated one run once per minibatch (``shared_prefix``), and the
-    last layer's attention, output projection and MLP only at the last position
-    (``last_position_only``);
-    each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses
-    so far ([head sets, sequences]), may end the run after any minibatch (adaptive ablation)."""
+    """Metrics of B at T-1 for each head set ablated, all sets sharing each pass (``stacked_logits``);
+    each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses so
+    far ([head sets, sequences]), may end the run after any minibatch (adaptive ablation)."""
     masks = torch.stack([head_mask(heads, arch.n_layers, arch.n_heads) for heads in head_sets])
     k = len(head_sets)
-    ablated_layers = masks.any(dim=(0, 2)).nonzero()
-    layers = arch.decoder_layers
-    suffix = layers[int(ablated_layers[0]) if len(ablated_layers) else 0:]
-    device = next(model.parameters()).device
     sums = torch.zeros(k, len(METRICS), dtype=torch.float64)
     losses: list[torch.Tensor] = []  # per minibatch, [k, b]: each head set's loss of B per sequence
     n = 0
@@ -351,13 +425,9 @@ def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int,
         for start in tqdm(range(0, batch.n, batch_size), desc="ablate", unit="batch", leave=False):
             stop_at = min(start + batch_size, batch.n)
             b = stop_at - start
-            row_masks = masks.repeat_interleave(b, dim=0)  # head-set-major, as shared_prefix repeats rows
-            with shared_prefix(suffix, b, k), ablating(arch, row_masks, position_mean), \
-                    last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]) as last_only:
-                logits = model(batch.tokens[start:stop_at].to(device), logits_to_keep=1, use_cache=False,
-                               **last_only).logits[:, -1]
-            target = batch.b[start:stop_at].to(device)
-            rows = metrics_per_sequence(logits, target.repeat(k)).cpu().view(k, b, len(METRICS))
+            logits = stacked_logits(model, arch, batch.tokens[start:stop_at], masks, position_mean)  # [k, b, V]
+            target = batch.b[start:stop_at].to(logits.device)
+            rows = metrics_per_sequence(logits.flatten(0, 1), target.repeat(k)).cpu().view(k, b, len(METRICS))
             sums += rows.sum(1)
             losses.append(rows[..., 0])
             n = stop_at

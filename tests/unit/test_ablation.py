@@ -39,11 +39,11 @@ def test_rows_without_ablation_are_bit_identical(arch, tiny_dirs, batch):
     clean = last_logits(model, tokens)
     masks = torch.zeros(12, info.n_layers, info.n_heads, dtype=torch.bool)
     masks[6:, 0, 1] = True  # ablate L0H1 in the second copy only
-    with ablating(info, masks):
+    with ablating(info, masks.unbind(1)):
         mixed = last_logits(model, tokens)
     assert torch.equal(mixed[:6], clean[:6])
     assert not torch.allclose(mixed[6:], clean[6:])
-    with ablating(info, torch.zeros_like(masks)):
+    with ablating(info, torch.zeros_like(masks).unbind(1)):
         assert torch.equal(last_logits(model, tokens), clean)
 
 
@@ -53,7 +53,7 @@ def test_ablating_a_whole_layer_removes_its_attention_output(arch, tiny_dirs, ba
     info = Architecture.of(model)
     masks = torch.zeros(6, info.n_layers, info.n_heads, dtype=torch.bool)
     masks[:, 1, :] = True
-    with ablating(info, masks):
+    with ablating(info, masks.unbind(1)):
         ablated = last_logits(model, batch.tokens)
     proj = info.out_projs[1]
 
@@ -75,17 +75,17 @@ def test_mean_ablation_with_a_heads_own_values_changes_nothing(tiny_dirs, batch)
     cap = run_probe(Subject(model, info, one, 1),
                     PassOptions(baseline_positions(T, 50), 1, keep_position_means=True), metrics_per_sequence)
     masks = torch.ones(1, info.n_layers, info.n_heads, dtype=torch.bool)  # every head, every layer
-    with ablating(info, masks, cap.position_mean):  # the batch mean of a batch of one is itself
+    with ablating(info, masks.unbind(1), cap.position_mean):  # the batch mean of a batch of one is itself
         same = last_logits(model, one.tokens)
     torch.testing.assert_close(same, last_logits(model, one.tokens), rtol=1e-5, atol=1e-5)
-    with ablating(info, masks):  # while zeroing the same heads does change the prediction
+    with ablating(info, masks.unbind(1)):  # while zeroing the same heads does change the prediction
         assert not torch.allclose(last_logits(model, one.tokens), same, atol=1e-3)
 
 
 def separate_pass_scores(model, info, batch, heads):
     """Today's reference: one pass per head set, ablation hooks only, no shared prefix."""
     masks = head_mask(heads, info.n_layers, info.n_heads).expand(batch.n, -1, -1)
-    with ablating(info, masks):
+    with ablating(info, masks.unbind(1)):
         logits = last_logits(model, batch.tokens)
     rows = metrics_per_sequence(logits, batch.b)  # [n, metrics]
     return dict(zip(METRICS, rows.mean(0).tolist())), rows[:, 0].numpy()
@@ -95,6 +95,7 @@ def separate_pass_scores(model, info, batch, heads):
 @pytest.mark.parametrize("head_sets", [
     [[(0, 1), (1, 2)], [(0, 3), (1, 0)], []],  # layer 0 ablated: nothing to share
     [[(1, 2)], [(1, 0), (1, 3)], [(1, 1)]],  # layer 0 runs once per minibatch
+    [[(1, 2)], [], [(0, 3)], [(1, 0), (0, 1)]],  # sets join at layers 1, 0, 0; the empty one keeps clean rows
 ])
 @pytest.mark.parametrize("per_pass", [1, 4, 6])
 def test_stacked_head_sets_over_a_shared_prefix_equal_separate_passes(arch, head_sets, per_pass, tiny_dirs, batch):
@@ -107,6 +108,25 @@ def test_stacked_head_sets_over_a_shared_prefix_equal_separate_passes(arch, head
         for metric, value in expected.items():
             assert getattr(stacked.scores[i], metric) == pytest.approx(value, rel=1e-5, abs=1e-5)
         np.testing.assert_allclose(stacked.loss[i], per_sequence, rtol=1e-5, atol=1e-5)
+
+
+def test_each_head_set_joins_the_clean_rows_at_its_lowest_ablated_layer():
+    """Four layers: set 0 ablates layer 2, set 1 nothing, set 2 layers 1 and 3, set 3 layer 2. The
+    clean rows run to the top for set 1; the others join in order of their lowest layer."""
+    masks = torch.zeros(4, 4, 3, dtype=torch.bool)
+    masks[0, 2, 0] = masks[2, 1, 1] = masks[2, 3, 2] = masks[3, 2, 2] = True
+    layout = ablation.StackLayout.of(masks, rows=2)
+    C = ablation.CLEAN
+    assert layout.blocks == [[C], [C, 2], [C, 2, 0, 3], [C, 2, 0, 3]]
+    assert layout.gather(0) is None and layout.gather(3) is None
+    assert layout.gather(1).tolist() == [0, 1, 0, 1] and layout.gather(2).tolist() == [0, 1, 2, 3, 0, 1, 0, 1]
+    per_layer = layout.layer_masks(masks)
+    assert [m.shape[0] for m in per_layer] == [2, 4, 8, 8]
+    assert per_layer[3][:, 2].tolist() == [False] * 2 + [True] * 2 + [False] * 4  # set 2's rows, at layer 3
+    top = torch.arange(8)  # the four blocks' rows at the top
+    assert layout.by_set(top).tolist() == [[4, 5], [0, 1], [2, 3], [6, 7]]
+    without_empty = ablation.StackLayout.of(masks[[0, 2, 3]], rows=2)  # the clean rows end where set 0 joins
+    assert without_empty.blocks == [[C], [C, 1], [1, 0, 2], [1, 0, 2]]
 
 
 def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs, batch):

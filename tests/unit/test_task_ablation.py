@@ -242,7 +242,7 @@ def test_zero_ablation_equals_the_zeroed_output_projection(arch, task):
     _, model, layout = models(arch)
     b = batch(task)
     expected = reference_values(zeroed(arch, ABLATED), b)
-    with ablating(layout, head_mask(heads_of(ABLATED), layout.n_layers, layout.n_heads)[None]):
+    with ablating(layout, head_mask(heads_of(ABLATED), layout.n_layers, layout.n_heads)[None].unbind(1)):
         assert_values_equal(task_pass(model, layout, b, 4, screen=False).values, expected)
 
     result = task_ablation(model, layout, b, 4, [Condition("baseline", {}), Condition("user", ABLATED)], SETTINGS)
@@ -270,7 +270,7 @@ def test_baseline_is_the_unablated_pass_and_a_full_layer_changes_the_logits(arch
                          SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed)
     assert result.conditions[0].metrics == clean
     assert abs(result.conditions[1].delta["target_logit_mean"]) > 1e-3
-    with ablating(layout, head_mask(heads_of(full_layer), layout.n_layers, layout.n_heads)[None]):
+    with ablating(layout, head_mask(heads_of(full_layer), layout.n_layers, layout.n_heads)[None].unbind(1)):
         ablated = task_pass(model, layout, b, 5, screen=False).values
     assert np.abs(ablated.target_logit - task_pass(model, layout, b, 5).values.target_logit).min() > 1e-4
     assert_values_equal(ablated, reference_values(zeroed(arch, full_layer), b))
