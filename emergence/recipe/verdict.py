@@ -43,10 +43,12 @@ def alpha_spent(confidence: float, look: int | None) -> float:
 
 
 def interval(values: np.ndarray, confidence: float, look: int | None = None) -> dict:
-    """The criterion's point estimate and its interval from [2, n] branch values."""
+    """The criterion, the least of the branches' means, and its interval from [branches, n] values
+    (``branches``' two; the task sweeps' one per draw): each branch's interval at a level that
+    lets them hold together (Bonferroni)."""
     n = values.shape[1]
     means = values.mean(axis=1)
-    level = 1 - alpha_spent(confidence, look) / 2  # per branch: the two branches hold together
+    level = 1 - alpha_spent(confidence, look) / len(values)
     half = (stats.t.ppf(1 - (1 - level) / 2, df=n - 1) * values.std(axis=1, ddof=1) / math.sqrt(n) if n > 1
             else np.full(2, np.inf))
     return {"criterion": float(means.min()), "low": float((means - half).min()), "high": float((means + half).min()),

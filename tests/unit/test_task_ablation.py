@@ -3,13 +3,14 @@ the conditions against the study's published specs, and the ablation runs on tin
 architectures against an independent computation (the eager reference with the ablated heads' columns
 of the output projection zeroed)."""
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from emergence.core.config import StatsConfig, ThresholdConfig
+from emergence.core.config import AblateConfig, StatsConfig, ThresholdConfig
 from emergence.core.errors import UsageError
 from emergence.recipe.ablation import ablating, head_mask
 from emergence.recipe.screen import CLASSES
@@ -17,6 +18,7 @@ from emergence.panel.published_tasks import load_published_tasks
 from emergence.recipe.tasks.ablation import (
     AblationPlan,
     Condition,
+    SweepStop,
     TaskAblation,
     best_class,
     build_conditions,
@@ -364,6 +366,28 @@ def test_seed_sweep_draws_distinct_sets_from_fresh_generators():
     assert TaskAblation.from_json(json.loads(json.dumps(result.to_json()))) == result
 
 
+@pytest.mark.parametrize("arch", TINY_ARCHS)
+def test_stacked_conditions_equal_one_pass_per_condition(arch):
+    """Every condition of a plan (screens, draws, circuits, full layers, a user's heads: their lowest
+    layers differ) stacked along the batch equals its own pass with the heads ablated, over a batch
+    size that splits the prompts unevenly."""
+    _, model, layout = models(arch)
+    b = batch("ioi")
+    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=3,
+                                    circuits=({0: [1]}, {1: [3]}), heads=["L1H0", "L0H2"])
+    conditions = build_conditions(plan, layout.n_layers, layout.n_heads)
+    result = task_ablation(model, layout, b, 7, conditions, SETTINGS)
+    by_name = {r.name: r for r in result.conditions}
+    ran = [c for c in conditions if c.name in by_name]
+    assert len(ran) > 8 and {min(layer for layer, _ in heads_of(c.spec)) for c in ran if c.spec} == {0, 1}
+    for condition in ran:
+        with ablating(layout, head_mask(heads_of(condition.spec), layout.n_layers, layout.n_heads)[None].unbind(1)):
+            alone = task_metrics("ioi", task_pass(model, layout, b, 3, screen=False).values,
+                                 SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed)
+        for metric, value in alone.metrics.items():
+            assert by_name[condition.name].metrics.metrics[metric].value == pytest.approx(value.value, abs=1e-5)
+
+
 def test_ioi_runs_both_screens_and_reports_the_empty_ones():
     """On the tiny model no head passes the S-inhibition thresholds: its conditions and the union are not
     run, and named; the name movers' are, with their seed sweep."""
@@ -382,6 +406,69 @@ def test_ioi_runs_both_screens_and_reports_the_empty_ones():
     assert [s.screen for s in result.sweeps] == ["name_mover"]
     assert (result.task, result.n_prompts) == ("ioi", 10)
     assert TaskAblation.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+# --- the adaptive stop ----------------------------------------------------------------------------
+
+def choice_values(logit_diff):
+    logit_diff = np.asarray(logit_diff, dtype=np.float64)
+    return ChoicePrompts(top1=np.zeros_like(logit_diff), target_gt_distractor=np.zeros_like(logit_diff),
+                         logit_diff=logit_diff)
+
+
+def test_a_sweep_stops_at_the_first_look_whose_interval_excludes_zero():
+    """Three draws, each 1.0 +- 0.1 above the screen on every prompt: the first look (at 8 prompts) is
+    decisive, "specific". A sweep whose draws scatter around the screen is not decided, nor is one of
+    two draws (no verdict under 3)."""
+    rng = np.random.default_rng(0)
+    n = 8
+    screen = rng.normal(size=n)
+    clear = {f"d{i}": [choice_values(screen + 1.0 + 0.1 * rng.normal(size=n))] for i in range(3)}
+    noise = {f"e{i}": [choice_values(screen + rng.normal(size=n))] for i in range(3)}
+    values = {"screen": [choice_values(screen)], **clear, **noise}
+    sweeps = {"clear": ("screen", list(clear)), "noise": ("screen", list(noise)), "two": ("screen", ["d0", "d1"])}
+    stop = SweepStop("ioi", sweeps, AblateConfig(min_sequences=8, confidence=0.95), look_every=4)
+    assert stop(values, 4) == []  # before min_sequences: no look
+    assert stop(values, 8) == list(clear)
+    iv = stop.decided["clear"][1]
+    assert iv["low"] > 0 and (iv["look"], iv["n"]) == (1, 8)
+    differences = np.stack([v[0].logit_diff - screen for v in clear.values()])
+    assert iv["criterion"] == pytest.approx(differences.mean(axis=1).min())
+    assert "noise" not in stop.decided and "two" not in stop.decided and "two" not in stop.looks
+
+
+def first_of(b, n):
+    """The task batch of ``b``'s first ``n`` prompts."""
+    cut = (lambda t: None if t is None else t[:n])
+    return dataclasses.replace(b, prompts=b.prompts[:n], tokens=b.tokens[:n], target=b.target[:n],
+                               distractor=cut(b.distractor), decade=cut(b.decade),
+                               positions={k: v[:n] for k, v in b.positions.items()})
+
+
+def test_adaptive_draws_are_the_full_runs_first_prompts(monkeypatch):
+    """With ``ablate.sequences=adaptive`` a decided sweep's draws ran on the first prompts only: they and
+    the sweep are a full run's over those prompts, every other condition is the full run's over every
+    prompt, and the sweep says how many prompts it used. (The tiny model's screen is not told apart
+    from its draws in 20 prompts, so the first look is made decisive.)"""
+    model, layout, b = sweep_model()
+    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=4)
+    conditions = build_conditions(plan, layout.n_layers, layout.n_heads)
+    monkeypatch.setattr("emergence.recipe.tasks.ablation.decided", lambda iv: True)
+    adaptive = task_ablation(model, layout, b, 5, conditions, SETTINGS,
+                             AblateConfig(sequences="adaptive", min_sequences=4))
+    monkeypatch.undo()
+    (sweep,) = adaptive.sweeps
+    n = sweep.prompts_used
+    assert sweep.stopped_early and 4 <= n < 10 and sweep.interval["n"] == n and sweep.interval["look"] == 1
+    full, first = (task_ablation(model, layout, batch, 5, conditions, SETTINGS) for batch in (b, first_of(b, n)))
+    assert (full.sweeps[0].prompts_used, full.sweeps[0].stopped_early) == (len(b.tokens), False)
+    for got, whole, on_first in zip(adaptive.conditions, full.conditions, first.conditions):
+        expected = on_first if got.kind == "matched_random_seed" else whole
+        assert got.metrics.n_prompts == expected.metrics.n_prompts
+        assert got.delta == pytest.approx(expected.delta, abs=1e-5)
+    for metric, s in sweep.sweeps.items():
+        assert (s.screen_delta, s.deltas) == pytest.approx((first.sweeps[0].sweeps[metric].screen_delta,
+                                                             first.sweeps[0].sweeps[metric].deltas), abs=1e-4)
 
 
 # --- the verdict ----------------------------------------------------------------------------------

@@ -7,10 +7,13 @@ Three steps:
 2. ``build_conditions``: an ``AblationPlan`` (the task screen's top-k specs, the circuits, a
    user's heads, the matched-random seeds) and the model's shape -> the conditions, each a named
    head spec (``Condition``). Pure; every spec is checked against the model before anything runs.
-3. ``task_ablation``: one task pass (``measure.task_pass``, no screen) per condition with its heads
-   zero-ablated at all positions (``recipe.ablation.ablating``, TASKS.md 0.2) -> ``TaskAblation``:
-   each condition's ``TaskMetrics`` and its change against the baseline, and per screen (and the
-   user's heads) the sweep of its distinct matched-random draws (TASKS.md 6.1) with the verdict.
+3. ``task_ablation``: every condition's heads zero-ablated at all positions (TASKS.md 0.2), the
+   conditions stacked along the batch so that they share each forward pass
+   (``recipe.ablation.stacked_logits``) -> ``TaskAblation``: each condition's ``TaskMetrics`` and its
+   change against the baseline, and per screen (and the user's heads) the sweep of its distinct
+   matched-random draws (TASKS.md 6.1) with the verdict. With ``ablate.sequences=adaptive`` a
+   sweep's draws stop once its verdict is decided (``SweepStop``); every other condition runs
+   over every prompt.
 
 Conditions (TASKS.md 1.3, 1.5, 1.6, 2.4, 3.4, 4.4), in this order:
 
@@ -45,10 +48,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
-from emergence.recipe.ablation import ablating, head_mask
+from emergence.recipe import capture
+from emergence.recipe.ablation import head_mask, stacked_logits
 from emergence.recipe.screen import CLASSES, TIE_ORDER, head_name, parse_head_name
 from emergence.recipe.tasks.batches import TaskBatch
 from emergence.recipe.tasks.matched_random import (
@@ -68,16 +74,21 @@ from emergence.recipe.tasks.matched_random import (
     spec_from_ranking,
     union,
 )
-from emergence.recipe.tasks.measure import TaskPass, task_pass
+from emergence.recipe.tasks.measure import TaskPass, minibatch_values, task_pass
 from emergence.recipe.tasks.metrics import (
     TOP1_METRIC,
     VERDICT_METRIC,
+    VERDICT_VALUES,
+    PromptMetrics,
     TaskMetrics,
     capability_absent,
     chance_top1,
+    concatenate,
+    first_prompts,
     task_metrics,
 )
 from emergence.recipe.tasks.screens import TaskScreen
+from emergence.recipe.verdict import decided, interval
 
 # --- 1. the capability circuits (TASKS.md 0.5) -----------------------------------------------------
 
@@ -126,6 +137,7 @@ ConditionKind = Literal["baseline", "screen", "matched_random", "full_layers", "
                         "induction_circuit", "circuit_union", "user", "matched_random_seed"]
 SCREEN_UNION = ("s_inhibition", "name_mover")  # IOI's two screens, in the study's layer order (TASKS.md 1.6)
 USER = "user"  # the user's heads, as the screen their matched-random draws derive from
+BASELINE = "baseline"  # the baseline condition's name (nothing ablated)
 
 
 @dataclass(frozen=True)
@@ -258,6 +270,14 @@ class ScreenSweep(Record):
     verdict_metric: str  # the metric the verdict rests on (``metrics.VERDICT_METRIC``)
     verdict: Verdict | None  # None: a run written before verdicts were stored (``sweep_text`` says so)
     why: str  # the verdict in words (what it rests on, or why there is none)
+    # The first prompts the sweep's numbers rest on (the draws ran on these alone), and whether that
+    # is fewer than the batch (``SweepStop``); None: a run written before the adaptive stop.
+    prompts_used: int | None = None
+    stopped_early: bool | None = None
+    # The criterion min over draws of (draw - screen) in the verdict metric, with its interval
+    # (``recipe.verdict.interval``): at the decisive look, else over every prompt used; None under
+    # MIN_DISTINCT_DRAWS draws.
+    interval: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -273,11 +293,78 @@ class TaskAblation(Record):
     capability_absent: str | None = None  # why the baseline shows no capability (no verdicts); None: it shows one
 
 
-def _condition_pass(model, arch, batch: TaskBatch, batch_size: int, condition: Condition) -> TaskPass:
-    """The pass over ``batch`` with the condition's heads zero-ablated (no screen)."""
-    mask = head_mask(heads_of(condition.spec), arch.n_layers, arch.n_heads)  # [layers, heads]
-    with ablating(arch, mask[None]):  # one row of masks, broadcast over every prompt
-        return task_pass(model, arch, batch, batch_size, screen=False)
+class SweepStop:
+    """``ablate.sequences=adaptive`` for the task ablations: a sweep's draws stop once its verdict is
+    decided, as the induction ablation stops (``recipe.ablation.AdaptiveStop``, docs/adaptive-ablation.md).
+
+    The verdict "specific" says the screen's change of the verdict metric is below every draw's,
+    over the same prompts and baseline: the criterion, the least over draws of the mean per-prompt
+    difference draw - screen, is above zero. Each draw's difference gets a Student-t interval over
+    prompts (Bonferroni over the draws), and from ``min_sequences`` prompts on a look every
+    ``look_every`` prompts spends its share of the error budget (``recipe.verdict.interval``). A sweep
+    with fewer than ``MIN_DISTINCT_DRAWS`` draws gets no verdict, and runs every prompt."""
+
+    def __init__(self, task: str, sweeps: dict[str, tuple[str, list[str]]], settings, look_every: int):
+        self.field = VERDICT_VALUES[task]
+        self.sweeps = {name: members for name, members in sweeps.items() if len(members[1]) >= MIN_DISTINCT_DRAWS}
+        self.settings, self.look_every = settings, look_every
+        self.looks = dict.fromkeys(self.sweeps, 0)
+        self.next_look = settings.min_sequences
+        self.decided: dict[str, tuple[int, dict]] = {}  # sweep -> (prompts used, the decisive look's interval)
+
+    def __call__(self, values: dict[str, list[PromptMetrics]], n: int) -> list[str]:
+        """After ``n`` prompts (``values``: each running condition's minibatches so far): the draw
+        conditions to stop now."""
+        if n < self.next_look:
+            return []
+        self.next_look = n + self.look_every
+        stopped = []
+        for name, (ablated, draws) in self.sweeps.items():
+            if name in self.decided:
+                continue
+            self.looks[name] += 1
+            iv = criterion_interval(self.field, values, ablated, draws, self.settings.confidence, self.looks[name])
+            if decided(iv):
+                self.decided[name] = n, iv
+                stopped += draws
+        return stopped
+
+
+def criterion_interval(field: str, values: dict[str, list[PromptMetrics]], ablated: str, draws: list[str],
+                       confidence: float, look: int | None = None) -> dict:
+    """``SweepStop``'s criterion and its interval over the prompts every one of ``draws`` and ``ablated``
+    has measured: per draw the per-prompt difference draw - ablated of ``field`` (prompts where it is
+    undefined, greater-than's NaN, dropped)."""
+    per_condition = {name: np.concatenate([getattr(v, field) for v in values[name]]) for name in [ablated, *draws]}
+    n = min(len(v) for v in per_condition.values())
+    differences = np.stack([per_condition[d][:n] - per_condition[ablated][:n] for d in draws])  # [draws, n]
+    return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look)
+
+
+def _ablated_values(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
+                    stop: SweepStop | None) -> dict[str, PromptMetrics]:
+    """Per condition, the per-prompt values over the prompts it ran on: the conditions stacked along
+    the batch (``stacked_logits``), as many prompts a pass as leave about ``batch_size`` rows per
+    condition set; after each pass ``stop`` may end some (their values then cover the first prompts)."""
+    masks = {c.name: head_mask(heads_of(c.spec), arch.n_layers, arch.n_heads) for c in conditions}
+    parts: dict[str, list[PromptMetrics]] = {name: [] for name in masks}
+    running = list(masks)
+    n = len(batch.tokens)
+    done = 0
+    with torch.inference_mode(), tqdm(total=n, desc=f"ablate {batch.task}", unit="prompt", leave=False) as bar:
+        while done < n and running:
+            rows = slice(done, min(n, done + max(1, batch_size // len(running))))
+            logits = stacked_logits(model, arch, batch.tokens[rows], torch.stack([masks[c] for c in running]))
+            if not torch.isfinite(logits).all():
+                raise capture.non_finite(model.dtype)
+            for name, per_condition in zip(running, logits):  # [b, V] each
+                parts[name].append(minibatch_values(batch.task, per_condition, batch, rows))
+            bar.update(rows.stop - done)
+            done = rows.stop
+            if stop is not None and done < n:
+                ended = stop(parts, done)
+                running = [name for name in running if name not in ended]
+    return {name: concatenate(p) for name, p in parts.items()}
 
 
 def verdict(metric: str, sweep: SeedSweep, absent: str | None) -> tuple[Verdict, str]:
@@ -297,30 +384,69 @@ def verdict(metric: str, sweep: SeedSweep, absent: str | None) -> tuple[Verdict,
 
 
 def screen_sweep(task: str, ablated: ConditionResult, spec: HeadSpec, draws: list[ConditionResult], n_heads: int,
-                 absent: str | None) -> ScreenSweep:
+                 absent: str | None, prompts: tuple[int, int] | None = None,
+                 criterion: dict | None = None) -> ScreenSweep:
     """The sweep of ``ablated`` (a screen or the user's heads; ``spec`` its heads) against its distinct
-    ``draws`` in a model of ``n_heads`` heads per layer, and its verdict (``verdict``)."""
+    ``draws`` in a model of ``n_heads`` heads per layer, and its verdict (``verdict``): all measured
+    over the same first prompts, ``prompts`` (used, in the batch), with the ``criterion``'s interval
+    (``SweepStop``)."""
     metric, top1 = VERDICT_METRIC[task], TOP1_METRIC[task]
     sweeps = {metric: seed_sweep(ablated.delta[metric], [r.delta[metric] for r in draws], top1=False),
               top1: seed_sweep(PERCENT * ablated.delta[top1], [PERCENT * r.delta[top1] for r in draws])}
-    decided, why = verdict(metric, sweeps[metric], absent)
+    decision, why = verdict(metric, sweeps[metric], absent)
     control_heads = len(draws[0].heads)  # every draw holds as many heads per layer (``matched_random``)
     return ScreenSweep(screen=ablated.screen or USER, seeds=[r.seed for r in draws], sweeps=sweeps,
                        n_distinct=len(draws), all_drawn=len(draws) == possible_draws(spec, n_heads),
                        screen_heads=len(ablated.heads), control_heads=control_heads,
-                       smaller=control_heads < len(ablated.heads), verdict_metric=metric, verdict=decided, why=why)
+                       smaller=control_heads < len(ablated.heads), verdict_metric=metric, verdict=decision, why=why,
+                       prompts_used=None if prompts is None else prompts[0],
+                       stopped_early=None if prompts is None else prompts[0] < prompts[1], interval=criterion)
 
 
-def _sweeps(task: str, results: list[ConditionResult], specs: dict[str, HeadSpec], n_heads: int,
-            absent: str | None) -> list[ScreenSweep]:
-    """Per screen, then the user's heads, with draws run: its ``screen_sweep`` (``specs``: each
-    condition's heads by name)."""
+@dataclass(frozen=True)
+class _Measured:
+    """Every condition's per-prompt values (``values``; the draws a sweep stopped cover its first
+    prompts), summarised on demand over the first n prompts against the baseline over them."""
+
+    task: str
+    conditions: dict[str, Condition]
+    values: dict[str, PromptMetrics]
+    settings: object  # the run's StatsConfig: n_boot, ci, seed
+
+    def result(self, name: str, n: int | None = None) -> ConditionResult:
+        c = self.conditions[name]
+        metrics, baseline = (task_metrics(self.task, first_prompts(self.values[key], n or self.n(name)),
+                                          self.settings.n_boot, self.settings.ci, self.settings.seed)
+                             for key in (name, BASELINE))
+        return ConditionResult(
+            name=name, kind=c.kind, screen=c.screen, seed=c.seed,
+            heads=[head_name(layer, head) for layer, head in heads_of(c.spec)], metrics=metrics,
+            delta={metric: value.value - baseline.metrics[metric].value for metric, value in metrics.metrics.items()})
+
+    def n(self, name: str) -> int:
+        """The prompts condition ``name`` ran on."""
+        return len(getattr(self.values[name], VERDICT_VALUES[self.task]))
+
+
+def _sweeps(measured: _Measured, results: dict[str, ConditionResult], n_heads: int, absent: str | None,
+            stop: SweepStop | None, confidence: float) -> list[ScreenSweep]:
+    """Per screen, then the user's heads, with draws run: its ``screen_sweep`` over the first prompts
+    its draws ran on, with the criterion's interval (the decisive look's where ``stop`` stopped it)."""
     sweeps = []
-    for ablated in (r for r in results if r.kind in ("screen", "user")):
+    for ablated in (r for r in results.values() if r.kind in ("screen", "user")):
         name = ablated.screen or USER
-        draws = [r for r in results if r.kind == "matched_random_seed" and r.screen == name]
-        if draws:
-            sweeps.append(screen_sweep(task, ablated, specs[ablated.name], draws, n_heads, absent))
+        draws = [r for r in results.values() if r.kind == "matched_random_seed" and r.screen == name]
+        if not draws:
+            continue
+        used = draws[0].metrics.n_prompts
+        iv = stop.decided[name][1] if stop is not None and name in stop.decided else None
+        if iv is None and len(draws) >= MIN_DISTINCT_DRAWS:
+            iv = criterion_interval(VERDICT_VALUES[measured.task], {k: [measured.values[k]] for k in
+                                    [ablated.name, *(d.name for d in draws)]}, ablated.name,
+                                    [d.name for d in draws], confidence)
+        sweeps.append(screen_sweep(measured.task, measured.result(ablated.name, used),
+                                   measured.conditions[ablated.name].spec, draws, n_heads, absent,
+                                   (used, measured.n(BASELINE)), iv))
     return sweeps
 
 
@@ -344,17 +470,23 @@ def sweep_text(s: ScreenSweep) -> str:
     heads = f"{s.control_heads} heads against the screen's {s.screen_heads}: smaller" if s.smaller else ""
     draws = f"{s.n_distinct} distinct draw{'s' if s.n_distinct != 1 else ''}" + (
         " (every one the layers allow)" if s.all_drawn else "")
+    if s.stopped_early:
+        draws += f", on the first {s.prompts_used} prompts (the verdict decided there: ablate.sequences=adaptive)"
     changes = "; ".join(_changes(metric, sweep) for metric, sweep in s.sweeps.items())
     return "; ".join(part for part in (f"{changes} over {draws}", heads, s.why) if part)
 
 
 def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
-                  settings) -> TaskAblation:
+                  settings, ablate=None, clean: TaskPass | None = None) -> TaskAblation:
     """Run every condition (``build_conditions``) over ``batch`` (``model`` loaded with
-    ``capture.register_attention()``, ``arch`` its ``checkpoints.Architecture``, ``batch_size`` prompts
-    per forward) and summarise each with ``task_metrics`` (``settings``: the run's ``StatsConfig``,
+    ``capture.register_attention()``, ``arch`` its ``checkpoints.Architecture``, about ``batch_size``
+    rows per forward) and summarise each with ``task_metrics`` (``settings``: the run's ``StatsConfig``,
     its ``n_boot``, ``ci`` and ``seed``: the same resamples for every condition). Every spec is
-    checked before the first forward pass; a condition other than the baseline that has no head is not run.
+    checked before the first forward pass; a condition other than the baseline that has no head is not
+    run. ``clean``: the clean model's pass where one was run (the task pass), else one is run for the
+    baseline. ``ablate``: the run's ``AblateConfig``; with ``sequences=adaptive`` each sweep's draws
+    stop once its verdict is decided (``SweepStop``), and its ``confidence`` is the level of the
+    criterion's interval (else ``settings.ci``).
     Each screen (and the user's heads) with draws gets its ``screen_sweep``, judged against the
     baseline's capability (``metrics.capability_absent``)."""
     check_conditions(conditions, arch.n_layers, arch.n_heads)
@@ -365,22 +497,20 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
     names = [c.name for c in conditions]
     if len(set(names)) != len(names):
         raise UsageError("two ablation conditions have the same name; give each condition once")
-    to_run = [c for c in conditions if c.kind == "baseline" or heads_of(c.spec)]
-    run = {c.name for c in to_run}
-    passes = {c.name: _condition_pass(model, arch, batch, batch_size, c) for c in to_run}
-    measured = {name: task_metrics(batch.task, p.values, settings.n_boot, settings.ci, settings.seed)
-                for name, p in passes.items()}
-    chance = chance_top1(batch.task, passes[baselines[0].name].vocab_size, batch.decade)
-    absent = capability_absent(batch.task, measured[baselines[0].name], chance)
-    baseline = measured[baselines[0].name].metrics
-    results = [ConditionResult(
-        name=c.name, kind=c.kind, screen=c.screen, seed=c.seed,
-        heads=[head_name(layer, head) for layer, head in heads_of(c.spec)],
-        metrics=measured[c.name],
-        delta={metric: value.value - baseline[metric].value for metric, value in measured[c.name].metrics.items()},
-    ) for c in to_run]
-    specs = {c.name: c.spec for c in to_run}
-    return TaskAblation(task=batch.task, n_prompts=len(batch.tokens), conditions=results,
-                        sweeps=_sweeps(batch.task, results, specs, arch.n_heads, absent),
-                        not_run=[name for name in names if name not in run], chance_top1=chance,
+    to_run = {c.name: c for c in conditions if c.kind == "baseline" or heads_of(c.spec)}
+    clean = clean if clean is not None else task_pass(model, arch, batch, batch_size, screen=False)
+    confidence = settings.ci if ablate is None else ablate.confidence
+    ablated = [c for c in to_run.values() if c.kind != "baseline"]
+    sweeps = {screen: (ablated_name, [c.name for c in ablated if c.kind == "matched_random_seed" and c.screen == screen])
+              for ablated_name, screen in ((c.name, c.screen or USER) for c in ablated if c.kind in ("screen", "user"))}
+    adaptive = ablate is not None and ablate.sequences == "adaptive"
+    stop = SweepStop(batch.task, sweeps, ablate, batch_size) if adaptive else None
+    values = {BASELINE: clean.values, **_ablated_values(model, arch, batch, batch_size, ablated, stop)}
+    measured = _Measured(batch.task, to_run, values, settings)
+    results = {name: measured.result(name) for name in to_run}
+    chance = chance_top1(batch.task, clean.vocab_size, batch.decade)
+    absent = capability_absent(batch.task, results[BASELINE].metrics, chance)
+    return TaskAblation(task=batch.task, n_prompts=len(batch.tokens), conditions=list(results.values()),
+                        sweeps=_sweeps(measured, results, arch.n_heads, absent, stop, confidence),
+                        not_run=[name for name in names if name not in to_run], chance_top1=chance,
                         capability_absent=absent)

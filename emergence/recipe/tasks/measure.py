@@ -70,7 +70,7 @@ class _LayerRows:
         return torch.stack(self.rows, dim=1)
 
 
-def _minibatch_values(task: Task, logits: torch.Tensor, batch: TaskBatch, rows: slice) -> PromptMetrics:
+def minibatch_values(task: Task, logits: torch.Tensor, batch: TaskBatch, rows: slice) -> PromptMetrics:
     """Per-prompt values of the prompts ``rows`` from their logits at T-1 [b, V]."""
     return per_prompt(task, logits,
                       target=batch.target[rows],
@@ -109,6 +109,6 @@ def task_pass(model, arch, batch: TaskBatch, batch_size: int, screen: bool = Tru
                 if not torch.isfinite(attention).all():
                     raise capture.non_finite(model.dtype)
                 sums.add(attention, {name: p[rows].numpy() for name, p in batch.positions.items()})
-            values.append(_minibatch_values(batch.task, logits, batch, rows))
+            values.append(minibatch_values(batch.task, logits, batch, rows))
             vocab_size = logits.shape[-1]
     return TaskPass(task=batch.task, seq_len=T, vocab_size=vocab_size, values=concatenate(values), sums=sums)

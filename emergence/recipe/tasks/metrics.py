@@ -51,6 +51,9 @@ SUMMARY_METRICS: dict[Task, tuple[str, ...]] = {
 TOP1_METRIC: dict[Task, str] = {"ioi": "top1", "binding": "top1", "greater_than": "top1_above", "successor": "top1"}
 VERDICT_METRIC: dict[Task, str] = {"ioi": "logit_diff_mean", "binding": "logit_diff_mean",
                                    "greater_than": "logit_diff_above_below", "successor": "target_logit_mean"}
+# The per-prompt value whose mean over prompts (NaN skipped) is the verdict metric.
+VERDICT_VALUES: dict[Task, str] = {"ioi": "logit_diff", "binding": "logit_diff",
+                                   "greater_than": "logit_diff_above_below", "successor": "target_logit"}
 
 
 # --- 1. per prompt --------------------------------------------------------------------------------
@@ -160,6 +163,11 @@ def concatenate(parts: list[P]) -> P:
     """The minibatches' per-prompt records as one, prompts in order."""
     kind = type(parts[0])
     return kind(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(kind)})
+
+
+def first_prompts(values: P, n: int) -> P:
+    """The per-prompt record of the first ``n`` prompts."""
+    return type(values)(**{f.name: getattr(values, f.name)[:n] for f in fields(values)})
 
 
 # --- 2. summary with bootstrap intervals ----------------------------------------------------------

@@ -61,7 +61,7 @@ def measure_task(subject, batch: TaskBatch, tokenizer: str, selectivity: np.ndar
         plan = AblationPlan.from_screen(screen, mr_seed=ablate.mr_seed, mr_seeds=ablate.mr_seeds,
                                         circuits=(prev_token, induction), heads=ablate.heads)
         ablation = task_ablation(model, arch, batch, batch_size, build_conditions(plan, arch.n_layers, arch.n_heads),
-                                 stats)
+                                 stats, ablate, clean=passed)
     summary = TaskSummary(
         name=batch.task, n_prompts=len(batch.tokens), seq_len=batch.tokens.shape[1], tokenizer=tokenizer,
         prompts_sha1=batch.prompts_sha1(), fingerprint=batch.fingerprint(),
