@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -391,6 +392,27 @@ def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
                      "that reads bytes use probe.tokenizer=bytes")
 
 
+class TokenizerLookup:
+    """The checkpoint's tokenizer, located at most once a run: the first token, the text probe and the
+    task each ask for it, and on the Hub each ``tokenizer_source`` lists the revision's files."""
+
+    def __init__(self, cfg: Config, src: Source):
+        self.cfg, self.src = cfg, src
+
+    @functools.cached_property
+    def _found(self) -> TokenizerSource | UsageError:
+        try:
+            return tokenizer_source(self.cfg, self.src)
+        except UsageError as err:  # kept: each asker says it in its own way, or raises it
+            return err
+
+    def source(self) -> TokenizerSource:
+        """Where the tokenizer is; ``UsageError`` (one line) where the checkpoint has none."""
+        if isinstance(self._found, UsageError):
+            raise self._found
+        return self._found
+
+
 def weights_sha256(src: Source) -> str | None:
     """A fingerprint of the checkpoint's weights (the files of the format a run reads, ``weights``),
     from each weight file's content sha256; None if they are not on this machine. Two revisions
@@ -565,15 +587,15 @@ def _broken_pickle(src: Source, directory: Path, broken: tuple[str, str]) -> Usa
                       f"({why[:200]}); {fix}")
 
 
-def first_token(cfg: Config, src: Source) -> probe.FirstToken:
+def first_token(cfg: Config, tokenizers: TokenizerLookup) -> probe.FirstToken:
     """What position 0 of the probe and the task prompts holds (``probe.first_token``): under ``auto``, the
     BOS id where the checkpoint's tokenizer puts it before every input (the model was trained behind it),
     else an ordinary random token, the study's. ``random`` where that tokenizer prepends a BOS warns: the
     model then reads a text unlike any it saw in training (its sinks may not show)."""
-    requested = cfg.probe.first_token
+    requested, src = cfg.probe.first_token, tokenizers.src
     if cfg.probe.kind == "text" and cfg.probe.tokenizer == "bytes":
         return probe.FirstToken("random", None, "probe.tokenizer=bytes: ids without special tokens")
-    tok, missing = _first_token_tokenizer(cfg, src)
+    tok, missing = _first_token_tokenizer(cfg, tokenizers)
     if tok is None:
         if requested == "bos":
             raise UsageError(f"probe.first_token=bos is invalid for {_where(src)}: {missing}; use random")
@@ -597,22 +619,23 @@ def first_token(cfg: Config, src: Source) -> probe.FirstToken:
     return probe.FirstToken("bos", prepended, f"probe.first_token=auto: {says}")
 
 
-def _first_token_tokenizer(cfg: Config, src: Source):
+def _first_token_tokenizer(cfg: Config, tokenizers: TokenizerLookup):
     """The checkpoint's tokenizer for ``first_token``, or None and why there is none (a toy's folder, a
     Hub repo whose tokenizer is neither cached nor reachable)."""
+    src = tokenizers.src
     local = Path(src.path).expanduser()
     if not src.gguf_file and local.is_dir() and not any((local / name).exists() for name in TOKENIZER_FILES):
         return None, f"{src.path} holds no tokenizer files"
     try:
-        found = tokenizer_source(cfg, src)
+        found = tokenizers.source()
         return text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
                                    "or set probe.first_token", found.gguf_file), None
     except UsageError as err:
         return None, f"no tokenizer ({err})"
 
 
-def probe_batch(cfg: Config, src: Source, vocab_size: int,
-                first: probe.FirstToken) -> tuple[probe.ProbeBatch, str | None]:
+def probe_batch(cfg: Config, vocab_size: int, first: probe.FirstToken,
+                tokenizers: TokenizerLookup) -> tuple[probe.ProbeBatch, str | None]:
     """The probe batch ``probe.kind`` names, position 0 as ``first`` says, and the text probe's tokenizer
     (None for the others): the checkpoint's own (``tokenizer_source``) or bytes."""
     p = cfg.probe
@@ -620,7 +643,7 @@ def probe_batch(cfg: Config, src: Source, vocab_size: int,
         if p.tokenizer == "bytes":
             tokenizer = text.byte_tokenizer()
         else:
-            found = tokenizer_source(cfg, src)
+            found = tokenizers.source()
             tokenizer = text.checkpoint_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
                                                   found.gguf_file)
         tokenizer = dataclasses.replace(tokenizer, bos=first.bos_id)  # windows start with it (``make_text_batch``)
@@ -629,11 +652,11 @@ def probe_batch(cfg: Config, src: Source, vocab_size: int,
     return probe.with_first_token(make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), first), None
 
 
-def task_batch(cfg: Config, src: Source, first: probe.FirstToken) -> tuple[TaskBatch, str]:
+def task_batch(cfg: Config, first: probe.FirstToken, tokenizers: TokenizerLookup) -> tuple[TaskBatch, str]:
     """The batch of the task ``probe.task`` names, built on the checkpoint's own tokenizer
     (``tokenizer_source``) from the words ``probe.task_words`` picks, each prompt behind ``first``'s BOS
     where it has one, and that tokenizer's name (repo@revision)."""
-    found = tokenizer_source(cfg, src)
+    found = tokenizers.source()
     tokenizer = text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
                                     "probe.task needs the checkpoint's tokenizer: save it beside the weights",
                                     found.gguf_file)

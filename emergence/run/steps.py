@@ -95,9 +95,11 @@ def load(cfg: Config) -> Loaded:
     checkpoint = checkpoints.load_config(cfg, src)
     hf_config = checkpoint.hf_config
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
-    first = checkpoints.first_token(cfg, src)
-    batch, tokenizer = checkpoints.probe_batch(cfg, src, hf_config.vocab_size, first)
-    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, src, first)
+    tokenizers = checkpoints.TokenizerLookup(cfg, src)
+    first = checkpoints.first_token(cfg, tokenizers)
+    batch, tokenizer = checkpoints.probe_batch(cfg, hf_config.vocab_size, first, tokenizers)
+    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, first,
+                                                                                                     tokenizers)
     dtype_name = checkpoints.dtype_name(dtype)
     # the run's bookkeeping: the settings against the checkpoint, the sweep's prefetch, the cache
     validate_for_model(cfg, hf_config)

@@ -14,7 +14,8 @@ from transformers import PreTrainedTokenizerFast
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
-from emergence.hub.checkpoints import Source, task_batch
+from emergence.hub import checkpoints
+from emergence.hub.checkpoints import Source, TokenizerLookup, task_batch, tokenizer_source
 from emergence.recipe.probe import RANDOM_FIRST, FirstToken
 from emergence.recipe.tasks.batches import (
     CITIES,
@@ -415,11 +416,42 @@ def test_the_run_builds_its_batch_from_probe_task_words_and_the_bos(tmp_path):
     word_level_tokenizer(missing=(" Sandra",)).save_pretrained(tmp_path)
     overrides = ["model=local", f"model.name_or_path={tmp_path}", "probe=ioi", "probe.task_prompts=8"]
     source = Source(str(tmp_path), None, True, True)
-    batch, name = task_batch(compose_config(overrides), source, FirstToken("bos", 3, "given"))
+    cfg = compose_config(overrides)
+    batch, name = task_batch(cfg, FirstToken("bos", 3, "given"), TokenizerLookup(cfg, source))
     assert name == f"{tmp_path}@main" and batch.words.dropped["names"] == ["Sandra"]
     assert (batch.tokens[:, 0] == 3).all() and batch.tokens.shape == (8, 15)
+    study = compose_config([*overrides, "probe.task_words=study"])
     with pytest.raises(UsageError, match="' Sandra' is the unknown token"):
-        task_batch(compose_config([*overrides, "probe.task_words=study"]), source, RANDOM_FIRST)
+        task_batch(study, RANDOM_FIRST, TokenizerLookup(study, source))
+
+
+def test_the_tokenizer_is_located_once_for_the_first_token_and_the_task(tmp_path, monkeypatch):
+    """On the Hub each ``tokenizer_source`` lists the revision's files: a run's first token, text probe and
+    task share one lookup, which locates the tokenizer once, and raises a missing one to each asker."""
+    word_level_tokenizer().save_pretrained(tmp_path)
+    cfg = compose_config(["model=local", f"model.name_or_path={tmp_path}", "probe=ioi", "probe.task_prompts=8"])
+    located = []
+
+    def counted(*args):
+        located.append(args)
+        return tokenizer_source(*args)
+
+    monkeypatch.setattr(checkpoints, "tokenizer_source", counted)
+    tokenizers = TokenizerLookup(cfg, Source(str(tmp_path), None, True, True))
+    first = checkpoints.first_token(cfg, tokenizers)
+    task_batch(cfg, first, tokenizers)
+    assert len(located) == 1 and tokenizers.source().directory == str(tmp_path)
+
+    def none_here(*args):
+        located.append(args)
+        raise UsageError("no tokenizer here")
+
+    monkeypatch.setattr(checkpoints, "tokenizer_source", none_here)
+    missing = TokenizerLookup(cfg, Source(str(tmp_path), None, True, True))
+    for _ in range(2):
+        with pytest.raises(UsageError, match="no tokenizer here"):
+            missing.source()
+    assert len(located) == 2
 
 
 # --- a BOS before every prompt -------------------------------------------------------------------------------------
