@@ -344,8 +344,9 @@ def criterion_interval(field: str, values: dict[str, list[PromptMetrics]], ablat
 def _ablated_values(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
                     stop: SweepStop | None) -> dict[str, PromptMetrics]:
     """Per condition, the per-prompt values over the prompts it ran on: the conditions stacked along
-    the batch (``stacked_logits``), as many prompts a pass as leave about ``batch_size`` rows per
-    condition set; after each pass ``stop`` may end some (their values then cover the first prompts)."""
+    the batch (``stacked_logits``), each pass on ``batch_size`` // (conditions running) prompts (at
+    least one), so that it holds about ``batch_size`` rows where every condition has joined; after
+    each pass ``stop`` may end some (their values then cover the first prompts)."""
     masks = {c.name: head_mask(heads_of(c.spec), arch.n_layers, arch.n_heads) for c in conditions}
     parts: dict[str, list[PromptMetrics]] = {name: [] for name in masks}
     running = list(masks)
