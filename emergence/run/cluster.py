@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from emergence.core.errors import UsageError
 
-SLURM_LAUNCHER = "emergence.run.slurm_launcher.SlurmLauncher"
+SLURM_LAUNCHER = "hydra_plugins.emergence_slurm.launcher.SlurmLauncher"
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,8 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             log.info(f"\t#{num} : {' '.join(filter_overrides(overrides))}")
         jobs = executor.map_array(self, *zip(*[(overrides, "hydra.sweep.dir", num, f"job_id_for_{num}",
                                                  Singleton.get_state()) for overrides, num, _ in todo]))
-        log.info(f"submitted to SLURM as job {jobs[0].job_id.split('_')[0]}: "
-                 f"{len(jobs)} array task(s), logs in {jobs[0].paths.folder}")
+        log.info(f"submitted to SLURM: {len(jobs)} job(s), {' '.join(job.job_id for job in jobs)} "
+                 f"(one array task each where more than one; logs in {jobs[0].paths.folder.parent}/<job id>/)")
         return [self.outcome(job, overrides, out_dir) for job, (overrides, _, out_dir) in zip(jobs, todo)]
 
     def outcome(self, job: Any, overrides: list[str], out_dir: Path | None) -> JobReturn:
