@@ -6,14 +6,15 @@ things a sweep of this tool needs from it:
   what is missing;
 * a job the scheduler ended before it returned (``scancel``, out of memory, its time limit, a node
   lost) is recorded as failed in its own directory, with the scheduler's state, and its partial
-  results removed; the sweep then lists it (``sweep.ReportFailures``) instead of stopping at it.
-
-Needs the ``slurm`` extra (hydra-submitit-launcher).
+  results removed; the sweep then lists it (``sweep.ReportFailures``) instead of stopping at it;
+* a job that reaches its time limit runs to it and is ended by SLURM (TIMEOUT, listed with the
+  limit to raise), not by submitit's requeue handler from inside the job.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,6 +45,25 @@ def ended_by_scheduler(job_id: str, state: str, params: dict) -> str:
 
 
 class SlurmLauncher(submitit_launcher.SlurmLauncher):
+    def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
+        """The job, on its node. submitit answers SLURM's warning (USR2, ``signal_delay_s`` before
+        ``timeout_min`` runs out; a preemption) by requeuing the job, or, with no requeue left
+        (``max_num_timeout``), by raising inside it: the run would record that as a failure of its
+        own and SLURM would see a COMPLETED job. Instead it runs on to its limit, SLURM ends it
+        (TIMEOUT) and the submitting process lists it with the limit to raise (``outcome``)."""
+        import submitit
+
+        requeue = signal.getsignal(signal.SIGUSR2)
+        if callable(requeue):
+            def on_warning(signum: int, frame: Any) -> None:
+                try:
+                    requeue(signum, frame)
+                except submitit.core.utils.UncompletedJobError as err:
+                    log.warning(f"{err} Running on until SLURM's time limit (hydra.launcher.timeout_min).")
+
+            signal.signal(signal.SIGUSR2, on_warning)
+        return super().__call__(*args, **kwargs)
+
     def missing(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[tuple[list[str], int, Path]]:
         """(overrides, job number, run directory) of each job without a complete run."""
         todo = []
