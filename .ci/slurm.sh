@@ -4,7 +4,7 @@
 #                        and slurmd; return once a one-task job has run. Idempotent.
 #   .ci/slurm.sh stop    cancel every job, stop the three daemons through their PID files.
 # The node is this machine as `slurmd -C` sees it (CPU only), partition `debug`. Without
-# accounting (no slurmdbd): `.ci/sacct` answers submitit's `sacct` query from the controller's
+# accounting (no slurmdbd): tests/helpers/no_accounting/sacct answers submitit's `sacct` query from the controller's
 # job records; the tests put it on PATH (docs/sweeps.md, "A cluster without accounting").
 set -euo pipefail
 CONF=/etc/slurm/slurm.conf
