@@ -17,6 +17,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.plugins import Plugins
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,6 +29,7 @@ from emergence.recipe.measurements import Measurements
 from emergence.recipe.tasks.step import measure_task
 from emergence.run import interrupt, prefetch, results, steps, sweep, tracking
 from emergence.run.validation import validate
+from hydra_plugins.emergence_slurm.launcher import SlurmLauncher
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,11 @@ def discard_run_dir(out_dir: Path, job_name: str) -> None:
         out_dir.rmdir()
     except OSError:  # not empty (or not ours): keep it
         pass
+
+
+# Hydra finds launchers by scanning the hydra_plugins package, which misses ours under an editable
+# install (its import finder is not a folder to scan): hydra/launcher=slurm needs it registered.
+Plugins.instance().register(SlurmLauncher)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://emergence.conf", config_name="config")

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -42,6 +45,38 @@ def ended_by_scheduler(job_id: str, state: str, params: dict) -> str:
     """The FAILED line of a job that SLURM ended before it returned."""
     advice = ADVICE.get(state.split()[0], "relaunch the sweep to run it again").format(**params)
     return f"SLURM ended job {job_id} ({state}) before it finished: {advice}"
+
+
+POLL_S = 5  # how often the submitting process asks whether a job has ended
+CONTROLLER_GRACE_S = 30  # how long the controller may stay silent before the sweep stops waiting for it
+
+
+def controller_answers() -> bool:
+    """``scontrol ping`` finds the SLURM controller up."""
+    try:
+        done = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and "UP" in done.stdout
+
+
+def wait_for(job: Any) -> None:
+    """Until ``job`` has ended. Without the controller no job state can be known (submitit would wait
+    for ever): silent for ``CONTROLLER_GRACE_S`` seconds, the sweep ends with one line and exit 1,
+    and a relaunch into the same sweep directory, once the controller is back, submits what is missing."""
+    silent_since = None
+    while not job.done():
+        if controller_answers():
+            silent_since = None
+        elif silent_since is None:
+            silent_since = time.monotonic()
+        elif time.monotonic() - silent_since > CONTROLLER_GRACE_S:
+            array = job.job_id.split("_")[0]
+            print(f"error: the SLURM controller stopped answering (scontrol ping) while job {job.job_id} was "
+                  f"not done: once it is back, cancel what is left (scancel {array}) and relaunch the same "
+                  "command: it submits only the jobs without a complete run", file=sys.stderr)
+            sys.exit(1)
+        time.sleep(POLL_S)
 
 
 class SlurmLauncher(submitit_launcher.SlurmLauncher):
@@ -104,6 +139,7 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         """The job's return once it has ended; one the scheduler ended is recorded as failed."""
         import submitit
 
+        wait_for(job)
         try:
             return job.results()[0]
         except submitit.core.utils.UncompletedJobError:

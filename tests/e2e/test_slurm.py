@@ -132,6 +132,20 @@ def test_a_request_the_partition_cannot_give_is_one_line_exit_2_and_nothing_subm
     assert not (sweep / ".submitit").exists() and "Traceback" not in res.stderr
 
 
+def test_a_sweep_started_outside_the_repository_reaches_the_launcher(slurm_env, toy_panel, tmp_path):
+    """Hydra's plugin scan misses hydra_plugins/emergence_slurm under an editable install (its import
+    finder is no folder to scan) unless the repository is the current folder; the run registers the
+    launcher itself, so a sweep started anywhere submits its job, never "Unknown plugin class"."""
+    _, env = toy_panel
+    env = {**env, **slurm_env, "PYTHONPATH": ""}  # the repository only where the install puts it
+    sweep = tmp_path / "sweep"
+    res = run_cli("-m", *CPU_NODE, *PANEL[:1], "revision=r9", *PANEL[2:], f"hydra.sweep.dir={sweep}",
+                  cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "submitted to SLURM: 1 job(s)" in res.stdout and "Unknown plugin" not in res.stderr
+    assert (sweep / "toy_neox" / "r9_0" / "heads.csv").is_file()
+
+
 def test_a_job_past_its_time_limit_is_listed_as_timeout_with_the_limit_to_raise(slurm_env, tmp_path):
     """A job that runs past ``timeout_min`` (1 minute: a toy of a new seed trains for about 3) is
     ended by SLURM, not by submitit's requeue handler, and listed with the field to raise."""
@@ -219,3 +233,33 @@ def test_the_branch_check_runs_once_in_the_submitting_process_before_any_job_is_
     duplicate, analysed = sweep / "smollm2" / "custom_0", sweep / "smollm2" / "custom_1"  # step-640, step-672
     assert results.DuplicateRun.read(duplicate).duplicate_of == "step-672"
     assert not (duplicate / "heads.csv").exists() and (analysed / "heads.csv").exists()
+
+
+def test_a_controller_gone_mid_sweep_is_one_line_exit_1_and_the_relaunch_completes(slurm_env, toy_panel, tmp_path):
+    """slurmctld stopped while the sweep's jobs run, and the jobs killed with it (as on a node lost with
+    it: the toy's jobs would otherwise end within the grace): no job state can be known, so the sweep
+    stops waiting after launcher.CONTROLLER_GRACE_S with one line naming what to do; with the
+    controller back (``.ci/slurm.sh start``) and the old array cancelled, the relaunch completes it."""
+    _, env = toy_panel
+    env = {**env, **slurm_env}
+    sweep = tmp_path / "sweep"
+    args = ["-m", *CPU_NODE, *PANEL[:1], "revision=r4,r6", *PANEL[2:], f"hydra.sweep.dir={sweep}"]
+    first = start_cli(*args, env=env)
+    try:
+        running_task(0)
+        pid_file = re.search(r"SlurmctldPidFile\s*=\s*(\S+)", sh("scontrol", "show", "config")).group(1)
+        os.kill(int(Path(pid_file).read_text()), 15)
+        subprocess.run(["pkill", "-KILL", "-f", "submitit.core._submit"])
+        _, stderr = first.communicate(timeout=300)
+    finally:
+        subprocess.run([str(Path(__file__).parents[2] / ".ci" / "slurm.sh"), "start"], check=True,
+                       capture_output=True)
+    assert first.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    line = last_line(stderr)
+    assert re.fullmatch(r"error: the SLURM controller stopped answering \(scontrol ping\) while job (\d+)_\d was not "
+                        r"done: once it is back, cancel what is left \(scancel \1\) and relaunch the same command: it "
+                        r"submits only the jobs without a complete run", line), line
+    subprocess.run(["scancel", re.search(r"scancel (\d+)", line).group(1)])  # its killed jobs may have ended
+    relaunch = run_cli(*args, env=env, timeout=900)
+    assert relaunch.returncode == 0, relaunch.stderr[-3000:]
+    assert all((sweep / "toy_neox" / run / "heads.csv").is_file() for run in ("r4_0", "r6_1"))
