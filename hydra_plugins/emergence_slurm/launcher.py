@@ -1,5 +1,5 @@
-"""``hydra/launcher=slurm`` (``conf/hydra/launcher/slurm.yaml``): submitit's SLURM launcher, with two
-things a sweep of this tool needs from it:
+"""``hydra/launcher=slurm`` (``conf/hydra/launcher/slurm.yaml``): submitit's SLURM launcher, with what
+a sweep of this tool needs from it:
 
 * it submits only the jobs without a complete run of their configuration (``resume=true``), under
   their own job numbers, so a relaunch into the same sweep directory asks the cluster for exactly
@@ -8,7 +8,9 @@ things a sweep of this tool needs from it:
   lost) is recorded as failed in its own directory, with the scheduler's state, and its partial
   results removed; the sweep then lists it (``sweep.ReportFailures``) instead of stopping at it;
 * a job that reaches its time limit runs to it and is ended by SLURM (TIMEOUT, listed with the
-  limit to raise), not by submitit's requeue handler from inside the job.
+  limit to raise), not by submitit's requeue handler from inside the job;
+* a controller that stops answering ends the sweep with one line (``wait_for``), where submitit
+  would wait for ever.
 """
 
 from __future__ import annotations

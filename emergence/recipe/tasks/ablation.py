@@ -310,7 +310,7 @@ class SweepStop:
         self.settings, self.look_every = settings, look_every
         self.looks = dict.fromkeys(self.sweeps, 0)
         self.next_look = settings.min_sequences
-        self.decided: dict[str, tuple[int, dict]] = {}  # sweep -> (prompts used, the decisive look's interval)
+        self.decided: dict[str, dict] = {}  # sweep -> the decisive look's interval (its "n": the prompts used)
 
     def __call__(self, values: dict[str, list[PromptMetrics]], n: int) -> list[str]:
         """After ``n`` prompts (``values``: each running condition's minibatches so far): the draw
@@ -323,19 +323,20 @@ class SweepStop:
             if name in self.decided:
                 continue
             self.looks[name] += 1
-            iv = criterion_interval(self.field, values, ablated, draws, self.settings.confidence, self.looks[name])
+            so_far = {c: concatenate(values[c]) for c in [ablated, *draws]}
+            iv = criterion_interval(self.field, so_far, ablated, draws, self.settings.confidence, self.looks[name])
             if decided(iv):
-                self.decided[name] = n, iv
+                self.decided[name] = iv
                 stopped += draws
         return stopped
 
 
-def criterion_interval(field: str, values: dict[str, list[PromptMetrics]], ablated: str, draws: list[str],
+def criterion_interval(field: str, values: dict[str, PromptMetrics], ablated: str, draws: list[str],
                        confidence: float, look: int | None = None) -> dict:
     """``SweepStop``'s criterion and its interval over the prompts every one of ``draws`` and ``ablated``
     has measured: per draw the per-prompt difference draw - ablated of ``field`` (prompts where it is
     undefined, greater-than's NaN, dropped)."""
-    per_condition = {name: np.concatenate([getattr(v, field) for v in values[name]]) for name in [ablated, *draws]}
+    per_condition = {name: getattr(values[name], field) for name in [ablated, *draws]}
     n = min(len(v) for v in per_condition.values())
     differences = np.stack([per_condition[d][:n] - per_condition[ablated][:n] for d in draws])  # [draws, n]
     return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look)
@@ -429,25 +430,32 @@ class _Measured:
         return len(getattr(self.values[name], VERDICT_VALUES[self.task]))
 
 
-def _sweeps(measured: _Measured, results: dict[str, ConditionResult], n_heads: int, absent: str | None,
-            stop: SweepStop | None, confidence: float) -> list[ScreenSweep]:
-    """Per screen, then the user's heads, with draws run: its ``screen_sweep`` over the first prompts
-    its draws ran on, with the criterion's interval (the decisive look's where ``stop`` stopped it)."""
+def sweep_members(conditions: Sequence[Condition]) -> dict[str, tuple[str, list[str]]]:
+    """Per screen, then the user's heads (``USER``), with draws among ``conditions``: (the ablated
+    condition's name, its draws' names), in the conditions' order."""
+    members = {}
+    for c in conditions:
+        if c.kind in ("screen", "user"):
+            screen = c.screen or USER
+            draws = [d.name for d in conditions if d.kind == "matched_random_seed" and d.screen == screen]
+            if draws:
+                members[screen] = (c.name, draws)
+    return members
+
+
+def _sweeps(measured: _Measured, results: dict[str, ConditionResult], members: dict[str, tuple[str, list[str]]],
+            n_heads: int, absent: str | None, stop: SweepStop | None, confidence: float) -> list[ScreenSweep]:
+    """Each sweep of ``members`` (``sweep_members``): its ``screen_sweep`` over the first prompts its
+    draws ran on, with the criterion's interval (the decisive look's where ``stop`` stopped it)."""
     sweeps = []
-    for ablated in (r for r in results.values() if r.kind in ("screen", "user")):
-        name = ablated.screen or USER
-        draws = [r for r in results.values() if r.kind == "matched_random_seed" and r.screen == name]
-        if not draws:
-            continue
+    for screen, (ablated, draw_names) in members.items():
+        draws = [results[d] for d in draw_names]
         used = draws[0].metrics.n_prompts
-        iv = stop.decided[name][1] if stop is not None and name in stop.decided else None
+        iv = stop.decided.get(screen) if stop is not None else None
         if iv is None and len(draws) >= MIN_DISTINCT_DRAWS:
-            iv = criterion_interval(VERDICT_VALUES[measured.task], {k: [measured.values[k]] for k in
-                                    [ablated.name, *(d.name for d in draws)]}, ablated.name,
-                                    [d.name for d in draws], confidence)
-        sweeps.append(screen_sweep(measured.task, measured.result(ablated.name, used),
-                                   measured.conditions[ablated.name].spec, draws, n_heads, absent,
-                                   (used, measured.n(BASELINE)), iv))
+            iv = criterion_interval(VERDICT_VALUES[measured.task], measured.values, ablated, draw_names, confidence)
+        sweeps.append(screen_sweep(measured.task, measured.result(ablated, used), measured.conditions[ablated].spec,
+                                   draws, n_heads, absent, (used, measured.n(BASELINE)), iv))
     return sweeps
 
 
@@ -502,16 +510,15 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
     clean = clean if clean is not None else task_pass(model, arch, batch, batch_size, screen=False)
     confidence = settings.ci if ablate is None else ablate.confidence
     ablated = [c for c in to_run.values() if c.kind != "baseline"]
-    sweeps = {screen: (ablated_name, [c.name for c in ablated if c.kind == "matched_random_seed" and c.screen == screen])
-              for ablated_name, screen in ((c.name, c.screen or USER) for c in ablated if c.kind in ("screen", "user"))}
+    members = sweep_members(ablated)
     adaptive = ablate is not None and ablate.sequences == "adaptive"
-    stop = SweepStop(batch.task, sweeps, ablate, batch_size) if adaptive else None
+    stop = SweepStop(batch.task, members, ablate, batch_size) if adaptive else None
     values = {BASELINE: clean.values, **_ablated_values(model, arch, batch, batch_size, ablated, stop)}
     measured = _Measured(batch.task, to_run, values, settings)
     results = {name: measured.result(name) for name in to_run}
     chance = chance_top1(batch.task, clean.vocab_size, batch.decade)
     absent = capability_absent(batch.task, results[BASELINE].metrics, chance)
     return TaskAblation(task=batch.task, n_prompts=len(batch.tokens), conditions=list(results.values()),
-                        sweeps=_sweeps(measured, results, arch.n_heads, absent, stop, confidence),
+                        sweeps=_sweeps(measured, results, members, arch.n_heads, absent, stop, confidence),
                         not_run=[name for name in names if name not in to_run], chance_top1=chance,
                         capability_absent=absent)
