@@ -27,7 +27,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from emergence.core.config import Config
-from emergence.core.errors import UsageError
+from emergence.core.errors import UsageError, first_line
 from emergence.hub import gguf, revisions, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
 from emergence.hub.integrity import MODEL_TYPE_ALIASES
@@ -285,7 +285,7 @@ def load_config(cfg: Config, src: Source) -> CheckpointConfig:
             if hub_error:
                 raise hub_error from None
             raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: "
-                             f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+                             f"{type(err).__name__}: {first_line(err)}") from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)
     return CheckpointConfig(hf_config, mapped_from)
 
@@ -300,7 +300,7 @@ def _gguf_config(cfg: Config, src: Source) -> CheckpointConfig:
                                                trust_remote_code=cfg.model.trust_remote_code)
     except (ValueError, KeyError) as err:  # an architecture transformers' GGUF path does not map
         raise UsageError(f"model.gguf_file={src.gguf_file!r} cannot be loaded: transformers {transformers.__version__} "
-                         f"does not read GGUF architecture {header.architecture!r} ({str(err).splitlines()[0]})") from None
+                         f"does not read GGUF architecture {header.architecture!r} ({first_line(err)})") from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)
     return CheckpointConfig(hf_config, None, header)
 
@@ -334,7 +334,7 @@ def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFile
         weights.download(src.path, src.revision, files)
     except OSError as err:  # the server gone, no such revision (huggingface_hub's errors are OSErrors)
         raise (_download_error(cfg, src, err) or
-               UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}")) from None
+               UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {first_line(err)}")) from None
     cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
     if cached is None:  # the server listed files it then did not serve whole
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its download is incomplete; "
@@ -428,6 +428,31 @@ def weights_sha256(src: Source) -> str | None:
     return weights.fingerprint({name: weights.file_sha256(snapshot / name) for name in files.shards})
 
 
+def weights_identity(src: Source) -> str | None:
+    """The content fingerprint of the weights a run of ``src`` reads (``weights.fingerprint``): of the
+    files on this machine where they are (a local folder, a GGUF file, a Hub revision in the cache,
+    which the loader reads as it is), else of the files the Hub lists for the revision, by the sha256
+    it gives of each (what the run will download). None where neither is known (the Hub unreachable,
+    or a weight file it stores outside LFS)."""
+    local = weights_sha256(src)
+    if local is not None or src.local_only:
+        return local
+    try:
+        listing = weights.remote_files(src.path, src.revision)
+    except OSError:
+        return None
+    files = weights.preferred(weights.formats_in(f.path for f in listing))
+    digests = {f.path: f.sha256 for f in listing if files is not None and f.path in files.shards}
+    if not digests or None in digests.values():
+        return None
+    return weights.fingerprint(digests)
+
+
+def current_weights(cfg: Config) -> str | None:
+    """``weights_identity`` of the checkpoint a run of ``cfg`` names, as it is now."""
+    return weights_identity(source(cfg, resolve_revision(cfg)))
+
+
 def downloaded_bytes(src: Source) -> int:
     """Bytes of the revision's files in the cache if this run downloaded them, else 0."""
     if src.cached_before:
@@ -518,7 +543,7 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
         fix = ("replace the file" if Path(src.path).expanduser().is_dir() else
                f"fetch it again: {_fetch_hint(src)} --force-download")
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its safetensors weights are truncated "
-                         f"or corrupt ({str(err).splitlines()[0]}); {fix}") from None
+                         f"or corrupt ({first_line(err)}); {fix}") from None
     except pickle.UnpicklingError as err:  # the restricted unpickler refused a pickle that calls code, or read garbage
         refused = _refused_global(err)
         if refused is None:  # no global refused: the bytes are no pickle torch can read
@@ -535,7 +560,7 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
             raise _broken_pickle(src, directory, broken) from None
         if not isinstance(err, OSError):
             raise
-        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {str(err).splitlines()[0]}") from None
+        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {first_line(err)}") from None
     return model.to(device).eval()
 
 
@@ -568,11 +593,6 @@ def unreadable_shard(directory: Path, files: weights.WeightFiles) -> tuple[str, 
         except Exception as err:  # whatever torch trips on: the file is unreadable
             return name, first_line(err)
     return None
-
-
-def first_line(err: BaseException) -> str:
-    """An error's message in one line (its type where it has none: an EOFError)."""
-    return (str(err).splitlines() or [type(err).__name__])[0]
 
 
 def _broken_pickle(src: Source, directory: Path, broken: tuple[str, str]) -> UsageError:

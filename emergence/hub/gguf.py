@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from emergence.core.errors import UsageError
+from emergence.core.errors import UsageError, first_line
 from emergence.core.record import Record
 
 EXTRA = "pip install 'emergence[gguf]'"  # the packages transformers' GGUF path needs
@@ -51,7 +51,7 @@ def gguf_path(name_or_path: str, gguf_file: str, revision: str | None, local_onl
         return Path(hf_hub_download(name_or_path, gguf_file, revision=revision, local_files_only=local_only))
     except OSError as err:  # no such file or repo, no network (huggingface_hub's errors are OSErrors)
         raise UsageError(f"model.gguf_file={gguf_file!r} cannot be fetched from {name_or_path}@{revision or 'main'}: "
-                         f"{str(err).splitlines()[0]}") from None
+                         f"{first_line(err)}") from None
 
 
 @dataclass(frozen=True)
@@ -65,15 +65,17 @@ class GgufHeader(Record):
 
 def read_header(path: Path) -> GgufHeader:
     """The file's architecture and its tensors' types. ``GGUFReader`` maps every tensor, so a file
-    cut short (an interrupted download) or not GGUF at all fails here, in one line."""
+    cut short (an interrupted download) or not GGUF at all fails here, in one line. The reader
+    parses bytes it does not trust, and a file cut at another point fails in another of its
+    errors (IndexError, KeyError, struct's, numpy's): any of them means the file is damaged."""
     from gguf import GGUFReader
 
     try:
         reader = GGUFReader(path)
-    except (ValueError, OSError) as err:
+        field = reader.fields.get("general.architecture")
+        architecture = bytes(field.parts[field.data[0]]).decode() if field is not None else "unknown"
+        types = Counter(tensor.tensor_type.name for tensor in reader.tensors)
+    except Exception as err:  # noqa: BLE001 (see above: every failure of the reader is a damaged file)
         raise UsageError(f"model.gguf_file={path.name!r} cannot be read: {path} is truncated or not a GGUF file "
-                         f"({str(err).splitlines()[0]}); download it again") from None
-    field = reader.fields.get("general.architecture")
-    architecture = bytes(field.parts[field.data[0]]).decode() if field is not None else "unknown"
-    types = Counter(tensor.tensor_type.name for tensor in reader.tensors)
+                         f"({first_line(err)}); download it again") from None
     return GgufHeader(path.name, architecture, dict(sorted(types.items())))

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from emergence.core.config import ModelConfig, PanelEntry, StepRange, compose_config
-from emergence.core.errors import UsageError
+from emergence.core.errors import UsageError, first_line
 from emergence.hub.endpoint import connection_lost, hub_endpoint, hub_reachable
 
 # What a name without a family pattern is read as: step{N} or step{N}-tokens{M}B.
@@ -163,11 +163,11 @@ def list_branches(repo: str) -> list[str]:
         if isinstance(err, RepositoryNotFoundError) or err.response.status_code == 404:
             raise UsageError(f"repo {repo} does not exist on {hub_endpoint()} (or is private); check the repo id "
                              "(model.name_or_path)") from None
-        raise UsageError(f"{hub_endpoint()} answered {str(err).splitlines()[0]}") from None
+        raise UsageError(f"{hub_endpoint()} answered {first_line(err)}") from None
     except Exception as err:
         if connection_lost(err):  # the server went away since hub_reachable
             raise HubUnavailable(f"the Hub endpoint {hub_endpoint()} is not reachable") from None
-        raise UsageError(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no answer'}") from None
+        raise UsageError(f"{type(err).__name__}: {first_line(err) if str(err) else 'no answer'}") from None
 
 
 def panel_file(cache_dir: str, repo: str) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from emergence.core.errors import UsageError
+from emergence.core.errors import UsageError, first_line
 from emergence.recipe.probe import ProbeBatch, make_text_batch
 
 TEXT_FILE_SUFFIXES = (".txt", ".jsonl")
@@ -55,7 +55,7 @@ def load_tokenizer(directory: str, name: str, trust_remote_code: bool, fix: str,
         tok = _auto_tokenizer(directory, trust_remote_code, gguf_file)
     except (OSError, ValueError, TypeError) as err:
         raise UsageError(f"{name} has no tokenizer that loads ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''}); {fix}") from None
+                         f"{first_line(err) if str(err) else ''}); {fix}") from None
     # Without tokenizer files, transformers builds the model type's tokenizer class empty (GPTNeoX,
     # GPT-2, Qwen2, Gemma): it encodes every text to nothing, and the text would be blamed for it.
     if set(tok.get_vocab().values()) <= set(tok.all_special_ids):
@@ -119,7 +119,7 @@ def dataset_documents(name: str, split: str, column: str) -> Sequence[str]:
     try:
         data = datasets.load_dataset(name, split=split)
     except Exception as err:  # datasets raises many kinds (offline, not found, no such split): all one answer
-        first = str(err).splitlines()[0] if str(err) else ""
+        first = first_line(err) if str(err) else ""
         raise UsageError(f"probe.dataset={name!r} (split {split!r}) could not be loaded ({type(err).__name__}: "
                          f"{first[:200]}); offline it must be in the datasets cache (load it once online), or use "
                          "a local file: probe.text_file=PATH (.txt or .jsonl)") from None

@@ -3,7 +3,8 @@
 Everything the screen, the spectral step and the intervals need (per-sequence attention
 to the targets and key 0's sink importance, the null's sums, both spectral estimators, the clean metrics,
 the sink mechanism's value norms and residual-stream reductions) depends on
-the checkpoint, the probe, the null's draws, the dtype and this code, not on the
+the checkpoint (the content of the weight files read, and its config), the probe, the null's
+draws, the dtype and this code, not on the
 thresholds or the bootstrap. Keyed by those, a threshold re-sweep
 (``-m threshold=paper,strict,lenient``) with ablation off runs no model at all.
 
@@ -21,6 +22,7 @@ import numpy as np
 
 import emergence
 from emergence.core.atomic import atomic_write_bytes, npz_bytes
+from emergence.hub import checkpoints
 from emergence.recipe import mechanism
 from emergence.recipe.measurements import Measurements
 
@@ -34,30 +36,32 @@ OPTIONAL_ARRAYS = ("position_losses", "prefix_matching")
 RESIDUAL_PREFIX = "residual_"
 
 
-def checkpoint_identity(path: str, revision: str | None) -> list:
-    """What names the weights: a local directory by its files' sizes and times, a Hub
-    checkpoint by repo and revision."""
-    local = Path(path).expanduser()
-    if local.is_dir():
-        return [str(local.resolve())] + [[f.name, f.stat().st_size, f.stat().st_mtime_ns]
-                                         for f in sorted(local.glob("*")) if f.suffix in (".safetensors", ".json")]
-    return [path, revision]
+def checkpoint_identity(src: checkpoints.Source, hf_config) -> dict | None:
+    """What names the model a run measures: the content of the weight files the loader reads
+    (``checkpoints.weights_identity``: a GGUF file by its sha256, a folder's, a cached or a Hub
+    revision's shards by theirs), the weights format policy, and the config as transformers read it.
+    None where the weights cannot be named (the Hub unreachable): such a run neither reads nor keeps
+    an entry."""
+    weights = checkpoints.weights_identity(src)
+    if weights is None:
+        return None
+    return {"weights_sha256": weights, "weights_format": src.weights_format, "config": hf_config.to_json_string()}
 
 
-def key(identity: list, probe: dict, null_draws: int, dtype: str) -> str:
+def key(identity: dict, probe: dict, null_draws: int, dtype: str) -> str:
     text = json.dumps({"checkpoint": identity, "probe": probe, "null_draws": null_draws, "dtype": dtype,
                        "version": [MEASUREMENT_VERSION, emergence.__version__]}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def entry_of(cfg, path: str, revision: str | None, dtype: str) -> str:
-    """The key of the checkpoint ``path@revision`` under the run ``cfg`` (a ``config.Config``): its
-    probe, null and ``dtype`` ("float32", ...)."""
-    return key(checkpoint_identity(path, revision), asdict(cfg.probe), cfg.stats.n_null, dtype)
+def entry_of(cfg, identity: dict | None, dtype: str) -> str | None:
+    """The key of the checkpoint named by ``identity`` (``checkpoint_identity``) under the run ``cfg``
+    (a ``config.Config``): its probe, null and ``dtype`` ("float32", ...); None without an identity."""
+    return None if identity is None else key(identity, asdict(cfg.probe), cfg.stats.n_null, dtype)
 
 
-def has(cache_dir: str, entry: str) -> bool:
-    return entry_path(cache_dir, entry).exists()
+def has(cache_dir: str, entry: str | None) -> bool:
+    return entry is not None and entry_path(cache_dir, entry).exists()
 
 
 def needs_weights(cfg, measurements_cached: bool) -> bool:

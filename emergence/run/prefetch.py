@@ -212,21 +212,24 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
 
     try:
         cfg, out_dir = compose_job(master, overrides, num)
-        if cfg.resume and results.is_done(out_dir, config_digest(cfg)):
+        if cfg.resume and results.is_done(out_dir, config_digest(cfg), lambda: checkpoints.current_weights(cfg)):
             return None
         src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
         verdict = stored_verdicts(Path(master.hydra.sweep.dir) / INTEGRITY_FILE).get(src.path, {}).get(src.revision)
         if verdict is not None and (verdict.verdict == "duplicate" or verdict.fails):
             return None
+        # a GGUF file is fetched by its own run (``checkpoints.gguf_file_path``), not as a revision's weights
+        if src.local_only or src.gguf_file:
+            return None
         dtype = checkpoints.dtype_name(checkpoints.pick_dtype(cfg.model.dtype))
-        cached = cfg.reuse and cache.has(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype))
+        identity = cache.checkpoint_identity(src, checkpoints.load_config(cfg, src).hf_config)
+        cached = cfg.reuse and cache.has(cfg.cache_dir, cache.entry_of(cfg, identity, dtype))
         if not cache.needs_weights(cfg, cached):
             return None
     except (UsageError, ValueError) as err:
         log.debug(f"no prefetch for job {num}: {err}")
         return None
-    # a GGUF file is fetched by its own run (``checkpoints.gguf_file_path``), not as a revision's weights
-    return None if src.local_only or src.gguf_file else (src.path, src.revision, src.weights_format)
+    return src.path, src.revision, src.weights_format
 
 
 if __name__ == "__main__":  # the downloader's child process: python -m emergence.run.prefetch REPO REVISION FORMAT

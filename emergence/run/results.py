@@ -12,6 +12,7 @@ import io
 import json
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -523,16 +524,21 @@ def read_json(path: Path):
                          "rewrite it (rerun its job) or remove it") from None
 
 
-def is_done(run_dir: Path, config_digest: str) -> bool:
-    """A complete run of the same configuration is already in ``run_dir`` (a broken summary, or one
-    of another schema, is not one)."""
+def is_done(run_dir: Path, config_digest: str, weights_now: Callable[[], str | None]) -> bool:
+    """A complete run of the same configuration, on the same weights, is already in ``run_dir`` (a
+    broken summary, or one of another schema, is not one; nor is one whose checkpoint's weights have
+    changed since: ``weights_now`` gives their fingerprint, asked only where the rest matches; where
+    it cannot tell, None, as for a Hub revision gone from the cache while offline, the run stands)."""
     try:
         if not (run_dir / SUMMARY_FILE).exists():
             return False
         summary = (DuplicateRun if is_duplicate(run_dir) else RunSummary).read(run_dir)
-        return summary.config_digest == config_digest
     except ValueError:
         return False
+    if summary.config_digest != config_digest:
+        return False
+    now = weights_now()
+    return now is None or summary.weights_sha256 == now
 
 
 def read_run(run_dir: Path) -> tuple[RunSummary, list[dict]]:

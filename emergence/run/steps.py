@@ -44,7 +44,7 @@ class Loaded:
     device: torch.device
     dtype: str  # "float32", "bfloat16" or "float16"
     weight_bytes: int
-    weights_sha256: dict[str, str]  # each weight file's content sha256
+    weights_sha256: str | None  # the weights' content fingerprint (``checkpoints.weights_identity``)
     download: results.Download  # bytes downloaded and the prefetch's arrival (load_seconds set by ``summarise``)
     first_token: probe.FirstToken  # what position 0 of the probe and the task prompts holds, and why
     batch: probe.ProbeBatch  # the probe (built before the weights load: the text probe's can fail)
@@ -107,8 +107,9 @@ def load(cfg: Config) -> Loaded:
     if prefetch.fetched_by_sweep(prefetched):  # the sweep downloaded it: count it, and clean it up
         src = dataclasses.replace(src, cached_before=False)
     arrival = prefetch.arrival(prefetched)
-    cache_file = cache.entry_path(cfg.cache_dir, cache.entry_of(cfg, src.path, src.revision, dtype_name)) \
-        if cfg.reuse else None
+    identity = cache.checkpoint_identity(src, hf_config)
+    entry = cache.entry_of(cfg, identity, dtype_name)
+    cache_file = cache.entry_path(cfg.cache_dir, entry) if cfg.reuse and entry is not None else None
     cached = None if cache_file is None else cache.load(cache_file)
     if cached is not None and cached.probe_fingerprint != batch.fingerprint():  # the dataset changed under its name
         cached = None
@@ -124,7 +125,8 @@ def load(cfg: Config) -> Loaded:
         subject = capture.Subject(model, checkpoints.Architecture.of(model), batch, batch_size)
     download = results.Download(bytes_downloaded=checkpoints.downloaded_bytes(src), load_seconds=0.0,
                                 prefetched=arrival.prefetched, wait_seconds=arrival.wait_seconds)
-    weights_sha256 = checkpoints.weights_sha256(src)
+    # named before the cache was asked; a Hub revision not cached then is named by the Hub's digests
+    weights_sha256 = identity["weights_sha256"] if identity else checkpoints.weights_sha256(src)
     p = cfg.probe
     return Loaded(f"{cfg.model.key}@{revision.name or 'as-is'}", revision, src, checkpoint.model_type_mapped_from,
                   device, dtype_name, weight_bytes, weights_sha256, download, first, batch,

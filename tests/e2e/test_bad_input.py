@@ -226,3 +226,20 @@ def test_a_broken_pickle_in_the_hub_cache_is_deleted_and_downloaded_again(tiny_d
         f"model.name_or_path='EleutherAI/pythia-1b@step512' cannot be loaded: {snapshot / 'pytorch_model.bin'} is "
         f"truncated or corrupt (PytorchStreamReader failed); delete it from the Hugging Face cache ({blob}) and "
         "download it again: hf download EleutherAI/pythia-1b --revision step512 --force-download")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["after its magic", "inside its header", "inside its tensor data"])
+def test_a_gguf_file_cut_short_is_one_line(where, tmp_path):
+    from tests.helpers.tiny_models import save_tiny_gguf
+
+    save_tiny_gguf(tmp_path / "whole.gguf")
+    data = (tmp_path / "whole.gguf").read_bytes()
+    size = {"after its magic": 4, "inside its header": 60, "inside its tensor data": len(data) - 100}[where]
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "m.gguf").write_bytes(data[:size])
+    res = run_cli("model=local", f"model.name_or_path={tmp_path / 'model'}", "model.gguf_file=m.gguf",
+                  f"hydra.run.dir={tmp_path / 'run'}", env=ENV)
+    assert_one_line(res, "model.gguf_file='m.gguf' cannot be read", "is truncated or not a GGUF file",
+                    "download it again")
+    assert not (tmp_path / "run").exists()

@@ -7,6 +7,8 @@ GPT-2's Conv1D projections, GPTNeoX's partial rotary."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 from transformers import (
     AutoModelForCausalLM,
@@ -97,3 +99,18 @@ def save_tiny_model_with_a_sink_head(path, layer: int = 0, head: int = 1, sharpn
         c_attn.bias[k] = 0.0
         model.transformer.wpe.weight[0] += 50.0 * direction
     model.save_pretrained(path, safe_serialization=True)
+
+
+def save_tiny_gguf(path) -> None:
+    """A GGUF file as llama.cpp's writer lays it out: header, metadata, tensor infos, aligned data."""
+    gguf_module = pytest.importorskip("gguf", reason="needs the [gguf] extra: pip install -e '.[gguf]'")
+    writer = gguf_module.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_context_length(64)
+    for layer in range(2):
+        writer.add_tensor(f"blk.{layer}.attn_norm.weight", np.full(64, layer + 1.0, dtype=np.float32))
+    writer.add_tensor("token_embd.weight", np.arange(32 * 64, dtype=np.float16).reshape(32, 64))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

@@ -9,6 +9,7 @@ from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
 from emergence.hub import gguf
 from emergence.run.validation import validate
+from tests.helpers.tiny_models import save_tiny_gguf
 
 
 def test_missing_packages_name_the_extra(monkeypatch):
@@ -36,3 +37,21 @@ def test_a_foreign_file_is_one_line(tmp_path):
     with pytest.raises(UsageError, match=r"m.gguf is truncated or not a GGUF file \(GGUF magic invalid\); "
                                          "download it again"):
         gguf.read_header(path)
+
+
+def test_a_file_cut_anywhere_is_one_line(tmp_path):
+    """Cut after its magic, inside its header, metadata, tensor infos or data, or by its last byte:
+    every cut is one line naming the file and the fix; the whole file reads."""
+    whole = tmp_path / "whole.gguf"
+    save_tiny_gguf(whole)
+    assert gguf.read_header(whole) == gguf.GgufHeader("whole.gguf", "llama", {"F16": 1, "F32": 2})
+    data = whole.read_bytes()
+    cut = tmp_path / "m.gguf"
+    for size in [*range(4, 400), *range(400, len(data), 61), len(data) - 1]:
+        cut.write_bytes(data[:size])
+        with pytest.raises(UsageError) as refused:
+            gguf.read_header(cut)
+        line = str(refused.value)
+        assert "\n" not in line, (size, line)
+        assert line.startswith(f"model.gguf_file='m.gguf' cannot be read: {cut} is truncated or not a GGUF file ("), line
+        assert line.endswith("); download it again"), (size, line)

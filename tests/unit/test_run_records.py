@@ -98,7 +98,7 @@ def test_summary_json_is_the_run_summary_and_an_old_schema_is_one_line(tiny_dirs
     (run / SUMMARY_FILE).write_text(json.dumps(written))
     with pytest.raises(ValueError, match="schema 1"):
         RunSummary.read(run)
-    assert not is_done(run, summary.config_digest)  # resume=true reruns it
+    assert not is_done(run, summary.config_digest, lambda: summary.weights_sha256)  # resume=true reruns it
     res = run_cli(tmp_path, "--out", tmp_path / "report", "--wandb-mode", "disabled", module="emergence.report")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     (line,) = res.stderr.strip().splitlines()
@@ -154,7 +154,7 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     assert summary.thresholds.circuit == 50.0 and summary.download.prefetched is False
     assert summary.intervals.class_counts == written["intervals"]["class_counts"]
     assert len(rows) == 2 * 4 and list(rows[0]) == HEAD_COLUMNS
-    assert is_done(VERSION_2_RUN, written["config_digest"])  # resume=true keeps it
+    assert is_done(VERSION_2_RUN, written["config_digest"], lambda: written["weights_sha256"])  # resume=true keeps it
 
     # As a toy's run: its copy loss drop under the old name reaches the report under the new one.
     shutil.copytree(VERSION_2_RUN, tmp_path / "runs" / "main")
@@ -171,10 +171,22 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
 def test_a_duplicates_summary_carries_the_schema_and_reads_under_the_same_rule(tmp_path):
     duplicate = DuplicateRun(SCHEMA_VERSION, "m", "org/m", None, "step2", 2, 2000, "step3", "ab" * 32, "digest")
     duplicate.save(tmp_path)
-    assert DuplicateRun.read(tmp_path) == duplicate and is_done(tmp_path, "digest")
+    assert DuplicateRun.read(tmp_path) == duplicate and is_done(tmp_path, "digest", lambda: "ab" * 32)
     for schema in (2, 1):  # version 2 wrote the same keys; version 1's is another schema: rerun
         (tmp_path / SUMMARY_FILE).write_text(json.dumps({**duplicate.to_json(), "schema_version": schema}))
-        assert is_done(tmp_path, "digest") == (schema == 2)
+        assert is_done(tmp_path, "digest", lambda: "ab" * 32) == (schema == 2)
+
+
+def test_a_finished_run_on_weights_changed_since_is_not_done(tmp_path):
+    """resume=true keeps a run only on the weights it measured; where they cannot be named now (a Hub
+    revision gone from the cache, offline) the run stands; the weights are asked only after the config."""
+    DuplicateRun(SCHEMA_VERSION, "m", "org/m", None, "step2", 2, 2000, "step3", "ab" * 32, "digest").save(tmp_path)
+    assert is_done(tmp_path, "digest", lambda: "ab" * 32)
+    assert not is_done(tmp_path, "digest", lambda: "cd" * 32)
+    assert is_done(tmp_path, "digest", lambda: None)
+    asked = []
+    assert not is_done(tmp_path, "other digest", lambda: asked.append(1))
+    assert not asked
 
 
 class Run:
