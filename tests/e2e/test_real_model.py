@@ -139,3 +139,33 @@ def test_a_truncated_gguf_file_is_one_line(smollm2, tmp_path):
     assert last_line(done.stderr).endswith("is truncated or not a GGUF file (cannot reshape array of size 399424 "
                                            "into shape (576,960)); download it again")
     assert not (tmp_path / "run").exists()
+
+
+def test_two_quantizations_in_one_folder_are_measured_each_on_its_own(smollm2, tmp_path):
+    """Two GGUF files of one model in one folder, as GGUF repositories keep their quantizations: with
+    reuse=true the second is measured afresh (its layers 0-3 differ from the first's), and the
+    first, run again, is served from the cache."""
+    from gguf import GGUFReader
+
+    folder = tmp_path / "quantizations"
+    folder.mkdir()
+    data = bytearray(smollm2.gguf_path.read_bytes())
+    (folder / "a.gguf").write_bytes(data)
+    for tensor in GGUFReader(smollm2.gguf_path).tensors:  # b: attention norms of layers 0-3 halved
+        if tensor.name in {f"blk.{layer}.attn_norm.weight" for layer in range(4)}:
+            start = int(tensor.data_offset)
+            halved = np.frombuffer(bytes(data[start:start + tensor.n_bytes]), dtype=np.float32) / 2
+            data[start:start + tensor.n_bytes] = halved.tobytes()
+    (folder / "b.gguf").write_bytes(data)
+    base = ["model=local", f"model.name_or_path={folder}", "probe=quick", "probe.batch_size=8",
+            "probe.n_sequences=8", "wandb.mode=disabled", "ablate.enabled=false", f"cache_dir={tmp_path / 'cache'}"]
+
+    a = analyse(compose_config([*base, "model.gguf_file=a.gguf"]), tmp_path / "a")
+    b = analyse(compose_config([*base, "model.gguf_file=b.gguf"]), tmp_path / "b")
+    again = analyse(compose_config([*base, "model.gguf_file=a.gguf"]), tmp_path / "again")
+    assert (a.reused_measurements, b.reused_measurements, again.reused_measurements) == (False, False, True)
+    sel = {run: np.array([r["sel_bos"] for r in read_run(tmp_path / run)[1]]).reshape(N_LAYERS, N_HEADS)
+           for run in ("a", "b", "again")}
+    np.testing.assert_array_equal(sel["again"], sel["a"])
+    assert (np.abs(sel["b"][:4] - sel["a"][:4]) > 1e-3).any()
+    assert b.weights_sha256 == hashlib.sha256(data).hexdigest() != a.weights_sha256
