@@ -53,7 +53,7 @@ def bootstrap_interval(per_sequence: np.ndarray, settings) -> list[float]:
 
 def text_scores(losses: np.ndarray, icl_positions: list[int], settings, source: str,
                 tokenizer: str) -> TextScores:
-    """``losses`` [n, T-1]: the loss of the token at positions 1..T-1 (``capture.token_losses``)."""
+    """``losses`` [n, T-1]: the loss of the token at positions 1..T-1 (``capture.sequence_losses``)."""
     early, late = icl_positions
     per_sequence = losses[:, late - 1].astype(np.float64) - losses[:, early - 1]
     by_position = losses.mean(axis=0, dtype=np.float64)
