@@ -166,6 +166,9 @@ class ProbeConfig:
     # Olsson et al.'s in-context learning score: mean loss at icl_positions[1] minus at [0]
     # (0-based positions of the predicted token)
     icl_positions: List[int] = field(default_factory=lambda: [50, 500])
+    # kind=text: the positions whose loss the pass computes for text.loss_by_position (``icl.curve_positions``):
+    # sparse (the powers of two below seq_len, seq_len - 1 and the ICL positions) | all (every position)
+    loss_curve: str = "sparse"
     # A task circuit measured beside the synthetic probe, on the checkpoint's own tokenizer
     # (docs/tasks.md): ioi | greater_than | successor | binding; null: none (probe=ioi, ... set it)
     task: Optional[str] = None

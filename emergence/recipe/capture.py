@@ -460,14 +460,20 @@ def token_losses(unembedding: Unembedding, hidden: torch.Tensor, targets: torch.
     return running_max + running_sum.log() - target_logit
 
 
-def sequence_losses(unembedding: Unembedding, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """hidden [b, T, d] final hidden states, tokens [b, T] -> [b, T-1] float32: the loss of the token
-    at each position 1..T-1 given the ones before it (``token_losses`` over every position of the
-    minibatch at once, in blocks of the vocabulary that hold at most ``LOSS_CHUNK_ELEMENTS`` logits)."""
+def sequence_losses(unembedding: Unembedding, hidden: torch.Tensor, tokens: torch.Tensor,
+                    positions: torch.Tensor) -> torch.Tensor:
+    """hidden [b, T, d] final hidden states, tokens [b, T], positions [P] (in 1..T-1) -> [b, T-1]
+    float32: the loss of the token at each of ``positions`` given the ones before it (column p-1 for
+    position p), NaN at the other positions, which are never projected. ``token_losses`` over the
+    minibatch's P positions at once, in blocks of the vocabulary that hold at most
+    ``LOSS_CHUNK_ELEMENTS`` logits."""
     b, T = tokens.shape
-    block = max(1, LOSS_CHUNK_ELEMENTS // (b * (T - 1)))
-    return token_losses(unembedding, hidden[:, :-1].reshape(b * (T - 1), -1), tokens[:, 1:].reshape(-1),
-                        block).view(b, T - 1)
+    block = max(1, LOSS_CHUNK_ELEMENTS // (b * len(positions)))
+    read = token_losses(unembedding, hidden[:, positions - 1].reshape(b * len(positions), -1),
+                        tokens[:, positions].reshape(-1), block)
+    losses = torch.full((b, T - 1), torch.nan, dtype=torch.float32, device=hidden.device)
+    losses[:, positions - 1] = read.view(b, len(positions))
+    return losses
 
 
 @contextmanager
@@ -531,6 +537,7 @@ class Capture:
     scores: np.ndarray  # [n, metrics] float64: ``score`` of each sequence's clean logits at T-1
     null_sums: np.ndarray  # [layers, heads, draws] float64 (draws = 0 without the null)
     position_losses: np.ndarray | None  # [n, T-1] float32: the loss of the token at each position 1..T-1
+    # (NaN where ``PassOptions.loss_positions`` holds no position)
     prefix_matching: np.ndarray | None  # [layers, heads] float64: the repeat probe's prefix-matching score
     value_norm_ratio: np.ndarray | None  # [layers, heads] float64: mean norm of v at position 0 over elsewhere
     residual: mechanism.ResidualStats | None  # the decoder layers' outputs: massive activations
@@ -556,7 +563,9 @@ class PassOptions:
     keep_position_means: bool = False  # every head output's per-position mean, for mean ablation
     null_positions: np.ndarray | None = None  # [draws, n] the reference null's random key positions
     sink_importance: bool = True  # Gu et al.'s metric (the benchmark prices it by turning it off)
-    position_losses: bool = False  # the loss of every token (from the final hidden states, ``sequence_losses``)
+    # The positions (in 1..T-1) whose token's loss the pass computes from the final hidden states
+    # (``sequence_losses``); None: none
+    loss_positions: np.ndarray | None = None
     repeat: RepeatLayout | None = None  # the repeat probe's layout: measures the prefix-matching score
     sink_mechanism: bool = True  # the massive activations and value norms (the benchmark prices them)
 
@@ -568,9 +577,11 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
     (``ablation.metrics_per_sequence``), kept for the clean model.
     """
     model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
-    position_losses, repeat, sink_mechanism = options.position_losses, options.repeat, options.sink_mechanism
+    repeat, sink_mechanism = options.repeat, options.sink_mechanism
+    position_losses = options.loss_positions is not None
     check_loaded_for_capture(model)
     device = next(model.parameters()).device
+    loss_positions = None if not position_losses else torch.as_tensor(options.loss_positions, device=device)
     n = batch.n
     rec = Recorder(subject, options, device)
     residual = mechanism.ResidualRecorder(arch.n_layers, device)
@@ -591,7 +602,7 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
                                    **{LISTENER: rec}).logits[:, -1]
                 if position_losses:
                     hidden = checked_final_hidden(model, kept, logits, arch.model_type)
-                    losses.append(sequence_losses(Unembedding.of(model), hidden, tokens).cpu())
+                    losses.append(sequence_losses(Unembedding.of(model), hidden, tokens, loss_positions).cpu())
                 if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
                     raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
                                      f"{arch.n_layers} attention layers went through the capture")

@@ -15,6 +15,7 @@ from emergence.hub.checkpoints import Architecture
 from emergence.recipe import capture
 from emergence.recipe.ablation import metrics_per_sequence
 from emergence.recipe.capture import PassOptions, Subject, Unembedding, register_attention, run_probe, token_losses
+from emergence.recipe.icl import curve_positions, text_scores
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 
 T, N, BATCH = 48, 6, 4
@@ -77,7 +78,8 @@ def test_probe_pass_losses_and_scores_equal_the_full_logits_of_every_architectur
     logits_of = Unembedding.logits
     monkeypatch.setattr(Unembedding, "logits", lambda self, h, rows=slice(None): held.append(
         logits_of(self, h, rows).shape) or logits_of(self, h, rows))
-    cap = run_probe(subject, PassOptions(baseline_positions(T, 20), N, position_losses=True), metrics_per_sequence)
+    options = PassOptions(baseline_positions(T, 20), N, loss_positions=np.arange(1, T))
+    cap = run_probe(subject, options, metrics_per_sequence)
     blocks = [shape for shape in held if shape[0] > BATCH]  # the rest: the T-1 check
     # minibatches of 4 and 2 sequences: 188 positions against 2,048 rows, then 94 against 4,096 (the budget)
     assert Counter(tuple(shape) for shape in blocks) == {(188, 2048): vocab // 2048, (94, 4096): vocab // 4096}
@@ -108,9 +110,45 @@ def test_a_model_whose_logits_are_not_its_output_embeddings_is_refused():
 
     model.forward = scaled.__get__(model)
     batch = make_probe_batch(BATCH, T, 10, 500, 1)
-    options = PassOptions(baseline_positions(T, 20), BATCH, position_losses=True)
+    options = PassOptions(baseline_positions(T, 20), BATCH, loss_positions=np.arange(1, T))
     with pytest.raises(UsageError, match="logits are not its output embeddings"):
         run_probe(Subject(model, Architecture.of(model), batch, BATCH), options, metrics_per_sequence)
     # the paper probe reads the model's own logits at T-1 alone: it runs
     run_probe(Subject(model, Architecture.of(model), batch, BATCH), PassOptions(baseline_positions(T, 20), BATCH),
               metrics_per_sequence)
+
+
+def test_the_text_curve_projects_only_its_positions_and_the_icl_score_is_unchanged(monkeypatch):
+    """The sparse curve (powers of two below T, T-1, the ICL positions): the pass projects those
+    positions alone, their losses equal every position's, the others are NaN (None in the curve),
+    and the ICL score is the same as with every position."""
+    icl = [5, 40]
+    positions = curve_positions(T, icl, "sparse")
+    assert positions.tolist() == [1, 2, 4, 5, 8, 16, 32, 40, 47]
+    assert curve_positions(T, icl, "all").tolist() == list(range(1, T))
+    model = tiny_model("gemma2", attn_implementation=register_attention(), vocab_size=4096)
+    batch = make_probe_batch(N, T, 10, 4096, 1)
+    subject = Subject(model, Architecture.of(model), batch, N)
+    held = []
+    logits_of = Unembedding.logits
+    monkeypatch.setattr(Unembedding, "logits", lambda self, h, rows=slice(None): held.append(
+        logits_of(self, h, rows).shape) or logits_of(self, h, rows))
+    sparse = run_probe(subject, PassOptions(baseline_positions(T, 20), N, loss_positions=positions),
+                       metrics_per_sequence).position_losses
+    assert {shape[0] for shape in held} == {N, N * len(positions)}  # the T-1 check, then the curve's positions
+    monkeypatch.undo()
+    every = run_probe(subject, PassOptions(baseline_positions(T, 20), N, loss_positions=np.arange(1, T)),
+                      metrics_per_sequence).position_losses
+    measured = np.isin(np.arange(1, T), positions)
+    np.testing.assert_allclose(sparse[:, measured], every[:, measured], rtol=1e-6, atol=1e-6)
+    assert np.isnan(sparse[:, ~measured]).all() and not np.isnan(every).any()
+
+    class Stats:
+        n_boot, seed, ci = 200, 0, 0.95
+
+    scores = {name: text_scores(losses, icl, Stats, "file", "bytes") for name, losses in
+              (("sparse", sparse), ("every", every))}
+    assert scores["sparse"].icl_score == pytest.approx(scores["every"].icl_score, rel=1e-6)
+    curve = scores["sparse"].loss_by_position
+    assert [p for p, v in enumerate(curve) if v is not None] == positions.tolist()
+    assert [curve[p] for p in positions] == pytest.approx([scores["every"].loss_by_position[p] for p in positions])
