@@ -44,7 +44,8 @@
       vocabulary for every position at once (the [b, T-1, V] logits) for before/after;
   (s) the repeat probe's pass split (``--only s``, ``repeat_pass_split``; ``--arch llama_262k`` or
       ``llama``): in one process, on ``--sequences`` sequences of 256 tokens (one minibatch), the
-      quick probe's pass, the repeat probe's pass, its body (the bare SDPA decoder stack), the
+      quick probe's pass, the repeat probe's pass, its body (the decoder stack with our attention
+      function, nothing recorded), the
       projection of every position against W_U (the blocked matmuls alone), the loss
       (``capture.sequence_losses`` less the projection) and the capture (the rest of the pass);
       beside them the multiply-add bound from the config (``multiply_adds``) and its repeat/quick
@@ -408,7 +409,6 @@ def repeat_pass_split(path: str, n: int, repeats: int) -> dict:
     minibatch), the repeat pass split into body, projection, loss and capture, the multiply-add
     bound's repeat/quick ratio beside the measured one, and the text probe's pass over a bare forward
     with T-1's logits; fastest of ``repeats`` alternations."""
-    import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
     from emergence.core.config import compose_config
@@ -446,16 +446,21 @@ def repeat_pass_split(path: str, n: int, repeats: int) -> dict:
     tokens = batches["repeat"].tokens
     positions = torch.as_tensor(loss_positions(r))
     with torch.inference_mode():
-        hidden = bare.model(tokens, use_cache=False).last_hidden_state  # [n, T, d]
+        hidden = ours.model(tokens, use_cache=False).last_hidden_state  # [n, T, d]
     flat = hidden[:, positions - 1].reshape(-1, hidden.shape[-1])
     block = max(1, capture.LOSS_CHUNK_ELEMENTS // len(flat))
+    buffer = torch.empty(len(flat), block)
 
-    def projection():  # the blocked matmuls of sequence_losses, without the log-sum-exp
-        for start in range(0, unembedding.weight.shape[0], block):
-            F.linear(flat, unembedding.weight[start:start + block])
+    def projection():  # the blocked matmuls of sequence_losses into its buffer, without the log-sum-exp
+        vocab = unembedding.weight.shape[0]
+        for start in range(0, vocab, block):
+            width = min(block, vocab - start)
+            torch.matmul(flat, unembedding.weight[start:start + width].T, out=buffer[:, :width] if width == block
+                         else buffer.view(-1)[:len(flat) * width].view(len(flat), width))
 
+    # The body: the decoder stack with the pass's own attention function, nothing recorded (no listener).
     steps = {"quick_pass_s": lambda: run_pass("quick"), "repeat_pass_s": lambda: run_pass("repeat"),
-             "body_s": lambda: bare.model(tokens, use_cache=False), "projection_s": projection,
+             "body_s": lambda: ours.model(tokens, use_cache=False), "projection_s": projection,
              "loss_s": lambda: capture.sequence_losses(unembedding, hidden, tokens, positions),
              "text_pass_s": lambda: run_pass("text"),
              "text_bare_last_logits_s": lambda: bare(batches["text"].tokens, logits_to_keep=1, use_cache=False)}

@@ -428,11 +428,14 @@ class Unembedding:
         head = model.get_output_embeddings()
         return cls(head.weight, getattr(head, "bias", None), getattr(model.config, "final_logit_softcapping", None))
 
-    def logits(self, hidden: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, rows: slice = slice(None), out: torch.Tensor | None = None) -> torch.Tensor:
         """hidden [..., d] -> [..., V'] in the model's dtype: the logits of the vocabulary's ``rows``
-        (all of them by default)."""
-        bias = None if self.bias is None else self.bias[rows]
-        return softcapped(F.linear(hidden, self.weight[rows], bias), self.softcap)
+        (all of them by default), written into ``out`` where given (contiguous, [..., V']): the bias
+        and the soft-cap are applied in place, as ``softcapped`` computes it."""
+        logits = torch.matmul(hidden, self.weight[rows].T, out=out)
+        if self.bias is not None:
+            logits += self.bias[rows]
+        return logits if self.softcap is None else logits.div_(self.softcap).tanh_().mul_(self.softcap)
 
 
 def token_losses(unembedding: Unembedding, hidden: torch.Tensor, targets: torch.Tensor, block: int) -> torch.Tensor:
@@ -443,20 +446,24 @@ def token_losses(unembedding: Unembedding, hidden: torch.Tensor, targets: torch.
     [N, block] (cast to float32); a running maximum and a rescaled running sum of exponentials give
     the log-sum-exp (an online softmax, as Cut Cross-Entropy and Liger's fused linear cross-entropy
     compute it), and each target's logit is taken from the block that holds it. So W_U is read once
-    per call and no more than one block of logits is ever held."""
-    n = hidden.shape[0]
+    per call and no more than one block of logits is ever held: every block is written into one
+    buffer and exponentiated in place (a fresh [N, block] tensor per block would cost the
+    allocator's page faults, about as much as the arithmetic on 2 CPU cores)."""
+    n, vocab = hidden.shape[0], unembedding.weight.shape[0]
     running_max = torch.full((n,), -torch.inf, dtype=torch.float32, device=hidden.device)
     running_sum = torch.zeros(n, dtype=torch.float32, device=hidden.device)
     target_logit = torch.zeros(n, dtype=torch.float32, device=hidden.device)
-    for start in range(0, unembedding.weight.shape[0], block):
-        logits = unembedding.logits(hidden, slice(start, start + block)).float()  # [N, block]
-        width = logits.shape[1]
-        top = torch.maximum(running_max, logits.max(dim=1).values)
-        running_sum = running_sum * torch.exp(running_max - top) + torch.exp(logits - top[:, None]).sum(dim=1)
-        running_max = top
+    buffer = torch.empty(n * min(block, vocab), dtype=hidden.dtype, device=hidden.device)
+    for start in range(0, vocab, block):
+        width = min(block, vocab - start)
+        logits = unembedding.logits(hidden, slice(start, start + width),  # [N, width]
+                                    out=buffer[:n * width].view(n, width)).float()
         inside = (targets >= start) & (targets < start + width)
         here = logits.gather(1, (targets - start).clamp(0, width - 1)[:, None])[:, 0]
         target_logit = torch.where(inside, here, target_logit)
+        top = torch.maximum(running_max, logits.max(dim=1).values)
+        running_sum = running_sum * torch.exp(running_max - top) + logits.sub_(top[:, None]).exp_().sum(dim=1)
+        running_max = top
     return running_max + running_sum.log() - target_logit
 
 

@@ -51,10 +51,10 @@ def test_token_losses_blocked_over_the_vocabulary_equal_the_full_log_softmax(blo
     logits_of = unembedding.logits
 
     class Watched(Unembedding):
-        def logits(self, h, rows=slice(None)):
-            out = logits_of(h, rows)
-            widths.append(tuple(out.shape))
-            return out
+        def logits(self, h, rows=slice(None), out=None):
+            logits = logits_of(h, rows, out)
+            widths.append(tuple(logits.shape))
+            return logits
 
     losses = token_losses(Watched(*vars(unembedding).values()), hidden, targets, block)
     assert losses.shape == (n,) and losses.dtype == torch.float32
@@ -76,8 +76,8 @@ def test_probe_pass_losses_and_scores_equal_the_full_logits_of_every_architectur
     subject = Subject(model, Architecture.of(model), batch, BATCH)
     held = []
     logits_of = Unembedding.logits
-    monkeypatch.setattr(Unembedding, "logits", lambda self, h, rows=slice(None): held.append(
-        logits_of(self, h, rows).shape) or logits_of(self, h, rows))
+    monkeypatch.setattr(Unembedding, "logits", lambda self, h, rows=slice(None), out=None: held.append(
+        (len(h), len(range(*rows.indices(len(self.weight)))))) or logits_of(self, h, rows, out))
     options = PassOptions(baseline_positions(T, 20), N, loss_positions=np.arange(1, T))
     cap = run_probe(subject, options, metrics_per_sequence)
     blocks = [shape for shape in held if shape[0] > BATCH]  # the rest: the T-1 check
@@ -131,8 +131,8 @@ def test_the_text_curve_projects_only_its_positions_and_the_icl_score_is_unchang
     subject = Subject(model, Architecture.of(model), batch, N)
     held = []
     logits_of = Unembedding.logits
-    monkeypatch.setattr(Unembedding, "logits", lambda self, h, rows=slice(None): held.append(
-        logits_of(self, h, rows).shape) or logits_of(self, h, rows))
+    monkeypatch.setattr(Unembedding, "logits", lambda self, h, rows=slice(None), out=None: held.append(
+        (len(h), len(range(*rows.indices(len(self.weight)))))) or logits_of(self, h, rows, out))
     sparse = run_probe(subject, PassOptions(baseline_positions(T, 20), N, loss_positions=positions),
                        metrics_per_sequence).position_losses
     assert {shape[0] for shape in held} == {N, N * len(positions)}  # the T-1 check, then the curve's positions
