@@ -152,3 +152,21 @@ def test_the_text_curve_projects_only_its_positions_and_the_icl_score_is_unchang
     curve = scores["sparse"].loss_by_position
     assert [p for p, v in enumerate(curve) if v is not None] == positions.tolist()
     assert [curve[p] for p in positions] == pytest.approx([scores["every"].loss_by_position[p] for p in positions])
+
+
+@pytest.mark.parametrize("arch", ["gpt_neox", "olmo", "olmoe", "llama"])
+def test_the_toys_copy_loss_drop_equals_the_full_log_softmax(arch):
+    """``toy.train.measure_copy_loss_drop`` (blocked, the copies' positions alone) against the drop
+    computed from the model's full logits' log-softmax at every position."""
+    from types import SimpleNamespace
+
+    from emergence.toy.corpus import copy_eval_batch
+    from emergence.toy.train import COPY_EVAL_SEED, COPY_SPAN, measure_copy_loss_drop
+
+    model = tiny_model(arch)
+    recipe = SimpleNamespace(vocab_size=512, seq_len=128)
+    tokens, first, second = copy_eval_batch(recipe.vocab_size, recipe.seq_len, 64, COPY_SPAN, COPY_EVAL_SEED)
+    with torch.no_grad():
+        nll = full_log_softmax_losses(model(tokens).logits[:, :-1], tokens[:, 1:])  # column t: token t+1
+    expected = nll[:, first:first + COPY_SPAN - 1].mean() - nll[:, second:second + COPY_SPAN - 1].mean()
+    assert measure_copy_loss_drop(model, recipe) == pytest.approx(float(expected), abs=1e-5)
