@@ -223,7 +223,7 @@ class AblateConfig:
     # adaptive: stop once the interval of the causal criterion excludes zero (emergence/recipe/verdict.py);
     # all: every probe sequence (the reference protocol)
     sequences: str = "adaptive"
-    min_sequences: int = 64  # adaptive: sequences measured before the first look
+    min_sequences: int = 64  # adaptive: sequences at the first look; the looks double from there (verdict.look_sizes)
     confidence: float = 0.95  # adaptive: level of the interval, over all looks together
 
 
