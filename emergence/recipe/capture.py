@@ -48,8 +48,8 @@ screen needs (query T-1 against all keys) and keeps only:
 Beside the Recorder, forward hooks on the decoder layers reduce the residual stream
 (``mechanism.ResidualRecorder``: massive activations). On the text and repeat probes, a hook
 on the output embeddings keeps the final hidden states and lets the model project T-1 alone;
-every token's loss then comes from them a few positions at a time (``token_losses``), so the
-[b, T, vocabulary] logits never exist.
+every token's loss then comes from them for all positions at once, over blocks of the vocabulary
+(``token_losses``), so the [b, T, vocabulary] logits never exist and W_U is read once per minibatch.
 
 The full attention pattern [n, layers, heads, T, T] is never materialised; each layer's
 pieces wait in the Recorder until the minibatch's forward pass ends and are then reduced
@@ -407,35 +407,87 @@ def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
     return sites
 
 
-# The most logits (rows x positions x vocabulary) the per-token losses hold at a time: 64 MiB in
-# float32, so that neither T nor the vocabulary (262,144 for Gemma 3) sizes the pass's memory.
+# The most logits the per-token losses hold at a time (positions x a block of the vocabulary): 64 MiB
+# in float32, so that neither the positions nor the vocabulary (262,144 for Gemma 3) size the pass's memory.
 LOSS_CHUNK_ELEMENTS = 2**24
 
 
-def token_losses(hidden: torch.Tensor, tokens: torch.Tensor, head, chunk: int) -> torch.Tensor:
-    """hidden [b, T, d]: the final hidden states (the output embeddings' input), tokens [b, T],
-    ``head``: hidden [b, c, d] -> logits [b, c, V] (``output_logits``) -> [b, T-1] float32: the loss
-    of the token at each position 1..T-1 given the ones before it (the model's own next-token
-    cross-entropy, unreduced). The logits exist ``chunk`` positions at a time, [b, chunk, V]: the
-    loss at a position needs that position's logits alone."""
-    T = tokens.shape[1]
-    return torch.cat([F.cross_entropy(head(hidden[:, s:min(s + chunk, T - 1)]).float().transpose(1, 2),
-                                      tokens[:, s + 1:s + 1 + chunk], reduction="none")
-                      for s in range(0, T - 1, chunk)], dim=1)
+@dataclass(frozen=True)
+class Unembedding:
+    """The map from the final hidden states to the logits, as the tested architectures' forward makes
+    it: the output embeddings (``weight`` [V, d], tied to the input embeddings or not, and ``bias``
+    [V] or None), then, where the config has one, the final logit soft-cap (Gemma 2).
+    ``checked_final_hidden`` checks it against the model's own logits at T-1 on every minibatch."""
+
+    weight: torch.Tensor  # [V, d]
+    bias: torch.Tensor | None  # [V]
+    softcap: float | None
+
+    @classmethod
+    def of(cls, model) -> "Unembedding":
+        head = model.get_output_embeddings()
+        return cls(head.weight, getattr(head, "bias", None), getattr(model.config, "final_logit_softcapping", None))
+
+    def logits(self, hidden: torch.Tensor, rows: slice = slice(None), out: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [..., d] -> [..., V'] in the model's dtype: the logits of the vocabulary's ``rows``
+        (all of them by default), written into ``out`` where given (contiguous, [..., V']): the bias
+        and the soft-cap are applied in place, as ``softcapped`` computes it."""
+        logits = torch.matmul(hidden, self.weight[rows].T, out=out)
+        if self.bias is not None:
+            logits += self.bias[rows]
+        return logits if self.softcap is None else logits.div_(self.softcap).tanh_().mul_(self.softcap)
 
 
-def output_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    """hidden [b, c, d] final hidden states -> [b, c, V]: the logits as the tested architectures'
-    forward makes them, the output embeddings and then, where the config has one, Gemma 2's final
-    soft-cap. ``run_probe`` checks this against the model's own logits at T-1 on every minibatch."""
-    return softcapped(model.get_output_embeddings()(hidden), getattr(model.config, "final_logit_softcapping", None))
+def token_losses(unembedding: Unembedding, hidden: torch.Tensor, targets: torch.Tensor, block: int) -> torch.Tensor:
+    """hidden [N, d] final hidden states, targets [N] the tokens they predict -> [N] float32: each
+    target's cross-entropy, -log softmax(logits)[target] (the model's own next-token loss, unreduced).
+
+    Blocked over the vocabulary: the logits of all N positions exist ``block`` rows of W_U at a time,
+    [N, block] (cast to float32); a running maximum and a rescaled running sum of exponentials give
+    the log-sum-exp (an online softmax, as Cut Cross-Entropy and Liger's fused linear cross-entropy
+    compute it), and each target's logit is taken from the block that holds it. So W_U is read once
+    per call and no more than one block of logits is ever held: every block is written into one
+    buffer and exponentiated in place (a fresh [N, block] tensor per block would cost the
+    allocator's page faults, about as much as the arithmetic on 2 CPU cores)."""
+    n, vocab = hidden.shape[0], unembedding.weight.shape[0]
+    running_max = torch.full((n,), -torch.inf, dtype=torch.float32, device=hidden.device)
+    running_sum = torch.zeros(n, dtype=torch.float32, device=hidden.device)
+    target_logit = torch.zeros(n, dtype=torch.float32, device=hidden.device)
+    buffer = torch.empty(n * min(block, vocab), dtype=hidden.dtype, device=hidden.device)
+    for start in range(0, vocab, block):
+        width = min(block, vocab - start)
+        logits = unembedding.logits(hidden, slice(start, start + width),  # [N, width]
+                                    out=buffer[:n * width].view(n, width)).float()
+        inside = (targets >= start) & (targets < start + width)
+        here = logits.gather(1, (targets - start).clamp(0, width - 1)[:, None])[:, 0]
+        target_logit = torch.where(inside, here, target_logit)
+        top = torch.maximum(running_max, logits.max(dim=1).values)
+        running_sum = running_sum * torch.exp(running_max - top) + logits.sub_(top[:, None]).exp_().sum(dim=1)
+        running_max = top
+    return running_max + running_sum.log() - target_logit
+
+
+def sequence_losses(unembedding: Unembedding, hidden: torch.Tensor, tokens: torch.Tensor,
+                    positions: torch.Tensor) -> torch.Tensor:
+    """hidden [b, T, d] final hidden states, tokens [b, T], positions [P] (in 1..T-1) -> [b, T-1]
+    float32: the loss of the token at each of ``positions`` given the ones before it (column p-1 for
+    position p), NaN at the other positions, which are never projected. ``token_losses`` over the
+    minibatch's P positions at once, in blocks of the vocabulary that hold at most
+    ``LOSS_CHUNK_ELEMENTS`` logits."""
+    b, T = tokens.shape
+    block = max(1, LOSS_CHUNK_ELEMENTS // (b * len(positions)))
+    read = token_losses(unembedding, hidden[:, positions - 1].reshape(b * len(positions), -1),
+                        tokens[:, positions].reshape(-1), block)
+    losses = torch.full((b, T - 1), torch.nan, dtype=torch.float32, device=hidden.device)
+    losses[:, positions - 1] = read.view(b, len(positions))
+    return losses
 
 
 @contextmanager
 def final_hidden_kept(model):
     """While active, the output embeddings keep their input, the final hidden states [b, T, d], in
     the list this yields, and project it at the last position alone, [b, 1, d], as
-    ``logits_to_keep=1`` would: the per-token losses project the rest in chunks (``token_losses``)."""
+    ``logits_to_keep=1`` would: the per-token losses project the rest in blocks (``sequence_losses``)."""
     kept: list[torch.Tensor] = []
 
     def hook(module, args):
@@ -451,14 +503,14 @@ def final_hidden_kept(model):
 
 def checked_final_hidden(model, kept: list, logits: torch.Tensor, model_type: str) -> torch.Tensor:
     """``kept``: what ``final_hidden_kept`` kept in one forward, logits [b, V] the model's own at T-1
-    -> the final hidden states [b, T, d], once ``output_logits`` gives those logits from them. A model
+    -> the final hidden states [b, T, d], once ``Unembedding`` gives those logits from them. A model
     that scales or caps its logits some other way would get wrong per-token losses; the tolerance
     only spares a GPU kernel that rounds differently between two calls."""
-    if len(kept) != 1 or not torch.allclose(output_logits(model, kept[0][:, -1:])[:, -1].float(), logits.float(),
+    if len(kept) != 1 or not torch.allclose(Unembedding.of(model).logits(kept[0][:, -1]).float(), logits.float(),
                                             rtol=1e-4, atol=1e-5):
         raise UsageError(f"model architecture {model_type!r} is not supported with probe.kind=text or repeat: its "
                          "logits are not its output embeddings of the final hidden states (with a final soft-cap), "
-                         "so the per-token losses cannot be computed in chunks")
+                         "so the per-token losses cannot be computed in blocks")
     return kept[0]
 
 
@@ -492,6 +544,7 @@ class Capture:
     scores: np.ndarray  # [n, metrics] float64: ``score`` of each sequence's clean logits at T-1
     null_sums: np.ndarray  # [layers, heads, draws] float64 (draws = 0 without the null)
     position_losses: np.ndarray | None  # [n, T-1] float32: the loss of the token at each position 1..T-1
+    # (NaN where ``PassOptions.loss_positions`` holds no position)
     prefix_matching: np.ndarray | None  # [layers, heads] float64: the repeat probe's prefix-matching score
     value_norm_ratio: np.ndarray | None  # [layers, heads] float64: mean norm of v at position 0 over elsewhere
     residual: mechanism.ResidualStats | None  # the decoder layers' outputs: massive activations
@@ -517,7 +570,9 @@ class PassOptions:
     keep_position_means: bool = False  # every head output's per-position mean, for mean ablation
     null_positions: np.ndarray | None = None  # [draws, n] the reference null's random key positions
     sink_importance: bool = True  # Gu et al.'s metric (the benchmark prices it by turning it off)
-    position_losses: bool = False  # the loss of every token (from the final hidden states, ``token_losses``)
+    # The positions (in 1..T-1) whose token's loss the pass computes from the final hidden states
+    # (``sequence_losses``); None: none
+    loss_positions: np.ndarray | None = None
     repeat: RepeatLayout | None = None  # the repeat probe's layout: measures the prefix-matching score
     sink_mechanism: bool = True  # the massive activations and value norms (the benchmark prices them)
 
@@ -529,9 +584,11 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
     (``ablation.metrics_per_sequence``), kept for the clean model.
     """
     model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
-    position_losses, repeat, sink_mechanism = options.position_losses, options.repeat, options.sink_mechanism
+    repeat, sink_mechanism = options.repeat, options.sink_mechanism
+    position_losses = options.loss_positions is not None
     check_loaded_for_capture(model)
     device = next(model.parameters()).device
+    loss_positions = None if not position_losses else torch.as_tensor(options.loss_positions, device=device)
     n = batch.n
     rec = Recorder(subject, options, device)
     residual = mechanism.ResidualRecorder(arch.n_layers, device)
@@ -552,8 +609,7 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
                                    **{LISTENER: rec}).logits[:, -1]
                 if position_losses:
                     hidden = checked_final_hidden(model, kept, logits, arch.model_type)
-                    chunk = max(1, LOSS_CHUNK_ELEMENTS // (len(tokens) * logits.shape[-1]))
-                    losses.append(token_losses(hidden, tokens, lambda h: output_logits(model, h), chunk).cpu())
+                    losses.append(sequence_losses(Unembedding.of(model), hidden, tokens, loss_positions).cpu())
                 if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
                     raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
                                      f"{arch.n_layers} attention layers went through the capture")

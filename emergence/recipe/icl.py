@@ -26,7 +26,9 @@ from emergence.recipe.stats import interval, replicate_means, resample_weights
 class TextScores(Record):
     """``summary.json`` ``text``."""
 
-    loss_by_position: list[float | None]  # [T]: mean loss of the token at each position (None at 0)
+    # [T]: mean loss of the token at each position; None at 0 and where the curve was not measured
+    # (``curve_positions``)
+    loss_by_position: list[float | None]
     icl_positions: list[int]
     icl_score: float  # mean loss at icl_positions[1] minus at icl_positions[0] (nats)
     icl_score_ci: list[float]
@@ -51,13 +53,24 @@ def bootstrap_interval(per_sequence: np.ndarray, settings) -> list[float]:
     return interval(replicate_means(per_sequence, weights), settings.ci)
 
 
+def curve_positions(seq_len: int, icl_positions: list[int], curve: str) -> np.ndarray:
+    """The positions (in 1..T-1, ascending) whose token's loss the text probe computes: every one
+    (``curve=all``), or (``sparse``) the powers of two below T, T-1 and the ICL score's two."""
+    if curve == "all":
+        return np.arange(1, seq_len)
+    powers = [2 ** k for k in range(seq_len.bit_length()) if 2 ** k < seq_len]
+    return np.array(sorted({*powers, seq_len - 1, *icl_positions}))
+
+
 def text_scores(losses: np.ndarray, icl_positions: list[int], settings, source: str,
                 tokenizer: str) -> TextScores:
-    """``losses`` [n, T-1]: the loss of the token at positions 1..T-1 (``capture.token_losses``)."""
+    """``losses`` [n, T-1]: the loss of the token at positions 1..T-1 (``capture.sequence_losses``; NaN
+    where not measured, ``curve_positions``)."""
     early, late = icl_positions
     per_sequence = losses[:, late - 1].astype(np.float64) - losses[:, early - 1]
     by_position = losses.mean(axis=0, dtype=np.float64)
-    return TextScores(loss_by_position=[None, *by_position.tolist()], icl_positions=[early, late],
+    return TextScores(loss_by_position=[None, *(None if np.isnan(v) else float(v) for v in by_position)],
+                      icl_positions=[early, late],
                       icl_score=float(per_sequence.mean()), icl_score_ci=bootstrap_interval(per_sequence, settings),
                       source=source, tokenizer=tokenizer)
 

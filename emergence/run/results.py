@@ -323,6 +323,7 @@ class RunSummary(Record):
         data = read_summary_json(run_dir)
         if data["schema_version"] == 2:  # it named the toys' copy loss drop icl_score (Olsson's is ``text``'s)
             data["copy_loss_drop"] = data.pop("icl_score", None)
+        data["probe"].setdefault("loss_curve", "all")  # a run before the field measured every position
         return cls.from_json(data)
 
 

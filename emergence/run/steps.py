@@ -151,8 +151,17 @@ def measure(cfg: Config, loaded: Loaded) -> capture.Capture | None:
     options = capture.PassOptions(
         loaded.baseline, p.spectral_sequences or p.n_sequences, keep_position_means=mean_ablation,
         null_positions=stats.null_positions(loaded.batch.ab.numpy(), p.seq_len, cfg.stats.n_null),
-        position_losses=p.kind != "synthetic", repeat=probe.RepeatLayout(p.seq_len) if p.kind == "repeat" else None)
+        loss_positions=loss_positions(p), repeat=probe.RepeatLayout(p.seq_len) if p.kind == "repeat" else None)
     return capture.run_probe(loaded.subject, options, ablation.metrics_per_sequence)
+
+
+def loss_positions(p) -> np.ndarray | None:
+    """The positions whose token's loss the probe pass computes (``capture.PassOptions``): the text
+    probe's curve (``icl.curve_positions``, ``probe.loss_curve``), every position on the repeat probe
+    (its scores read both copies, its saved losses every position), none on the synthetic probe."""
+    if p.kind == "text":
+        return icl.curve_positions(p.seq_len, list(p.icl_positions), p.loss_curve)
+    return np.arange(1, p.seq_len) if p.kind == "repeat" else None
 
 
 def remove_from_cache(source: checkpoints.Source) -> None:

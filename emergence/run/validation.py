@@ -171,6 +171,8 @@ def validate_probe_kind(p: ProbeConfig) -> None:
             _fail("probe.text_file", p.text_file, "use a .txt file (one document) or a .jsonl file (one per line)")
         if not path.is_file():
             _fail("probe.text_file", p.text_file, "no such file")
+    if p.loss_curve not in ("sparse", "all"):
+        _fail("probe.loss_curve", p.loss_curve, "use sparse (powers of two, T-1 and the ICL positions) or all")
     positions = list(p.icl_positions)
     if len(positions) != 2 or not 1 <= positions[0] < positions[1]:
         _fail("probe.icl_positions", positions, "give two positions [early, late] with 1 <= early < late")

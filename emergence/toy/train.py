@@ -39,6 +39,7 @@ from transformers.utils import logging as hf_logging
 
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import ModelConfig, PanelEntry
+from emergence.recipe import capture
 from emergence.toy import repro
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 from emergence.toy.task_corpus import TaskMixCorpus
@@ -94,13 +95,14 @@ def measure_copy_loss_drop(model, recipe) -> float:
 
     About 0 without in-context copying; large once induction heads copy the span."""
     tokens, first, second = copy_eval_batch(recipe.vocab_size, recipe.seq_len, 64, COPY_SPAN, COPY_EVAL_SEED)
+    # Each copy's tokens but its first (it cannot be predicted from context): positions first+1 .. first+span-1.
+    positions = torch.cat([torch.arange(start + 1, start + COPY_SPAN) for start in (first, second)])
     was_training = model.training
     model.eval()
     with torch.inference_mode():
-        logp = model(tokens).logits.float().log_softmax(-1)
+        hidden = model.base_model(tokens).last_hidden_state  # [n, T, d]: the output embeddings' input
+        nll = capture.sequence_losses(capture.Unembedding.of(model), hidden, tokens, positions)  # column p-1: position p
     model.train(was_training)
-    nll = -logp[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0]  # nll[:, t] is the loss of token t+1
-    # Skip each copy's first token: it cannot be predicted from context.
     return float(nll[:, first:first + COPY_SPAN - 1].mean() - nll[:, second:second + COPY_SPAN - 1].mean())
 
 

@@ -189,6 +189,14 @@ def test_toy_recipe_settings_are_validated_in_one_line(override, message):
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
+def test_the_text_probes_loss_curve_is_sparse_by_default_and_validated_in_one_line():
+    assert compose_config(["probe=text"]).probe.loss_curve == "sparse"
+    validate(compose_config(["probe=text", "probe.loss_curve=all"]))
+    with pytest.raises(UsageError) as err:
+        validate(compose_config(["probe=text", "probe.loss_curve=some"]))
+    assert str(err.value).startswith("probe.loss_curve='some' is invalid: use sparse") and "\n" not in str(err.value)
+
+
 def test_adaptive_ablation_is_the_default_and_all_is_an_option():
     assert compose_config([]).ablate.sequences == "adaptive"
     validate(compose_config(["ablate.sequences=all", "ablate.min_sequences=2", "ablate.confidence=0.99"]))

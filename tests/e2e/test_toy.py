@@ -195,6 +195,13 @@ def test_missing_or_outdated_panel_is_retrained(tmp_path):
 def test_the_copy_loss_drop_separates_a_copier_from_a_uniform_model():
     class Copier(torch.nn.Module):  # predicts the token that followed the previous occurrence
         training = False
+        config = type("Config", (), {})()  # no final soft-cap
+
+        def __init__(self):
+            super().__init__()
+            self.unembedding = torch.nn.Linear(256, 256, bias=False)  # the identity: hidden states are the logits
+            with torch.no_grad():
+                self.unembedding.weight.copy_(torch.eye(256))
 
         def train(self, mode=True):
             return self
@@ -202,18 +209,21 @@ def test_the_copy_loss_drop_separates_a_copier_from_a_uniform_model():
         def eval(self):
             return self
 
-        def __call__(self, tokens):
-            logits = torch.zeros(*tokens.shape, 256)
+        def get_output_embeddings(self):
+            return self.unembedding
+
+        def base_model(self, tokens):
+            hidden = torch.zeros(*tokens.shape, 256)
             for b, seq in enumerate(tokens.tolist()):
                 for t, tok in enumerate(seq):
                     prev = [i for i in range(t) if seq[i] == tok]
                     if prev and prev[-1] + 1 < len(seq):
-                        logits[b, t, seq[prev[-1] + 1]] = 20.0
-            return type("Out", (), {"logits": logits})
+                        hidden[b, t, seq[prev[-1] + 1]] = 20.0
+            return type("Out", (), {"last_hidden_state": hidden})
 
     class Uniform(Copier):
-        def __call__(self, tokens):
-            return type("Out", (), {"logits": torch.zeros(*tokens.shape, 256)})
+        def base_model(self, tokens):
+            return type("Out", (), {"last_hidden_state": torch.zeros(*tokens.shape, 256)})
 
     recipe = reduced("toy_neox", "/unused").model.toy
     assert measure_copy_loss_drop(Uniform(), recipe) == 0.0

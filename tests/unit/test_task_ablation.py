@@ -40,6 +40,7 @@ from emergence.recipe.tasks.metrics import (
     chance_top1,
     task_metrics,
 )
+from emergence.recipe.verdict import decided
 from tests.helpers.task_reference import TINY_ARCHS
 from tests.unit.test_task_pass import (
     TASK_NAMES,
@@ -427,14 +428,16 @@ def test_a_sweep_stops_at_the_first_look_whose_interval_excludes_zero():
     noise = {f"e{i}": [choice_values(screen + rng.normal(size=n))] for i in range(3)}
     values = {"screen": [choice_values(screen)], **clear, **noise}
     sweeps = {"clear": ("screen", list(clear)), "noise": ("screen", list(noise)), "two": ("screen", ["d0", "d1"])}
-    stop = SweepStop("ioi", sweeps, AblateConfig(min_sequences=8, confidence=0.95), look_every=4)
+    stop = SweepStop("ioi", sweeps, AblateConfig(min_sequences=8, confidence=0.95), total=n)
+    assert stop.sizes == [8]  # min_sequences reaches the batch: one look, at its last prompt
     assert stop(values, 4) == []  # before min_sequences: no look
     assert stop(values, 8) == list(clear)
-    iv = stop.decided["clear"]
-    assert iv["low"] > 0 and (iv["look"], iv["n"]) == (1, 8)
+    iv = stop.intervals["clear"]
+    assert iv["low"] > 0 and (iv["look"], iv["looks"], iv["n"]) == (1, 1, 8)
     differences = np.stack([v[0].logit_diff - screen for v in clear.values()])
     assert iv["criterion"] == pytest.approx(differences.mean(axis=1).min())
-    assert "noise" not in stop.decided and "two" not in stop.decided and "two" not in stop.looks
+    assert not decided(stop.intervals["noise"]) and "two" not in stop.intervals
+    assert SweepStop("ioi", sweeps, AblateConfig(min_sequences=8), total=20).sizes == [8, 16, 20]
 
 
 def first_of(b, n):
@@ -467,8 +470,9 @@ def test_adaptive_draws_are_the_full_runs_first_prompts(monkeypatch):
         assert got.metrics.n_prompts == expected.metrics.n_prompts
         assert got.delta == pytest.approx(expected.delta, abs=1e-5)
     for metric, s in sweep.sweeps.items():
-        assert (s.screen_delta, s.deltas) == pytest.approx((first.sweeps[0].sweeps[metric].screen_delta,
-                                                             first.sweeps[0].sweeps[metric].deltas), abs=1e-4)
+        expected_sweep = first.sweeps[0].sweeps[metric]
+        assert s.screen_delta == pytest.approx(expected_sweep.screen_delta, abs=1e-4)
+        assert s.deltas == pytest.approx(expected_sweep.deltas, abs=1e-4)
 
 
 # --- the verdict ----------------------------------------------------------------------------------

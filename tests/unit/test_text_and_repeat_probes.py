@@ -59,7 +59,8 @@ def text_overrides(model_dir, source: str, n=16) -> list[str]:
     ``probe.dataset=...``)."""
     return ["model=local", f"model.name_or_path={model_dir}", "model.dtype=float32", "probe=text", source,
             f"probe.n_sequences={n}", f"probe.seq_len={T}",
-            f"probe.icl_positions=[{ICL[0]},{ICL[1]}]", "probe.batch_size=8", "wandb.mode=disabled",
+            f"probe.icl_positions=[{ICL[0]},{ICL[1]}]", "probe.loss_curve=all", "probe.batch_size=8",
+            "wandb.mode=disabled",
             "ablate.enabled=false", "reuse=false"]
 
 

@@ -88,7 +88,7 @@ from emergence.recipe.tasks.metrics import (
     task_metrics,
 )
 from emergence.recipe.tasks.screens import TaskScreen
-from emergence.recipe.verdict import decided, interval
+from emergence.recipe.verdict import decided, due_look, interval, look_sizes
 
 # --- 1. the capability circuits (TASKS.md 0.5) -----------------------------------------------------
 
@@ -275,7 +275,7 @@ class ScreenSweep(Record):
     prompts_used: int | None = None
     stopped_early: bool | None = None
     # The criterion min over draws of (draw - screen) in the verdict metric, with its interval
-    # (``recipe.verdict.interval``): at the decisive look, else over every prompt used; None under
+    # (``recipe.verdict.interval``): at the last look (``SweepStop``), else over every prompt used; None under
     # MIN_DISTINCT_DRAWS draws.
     interval: dict | None = None
 
@@ -300,46 +300,49 @@ class SweepStop:
     The verdict "specific" says the screen's change of the verdict metric is below every draw's,
     over the same prompts and baseline: the criterion, the least over draws of the mean per-prompt
     difference draw - screen, is above zero. Each draw's difference gets a Student-t interval over
-    prompts (Bonferroni over the draws), and from ``min_sequences`` prompts on a look every
-    ``look_every`` prompts spends its share of the error budget (``recipe.verdict.interval``). A sweep
-    with fewer than ``MIN_DISTINCT_DRAWS`` draws gets no verdict, and runs every prompt."""
+    prompts (Bonferroni over the draws), and over a batch of ``total`` prompts the looks follow
+    ``recipe.verdict.look_sizes`` (``min_sequences`` prompts, doubling, then the last prompt), each
+    spending its share of the error budget (``recipe.verdict.interval``). A sweep with fewer than
+    ``MIN_DISTINCT_DRAWS`` draws gets no verdict, and runs every prompt."""
 
-    def __init__(self, task: str, sweeps: dict[str, tuple[str, list[str]]], settings, look_every: int):
+    def __init__(self, task: str, sweeps: dict[str, tuple[str, list[str]]], settings, total: int):
         self.field = VERDICT_VALUES[task]
         self.sweeps = {name: members for name, members in sweeps.items() if len(members[1]) >= MIN_DISTINCT_DRAWS}
-        self.settings, self.look_every = settings, look_every
-        self.looks = dict.fromkeys(self.sweeps, 0)
-        self.next_look = settings.min_sequences
-        self.decided: dict[str, dict] = {}  # sweep -> the decisive look's interval (its "n": the prompts used)
+        self.settings = settings
+        self.sizes = look_sizes(settings.min_sequences, total)
+        self.seen = 0  # prompts measured at the previous call
+        # sweep -> its last look's interval (its "n": the prompts used): the decisive look's, or the one at
+        # the last prompt
+        self.intervals: dict[str, dict] = {}
 
     def __call__(self, values: dict[str, list[PromptMetrics]], n: int) -> list[str]:
         """After ``n`` prompts (``values``: each running condition's minibatches so far): the draw
         conditions to stop now."""
-        if n < self.next_look:
+        look = due_look(self.sizes, self.seen, n)
+        self.seen = n
+        if look is None:
             return []
-        self.next_look = n + self.look_every
         stopped = []
         for name, (ablated, draws) in self.sweeps.items():
-            if name in self.decided:
+            if name in self.intervals and decided(self.intervals[name]):
                 continue
-            self.looks[name] += 1
             so_far = {c: concatenate(values[c]) for c in [ablated, *draws]}
-            iv = criterion_interval(self.field, so_far, ablated, draws, self.settings.confidence, self.looks[name])
-            if decided(iv):
-                self.decided[name] = iv
+            self.intervals[name] = criterion_interval(self.field, so_far, ablated, draws, self.settings.confidence,
+                                                      look, len(self.sizes))
+            if decided(self.intervals[name]):
                 stopped += draws
         return stopped
 
 
 def criterion_interval(field: str, values: dict[str, PromptMetrics], ablated: str, draws: list[str],
-                       confidence: float, look: int | None = None) -> dict:
+                       confidence: float, look: int | None = None, looks: int = 1) -> dict:
     """``SweepStop``'s criterion and its interval over the prompts every one of ``draws`` and ``ablated``
     has measured: per draw the per-prompt difference draw - ablated of ``field`` (prompts where it is
-    undefined, greater-than's NaN, dropped)."""
+    undefined, greater-than's NaN, dropped); ``look`` of ``looks``: ``recipe.verdict.interval``."""
     per_condition = {name: getattr(values[name], field) for name in [ablated, *draws]}
     n = min(len(v) for v in per_condition.values())
     differences = np.stack([per_condition[d][:n] - per_condition[ablated][:n] for d in draws])  # [draws, n]
-    return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look)
+    return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look, looks)
 
 
 def _ablated_values(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
@@ -347,7 +350,7 @@ def _ablated_values(model, arch, batch: TaskBatch, batch_size: int, conditions: 
     """Per condition, the per-prompt values over the prompts it ran on: the conditions stacked along
     the batch (``stacked_logits``), each pass on ``batch_size`` // (conditions running) prompts (at
     least one), so that it holds about ``batch_size`` rows where every condition has joined; after
-    each pass ``stop`` may end some (their values then cover the first prompts)."""
+    each pass, the last included, ``stop`` may end some (their values then cover the first prompts)."""
     masks = {c.name: head_mask(heads_of(c.spec), arch.n_layers, arch.n_heads) for c in conditions}
     parts: dict[str, list[PromptMetrics]] = {name: [] for name in masks}
     running = list(masks)
@@ -363,7 +366,7 @@ def _ablated_values(model, arch, batch: TaskBatch, batch_size: int, conditions: 
                 parts[name].append(minibatch_values(batch.task, per_condition, batch, rows))
             bar.update(rows.stop - done)
             done = rows.stop
-            if stop is not None and done < n:
+            if stop is not None:
                 ended = stop(parts, done)
                 running = [name for name in running if name not in ended]
     return {name: concatenate(p) for name, p in parts.items()}
@@ -446,12 +449,13 @@ def sweep_members(conditions: Sequence[Condition]) -> dict[str, tuple[str, list[
 def _sweeps(measured: _Measured, results: dict[str, ConditionResult], members: dict[str, tuple[str, list[str]]],
             n_heads: int, absent: str | None, stop: SweepStop | None, confidence: float) -> list[ScreenSweep]:
     """Each sweep of ``members`` (``sweep_members``): its ``screen_sweep`` over the first prompts its
-    draws ran on, with the criterion's interval (the decisive look's where ``stop`` stopped it)."""
+    draws ran on, with the criterion's interval (``stop``'s last look where it ran: the decisive one,
+    or the one at the last prompt; else one interval over every prompt)."""
     sweeps = []
     for screen, (ablated, draw_names) in members.items():
         draws = [results[d] for d in draw_names]
         used = draws[0].metrics.n_prompts
-        iv = stop.decided.get(screen) if stop is not None else None
+        iv = stop.intervals.get(screen) if stop is not None else None
         if iv is None and len(draws) >= MIN_DISTINCT_DRAWS:
             iv = criterion_interval(VERDICT_VALUES[measured.task], measured.values, ablated, draw_names, confidence)
         sweeps.append(screen_sweep(measured.task, measured.result(ablated, used), measured.conditions[ablated].spec,
@@ -512,7 +516,7 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
     ablated = [c for c in to_run.values() if c.kind != "baseline"]
     members = sweep_members(ablated)
     adaptive = ablate is not None and ablate.sequences == "adaptive"
-    stop = SweepStop(batch.task, members, ablate, batch_size) if adaptive else None
+    stop = SweepStop(batch.task, members, ablate, len(batch.tokens)) if adaptive else None
     values = {BASELINE: clean.values, **_ablated_values(model, arch, batch, batch_size, ablated, stop)}
     measured = _Measured(batch.task, to_run, values, settings)
     results = {name: measured.result(name) for name in to_run}
