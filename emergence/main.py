@@ -61,6 +61,7 @@ def analyse(cfg: Config, out_dir: Path,
         log.info(f"{duplicate.revision} serves the weights of {duplicate.duplicate_of}: analysed there, not again")
         return duplicate
     loaded = steps.load(cfg)
+    cfg = loaded.cfg  # the probe fitted to the model where it is smaller (``validation.fit_probe``)
     lap("load")
     with tracking.tracked_run(cfg.wandb, loaded.name, steps.run_config(cfg, loaded), out_dir,
                               tags=[cfg.model.key, loaded.revision.name]) as run:

@@ -70,6 +70,15 @@ def toy_panel(tmp_path_factory) -> tuple[Path, dict]:
 
 
 @pytest.fixture(scope="session")
+def trainer_run(tmp_path_factory) -> Path:
+    """The output folder of a transformers Trainer run (tests/helpers/trainer_run.py): checkpoint-10 ..
+    checkpoint-120, with token counts."""
+    from tests.helpers.trainer_run import train_run
+
+    return train_run(tmp_path_factory.mktemp("trainer") / "out")
+
+
+@pytest.fixture(scope="session")
 def smollm2(tmp_path_factory) -> RealModel:
     """SmolLM2-135M-Instruct's GGUF (tests/helpers/real_model.py), and its dequantized float32 folder."""
     folder = smollm2_folder()

@@ -22,6 +22,7 @@ from omegaconf import MISSING, OmegaConf
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROBE_KINDS = ("synthetic", "repeat", "text")  # emergence/recipe/probe.py, docs/probes.md
 PROBE_TOKENIZERS = ("auto", "bytes")  # the text probe's: the checkpoint's own, or UTF-8 bytes
+PROBE_FITS = ("auto", "off")  # probe.fit: fit the probe to a model smaller than it (run/validation.py fit_probe)
 FIRST_TOKENS = ("auto", "random", "bos")  # what position 0 of every sequence holds (recipe/probe.py FirstToken)
 # probe.task_words: the study's word lists, those restricted to the tokenizer's single tokens, or
 # the study's where it has them all (emergence/recipe/tasks/batches.py, docs/tasks.md)
@@ -159,6 +160,10 @@ class ProbeConfig:
     column: str = "text"
     text_file: Optional[str] = None
     tokenizer: str = "auto"  # auto: the checkpoint's own (its repo and revision) | bytes: UTF-8 bytes as ids
+    # auto: a model whose context or vocabulary is smaller than the probe's gets the probe fitted to it (seq_len
+    # to its context, the id range to its vocabulary, the thresholds scaled by the fitted T / the probe's T, as
+    # threshold=toy; summary.json probe_fit) | off: such a model is refused (probe.seq_len / probe.vocab_high)
+    fit: str = "auto"
     # Position 0 of every sequence and task prompt: random (the study's: an ordinary random token) | bos (the
     # tokenizer's BOS id, the rest drawn as for random) | auto: bos where the checkpoint's tokenizer puts its
     # BOS before every input (the model was trained behind it), else random

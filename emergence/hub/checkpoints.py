@@ -57,13 +57,14 @@ def resolve_revision(cfg: Config) -> Revision:
 def _resolve(cfg: Config) -> Revision:
     model, rev = cfg.model, cfg.revision
     panel = list(model.panel)
+    series = revisions.local_series(model)  # a local folder of a run's checkpoints: its panel is proposed
     if rev.index is not None:
         # revision=final on a model without a panel: the checkpoint as it is, unless its main may hold no
         # weights and its branches can be listed by name (SmolLM2's intermediate checkpoints): their last
         main_may_be_empty = model.revision_required_for and re.search(model.revision_required_for, model.name_or_path)
-        if not panel and rev.index == -1 and not (main_may_be_empty and model.revision_pattern):
+        if not panel and series is None and rev.index == -1 and not (main_may_be_empty and model.revision_pattern):
             return Revision(rev.name, None, None)
-        if not panel and model.revision_pattern is None:
+        if not panel and series is None and model.revision_pattern is None:
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "
                 "use revision=custom revision.name=<branch> or revision=final")
@@ -75,9 +76,14 @@ def _resolve(cfg: Config) -> Revision:
         return _panel_revision(panel[rev.index], model.tokens_per_step)
     if not rev.name:
         raise UsageError("revision.name=None is invalid: revision=custom needs revision.name=<branch>")
-    for entry in panel:
+    for entry in panel + (series or []):
         if entry.revision == rev.name:
             return _panel_revision(entry, model.tokens_per_step)
+    if series is not None:
+        nearest = sorted(series, key=lambda e: abs(e.step - max(map(int, re.findall(r"\d+", rev.name) or [0]))))
+        raise UsageError(f"revision.name={rev.name!r} is invalid: {model.name_or_path} has no checkpoint folder of that "
+                         f"name; nearest: {', '.join(e.revision for e in nearest[:2])} (list them: "
+                         f"{revisions.listing_command(model)})")
     revisions.check_revision_name(rev.name, model, panel)
     step, tokens = revisions.parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
     return Revision(rev.name, step, tokens)
@@ -179,8 +185,9 @@ def _cached_snapshot(src: Source) -> Path | None:
 
 
 def source(cfg: Config, revision: Revision) -> Source:
-    """A toy panel keeps each revision in a subdirectory, the way a Hub repo keeps it in a branch."""
-    if cfg.model.toy is not None:
+    """A toy panel and a local series keep each revision in a subdirectory, the way a Hub repo keeps it in
+    a branch."""
+    if cfg.model.toy is not None or (revision.name is not None and revisions.local_series(cfg.model) is not None):
         return Source(str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True,
                       cfg.model.weights_format)
     path = cfg.model.name_or_path

@@ -8,7 +8,11 @@ content sha256 (the Hub's tree API: LFS oids, nothing downloaded; offline, the c
 blob names) and its config's ``model_type``, each branch gets one verdict:
 
     ok | duplicate of <branch> | foreign shard <file> from <branch> | no weights |
-    model_type <x> is not <family's>
+    truncated <file> | model_type <x> is not <family's>
+
+A local checkpoint series (``series``: a training run's folder) is checked the same way, its checkpoint
+folders as branches: each weight file's sha256 read from disk, and its size against what its header
+declares (a truncated file).
 
 Identical weights belong to the latest branch (by step) that holds them, because the known cases
 are earlier branches serving later weights (pythia#205: branches equal to ``main``; pythia#206: the
@@ -44,7 +48,7 @@ INTEGRITY_FILE = "integrity.json"  # in a sweep directory: every branch's listin
 # renamed ``olmo_1124`` to ``olmo2`` (its PR 34864; OLMo#813).
 MODEL_TYPE_ALIASES = {"olmo_1124": "olmo2"}
 
-Verdict = Literal["ok", "duplicate", "foreign_shard", "no_weights", "model_type"]
+Verdict = Literal["ok", "duplicate", "foreign_shard", "no_weights", "truncated", "model_type"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class BranchFiles(Record):
     step: int | None  # its training step (the family's naming), which orders branches
     weight_sha256: dict[str, str]  # weight file -> its content's sha256 (the format a run reads); {}: no weights
     model_type: str | None  # its config.json's model_type; None: no config
+    truncated: str | None = None  # a local weight file whose size is not the one its header declares
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class BranchCheck(Record):
     branch: str
     verdict: Verdict
     other: str | None = None  # duplicate: the branch analysed in its place; foreign_shard: the one the file is of
-    file: str | None = None  # foreign_shard: the weight file it shares
+    file: str | None = None  # foreign_shard: the weight file it shares; truncated: the file cut short
     model_type: str | None = None  # model_type: the config's, and the family's
     expected_model_type: str | None = None
     weights_sha256: str | None = None  # its weights' fingerprint (``weights.fingerprint``)
@@ -79,7 +84,7 @@ class BranchCheck(Record):
     @property
     def line(self) -> str:
         return {"ok": "ok", "duplicate": f"duplicate of {self.other}", "no_weights": "no weights",
-                "foreign_shard": f"foreign shard {self.file} from {self.other}",
+                "foreign_shard": f"foreign shard {self.file} from {self.other}", "truncated": f"truncated {self.file}",
                 "model_type": f"model_type {self.model_type} is not {self.expected_model_type}"}[self.verdict]
 
     @property
@@ -88,7 +93,7 @@ class BranchCheck(Record):
         wrong, only not distinct; a development model_type with a released name loads as that)."""
         if self.verdict == "model_type":
             return MODEL_TYPE_ALIASES.get(self.model_type) != self.expected_model_type
-        return self.verdict in ("foreign_shard", "no_weights")
+        return self.verdict in ("foreign_shard", "no_weights", "truncated")
 
 
 def verdicts(listings: dict[str, BranchFiles], expected_model_type: str | None) -> dict[str, BranchCheck]:
@@ -109,6 +114,8 @@ def verdicts(listings: dict[str, BranchFiles], expected_model_type: str | None) 
         owner = owner_of_weights.get(tuple(sorted(files.weight_sha256.values())))
         if not files.weight_sha256:
             check = BranchCheck(branch, "no_weights")
+        elif files.truncated:
+            check = BranchCheck(branch, "truncated", file=files.truncated)
         elif owner != branch:
             check = BranchCheck(branch, "duplicate", other=owner)
         elif foreign:
@@ -148,8 +155,23 @@ def _model_type(config: Path | None) -> str | None:
     return json.loads(config.read_text()).get("model_type") if config is not None and config.exists() else None
 
 
+def local_listing(folder: Path, step: int | None) -> BranchFiles:
+    """A local checkpoint folder's weight files with their sha256 read from disk, the first one cut
+    short (``series.truncated_file``), and its config's model_type."""
+    from emergence.hub.series import truncated_file
+
+    files = weights.preferred(weights.formats_in(p.name for p in folder.iterdir())) if folder.is_dir() else None
+    if files is None:
+        return BranchFiles(step, {}, _model_type(folder / weights.CONFIG_FILE))
+    return BranchFiles(step, {name: weights.file_sha256(folder / name) for name in files.shards},
+                       _model_type(folder / weights.CONFIG_FILE), truncated_file(folder, files))
+
+
 def list_branch(repo: str, branch: str, step: int | None) -> BranchFiles | None:
-    """A branch's files from the Hub, or offline from the cache; None where neither can tell."""
+    """A branch's files from the Hub, or offline from the cache; None where neither can tell. A local
+    series' checkpoint folder (``repo`` a folder) from disk."""
+    if Path(repo).expanduser().is_dir():
+        return local_listing(Path(repo).expanduser() / branch, step)
     if os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable():
         return cached_listing(repo, branch, step)
     from huggingface_hub.errors import HfHubHTTPError

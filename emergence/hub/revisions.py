@@ -7,9 +7,12 @@ and the checkpoints between two revisions (to locate a milestone to one interval
     python -m emergence.revisions pythia --check                  # the panel's branches, before downloading them
     python -m emergence.revisions pythia --check step0 step1 --json
     python -m emergence.revisions pythia --check --all            # every branch of the repo
+    python -m emergence.revisions out/                            # a training run's folder of checkpoints
 
 Listing needs the Hub (``huggingface_hub.list_repo_refs``, at ``HF_ENDPOINT``); offline, or for a
-repo the Hub does not have, it says so in one line and stops. ``--check`` reads each branch's
+repo the Hub does not have, it says so in one line and stops. A local folder of checkpoints (``series``:
+``checkpoint-<step>/``, ``step<N>/``, ...) is listed from disk, and checked from disk too (``--check`` adds
+truncated weight files). ``--check`` reads each branch's
 weight files and their sha256 from the Hub's tree API (``integrity``; offline, from the cache) and
 prints one verdict per branch: ok, duplicate of <branch>, foreign shard <file> from <branch>,
 no weights, model_type <x> is not <family's>; it exits 1 if any branch is not ok.
@@ -100,15 +103,21 @@ def training_progress(entry: PanelEntry) -> int:
     return entry.tokens if entry.tokens is not None else entry.step
 
 
-def propose_panel(entries: list[PanelEntry], n: int, low: float = 1.0, high: float = float("inf")) -> list[PanelEntry]:
+def propose_panel(entries: list[PanelEntry], n: int, low: float = 1.0, high: float = float("inf"),
+                  distinct: bool = False) -> list[PanelEntry]:
     """Up to ``n`` existing checkpoints nearest (in log tokens, or log steps where tokens are
-    unknown) to n log-spaced targets in [low, high] (clipped to the checkpoints there are)."""
+    unknown) to n log-spaced targets in [low, high] (clipped to the checkpoints there are). ``distinct``:
+    each target takes the nearest checkpoint no earlier target took, so that n checkpoints give n
+    (evenly saved checkpoints are sparse where the targets are dense)."""
     usable = [e for e in entries if training_progress(e) > 0 and low <= training_progress(e) <= high]
     if not usable:
         return []
     logs = np.log([training_progress(e) for e in usable])
     targets = np.linspace(max(np.log(low), logs.min()), min(np.log(high), logs.max()), n)
-    chosen = {int(np.argmin(np.abs(logs - t))) for t in targets}
+    chosen: set[int] = set()
+    for t in targets:
+        order = np.argsort(np.abs(logs - t), kind="stable")
+        chosen.add(int(next((i for i in order if i not in chosen), order[0]) if distinct else order[0]))
     return [usable[i] for i in sorted(chosen)]
 
 
@@ -123,16 +132,33 @@ def between(entries: list[PanelEntry], first: str, last: str) -> list[PanelEntry
     return [e for e in entries if lo < e.step < hi]
 
 
+def local_series(model: ModelConfig) -> list[PanelEntry] | None:
+    """The checkpoints of a local folder that holds a training run's checkpoints (``series``), ordered by
+    step; None for a Hub repo, a toy, or a folder that is one checkpoint (a UsageError for a folder that
+    is neither)."""
+    from emergence.hub import series  # here: it reads the naming above
+
+    path = Path(model.name_or_path).expanduser()
+    if model.toy is not None or model.gguf_file or not path.is_dir() or (path / "config.json").exists():
+        return None
+    return series.checkpoints(path, model.tokens_per_step)
+
+
 def existing_checkpoints(cfg) -> list[PanelEntry]:
     """Every checkpoint of ``cfg``'s model, ordered by step: a toy panel's saved checkpoints (its
-    manifest), a Hub repo's branches named in the family's ``revision_pattern``."""
+    manifest), a local series' checkpoint folders, a Hub repo's branches named in the family's
+    ``revision_pattern``."""
     if cfg.model.toy is not None:
         from emergence.toy.train import saved_checkpoints  # here, not at the top: listing needs no torch
 
         return saved_checkpoints(cfg.model)
+    found = local_series(cfg.model)
+    if found is not None:
+        return found
     if Path(cfg.model.name_or_path).expanduser().is_dir():
         raise UsageError(f"model.name_or_path={cfg.model.name_or_path!r} is a local directory: one checkpoint, "
-                         "no revisions between which to refine; use a Hub repo or a toy model")
+                         "no revisions between which to refine; use a Hub repo, a toy model or the folder of a "
+                         "run's checkpoints")
     try:
         names = list_branches(cfg.model.name_or_path)
     except HubUnavailable as err:
@@ -176,7 +202,11 @@ def panel_file(cache_dir: str, repo: str) -> Path:
 
 def discovered_panel(model: ModelConfig, cache_dir: str, n: int = 10) -> list[PanelEntry]:
     """The panel of a preset that states none: proposed from the repo's branches on first use
-    (log-spaced, ``propose_panel``), printed, and kept under ``cache_dir`` for the next runs."""
+    (log-spaced, ``propose_panel``), printed, and kept under ``cache_dir`` for the next runs. A local
+    series' panel is proposed from its checkpoints each time: the same for the same checkpoints."""
+    found = local_series(model)
+    if found is not None:
+        return propose_panel(found, n, distinct=True) or found[-1:]  # checkpoints at step 0 alone: the last
     path = panel_file(cache_dir, model.name_or_path)
     if path.exists():
         return [PanelEntry(**e) for e in json.loads(path.read_text())]
@@ -218,8 +248,7 @@ def check_command(cfg, entries: list[PanelEntry], names: list[str], every: bool,
         names = [e.revision for e in (cfg.model.panel or discovered_panel(cfg.model, cfg.cache_dir))]
     unknown = [n for n in names if n not in step_of]
     if unknown:
-        raise UsageError(f"{unknown[0]} is not a checkpoint branch of {repo}; list them: python -m emergence.revisions "
-                         f"{cfg.model.key} --repo {repo}")
+        raise UsageError(f"{unknown[0]} is not a checkpoint branch of {repo}; list them: {listing_command(cfg.model)}")
     checks = check(repo, {n: step_of[n] for n in names}, cfg.model.architecture)
     if as_json:
         print(json.dumps({"repo": repo, "branches": {b: {**c.to_json(), "line": c.line} for b, c in checks.items()}},
@@ -232,10 +261,27 @@ def check_command(cfg, entries: list[PanelEntry], names: list[str], every: bool,
     return int(any(c.verdict != "ok" for c in checks.values()))
 
 
+def listing_command(model: ModelConfig) -> str:
+    """The command that lists (and checks, with --check) the checkpoints of ``model``."""
+    if Path(model.name_or_path).expanduser().is_dir():
+        return f"python -m emergence.revisions {model.name_or_path}"
+    return f"python -m emergence.revisions {model.key} --repo {model.name_or_path}"
+
+
+def sweep_command(model: ModelConfig, names: list[str]) -> str:
+    """The sweep that analyses the checkpoints ``names`` of ``model``."""
+    which = (f"model=local model.name_or_path={model.name_or_path}" if Path(model.name_or_path).expanduser().is_dir()
+             else f"model={model.key}")
+    return f"python -m emergence -m {which} revision=custom revision.name={','.join(names)}"
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m emergence.revisions", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="a model preset (conf/model: pythia, olmo2, smollm2, ...) or local with --repo")
+    p.add_argument("model", help="a model preset (conf/model: pythia, olmo2, smollm2, ...), local with --repo, or "
+                                 "the folder of a training run's checkpoints (checkpoint-<step>/, step<N>/, ...)")
+    p.add_argument("--tokens-per-step", type=int, metavar="N",
+                   help="a folder of checkpoints: tokens = step x N where its checkpoints do not state them")
     p.add_argument("--repo", help="Hub repo id (default: the model config's name_or_path)")
     p.add_argument("--propose", type=int, metavar="N", help="propose a log-spaced panel of N revisions")
     p.add_argument("--from", dest="low", type=float, default=1.0, help="lowest token count for --propose")
@@ -247,14 +293,22 @@ def main(argv=None) -> None:
     p.add_argument("--all", action="store_true", help="with --check: every checkpoint branch of the repo")
     p.add_argument("--json", action="store_true", help="with --check: machine-readable output")
     args = p.parse_args(argv)
+    folder = Path(args.model).expanduser().is_dir()
+    overrides = ([f"model.tokens_per_step={args.tokens_per_step}"] if args.tokens_per_step else []) + (
+        ["model=local", f"model.name_or_path={args.model}"] if folder else
+        [f"model={args.model}"] + ([f"model.name_or_path={args.repo}"] if args.repo else []))
     try:
-        cfg = compose_config([f"model={args.model}"] + ([f"model.name_or_path={args.repo}"] if args.repo else []))
-    except UsageError as err:  # no such preset: it names the ones there are
+        cfg = compose_config(overrides)
+        series = local_series(cfg.model) if folder else None
+        if folder and series is None:
+            raise UsageError(f"{args.model} is one checkpoint (it holds config.json): no revisions to list")
+    except UsageError as err:  # no such preset (it names the ones there are), no checkpoints, mixed models
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     repo = cfg.model.name_or_path
     try:
-        entries = parse_branches(list_branches(repo), cfg.model.revision_pattern, cfg.model.tokens_per_step)
+        entries = series if folder else parse_branches(list_branches(repo), cfg.model.revision_pattern,
+                                                       cfg.model.tokens_per_step)
     except HubUnavailable as err:
         if args.check and not args.all:  # named branches: the check reads what the cache holds of them
             entries = parse_branches(args.check, cfg.model.revision_pattern, cfg.model.tokens_per_step)
@@ -278,12 +332,16 @@ def main(argv=None) -> None:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
         print(f"{len(found)} checkpoints between {args.between[0]} and {args.between[1]}; analyse them with:")
-        print(f"python -m emergence -m model={args.model} revision=custom "
-              f"revision.name={','.join(e.revision for e in found)}")
+        print(sweep_command(cfg.model, [e.revision for e in found]))
         return
     shown = propose_panel(entries, args.propose, args.low, args.high) if args.propose else entries
-    print("panel:" if args.propose else f"# {len(entries)} checkpoint branches of {repo}")
+    print("panel:" if args.propose else f"# {len(entries)} checkpoint {'folders' if folder else 'branches'} of {repo}")
     print_panel(shown)
+    if folder and not args.propose:
+        panel = discovered_panel(cfg.model, cfg.cache_dir)
+        print(f"# its panel, revision=r0..r{len(panel) - 1}: {', '.join(e.revision for e in panel)}; analyse it with:")
+        print(f"python -m emergence -m model=local model.name_or_path={repo} 'revision=glob(r*)'" if len(panel) == 10
+              else sweep_command(cfg.model, [e.revision for e in panel]))
 
 
 if __name__ == "__main__":

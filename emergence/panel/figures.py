@@ -27,9 +27,20 @@ def _all_tokens(findings: PanelFindings) -> list[float]:
     return [r.tokens for f in findings.models.values() for r in f.revisions]
 
 
-def _tokens_axis(ax, tokens: list[float]):
-    """Log tokens; symlog when a revision has no tokens yet (step 0), so that it stays on the axis.
-    Such an axis starts at 0: autoscaling's margin would run it into negative token counts."""
+def axis_label(units: set[str]) -> str:
+    """What the x axis counts: training tokens, or steps for runs that recorded no tokens."""
+    if units == {"steps"}:
+        return "training steps (the runs recorded no tokens)"
+    return "training tokens" + (" (steps for runs that recorded no tokens)" if "steps" in units else "")
+
+
+def _units(findings: PanelFindings) -> set[str]:
+    return {f.unit for f in findings.models.values()}
+
+
+def _tokens_axis(ax, tokens: list[float], units: set[str]):
+    """Log tokens (or steps, ``axis_label``); symlog when a revision has no tokens yet (step 0), so that it
+    stays on the axis. Such an axis starts at 0: autoscaling's margin would run it into negative counts."""
     positive = [t for t in tokens if t > 0]
     if positive and len(positive) < len(tokens):
         ax.set_xscale("symlog", linthresh=min(positive))
@@ -40,7 +51,7 @@ def _tokens_axis(ax, tokens: list[float]):
         ax.set_xscale("log")
     if len(positive) < len(tokens):
         ax.set_xlim(left=0)
-    ax.set_xlabel("training tokens")
+    ax.set_xlabel(axis_label(units))
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ def bos_vs_tokens(findings: PanelFindings, out: Path) -> Path:
             _line_with_band(ax, f.sinks_gu.revisions,
                             Series(lambda s: s.sink_fraction, lambda s: s.sink_fraction_ci, 100, refined=False),
                             f"{model}: Sink_0", fmt="s--", color=colour)
-    _tokens_axis(ax, _all_tokens(findings))
+    _tokens_axis(ax, _all_tokens(findings), _units(findings))
     ax.set_ylabel("sinks, % (band: CI)")
     th = findings.thresholds
     title = f"BOS fraction (first-token selectivity >= {th.class_:g}x)"
@@ -144,7 +155,7 @@ def head_trajectories(model: str, f: ModelFindings, out: Path) -> Path | None:
     top.set_title(f"{model}: final induction circuit")
     top.legend(fontsize=7)
     bottom.set_ylabel(f.f5.pr_estimator or "PR")
-    _tokens_axis(bottom, tokens)
+    _tokens_axis(bottom, tokens, {f.unit})
     return _save(fig, out / f"induction_heads_{model}.png")
 
 
@@ -158,7 +169,7 @@ def recall_vs_tokens(findings: PanelFindings, out: Path) -> Path | None:
         _refined_points(ax, rows, lambda r: r.induction_recall, line.get_color())
         ax.plot([r.tokens for r in rows], [r.topk_recall for r in rows], "x:", label=f"{model} top-k")
     ax.axhline(2 / 3, color="0.6", lw=0.8)
-    _tokens_axis(ax, _all_tokens(findings))
+    _tokens_axis(ax, _all_tokens(findings), _units(findings))
     ax.set_ylabel("share of the final induction circuit")
     ax.set_title(_refined_note(findings), fontsize=8)
     ax.legend(fontsize=7)
@@ -177,7 +188,7 @@ def trajectories(findings: PanelFindings, out: Path) -> Path:
         for model, f in findings.models.items():
             _line_with_band(ax, [r for r in f.revisions if value(r) is not None], Series(value, ci), model)
         ax.set_ylabel(label)
-    _tokens_axis(axes[-1], _all_tokens(findings))
+    _tokens_axis(axes[-1], _all_tokens(findings), _units(findings))
     axes[0].set_title(_refined_note(findings), fontsize=8)
     axes[0].legend(fontsize=7)
     return _save(fig, out / "trajectories.png")
@@ -227,7 +238,7 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
             ax.set_yscale("log")
         ax.legend(fontsize=6)
     _tokens_axis(axes[-1], [x for axis in findings.token_axis.values() for t in axis.transitions for x in t.tokens]
-                 + [r.tokens for t in tasks.values() for r in t.revisions])
+                 + [r.tokens for t in tasks.values() for r in t.revisions], _units(findings))
     axes[0].set_title("grey: induction onset (solid), BOS 50% (dashed), Sink_eps 50% (dash-dot); "
                       "dotted: a transition" + ("; coloured: a task's emergence" if tasks else ""), fontsize=7)
     return _save(fig, out / "token_axis.png")
@@ -315,7 +326,7 @@ def task_capability(findings: PanelFindings, out: Path) -> Path | None:
                 ax.axhline(levels[metric], color="0.4", lw=0.8, ls="--")
             if t.emergence is not None:
                 ax.axvline(t.emergence.tokens, color="0.4", lw=0.8)
-            _tokens_axis(ax, [r.tokens for r in t.revisions])
+            _tokens_axis(ax, [r.tokens for r in t.revisions], {findings.models[model].unit})
             ax.set_ylabel(metric, fontsize=8)
             ax.set_title(model, fontsize=8)
         for ax in row[len(t.revisions[0].metrics):]:

@@ -461,6 +461,7 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         null_floor=null_floors(traj),
         refined=refined,
         task=task_findings(traj, class_threshold),
+        unit=traj.unit,
     )
 
 

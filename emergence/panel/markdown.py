@@ -268,7 +268,12 @@ def pr_ranking_line(ranking: PrIntegralRanking) -> str:
 
 def model_section(model: str, f: ModelFindings, th: Thresholds, reference: bool) -> list[str]:
     study = model if reference and model in published.BOS_FRACTION else None
-    out = [f"## {model}\n", *revisions_table(f.revisions, study), ""]
+    out = [f"## {model}\n"]
+    if f.unit == "steps":
+        out.append("Its runs recorded no token counts, so every **tokens** of this section counts training **steps** "
+                   "(and so does the figures' axis): save token counts (transformers' Trainer: "
+                   "include_num_input_tokens_seen=True) or give model.tokens_per_step=N for tokens.\n")
+    out += [*revisions_table(f.revisions, study), ""]
     if f.dtype:
         out.append(dtype_line(f.dtype, study))
     out += [identical_weights_line(same) for same in f.identical_weights]

@@ -377,6 +377,8 @@ class ModelFindings:
     # (``emergence.refine.Refinement``) as that file holds them. None: not refined.
     refined: dict[str, dict] | None = None
     task: TaskFindings | None = None  # a trajectory of task runs (probe.task); None: none
+    # what every ``tokens`` of this model counts: training tokens, or steps where its runs recorded no tokens
+    unit: str = "tokens"
 
     def milestones(self) -> dict[str, Milestone | None]:
         """Every named milestone: F3's, F4's and, where measured, Sink_0's and the task's emergence

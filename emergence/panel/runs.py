@@ -80,6 +80,9 @@ class Trajectory:
     family: str | None = None  # the model key shared by the seeds of one model (None: a single panel)
     probe: str = "synthetic"  # the runs' probe.kind: one trajectory per model, seed, probe and task
     task: str | None = None  # the runs' probe.task (every checkpoint has its summary); None: no task
+    # what ``Checkpoint.tokens`` counts: tokens, or training steps where the runs recorded no tokens
+    # (a local run's checkpoints without token counts and no model.tokens_per_step)
+    unit: str = "tokens"
 
     @property
     def tokens(self) -> np.ndarray:
@@ -167,12 +170,13 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
     by_model: dict[tuple, dict[str, Checkpoint]] = {}
     used: dict[tuple, set] = {}
     first_tokens: dict[tuple, dict[str, list[str]]] = {}  # panel -> first token -> its revisions
+    units: dict[tuple, dict[str, str]] = {}  # panel -> revision -> what its position counts (tokens or steps)
     for run_dir, refined in find_runs(paths).items():
         summary, rows = read_run(run_dir)
-        if summary.tokens is None:
-            raise ValueError(f"{run_dir}: run has no token count (revision {summary.revision!r}); "
-                             "a panel needs revisions with known tokens: rerun with model.tokens_per_step=<N> "
-                             "where the family's tokens per step are known")
+        if summary.tokens is None and summary.step is None:
+            raise ValueError(f"{run_dir}: run has neither a token count nor a step (revision {summary.revision!r}); "
+                             "a panel needs revisions with a known place in training: analyse named revisions "
+                             "(revision=r0..r9 or revision=custom revision.name=<checkpoint>)")
         n_layers, n_heads = summary.n_layers, summary.n_heads
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         spectral = np.zeros((n_layers, n_heads))
@@ -190,13 +194,14 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         used.setdefault(panel, set()).add(
             (classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
         first = "random" if summary.probe.first is None else summary.probe.first.kind  # before the field: the study's
+        units.setdefault(panel, {})[summary.revision] = "tokens" if summary.tokens is not None else "steps"
         first_tokens.setdefault(panel, {}).setdefault(first, []).append(summary.revision)
         arrays = {}
         if (run_dir / PER_SEQUENCE_FILE).exists():
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
         by_model.setdefault(panel, {})[summary.revision] = Checkpoint(
-            summary.revision, float(summary.tokens), sel, spectral, **arrays, run_dir=run_dir, refined=refined,
+            summary.revision, float(summary.tokens if summary.tokens is not None else summary.step), sel, spectral, **arrays, run_dir=run_dir, refined=refined,
             **{name: None if np.isnan(grid).all() else grid for name, grid in per_head.items()},
             massive_activation_ratio=massive, dtype=summary.dtype, reference_dtype=summary.reference_dtype,
             weights_sha256=summary.weights_sha256, copy_loss_drop=summary.copy_loss_drop, null=summary.null,
@@ -208,6 +213,11 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             runs = "; ".join(f"{kind}: {', '.join(sorted(map(str, revisions)))}" for kind, revisions in sorted(kinds.items()))
             raise ValueError(f"the {model} {probe} runs differ in their first token ({runs}); rerun them with one "
                              "probe.first_token (random or bos)")
+    for (model, _, probe, _), unit_of in units.items():
+        if len(set(unit_of.values())) > 1:  # steps and tokens are not one axis
+            without = sorted(r for r, u in unit_of.items() if u == "steps")
+            raise ValueError(f"the {model} {probe} runs of {', '.join(without[:3])} have no token count while the "
+                             "others have: rerun them with model.tokens_per_step=<N>, or all without")
     seeds = Counter((model, probe, task) for model, _, probe, task in by_model)
     trajectories = {}
     for (model, seed, probe, task), cs in sorted(by_model.items(), key=lambda item: (
@@ -218,7 +228,8 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         thresholds = used[(model, seed, probe, task)]
         trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), spectral_estimator,
                                         next(iter(thresholds)) if len(thresholds) == 1 else None,
-                                        family=family if several else None, probe=probe, task=task)
+                                        family=family if several else None, probe=probe, task=task,
+                                        unit=next(iter(units[(model, seed, probe, task)].values())))
     return trajectories
 
 

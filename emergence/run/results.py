@@ -238,6 +238,25 @@ class Thresholds(Record):
 
 
 @dataclass
+class ProbeFitted(Record):
+    """``summary.json`` ``probe_fit``: the probe fitted to a model smaller than it (``probe.fit=auto``):
+    the model's context and vocabulary, each fitted field [asked, used], and the thresholds that apply,
+    the asked ones x ``threshold_scale`` (the fitted T / the asked T, as threshold=toy does for T=128)."""
+
+    context: int | None
+    vocab_size: int
+    fitted: dict[str, list[int]]  # probe field -> [asked, used]
+    threshold_scale: float
+    thresholds: dict[str, float]  # threshold field -> the value the screen used
+
+    def line(self) -> str:
+        fields = ", ".join(f"probe.{k} {a} -> {b}" for k, (a, b) in self.fitted.items())
+        used = ", ".join(f"{k} {v:g}" for k, v in self.thresholds.items())
+        return (f"probe fitted to the model (context {self.context}, vocabulary {self.vocab_size}): {fields}; "
+                f"thresholds x{self.threshold_scale:g} (fitted T / asked T): {used} (probe.fit=off refuses instead)")
+
+
+@dataclass
 class Download(Record):
     """``summary.json`` ``download``: how the run got its weights."""
 
@@ -314,6 +333,7 @@ class RunSummary(Record):
     model_type_mapped_from: str | None = None
     task: TaskSummary | None = None  # probe.task's capability, screens and ablations (docs/tasks.md)
     gguf: GgufHeader | None = None  # model.gguf_file: the file's tensor types before dequantization
+    probe_fit: ProbeFitted | None = None  # the probe fitted to a model smaller than it (probe.fit=auto); None: not
 
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import Config, config_digest
 from emergence.core.errors import UsageError
-from emergence.hub import checkpoints, integrity
+from emergence.hub import checkpoints, integrity, revisions
 from emergence.hub.gguf import GgufHeader
 from emergence.recipe import ablation, capture, icl, probe, sinks, stats, text
 from emergence.recipe.measurements import Measurements
@@ -26,7 +26,7 @@ from emergence.recipe.screen import CLASSES, Screened
 from emergence.recipe.tasks.batches import TaskBatch
 from emergence.recipe.tasks.step import TaskResult
 from emergence.run import cache, prefetch, results, tracking
-from emergence.run.validation import validate_for_model
+from emergence.run.validation import fit_probe, validate_for_model
 from emergence.toy import train as toy_train
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,10 @@ class Loaded:
     task_batch: TaskBatch | None = None  # probe.task's prompts on the checkpoint's tokenizer; None: no task
     task_tokenizer: str | None = None  # that tokenizer's repo@revision
     gguf: GgufHeader | None = None  # model.gguf_file: the file's tensor types before dequantization
+    # the run's settings with the probe fitted to the model (``validation.fit_probe``): what later steps use
+    cfg: Config | None = None
+    probe_fit: results.ProbeFitted | None = None  # what was fitted; None: the probe as asked
+    config_digest: str | None = None  # the settings as asked (``resume`` compares them)
 
 
 def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None:
@@ -70,8 +74,8 @@ def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None
     if verdict is None or verdict.verdict == "ok":
         return None
     if verdict.fails:
-        raise UsageError(f"revision={revision.name} of {repo} is defective: {verdict.line} (python -m "
-                         f"emergence.revisions {cfg.model.key} --repo {repo} --check); leave it out of the sweep")
+        raise UsageError(f"revision={revision.name} of {repo} is defective: {verdict.line} "
+                         f"({revisions.listing_command(cfg.model)} --check); leave it out of the sweep")
     if verdict.verdict == "duplicate":
         return results.DuplicateRun(results.SCHEMA_VERSION, cfg.model.key, repo, training_seed, revision.name,
                                     revision.step, revision.tokens, verdict.other, verdict.weights_sha256,
@@ -84,7 +88,7 @@ def load(cfg: Config) -> Loaded:
     """Step 0: the checkpoint's revision, source and config, checked against the run's settings and
     the memory; the probe batch; then its cached measurements (reuse=true), and the model unless they
     make it unnecessary (``cache.needs_weights``); mean ablation also needs the probe pass's
-    per-position means."""
+    per-position means. A model smaller than the probe gets the probe fitted to it (``Loaded.cfg``)."""
     if cfg.model.toy is not None:
         toy_train.ensure_trained(cfg.model)
     # the Hub: what the checkpoint is, before its weights
@@ -94,6 +98,10 @@ def load(cfg: Config) -> Loaded:
     src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
     checkpoint = checkpoints.load_config(cfg, src)
     hf_config = checkpoint.hf_config
+    asked = config_digest(cfg)
+    cfg, fitted = fit_probe(cfg, hf_config)
+    if fitted is not None:
+        log.info(fitted.line())
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
     tokenizers = checkpoints.TokenizerLookup(cfg, src)
     first = checkpoints.first_token(cfg, tokenizers)
@@ -131,7 +139,7 @@ def load(cfg: Config) -> Loaded:
     return Loaded(f"{cfg.model.key}@{revision.name or 'as-is'}", revision, src, checkpoint.model_type_mapped_from,
                   device, dtype_name, weight_bytes, weights_sha256, download, first, batch,
                   probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), tokenizer, cache_file, cached,
-                  subject, task_batch, task_tokenizer, checkpoint.gguf)
+                  subject, task_batch, task_tokenizer, checkpoint.gguf, cfg, fitted, asked)
 
 
 def run_config(cfg: Config, loaded: Loaded) -> dict:
@@ -195,7 +203,7 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
     repeat_scores = None if p.kind != "repeat" else icl.repeat_scores(
         measured.position_losses, probe.RepeatLayout(p.seq_len), cfg.stats)
     copy_loss_drop = toy_train.copy_loss_drop(cfg.model, revision.name)
-    digest = config_digest(cfg)
+    digest = loaded.config_digest  # the settings as asked, before any fitting
     return results.RunSummary(
         schema_version=results.SCHEMA_VERSION, model=cfg.model.key, name_or_path=cfg.model.name_or_path,
         training_seed=training_seed, revision=revision.name, step=revision.step,
@@ -219,7 +227,7 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
         copy_loss_drop=copy_loss_drop, config_digest=digest, timings=timings, versions=versions,
         massive_activations=measured.residual.records(), text=text_scores, repeat=repeat_scores,
         model_type_mapped_from=loaded.model_type_mapped_from, task=found.task.summary if found.task else None,
-        gguf=loaded.gguf)
+        gguf=loaded.gguf, probe_fit=loaded.probe_fit)
 
 
 def write_outputs(out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: Measurements,

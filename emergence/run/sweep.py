@@ -1,7 +1,8 @@
 """Sweep bookkeeping (Hydra callbacks, registered in ``conf/config.yaml`` under ``hydra.callbacks``):
 
-* ``CheckBranches``: before any job runs, the integrity check of every Hub branch the sweep will
-  analyse (``integrity``), kept in the sweep directory; each job reads its verdict there.
+* ``CheckBranches``: before any job runs, the integrity check of every Hub branch (or checkpoint folder
+  of a local series) the sweep will analyse (``integrity``), kept in the sweep directory; each job reads
+  its verdict there.
 * ``ReportFailures``: each job records its failure in its own directory, and the sweep ends with
   the list of what failed.
 
@@ -92,13 +93,15 @@ class CheckBranches(Callback):
         if config.hydra.sweeper._target_ != BASIC_SWEEPER:
             return
         from emergence.hub.checkpoints import resolve_revision  # here: the callback module loads before torch is needed
+        from emergence.hub.revisions import local_series
 
         branches: dict[tuple[str, str | None], dict[str, int | None]] = {}  # (repo, model_type) -> {branch: step}
         for num, overrides in enumerate(job_overrides(config)):
             try:
                 cfg, _ = compose_job(config, overrides, num)
-                if cfg.model.toy is not None or Path(cfg.model.name_or_path).expanduser().is_dir():
-                    continue  # a local checkpoint: no branches to compare
+                if cfg.model.toy is not None or (Path(cfg.model.name_or_path).expanduser().is_dir()
+                                                 and local_series(cfg.model) is None):
+                    continue  # a local checkpoint: no branches to compare (a run's folder of them: its folders)
                 revision = resolve_revision(cfg)
             except (UsageError, ValueError) as err:  # the job itself says why
                 log.debug(f"no integrity check for job {num}: {err}")

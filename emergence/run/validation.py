@@ -8,6 +8,7 @@ status 2 before writing anything.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -18,12 +19,14 @@ from emergence.core.config import (
     ABLATE_SEQUENCES,
     DTYPES,
     FIRST_TOKENS,
+    PROBE_FITS,
     PROBE_KINDS,
     PROBE_TOKENIZERS,
     TASK_WORDS,
     WANDB_MODES,
     Config,
     ModelConfig,
+    PerClassThresholds,
     ProbeConfig,
 )
 from emergence.core.errors import invalid
@@ -34,6 +37,7 @@ from emergence.recipe.screen import parse_head_name
 from emergence.recipe.stats import NULL_RULES
 from emergence.recipe.tasks.batches import TASKS
 from emergence.recipe.text import TEXT_FILE_SUFFIXES
+from emergence.run.results import ProbeFitted
 from emergence.toy.validation import validate_recipe
 
 
@@ -65,6 +69,8 @@ def validate(cfg: Config) -> None:
     if p.spectral_sequences is not None and p.spectral_sequences < 2:
         _fail("probe.spectral_sequences", p.spectral_sequences, "must be >= 2 or null (all sequences)")
     validate_probe_kind(p)
+    if p.fit not in PROBE_FITS:
+        _fail("probe.fit", p.fit, f"use one of {', '.join(PROBE_FITS)}")
     if p.first_token not in FIRST_TOKENS:
         _fail("probe.first_token", p.first_token, f"use one of {', '.join(FIRST_TOKENS)}")
     if p.first_token == "bos" and p.kind == "text" and p.tokenizer == "bytes":
@@ -196,6 +202,39 @@ def validate_revision_naming(model: ModelConfig) -> None:
                 or (r.every and r.factor) or r.first > r.last:
             _fail("model.published_steps", {"first": r.first, "last": r.last, "every": r.every, "factor": r.factor},
                   "need first <= last and at most one of every >= 1, factor >= 2")
+
+
+def fit_probe(cfg: Config, hf_config) -> tuple[Config, ProbeFitted | None]:
+    """``cfg`` with its probe fitted to a model whose context or vocabulary is smaller than the probe's
+    (``probe.fit=auto``), as the toy presets fit theirs (``model.probe_fit``): ``seq_len`` to the context,
+    ``vocab_high`` to the vocabulary (``vocab_low`` then at most half of it), and every selectivity
+    threshold scaled by the fitted T / the asked T (a head that puts a fixed share of its attention on the
+    target scores T/256 of what it would at T=256: threshold=toy's rule). The record of what was fitted, or
+    None where nothing was (the config unchanged; ``probe.fit=off`` leaves the refusals to
+    ``validate_for_model``)."""
+    p, t = cfg.probe, cfg.threshold
+    context = getattr(hf_config, "max_position_embeddings", None)
+    fitted: dict[str, list[int]] = {}
+    if context is not None and p.seq_len > context:
+        fitted["seq_len"] = [p.seq_len, context]
+    if p.kind != "text" and p.vocab_high > hf_config.vocab_size:  # text ids come from the tokenizer
+        fitted["vocab_high"] = [p.vocab_high, hf_config.vocab_size]
+        if p.vocab_low > hf_config.vocab_size // 2:
+            fitted["vocab_low"] = [p.vocab_low, hf_config.vocab_size // 2]
+    if p.fit == "off" or not fitted:
+        return cfg, None
+    scale = fitted["seq_len"][1] / p.seq_len if "seq_len" in fitted else 1.0
+    probe = dataclasses.replace(p, **{k: used for k, (_, used) in fitted.items()})
+    thresholds = dataclasses.replace(
+        t, class_default=t.class_default * scale, circuit=t.circuit * scale,
+        prev_token_circuit=t.prev_token_circuit * scale,
+        per_class=PerClassThresholds(**{k: v * scale for k, v in t.per_class.overrides().items()}))
+    out = dataclasses.replace(cfg, probe=probe, threshold=thresholds)
+    validate(out)  # the fitted probe's own limits (a context too short for the probe says so here)
+    used = {"class_default": thresholds.class_default, "circuit": thresholds.circuit,
+            "prev_token_circuit": thresholds.prev_token_circuit,
+            **{f"per_class.{k}": v for k, v in thresholds.per_class.overrides().items()}}
+    return out, ProbeFitted(context, hf_config.vocab_size, fitted, scale, used)
 
 
 def validate_for_model(cfg: Config, hf_config) -> None:

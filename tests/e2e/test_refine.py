@@ -326,12 +326,13 @@ def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, hub_
             (toy / f"step{summary['step']}" / "model.safetensors").read_bytes()).hexdigest()
 
 
-def test_a_local_directory_has_no_checkpoints_to_refine_between(tmp_path):
+def test_a_local_checkpoint_has_no_checkpoints_to_refine_between(tmp_path):
     from emergence.core.config import compose_config
     from emergence.core.errors import UsageError
     from emergence.hub.revisions import existing_checkpoints
 
-    with pytest.raises(UsageError, match="is a local directory"):
+    (tmp_path / "config.json").write_text("{}")  # one checkpoint, not a folder of a run's checkpoints
+    with pytest.raises(UsageError, match="is a local directory: one checkpoint"):
         existing_checkpoints(compose_config(["model=local", f"model.name_or_path={tmp_path}"]))
 
 

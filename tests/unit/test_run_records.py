@@ -141,12 +141,13 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     written = json.loads((VERSION_2_RUN / SUMMARY_FILE).read_text())
     assert written["schema_version"] == 2 and "copy_loss_drop" not in written
     summary, rows = read_run(VERSION_2_RUN)
-    # no task before schema 3: the probe's task settings read as their defaults; no first token, GGUF or
-    # control_draw record before them (the report reads a missing first token as random, the study's)
+    # no task before schema 3: the probe's task settings read as their defaults; no first token, GGUF,
+    # probe fit or control_draw record before them (the report reads a missing first token as random, the study's);
     # a run before probe.loss_curve measured every position's loss: it reads as all
-    renamed = {**written, "copy_loss_drop": written["icl_score"], "task": None, "gguf": None,
+    renamed = {**written, "copy_loss_drop": written["icl_score"], "task": None, "gguf": None, "probe_fit": None,
                "probe": {**written["probe"], "task": None, "task_prompts": None, "task_top_k": 5,
-                         "task_words": "auto", "first_token": "auto", "first": None, "loss_curve": "all"},
+                         "task_words": "auto", "first_token": "auto", "first": None, "loss_curve": "all",
+                         "fit": "auto"},
                "ablation": {**written["ablation"], "control_draw": None}}
     del renamed["icl_score"]
     assert summary.to_json() == renamed

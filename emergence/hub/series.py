@@ -1,0 +1,139 @@
+"""A local checkpoint series: the folder one training run saves its checkpoints in, read as a model
+family (docs/own-runs.md). ``model=local model.name_or_path=DIR`` where DIR holds, one per subfolder:
+
+* ``checkpoint-<step>/`` (transformers' ``Trainer``): step and tokens from the folder's
+  ``trainer_state.json`` (``global_step``; ``num_input_tokens_seen`` where the run recorded it,
+  ``include_num_input_tokens_seen=True``), the step from the name where that file is missing;
+* ``step<N>/`` and ``step<N>-tokens<M>B/`` (the Hub families' branch names, as folders);
+* the toy layout (``step<N>/`` beside a ``manifest.json`` that states each one's tokens).
+
+Tokens a folder does not state are step x ``model.tokens_per_step`` where that is set. A folder holding
+``config.json`` itself is one checkpoint, not a series. Only each checkpoint's ``config.json``,
+``trainer_state.json`` and weight files are ever read: never its optimizer, scheduler or RNG states.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import zipfile
+from pathlib import Path
+
+from emergence.core.config import PanelEntry
+from emergence.core.errors import UsageError
+from emergence.hub import weights
+from emergence.hub.revisions import parse_revision_name
+
+TRAINER_STATE = "trainer_state.json"
+TRAINER_FOLDER = re.compile(r"checkpoint-(?P<step>\d+)")
+TOY_MANIFEST = "manifest.json"  # emergence/toy/train.py MANIFEST: each saved checkpoint's step and tokens
+LAYOUTS = "checkpoint-<step>/, step<N>/ or step<N>-tokens<M>B/"
+# The config fields that fix a model's shape; checkpoints of one run agree on all of them.
+SHAPE_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "intermediate_size",
+              "head_dim", "vocab_size", "max_position_embeddings", "n_layer", "n_head", "n_embd", "n_inner",
+              "n_positions", "num_experts", "num_local_experts", "num_experts_per_tok")
+
+
+def is_series(path: str | Path) -> bool:
+    """A local folder that is no checkpoint itself (no ``config.json``) but holds checkpoint folders."""
+    root = Path(path).expanduser()
+    return (root.is_dir() and not (root / weights.CONFIG_FILE).exists()
+            and any(_step_of_name(p.name) is not None for p in root.iterdir() if p.is_dir()))
+
+
+def _step_of_name(name: str) -> int | None:
+    found = TRAINER_FOLDER.fullmatch(name)
+    return int(found.group("step")) if found else parse_revision_name(name, None, None)[0]
+
+
+def checkpoints(path: str | Path, tokens_per_step: int | None) -> list[PanelEntry]:
+    """Every checkpoint of the series at ``path``, ordered by step; a UsageError (one line) for a folder
+    that holds none, or whose checkpoints are not one model (``one_model``)."""
+    root = Path(path).expanduser()
+    manifest = _toy_tokens(root)
+    entries = []
+    for folder in root.iterdir():
+        if not folder.is_dir() or _step_of_name(folder.name) is None:
+            continue
+        if TRAINER_FOLDER.fullmatch(folder.name):
+            entries.append(_trainer_entry(folder, tokens_per_step))
+        else:
+            step, tokens = parse_revision_name(folder.name, None, tokens_per_step)
+            entries.append(PanelEntry(folder.name, step, manifest.get(folder.name, tokens)))
+    if not entries:
+        raise UsageError(f"model.name_or_path={str(path)!r} is invalid: it holds neither a checkpoint (config.json) "
+                         f"nor checkpoint folders ({LAYOUTS}); name a checkpoint or the output folder of a run")
+    entries.sort(key=lambda e: (e.step, e.revision))
+    one_model(root, entries)
+    return entries
+
+
+def _trainer_entry(folder: Path, tokens_per_step: int | None) -> PanelEntry:
+    """A ``Trainer`` checkpoint: its ``trainer_state.json`` states the step and (where the run counted
+    them) the tokens seen; without it, the step in the folder's name."""
+    step = int(TRAINER_FOLDER.fullmatch(folder.name).group("step"))
+    state = folder / TRAINER_STATE
+    seen = None
+    if state.exists():
+        values = json.loads(state.read_text())
+        step = int(values.get("global_step", step))
+        seen = values.get("num_input_tokens_seen") or None  # 0: the run did not count them
+    tokens = int(seen) if seen is not None else (step * tokens_per_step if tokens_per_step else None)
+    return PanelEntry(folder.name, step, tokens)
+
+
+def _toy_tokens(root: Path) -> dict[str, int]:
+    """The toy layout's tokens per checkpoint (its training manifest), {} for any other folder."""
+    manifest = root / TOY_MANIFEST
+    if not manifest.exists():
+        return {}
+    return {c["revision"]: int(c["tokens"]) for c in json.loads(manifest.read_text()).get("checkpoints", [])}
+
+
+def _shape(config: Path) -> dict | None:
+    if not config.exists():
+        return None
+    values = json.loads(config.read_text())
+    return {"model_type": values.get("model_type"), **{k: values[k] for k in SHAPE_KEYS if k in values}}
+
+
+def one_model(root: Path, entries: list[PanelEntry]) -> None:
+    """Refuse a series whose checkpoints differ in architecture or shape, naming the first two that do."""
+    first = None
+    for entry in entries:
+        shape = _shape(root / entry.revision / weights.CONFIG_FILE)
+        if shape is None:  # no config: the check (``local_listing``) names it
+            continue
+        if first is None:
+            first = entry.revision, shape
+        elif shape != first[1]:
+            differ = [k for k in dict.fromkeys([*first[1], *shape]) if first[1].get(k) != shape.get(k)]
+            said = ", ".join(f"{k} {first[1].get(k)} vs {shape.get(k)}" for k in differ)
+            raise UsageError(f"model.name_or_path={str(root)!r} is invalid: its checkpoints are not one model: "
+                             f"{first[0]} and {entry.revision} differ ({said}); give the folder of one run")
+
+
+def truncated_file(folder: Path, files: weights.WeightFiles) -> str | None:
+    """The first weight file shorter (or longer) than its own header declares, None if all are whole: a
+    safetensors file's header states where its last tensor ends; a zip pickle ends in its directory."""
+    for name in files.shards:
+        path = folder / name
+        size = path.stat().st_size
+        if files.format == "pickle":
+            if not zipfile.is_zipfile(path):
+                return name
+            continue
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return name
+            (length,) = struct.unpack("<Q", head)
+            try:
+                header = json.loads(f.read(length))
+            except ValueError:
+                return name
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        if size != 8 + length + end:
+            return name
+    return None
