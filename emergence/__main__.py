@@ -1,6 +1,8 @@
 """``python -m emergence``. Ctrl-C is handled from the first line on: the imports (hydra,
 transformers, torch) and Hydra's composing take seconds before ``main`` installs its own handling,
-and an interrupt among them must end as one during the run does: one line, exit 130."""
+and an interrupt among them must end as one during the run does: one line, exit 130. An override
+Hydra or the schema refuses ends as any bad input does: one line, exit 2 (Hydra would print its
+message over several lines and exit 1; HYDRA_FULL_ERROR hands its exception to us instead)."""
 
 import os
 import sys
@@ -8,14 +10,22 @@ import sys
 from emergence.run import interrupt
 
 interrupt.install()
+os.environ["HYDRA_FULL_ERROR"] = "1"
 try:
-    from emergence.core.config import register_configs
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from emergence.core.config import refused_override, register_configs
     from emergence.main import main
 
     if interrupt.received.is_set():  # a library swallowed the KeyboardInterrupt while importing
         raise KeyboardInterrupt
     register_configs()  # before Hydra composes (conf/config.yaml names the schema); Hydra hands both to launched jobs
-    main()
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as err:  # an override refused while composing
+        sys.stderr.write(f"error: {refused_override(err)}\n")
+        sys.exit(2)
 except KeyboardInterrupt:  # before main's handling (or after it): nothing was written
     sys.stderr.write("interrupted: no results written\n")
     sys.stderr.flush()

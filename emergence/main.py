@@ -21,9 +21,9 @@ from hydra.core.plugins import Plugins
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence.core.config import Config, config_digest
+from emergence.core.config import Config
 from emergence.core.errors import UsageError
-from emergence.hub import checkpoints, integrity
+from emergence.hub import integrity
 from emergence.recipe import ablation, screen, spectral, stats
 from emergence.recipe.measurements import Measurements
 from emergence.recipe.tasks.step import measure_task
@@ -124,7 +124,7 @@ def main(dict_cfg: DictConfig) -> None:
         cfg: Config = OmegaConf.to_object(dict_cfg)
         if in_sweep and cfg.wandb.group is None:  # one W&B group per sweep
             cfg.wandb.group = Path(hydra_cfg.sweep.dir).name
-        if cfg.resume and results.is_done(out_dir, config_digest(cfg), lambda: checkpoints.current_weights(cfg)):
+        if sweep.already_done(cfg, out_dir):
             log.info(f"already done (resume=true): {out_dir}")
             return
         if in_sweep:  # a relaunched sweep runs its failed jobs again: their old FAILED must not list them

@@ -313,24 +313,33 @@ def config_digest(cfg: Config) -> str:
 def compose_config(overrides: list[str]) -> Config:
     """The validated-schema Config that ``python -m emergence <overrides>`` would run. An override
     Hydra or the schema refuses is a ``UsageError``: one line, where Hydra's message spans several."""
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException, MissingConfigException
+    from hydra import compose, initialize_config_module  # here: importing the schema imports no other module
+    from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
-
-    from emergence.core.errors import UsageError  # here: importing the schema imports no other module of the package
 
     register_configs()
     try:
         with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
             return OmegaConf.to_object(compose(config_name="config", overrides=overrides))
     except (HydraException, OmegaConfBaseException) as err:
-        if isinstance(err, MissingConfigException) and err.options:  # a group option that is not there
-            group, _, option = err.missing_cfg_file.rpartition("/")  # e.g. model/gpt5
-            raise UsageError(f"{group}={option} is invalid: no such preset in conf/{group}; use one of "
-                             f"{', '.join(err.options)}") from None
-        # Hydra's "Error merging override x=y" says why only in its cause (OmegaConf's)
-        cause = f": {one_line(err.__cause__)}" if isinstance(err.__cause__, OmegaConfBaseException) else ""
-        raise UsageError(one_line(err) + cause) from None
+        raise refused_override(err) from None
+
+
+def refused_override(err: Exception):
+    """The one-line ``UsageError`` for an override Hydra or the schema refuses (``err``: Hydra's or
+    OmegaConf's exception), as ``compose_config`` and ``python -m emergence`` both say it."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from emergence.core.errors import UsageError
+
+    if isinstance(err, MissingConfigException) and err.options:  # a group option that is not there
+        group, _, option = err.missing_cfg_file.rpartition("/")  # e.g. model/gpt5
+        return UsageError(f"{group}={option} is invalid: no such preset in conf/{group}; use one of "
+                          f"{', '.join(err.options)}")
+    # Hydra's "Error merging override x=y" says why only in its cause (OmegaConf's)
+    cause = f": {one_line(err.__cause__)}" if isinstance(err.__cause__, OmegaConfBaseException) else ""
+    return UsageError(one_line(err) + cause)
 
 
 def one_line(err: Exception) -> str:

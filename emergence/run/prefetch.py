@@ -39,12 +39,11 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from emergence.core.config import config_digest
 from emergence.core.errors import UsageError
 from emergence.hub import weights
 from emergence.hub.endpoint import hub_reachable
 from emergence.hub.integrity import INTEGRITY_FILE, stored_verdicts
-from emergence.run.sweep import BASIC_SWEEPER, compose_job, job_overrides
+from emergence.run.sweep import BASIC_SWEEPER, already_done, compose_job, job_overrides
 
 log = logging.getLogger(__name__)
 
@@ -208,11 +207,11 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
     ``integrity``), or one whose config does not resolve (the job itself then says why)."""
     # here, not at the top: the downloader's child needs no torch
     from emergence.hub import checkpoints
-    from emergence.run import cache, results
+    from emergence.run import cache
 
     try:
         cfg, out_dir = compose_job(master, overrides, num)
-        if cfg.resume and results.is_done(out_dir, config_digest(cfg), lambda: checkpoints.current_weights(cfg)):
+        if already_done(cfg, out_dir):
             return None
         src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
         verdict = stored_verdicts(Path(master.hydra.sweep.dir) / INTEGRITY_FILE).get(src.path, {}).get(src.revision)

@@ -20,6 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from emergence.core.atomic import atomic_write_text
+from emergence.core.config import Config, config_digest
 from emergence.core.errors import UsageError
 from emergence.hub.integrity import INTEGRITY_FILE, check
 
@@ -51,6 +52,15 @@ class ReportFailures(Callback):
         for path in failed:
             print(f"  {path.parent}: {path.read_text().strip()}", file=sys.stderr)
         sys.exit(1)
+
+
+def already_done(cfg: Config, out_dir: Path) -> bool:
+    """``resume=true`` and ``out_dir`` holds a complete run of this configuration on these weights."""
+    # here, not at the top: the downloader's child imports this module and needs no torch
+    from emergence.hub import checkpoints
+    from emergence.run import results
+
+    return cfg.resume and results.is_done(out_dir, config_digest(cfg), lambda: checkpoints.current_weights(cfg))
 
 
 def job_overrides(config: DictConfig) -> list[list[str]]:

@@ -9,6 +9,7 @@ status 2 before writing anything.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -79,15 +80,12 @@ def validate(cfg: Config) -> None:
         if not cfg.model.gguf_file.endswith(".gguf"):
             _fail("model.gguf_file", cfg.model.gguf_file, "name a .gguf file in model.name_or_path")
         gguf.check_installed(cfg.model.gguf_file)
-    if t.class_default <= 0:
-        _fail("threshold.class_default", t.class_default, "must be > 0")
-    if t.circuit <= 0:
-        _fail("threshold.circuit", t.circuit, "must be > 0")
-    if t.prev_token_circuit <= 0:
-        _fail("threshold.prev_token_circuit", t.prev_token_circuit, "must be > 0")
-    for cls, value in t.per_class.overrides().items():
-        if value <= 0:
-            _fail(f"threshold.per_class.{cls}", value, "must be > 0")
+    thresholds = {"threshold.class_default": t.class_default, "threshold.circuit": t.circuit,
+                  "threshold.prev_token_circuit": t.prev_token_circuit,
+                  **{f"threshold.per_class.{cls}": value for cls, value in t.per_class.overrides().items()}}
+    for name, value in thresholds.items():
+        if not (math.isfinite(value) and value > 0):  # NaN compares false: it would pass a bare "<= 0"
+            _fail(name, value, "must be a finite number > 0")
     if not 0 < t.sink_epsilon < 1:
         _fail("threshold.sink_epsilon", t.sink_epsilon, "must be in (0, 1): a share of attention")
     if a.mode not in ABLATE_MODES:
@@ -100,8 +98,8 @@ def validate(cfg: Config) -> None:
     if not 0 < a.control_exclude <= 1:
         _fail("ablate.control_exclude", a.control_exclude,
               "must be in (0, 1]: the share of threshold.circuit from which on a head is never a control")
-    if not a.causal_factor > 0:
-        _fail("ablate.causal_factor", a.causal_factor, "must be > 0")
+    if not (math.isfinite(a.causal_factor) and a.causal_factor > 0):
+        _fail("ablate.causal_factor", a.causal_factor, "must be a finite number > 0")
     if a.sequences not in ABLATE_SEQUENCES:
         _fail("ablate.sequences", a.sequences, f"use one of {', '.join(ABLATE_SEQUENCES)}")
     if a.min_sequences < 2:

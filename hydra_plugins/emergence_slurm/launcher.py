@@ -29,7 +29,6 @@ from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf
 
-from emergence.core.config import config_digest
 from emergence.core.errors import UsageError
 from emergence.run import results, sweep
 
@@ -109,7 +108,7 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
                 cfg, out_dir = sweep.compose_job(self.config, list(overrides), num)
             except (UsageError, ValueError):  # the job itself says why, once it runs
                 cfg, out_dir = None, None
-            if cfg is not None and cfg.resume and results.is_done(out_dir, config_digest(cfg)):
+            if cfg is not None and sweep.already_done(cfg, out_dir):
                 log.info(f"\t#{num} : already done (resume=true): {out_dir}")
                 continue
             todo.append((list(overrides), num, out_dir))

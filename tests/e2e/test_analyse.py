@@ -135,8 +135,8 @@ BAD = [
     (["threshold.circuit=-5"], "threshold.circuit"),
     (["threshold.prev_token_circuit=0"], "threshold.prev_token_circuit"),
     (["probe.seq_len=40"], "probe.seq_len"),
-    (["probe.seq_len=4096"], "probe.seq_len"),
-    (["probe.seq_len=64", "probe.vocab_high=100000"], "probe.vocab_high"),
+    (["probe.seq_len=4096", "probe.fit=off"], "probe.seq_len"),  # probe.fit=auto would fit it to the model
+    (["probe.seq_len=64", "probe.vocab_high=100000", "probe.fit=off"], "probe.vocab_high"),
     (["ablate.n_controls=2"], "ablate.n_controls"),
     (["ablate.causal_factor=0"], "ablate.causal_factor"),
     (["ablate.control_exclude=0"], "ablate.control_exclude"),

@@ -104,9 +104,11 @@ def test_hub_prefetch_is_validated_and_does_not_change_what_a_run_computes():
 def test_a_sweep_that_loads_no_weights_prefetches_none(hub_server, tmp_path):
     """With the measurements cached and ablation off (``QUICK``) a job reads no weights: none are fetched."""
     measurements = f"cache_dir={tmp_path / 'measurements'}"
-    sweep(hub_server, tmp_path, "measure", "hub.prefetch=1", "reuse=true", measurements)
+    measured, _, _ = sweep(hub_server, tmp_path, "measure", "hub.prefetch=1", "reuse=true", measurements)
     summaries, _, cache = sweep(hub_server, tmp_path, "reread", "hub.prefetch=1", "reuse=true", measurements)
     assert all(s["reused_measurements"] for s in summaries)
     assert [s["download"]["prefetched"] for s in summaries] == [False] * 3
-    assert [s["weights_sha256"] for s in summaries] == [None] * 3  # no weights on this machine
+    # no weights on this machine: their fingerprint is the Hub listing's, the same as that of the files read
+    assert [s["weights_sha256"] for s in summaries] == [s["weights_sha256"] for s in measured]
+    assert None not in [s["weights_sha256"] for s in summaries]
     assert not list((cache / f"models--{OLMO2.replace('/', '--')}").glob("snapshots/*/*.safetensors"))

@@ -13,10 +13,11 @@ from tests.helpers.tiny_models import save_tiny_gguf
 
 
 def test_missing_packages_name_the_extra(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "accelerate" else real(name, *a))
-    with pytest.raises(UsageError, match=r"needs accelerate; install them: pip install 'emergence\[gguf\]'"):
-        gguf.check_installed("m.gguf")
+    for missing, words in ((("accelerate",), "accelerate"), (("gguf", "accelerate"), "gguf and accelerate")):
+        # a package is found where find_spec returns anything but None: the test needs neither installed
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing else object())
+        with pytest.raises(UsageError, match=rf"needs {words}; install them: pip install 'emergence\[gguf\]'"):
+            gguf.check_installed("m.gguf")
 
 
 def test_validation_refuses_a_file_that_is_not_gguf_by_name():
@@ -32,6 +33,7 @@ def test_a_missing_file_lists_the_folders_gguf_files(tmp_path):
 
 
 def test_a_foreign_file_is_one_line(tmp_path):
+    pytest.importorskip("gguf", reason="needs the [gguf] extra: pip install -e '.[gguf]'")
     path = tmp_path / "m.gguf"
     path.write_text("not a model at all\n")
     with pytest.raises(UsageError, match=r"m.gguf is truncated or not a GGUF file \(GGUF magic invalid\); "
