@@ -24,7 +24,6 @@ exist, and proposing (and keeping) a panel for a preset that states none.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from emergence.core.config import ModelConfig, PanelEntry, StepRange, compose_config
-from emergence.core.errors import UsageError, first_line
+from emergence.core.errors import CommandParser, UsageError, first_line
 from emergence.hub.endpoint import connection_lost, hub_endpoint, hub_reachable
 
 # What a name without a family pattern is read as: step{N} or step{N}-tokens{M}B.
@@ -276,8 +275,7 @@ def sweep_command(model: ModelConfig, names: list[str]) -> str:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m emergence.revisions", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser("python -m emergence.revisions", __doc__)
     p.add_argument("model", help="a model preset (conf/model: pythia, olmo2, smollm2, ...), local with --repo, or "
                                  "the folder of a training run's checkpoints (checkpoint-<step>/, step<N>/, ...)")
     p.add_argument("--tokens-per-step", type=int, metavar="N",
@@ -293,6 +291,12 @@ def main(argv=None) -> None:
     p.add_argument("--all", action="store_true", help="with --check: every checkpoint branch of the repo")
     p.add_argument("--json", action="store_true", help="with --check: machine-readable output")
     args = p.parse_args(argv)
+    if args.tokens_per_step is not None and args.tokens_per_step <= 0:
+        p.error(f"--tokens-per-step {args.tokens_per_step} is invalid: tokens per step must be > 0")
+    if args.propose is not None and args.propose < 1:
+        p.error(f"--propose {args.propose} is invalid: propose at least 1 revision")
+    if not (0 < args.low < args.high):  # also refuses nan
+        p.error(f"--from {args.low:g} --to {args.high:g} is invalid: need 0 < --from < --to (token counts)")
     folder = Path(args.model).expanduser().is_dir()
     overrides = ([f"model.tokens_per_step={args.tokens_per_step}"] if args.tokens_per_step else []) + (
         ["model=local", f"model.name_or_path={args.model}"] if folder else

@@ -27,7 +27,6 @@ Writes ``SWEEP_DIR/refined.json``: ``{model: {milestone: answer}}`` (``Refinemen
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
@@ -41,7 +40,7 @@ from omegaconf import OmegaConf
 
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import PanelEntry, ThresholdConfig, compose_config
-from emergence.core.errors import UsageError
+from emergence.core.errors import CommandParser, UsageError
 from emergence.hub.integrity import INTEGRITY_FILE, check
 from emergence.hub.revisions import existing_checkpoints
 from emergence.panel.findings import BOS_MILESTONES, RECALL_MILESTONES, milestone_reached, model_findings
@@ -383,8 +382,7 @@ def thresholds_of(traj: Trajectory) -> tuple[float, float]:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m emergence.refine", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser("python -m emergence.refine", __doc__)
     p.add_argument("sweep_dir", type=Path, help="a panel sweep directory (hydra.sweep.dir of python -m emergence -m)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the refinement jobs (e.g. hydra/launcher=slurm)")
     p.add_argument("--milestones", nargs="+", default=list(DEFAULT_MILESTONES), metavar="NAME",
@@ -404,6 +402,8 @@ def main(argv=None) -> None:
         p.error(f"unknown milestone(s) {', '.join(unknown)}: choose from {' '.join(MILESTONES)}")
     if args.parallel < 1:
         p.error("--parallel must be >= 1")
+    if not 0 < args.sink_epsilon < 1:  # also refuses nan
+        p.error("--sink-epsilon must be in (0, 1): a share of attention")
     if not args.sweep_dir.is_dir():
         p.error(f"{args.sweep_dir} is not a directory: give the sweep directory of a panel multirun")
     try:

@@ -8,11 +8,11 @@ package, ``emergence/panel/reference_data/``), and writes ``findings.json``,
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import io
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import WANDB_MODES, ThresholdConfig, WandbConfig
-from emergence.core.errors import UsageError
+from emergence.core.errors import CommandParser, UsageError
 from emergence.core.record import to_json
 from emergence.panel import causal_threshold, figures, markdown, sensitivity
 from emergence.panel.findings import panel_findings
@@ -38,8 +38,7 @@ from emergence.run.tracking import check_login, tracked_run
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m emergence.report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser("python -m emergence.report", __doc__)
     p.add_argument("runs", nargs="*", type=Path, help="run directories or folders holding them (e.g. a multirun)")
     p.add_argument("--reference", type=Path, nargs="?", const=REFERENCE_DATA, metavar="DIR",
                    help="the reference study's results (per_revision/, pr/); without DIR the copy shipped "
@@ -60,8 +59,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if bool(args.runs) == bool(args.reference):
         p.error("give run directories or --reference [DIR] (exactly one of them)")
-    if (args.class_threshold or 1) <= 0 or (args.circuit_threshold or 1) <= 0:
-        p.error("thresholds must be > 0")
+    for name, value in (("--class-threshold", args.class_threshold), ("--circuit-threshold", args.circuit_threshold)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            p.error(f"{name} {value} is invalid: a threshold must be a finite number > 0")
     if not 0 < args.sink_epsilon < 1:
         p.error("--sink-epsilon must be in (0, 1): a share of attention")
     return args

@@ -9,7 +9,6 @@ the spread across seeds and how many seeds meet each finding.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from emergence.core.errors import UsageError
+from emergence.core.errors import CommandParser, UsageError
 from emergence.panel.records import ModelFindings, PanelFindings
 
 
@@ -98,12 +97,11 @@ def seeds_markdown(findings: PanelFindings, model: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m emergence.panel.seeds", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    parser = CommandParser("python -m emergence.panel.seeds", __doc__)
     parser.add_argument("report", type=Path, help="a panel report folder (findings.json) or the file itself")
     parser.add_argument("--model", default="toy_olmo_sinks")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     path = args.report / "findings.json" if args.report.is_dir() else args.report
     if not path.is_file():
         parser.error(f"{path}: no such file; give a panel report folder (python -m emergence.report ... --out DIR) "

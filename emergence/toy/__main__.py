@@ -8,14 +8,13 @@ first step whose training loss differs, each checkpoint's sha256). ``--document`
 panels in the documented ones (``emergence/toy/documented_panels.json``), which every training
 is compared with."""
 
-import argparse
 import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from emergence.core.config import compose_config
-from emergence.core.errors import UsageError
+from emergence.core.errors import CommandParser, UsageError
 from emergence.toy.repro import LOSSES, compare_to_documented, compare_trainings, document, documented_panels
 from emergence.toy.train import MANIFEST, ensure_trained, train, weights_recipe
 from emergence.toy.validation import validate_recipe
@@ -24,9 +23,8 @@ DEFAULT_TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
 TOY_MODELS = (*DEFAULT_TOY_MODELS, "toy_tasks")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m emergence.toy", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    parser = CommandParser("python -m emergence.toy", __doc__)
     parser.add_argument("models", nargs="*", help=f"any of {', '.join(TOY_MODELS)}, also as model=NAME (default: "
                         f"{', '.join(DEFAULT_TOY_MODELS)})")
     parser.add_argument("--force", action="store_true", help="retrain even if a complete panel exists")
@@ -36,7 +34,7 @@ def main() -> None:
                         help="record the trained panels as documented (emergence/toy/documented_panels.json)")
     parser.add_argument("--compare", nargs=2, metavar="DIR", type=Path,
                         help="compare two trained panels (their folders with manifest.json and losses.tsv)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.compare:
         for folder in args.compare:
             missing = [name for name in (MANIFEST, LOSSES) if not (folder / name).is_file()]

@@ -148,3 +148,76 @@ def test_refused_overrides_are_one_line_and_exit_2_from_the_command(tmp_path):
         res = run_cli(*BASE, f"{name}={raw}", f"hydra.run.dir={run}", env=ENV)
         assert assert_one_line(res) == f"error: {line}", (name, raw)
         assert not run.exists()
+
+
+# The sibling commands, called as their ``python -m`` entry points are, on arguments drawn to be bad:
+# no positional argument here names real work (a preset, a toy, a trained panel), so a run ends early.
+def sibling_commands():
+    from emergence.hub import revisions
+    from emergence.panel import refine, report, seeds
+    from emergence.toy import __main__ as toy
+
+    return {"report": report.main, "revisions": revisions.main, "refine": refine.main, "toy": toy.main,
+            "seeds": seeds.main}
+
+
+ARG_TEXT = st.one_of(TEXTS, NUMBERS.map(str), st.sampled_from(["nan", "inf", "-inf", "0", "-1", "1e999", "--", "-x"]))
+
+
+def sibling_argv(empty: str) -> st.SearchStrategy:
+    paths = st.sampled_from(["/nonexistent/path", empty, "", "no_such_preset"])
+    value = st.one_of(ARG_TEXT, paths)
+    options = {
+        "report": ["--out", "--class-threshold", "--circuit-threshold", "--sink-epsilon", "--pr-estimator",
+                   "--wandb-mode", "--wandb-project", "--wandb-entity"],
+        "revisions": ["--tokens-per-step", "--repo", "--propose", "--from", "--to", "--between", "--check"],
+        "refine": ["--milestones", "--parallel", "--sink-epsilon"],
+        "toy": ["--override", "--compare"],
+        "seeds": ["--model"],
+    }
+    flags = {"revisions": ["--all", "--json"], "refine": ["--scan"], "toy": ["--force", "--document"]}
+
+    @st.composite
+    def draw(data):
+        command = data(st.sampled_from(sorted(options)))
+        # toy: always a name that is no toy, so nothing trains
+        argv = [data(paths if command != "toy" else st.sampled_from(["toy_none", "model=bogus", ""]))]
+        for _ in range(data(st.integers(0, 4))):
+            kind = data(st.sampled_from(["option", "flag", "stray"]))
+            if kind == "option":
+                argv += [data(st.sampled_from(options[command])), *data(st.lists(value, min_size=0, max_size=2))]
+            elif kind == "flag" and command in flags:
+                argv.append(data(st.sampled_from(flags[command])))
+            else:
+                argv.append(data(value))
+        return command, argv
+
+    return draw()
+
+
+@pytest.mark.parametrize("examples", [pytest.param(150, id="fast"),
+                                      pytest.param(1500, id="thousands", marks=pytest.mark.slow)])
+def test_every_sibling_command_ends_a_bad_argument_in_one_line(examples, tmp_path, monkeypatch):
+    """``python -m emergence.report | revisions | refine | toy | panel.seeds`` on drawn arguments: each
+    either runs or exits 2 (refine: 1 for a failed job) with one line on stderr; nothing escapes."""
+    import contextlib
+    import io
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no drawn argument reaches the network
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    commands = sibling_commands()
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(call=sibling_argv(str(empty)))
+    def one(call):
+        command, argv = call
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as ended:
+            commands[command](argv)
+        lines = err.getvalue().strip().splitlines()
+        assert ended.value.code == 2 or (command == "refine" and ended.value.code == 1), (command, argv, lines)
+        assert len(lines) == 1 and lines[0].startswith("error: "), (command, argv, lines)
+
+    one()
