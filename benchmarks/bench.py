@@ -96,6 +96,7 @@ import numpy as np
 import torch
 
 from emergence.core.config import default_cache_dir
+from emergence.core.errors import CommandParser
 from emergence.run.results import RunSummary
 
 HEADS = ["ablate.heads=[L3H1,L5H2,L7H0]"]  # a random model has no circuit: a fixed 3-head set (+5 controls)
@@ -1029,8 +1030,7 @@ OWN_OPTIONS = {"load": lambda args: load_formats(args.load_shape, args.repeats)}
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser("python -m benchmarks.bench", __doc__)
     p.add_argument("--arch", choices=sorted(SHAPES), default="gpt_neox", help="the model shape to measure on")
     p.add_argument("--sequences", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3,

@@ -15,19 +15,9 @@ from emergence.core.errors import UsageError
 from emergence.recipe.text import checkpoint_tokenizer
 
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}  # no downloads, no W&B
-# The error line: ours ("error: ...") or argparse's ("python -m emergence.x: error: ...").
-ERROR_LINE = re.compile(r"(python -m (emergence|benchmarks)[.\w]*: )?error: \S")
+ERROR_LINE = re.compile(r"error: \S")
 PRESETS = sorted(p.name.removesuffix(".yaml") for p in files("emergence.conf").joinpath("model").iterdir()
                  if p.name.endswith(".yaml"))
-
-
-def error_lines(stderr: str) -> list[str]:
-    """stderr without argparse's usage block (``usage: ...`` and its indented continuation lines),
-    which argparse prints above its error line: its standard form."""
-    lines = stderr.strip().splitlines()
-    if lines and lines[0].startswith("usage: "):
-        lines = [line for line in lines[1:] if not line.startswith(" ")]
-    return lines
 
 
 def assert_one_line(res, *words) -> str:
@@ -35,7 +25,7 @@ def assert_one_line(res, *words) -> str:
     assert res.returncode == 2, res.stderr[-2000:]
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
     assert res.stdout == "", res.stdout[-2000:]
-    lines = error_lines(res.stderr)
+    lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and ERROR_LINE.match(lines[0]), res.stderr[-2000:]
     assert all(w in lines[0] for w in words), lines[0]
     return lines[0]
