@@ -3,24 +3,24 @@
 Three steps:
 
 1. ``capability_circuits``: the induction and previous-token circuits from the 6-class
-   selectivities of the induction probe, the study's way (TASKS.md 0.5).
+   selectivities of the induction probe, the study's way (docs/tasks.md, Ablations).
 2. ``build_conditions``: an ``AblationPlan`` (the task screen's top-k specs, the circuits, a
    user's heads, the matched-random seeds) and the model's shape -> the conditions, each a named
    head spec (``Condition``). Pure; every spec is checked against the model before anything runs.
-3. ``task_ablation``: every condition's heads zero-ablated at all positions (TASKS.md 0.2), the
+3. ``task_ablation``: every condition's heads zero-ablated at all positions (docs/tasks.md, Ablations), the
    conditions stacked along the batch so that they share each forward pass
    (``recipe.ablation.stacked_logits``) -> ``TaskAblation``: each condition's ``TaskMetrics`` and its
    change against the baseline, and per screen (and the user's heads) the sweep of its distinct
-   matched-random draws (TASKS.md 6.1) with the verdict. With ``ablate.sequences=adaptive`` a
-   sweep's draws stop once its verdict is decided (``SweepStop``); every other condition runs
-   over every prompt.
+   matched-random draws (docs/tasks.md, Screen against matched random) with the verdict. With
+   ``ablate.sequences=adaptive`` a sweep's draws stop once its verdict is decided (``SweepStop``);
+   every other condition runs over every prompt.
 
-Conditions (TASKS.md 1.3, 1.5, 1.6, 2.4, 3.4, 4.4), in this order:
+Conditions (docs/tasks.md, Ablations), in this order:
 
 * ``baseline``: nothing ablated;
 * per screen (IOI: ``name_mover``, ``s_inhibition``; the other tasks their one screen):
   ``screen`` (its top-k heads), ``matched_random`` (as many heads per layer, drawn from the
-  layer's other heads with one ``RandomState(mr_seed)`` consumed across the layers, TASKS.md 0.4),
+  layer's other heads with one ``RandomState(mr_seed)`` consumed across the layers, docs/tasks.md, Ablations),
   ``full_layers`` (every head of the screen's layers);
 * IOI: ``screen_union``, the S-inhibition and name-mover heads together (S-inhibition layers first);
 * ``prev_token_circuit``, ``induction_circuit`` and ``circuit_union`` (previous-token layers first);
@@ -90,7 +90,7 @@ from emergence.recipe.tasks.metrics import (
 from emergence.recipe.tasks.screens import TaskScreen
 from emergence.recipe.verdict import decided, due_look, interval, look_sizes
 
-# --- 1. the capability circuits (TASKS.md 0.5) -----------------------------------------------------
+# --- 1. the capability circuits (docs/tasks.md, Ablations) ------------------------------------------
 
 # The study scans the classes in its order (screen.TIE_ORDER: induction, previous token, duplicate
 # token, first token, self, local), so a tie goes to the earlier one there, not in CLASSES' order.
@@ -135,7 +135,8 @@ def capability_circuits(selectivity: np.ndarray, prev_token_min: float,
 
 ConditionKind = Literal["baseline", "screen", "matched_random", "full_layers", "screen_union", "prev_token_circuit",
                         "induction_circuit", "circuit_union", "user", "matched_random_seed"]
-SCREEN_UNION = ("s_inhibition", "name_mover")  # IOI's two screens, in the study's layer order (TASKS.md 1.6)
+# IOI's two screens, in the study's layer order (docs/tasks.md, Ablations)
+SCREEN_UNION = ("s_inhibition", "name_mover")
 USER = "user"  # the user's heads, as the screen their matched-random draws derive from
 BASELINE = "baseline"  # the baseline condition's name (nothing ablated)
 
@@ -235,7 +236,7 @@ def build_conditions(plan: AblationPlan, n_layers: int, n_heads: int) -> list[Co
 # --- 3. running them ---------------------------------------------------------------------------------
 
 # Top-1 is a share of prompts: the sweep states its changes in percentage points, and its
-# ratio's thresholds are in those points (TASKS.md 6.1).
+# ratio's thresholds are in those points (docs/tasks.md, Screen against matched random).
 PERCENT = 100.0
 Verdict = Literal["specific", "not_specific", "capability_absent", "too_few_draws"]
 

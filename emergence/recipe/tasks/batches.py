@@ -5,10 +5,10 @@ Two layers:
 * Text, no tokenizer: ``ioi_prompts``, ``greater_than_prompts`` (given the year pairs a
   tokenizer allows), ``successor_items`` and ``binding_prompts`` give typed records (the text,
   the answer word, the distractor word where the task has one, ...). The word lists, templates,
-  ``numpy.random.RandomState(seed)`` and the order of its draws are the study's
-  (``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``), so seed 42 gives its
-  prompts: the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's
-  draws follow the previous example's, so the first n prompts are the same for any n. Each
+  ``numpy.random.RandomState(seed)`` and the order of its draws are the study's (docs/tasks.md,
+  The batches; its generators are ``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``
+  in its repository, ``skydancerosel/spectral-probe-circuits``), so seed 42 gives its prompts:
+  the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's draws follow the previous example's, so the first n prompts are the same for any n. Each
   generator also takes restricted word lists (successor: a filter on its windows) and a
   predicate under which an example is drawn again from the same generator.
 * Tokens: ``build_task_batch(task, tokenizer, words=..., bos=...)`` encodes every prompt with
