@@ -323,8 +323,13 @@ def vocabulary_child(path: str, probe: str, n: int, seq_len: int, unchunked: boo
     from emergence.hub.checkpoints import Architecture
     from emergence.recipe import capture, stats
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.probe import (RepeatLayout, baseline_positions, make_probe_batch, make_repeat_batch,
-                                        make_text_batch)
+    from emergence.recipe.probe import (
+        RepeatLayout,
+        baseline_positions,
+        make_probe_batch,
+        make_repeat_batch,
+        make_text_batch,
+    )
     from emergence.run.steps import loss_positions
 
     p = compose_config(["model=pythia", f"probe={probe}", f"probe.n_sequences={n}", f"probe.seq_len={seq_len}"]).probe
@@ -415,8 +420,13 @@ def repeat_pass_split(path: str, n: int, repeats: int) -> dict:
     from emergence.hub.checkpoints import Architecture
     from emergence.recipe import capture, stats
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.probe import (RepeatLayout, baseline_positions, make_probe_batch, make_repeat_batch,
-                                        make_text_batch)
+    from emergence.recipe.probe import (
+        RepeatLayout,
+        baseline_positions,
+        make_probe_batch,
+        make_repeat_batch,
+        make_text_batch,
+    )
     from emergence.run.steps import loss_positions
 
     probes = {kind: compose_config(["model=pythia", f"probe={kind}", f"probe.n_sequences={n}", "probe.seq_len=256",
@@ -720,11 +730,11 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
 def probe_measurements(model, n: int):
     """``measurements.Measurements`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
     from emergence.hub.checkpoints import Architecture
+    from emergence.recipe import spectral
     from emergence.recipe.ablation import metrics_per_sequence
     from emergence.recipe.capture import PassOptions, Subject, run_probe
-    from emergence.recipe.probe import baseline_positions, make_probe_batch
-    from emergence.recipe import spectral
     from emergence.recipe.measurements import Measurements
+    from emergence.recipe.probe import baseline_positions, make_probe_batch
 
     batch = make_probe_batch(n, DTYPE_SEQ_LEN, 10, DTYPE_VOCAB, 42)
     arch = Architecture.of(model)

@@ -109,7 +109,7 @@ class Architecture:
     decoder_layers: list  # the decoder block that holds each attention module (``capture.decoder_layers``)
 
     @classmethod
-    def of(cls, model) -> "Architecture":
+    def of(cls, model) -> Architecture:
         sites = capture.discover(model)
         shapes = {(s.n_heads, s.head_dim) for s in sites}
         if len(shapes) != 1:  # one [layers, heads, ...] array per measurement needs one shape

@@ -146,7 +146,7 @@ class Refinement:
     reason: str | None = None
 
     @classmethod
-    def without_bracket(cls, milestone: str, method: str, reason: str) -> "Refinement":
+    def without_bracket(cls, milestone: str, method: str, reason: str) -> Refinement:
         return cls(milestone, None, None, None, None, 0, [], 0, 0, method, True, reason=reason)
 
     def to_dict(self) -> dict:

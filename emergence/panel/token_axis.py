@@ -12,7 +12,7 @@ separation, the ratio of their tokens with its range over both brackets.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -39,7 +39,7 @@ class Metrics(Record):
     logit_b: float  # B's logit
 
     @classmethod
-    def of(cls, means: dict[str, float]) -> "Metrics":
+    def of(cls, means: dict[str, float]) -> Metrics:
         return cls(**{m: float(means[m]) for m in METRICS})
 
 
@@ -289,7 +289,7 @@ class StackLayout:
     owner: list[int | None]  # per head set: its block at the top (CLEAN for a set with no head)
 
     @classmethod
-    def of(cls, masks: torch.Tensor, rows: int) -> "StackLayout":
+    def of(cls, masks: torch.Tensor, rows: int) -> StackLayout:
         """``masks`` [k, layers, heads] bool: the k head sets."""
         k, n_layers, _ = masks.shape
         per_layer = masks.any(dim=2)  # [k, layers]

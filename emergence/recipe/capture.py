@@ -194,7 +194,7 @@ class Recorder:
     then reduces all layers of the minibatch at once (one gather for every target and null
     position), so the fixed cost of the reductions is paid once per minibatch, not per layer."""
 
-    def __init__(self, subject: "Subject", options: "PassOptions", device: torch.device):
+    def __init__(self, subject: Subject, options: PassOptions, device: torch.device):
         arch, n, seq_len = subject.arch, subject.batch.n, subject.batch.seq_len
         n_layers, n_heads, head_dim = arch.n_layers, arch.n_heads, arch.head_dim
         null_positions, repeat = options.null_positions, options.repeat
@@ -424,7 +424,7 @@ class Unembedding:
     softcap: float | None
 
     @classmethod
-    def of(cls, model) -> "Unembedding":
+    def of(cls, model) -> Unembedding:
         head = model.get_output_embeddings()
         return cls(head.weight, getattr(head, "bias", None), getattr(model.config, "final_logit_softcapping", None))
 

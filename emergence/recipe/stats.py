@@ -22,8 +22,17 @@ import numpy as np
 
 from emergence.core.record import Record
 from emergence.recipe.probe import LOCAL_OFFSETS
-from emergence.recipe.screen import (BASELINE, CLASSES, MIN_BASELINE, UNCLASSIFIED, Screen, Screened, head_name, screen,
-                                     selectivity)
+from emergence.recipe.screen import (
+    BASELINE,
+    CLASSES,
+    MIN_BASELINE,
+    UNCLASSIFIED,
+    Screen,
+    Screened,
+    head_name,
+    screen,
+    selectivity,
+)
 
 log = logging.getLogger(__name__)
 

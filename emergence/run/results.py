@@ -29,9 +29,9 @@ from emergence.recipe.mechanism import MassiveActivation
 from emergence.recipe.probe import FirstToken
 from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
 from emergence.recipe.sinks import SinkMetric
+from emergence.recipe.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 from emergence.recipe.tasks.ablation import sweep_text
 from emergence.recipe.tasks.step import TaskSummary
-from emergence.recipe.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 
 HEADS_FILE = "heads.csv"
 PROMPTS_FILE = "prompts.jsonl"  # a task run's prompts, one JSON object per line (``TaskPrompt``)
@@ -128,7 +128,7 @@ class HeadRow(Record):
         return self.to_json()
 
     @classmethod
-    def from_columns(cls, row: dict[str, str]) -> "HeadRow":
+    def from_columns(cls, row: dict[str, str]) -> HeadRow:
         """A row as ``csv.DictReader`` reads it (strings), typed by the fields: a float is written
         as its ``repr`` and so reads back exactly (NaN included), a boolean as True / False."""
         names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls)}
@@ -160,7 +160,7 @@ class HeadMeasures:
     task_scores: dict[str, np.ndarray] | None = None  # a task's head scores by column (``TaskScreen.scores``)
 
     @classmethod
-    def of(cls, measured, task_scores: dict[str, np.ndarray] | None = None) -> "HeadMeasures":
+    def of(cls, measured, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
         """From a run's ``measurements.Measurements`` and its task's scores, if any."""
         return cls(measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance,
                    measured.value_norm_ratio, measured.prefix_matching, task_scores)
@@ -339,7 +339,7 @@ class RunSummary(Record):
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")
 
     @classmethod
-    def read(cls, run_dir: Path) -> "RunSummary":
+    def read(cls, run_dir: Path) -> RunSummary:
         data = read_summary_json(run_dir)
         if data["schema_version"] == 2:  # it named the toys' copy loss drop icl_score (Olsson's is ``text``'s)
             data["copy_loss_drop"] = data.pop("icl_score", None)
@@ -367,7 +367,7 @@ class DuplicateRun(Record):
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2) + "\n")
 
     @classmethod
-    def read(cls, run_dir: Path) -> "DuplicateRun":
+    def read(cls, run_dir: Path) -> DuplicateRun:
         return cls.from_json(read_summary_json(run_dir))
 
 

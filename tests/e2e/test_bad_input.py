@@ -8,11 +8,11 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import run_cli
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
 from emergence.recipe.text import checkpoint_tokenizer
+from tests.helpers.cli import run_cli
 
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}  # no downloads, no W&B
 # The error line: ours ("error: ...") or argparse's ("python -m emergence.x: error: ...").

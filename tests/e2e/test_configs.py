@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import run_fresh
 from hydra import compose, initialize_config_module
 from hydra.utils import get_class
 
@@ -14,6 +13,7 @@ from emergence.core.errors import UsageError
 from emergence.hub import revisions
 from emergence.hub.checkpoints import resolve_revision
 from emergence.run.validation import validate
+from tests.helpers.cli import run_fresh
 
 CONF = Path(__file__).parents[2] / "conf"
 GROUPS = ("model", "revision", "probe", "threshold")

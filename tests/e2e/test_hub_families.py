@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.helpers.cli import last_line, run_cli
 
 from emergence.hub.weights import fingerprint
+from tests.helpers.cli import last_line, run_cli
 
 QUICK = ["probe=quick", "probe.n_sequences=16", "probe.seq_len=64", "probe.vocab_high=500", "model.dtype=float32",
          "ablate.enabled=false", "wandb.mode=disabled"]

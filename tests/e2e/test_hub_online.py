@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+
 from tests.helpers.cli import last_line, run_cli, start_cli
 from tests.helpers.hub_server import publish
 from tests.helpers.tiny_models import save_tiny_model

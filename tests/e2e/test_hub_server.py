@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.helpers.cli import last_line, run_cli
 from tests.helpers.hub_server import publish
 from tests.helpers.tiny_models import save_tiny_model

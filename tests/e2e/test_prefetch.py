@@ -8,15 +8,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from tests.helpers.cli import run_cli
-from tests.helpers.hub_server import publish
-from tests.e2e.test_hub_server import OLMO2, QUICK
-from tests.helpers.tiny_models import save_tiny_model
 
 from emergence.core.config import compose_config, config_digest
 from emergence.core.errors import UsageError
 from emergence.run import prefetch
 from emergence.run.validation import validate
+from tests.e2e.test_hub_server import OLMO2, QUICK
+from tests.helpers.cli import run_cli
+from tests.helpers.hub_server import publish
+from tests.helpers.tiny_models import save_tiny_model
 
 BRANCHES = ["stage1-step1000-tokens3B", "stage1-step2000-tokens5B", "stage1-step3000-tokens7B"]
 # A job's analysis long enough (seconds) for the next revision's download to finish during it

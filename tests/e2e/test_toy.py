@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.helpers.cli import run_cli
 
 from emergence.core.config import PanelEntry, compose_config
 from emergence.main import analyse
@@ -21,6 +20,7 @@ from emergence.toy.train import (
     measure_copy_loss_drop,
     train,
 )
+from tests.helpers.cli import run_cli
 
 
 def reduced(key: str, cache_dir, *overrides) -> "Config":  # noqa: F821

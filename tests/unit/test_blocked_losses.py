@@ -8,7 +8,6 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from tests.helpers.tiny_models import ARCHS, tiny_model
 
 from emergence.core.errors import UsageError
 from emergence.hub.checkpoints import Architecture
@@ -17,6 +16,7 @@ from emergence.recipe.ablation import metrics_per_sequence
 from emergence.recipe.capture import PassOptions, Subject, Unembedding, register_attention, run_probe, token_losses
 from emergence.recipe.icl import curve_positions, text_scores
 from emergence.recipe.probe import baseline_positions, make_probe_batch
+from tests.helpers.tiny_models import ARCHS, tiny_model
 
 T, N, BATCH = 48, 6, 4
 

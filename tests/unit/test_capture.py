@@ -3,9 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from tests.helpers.cli import run_fresh
-from tests.helpers.reference_impl import OUT_PROJ, eager_model, eager_sink_importance, eager_targets, head_outputs_at_last
-from tests.helpers.tiny_models import ARCHS, VOCAB
 from transformers import AutoModelForCausalLM
 
 from emergence.core.config import StatsConfig
@@ -15,6 +12,15 @@ from emergence.recipe.ablation import METRICS, metrics_per_sequence
 from emergence.recipe.capture import ATTN_IMPLEMENTATION, PassOptions, Subject, register_attention, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from emergence.recipe.sinks import sink_metric
+from tests.helpers.cli import run_fresh
+from tests.helpers.reference_impl import (
+    OUT_PROJ,
+    eager_model,
+    eager_sink_importance,
+    eager_targets,
+    head_outputs_at_last,
+)
+from tests.helpers.tiny_models import ARCHS, VOCAB
 
 T = 64
 

@@ -12,6 +12,7 @@ from itertools import combinations
 
 import pytest
 import yaml
+
 from tests.helpers.hub_twin import LFS_SUFFIXES, OLMO1124, PRESETS, TwinRepo, is_weight_file
 
 # The client's view of every repo, printed as JSON: {repo_id: {"refs": [...], "trees": {ref: {path:

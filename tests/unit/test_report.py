@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.helpers.run_dirs import run_summary
 
 from emergence.core.config import StatsConfig
 from emergence.panel.findings import f2_shape, model_findings, panel_findings
@@ -21,6 +20,7 @@ from emergence.panel.uncertainty import replicates
 from emergence.recipe.screen import CLASSES, class_thresholds, screen
 from emergence.recipe.stats import screen_intervals
 from emergence.run.results import HeadMeasures, format_tokens, head_rows, write_run
+from tests.helpers.run_dirs import run_summary
 
 REFERENCE = REFERENCE_DATA  # the study's per-head results, installed with the package (its SOURCE.md)
 

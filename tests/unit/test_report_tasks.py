@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.unit.test_report import write_checkpoint
 
 from emergence.core.config import PanelEntry
 from emergence.panel import figures
@@ -25,6 +24,7 @@ from emergence.recipe.tasks.batches import TaskWords
 from emergence.recipe.tasks.metrics import SUMMARY_METRICS, MetricValue, TaskMetrics
 from emergence.recipe.tasks.step import TaskSummary
 from emergence.run.results import task_lines
+from tests.unit.test_report import write_checkpoint
 
 BOS = CLASSES.index("bos")
 TOKENS = (0.0, 1e6, 1e7, 1e8, 1e9)

@@ -1,9 +1,9 @@
 import json
 
 import pytest
-from tests.helpers.cli import last_line, run_cli
 
 from emergence.hub.revisions import between, parse_branches, propose_panel
+from tests.helpers.cli import last_line, run_cli
 
 PYTHIA_BRANCHES = ["main", "step0", *(f"step{2**k}" for k in range(10)), *(f"step{s}" for s in range(1000, 143001, 1000))]
 

@@ -12,9 +12,9 @@ import torch
 
 from emergence.core.config import AblateConfig, StatsConfig, ThresholdConfig
 from emergence.core.errors import UsageError
+from emergence.panel.published_tasks import load_published_tasks
 from emergence.recipe.ablation import ablating, head_mask
 from emergence.recipe.screen import CLASSES
-from emergence.panel.published_tasks import load_published_tasks
 from emergence.recipe.tasks.ablation import (
     AblationPlan,
     Condition,

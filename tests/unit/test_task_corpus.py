@@ -16,12 +16,30 @@ from emergence.core.errors import UsageError
 from emergence.recipe.tasks.batches import binding_prompts
 from emergence.toy.corpus import ToyCorpus
 from emergence.toy.repro import documented_panels
-from emergence.toy.task_corpus import (HOME_CITIES, TaskMixCorpus, binding_sentence, greater_than_sentence,
-                                       ioi_sentence, successor_sentence, task_run)
+from emergence.toy.task_corpus import (
+    HOME_CITIES,
+    TaskMixCorpus,
+    binding_sentence,
+    greater_than_sentence,
+    ioi_sentence,
+    successor_sentence,
+    task_run,
+)
 from emergence.toy.train import build_corpus, weights_recipe
 from emergence.toy.validation import validate_recipe
-from emergence.toy.words import (CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS,
-                                 PLACES, word_tokenizer)
+from emergence.toy.words import (
+    CITIES,
+    DAYS,
+    FIRST_FILLER_ID,
+    MONTHS,
+    NAMES,
+    NOUNS,
+    NUMBERS,
+    OBJECTS,
+    ORDINALS,
+    PLACES,
+    word_tokenizer,
+)
 
 SEQ_LEN = 64
 SYNTHETIC = dict(repeat_fraction=0.5, skip_offsets=(2, 3, 4), skip_prob=0.25)

@@ -10,8 +10,13 @@ import numpy as np
 
 from emergence.core.record import Record
 from emergence.recipe.screen import head_name
-from emergence.recipe.tasks.ablation import (AblationPlan, TaskAblation, build_conditions, capability_circuits,
-                                             task_ablation)
+from emergence.recipe.tasks.ablation import (
+    AblationPlan,
+    TaskAblation,
+    build_conditions,
+    capability_circuits,
+    task_ablation,
+)
 from emergence.recipe.tasks.batches import TaskBatch, TaskWords
 from emergence.recipe.tasks.matched_random import heads_of
 from emergence.recipe.tasks.measure import task_pass
