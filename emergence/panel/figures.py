@@ -214,8 +214,9 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
     axes = axes[:, 0]
     for model, t in tasks.items():  # each task's top-1 share (its last level: one scale for every task)
         ax, level = axes[-1], t.levels[-1]
-        colour = _line_with_band(ax, t.revisions, Series(lambda r: r.metrics[level.metric].value,
-                                                         lambda r: r.metrics[level.metric].ci),
+        # the lambdas are called within this iteration, on its level
+        colour = _line_with_band(ax, t.revisions, Series(lambda r: r.metrics[level.metric].value,  # noqa: B023
+                                                         lambda r: r.metrics[level.metric].ci),  # noqa: B023
                                  f"{model}: {level.metric}")
         if t.emergence is not None:
             for each in axes:

@@ -160,7 +160,7 @@ def f2_line(f2: BosShape, study: str | None) -> str:
     text = (f"- **F2 shape**: {f2.shape}; largest adjacent rise {f2.largest_jump_pp:+.1f} pp "
             f"({f2.largest_jump[0]} -> {f2.largest_jump[1]}), {_pct(f2.jump_share)}{share_ci} of "
             f"the rise to the final {_pct(f2.final_fraction)}{final_ci}; "
-            f"{'monotonic' if f2.monotonic else 'not monotonic (largest drop %.1f pp)' % f2.largest_drop_pp}."
+            f"{'monotonic' if f2.monotonic else f'not monotonic (largest drop {f2.largest_drop_pp:.1f} pp)'}."
             + ("" if f2.shape_note is None else f" Note: {f2.shape_note}."))
     if study:
         text += (f" Published: {published.SHAPE[study]}, {published.LARGEST_JUMP_PP[study]:+.1f} pp, "

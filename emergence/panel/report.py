@@ -168,7 +168,7 @@ def main(argv=None) -> None:
                  f"Sink_0-50% {_revision(f.sinks_gu.f3.sink_50)}"))
     for sweep in findings.causal_threshold:
         print(f"{sweep['model']} @ {sweep['revision']}: causal threshold T* = "
-              f"{'none' if sweep['t_star'] is None else '%gx' % sweep['t_star']}")
+              f"{'none' if sweep['t_star'] is None else format(sweep['t_star'], 'g') + 'x'}")
     print(f"report: {args.out / 'report.md'}")
 
 

@@ -140,7 +140,7 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
         if pr_path.exists():
             pr_data = read_json(pr_path)
             for i, revision in enumerate(pr_data["revisions"]):
-                pr = _head_grid(pr_data["pr"], lambda values: values[i])
+                pr = _head_grid(pr_data["pr"], lambda values: values[i])  # noqa: B023 (called here, with this i)
                 for c in checkpoints:
                     if c.revision == revision:
                         c.spectral = pr

@@ -22,6 +22,7 @@ from emergence.recipe.stats import interval, replicate_means, replicate_selectiv
 
 INDUCTION = CLASSES.index("induction")
 BOS = CLASSES.index("bos")
+RUN_STATS = StatsConfig()  # the runs' defaults: n_boot, ci, seed
 
 
 def bracket(tokens: np.ndarray, index: int) -> list:
@@ -57,7 +58,7 @@ class Replicates:
 
 
 def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: float,
-               sink_epsilon: float = ThresholdConfig.sink_epsilon, settings: StatsConfig = StatsConfig()
+               sink_epsilon: float = ThresholdConfig.sink_epsilon, settings: StatsConfig = RUN_STATS
                ) -> Replicates | None:
     """The bootstrap of a trajectory (``settings``: n_boot, ci, seed; the runs' defaults), or None
     without per-sequence attentions at every revision (the reference data, old runs) or when

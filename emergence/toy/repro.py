@@ -115,8 +115,11 @@ def document(manifest: dict, weights: dict, path: Path | None = None) -> Path:
     environment): what ``python -m emergence.toy ... --document`` does."""
     path = Path(path or DOCUMENTED)
     entry = documented_entry(manifest, weights)
-    key = lambda p: (p["model"], json.dumps(p["recipe"], sort_keys=True),
-                     tuple(p["environment"].get(k) for k in (*BITS_FIELDS, "cpu")))
+
+    def key(p: dict) -> tuple:
+        return (p["model"], json.dumps(p["recipe"], sort_keys=True),
+                tuple(p["environment"].get(k) for k in (*BITS_FIELDS, "cpu")))
+
     panels = [p for p in documented_panels(path) if key(p) != key(entry)] + [entry]
     panels.sort(key=lambda p: (p["model"], p["recipe"].get("seed", 0), p["environment"].get("numerics", "")))
     path.write_text(json.dumps({"panels": panels}, indent=1) + "\n")

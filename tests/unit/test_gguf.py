@@ -15,7 +15,8 @@ from tests.helpers.tiny_models import save_tiny_gguf
 def test_missing_packages_name_the_extra(monkeypatch):
     for missing, words in ((("accelerate",), "accelerate"), (("gguf", "accelerate"), "gguf and accelerate")):
         # a package is found where find_spec returns anything but None: the test needs neither installed
-        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing else object())
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, missing=missing: None if name in missing else object())
         with pytest.raises(UsageError, match=rf"needs {words}; install them: pip install 'emergence\[gguf\]'"):
             gguf.check_installed("m.gguf")
 

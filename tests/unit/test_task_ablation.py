@@ -442,7 +442,10 @@ def test_a_sweep_stops_at_the_first_look_whose_interval_excludes_zero():
 
 def first_of(b, n):
     """The task batch of ``b``'s first ``n`` prompts."""
-    cut = (lambda t: None if t is None else t[:n])
+
+    def cut(t):
+        return None if t is None else t[:n]
+
     return dataclasses.replace(b, prompts=b.prompts[:n], tokens=b.tokens[:n], target=b.target[:n],
                                distractor=cut(b.distractor), decade=cut(b.decade),
                                positions={k: v[:n] for k, v in b.positions.items()})

@@ -48,7 +48,7 @@ IOI = re.compile(rf"When ({WORD}) and ({WORD}) went to the ({WORD}), ({WORD}) ga
 GREATER_THAN = re.compile(rf"The ({WORD}) lasted from the year (\d\d)(\d\d) to the year (\d\d)(\d\d)\.")
 STATEMENT = re.compile(rf" ({WORD}) lives in ({WORD})\.")
 BINDING = re.compile(rf"(?:{STATEMENT.pattern})+")  # one binding story or more, one after another
-SUCCESSOR = re.compile(r"((?: (?:%s))+)\." % "|".join((*DAYS, *MONTHS, *ORDINALS, *NUMBERS)))
+SUCCESSOR = re.compile(r"((?: (?:" + "|".join((*DAYS, *MONTHS, *ORDINALS, *NUMBERS)) + r"))+)\.")
 SUCCESSOR_LISTS = {"days": (DAYS, True), "months": (MONTHS, True), "ordinals": (ORDINALS, False),
                    "numbers": (NUMBERS, False)}
 
