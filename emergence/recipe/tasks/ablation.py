@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from emergence.core.config import AblateConfig, StatsConfig
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
 from emergence.recipe import capture
@@ -80,6 +81,7 @@ from emergence.recipe.tasks.metrics import (
     VERDICT_METRIC,
     VERDICT_VALUES,
     PromptMetrics,
+    Task,
     TaskMetrics,
     capability_absent,
     chance_top1,
@@ -174,10 +176,11 @@ class Condition:
 
 def user_spec(names: Sequence[str]) -> HeadSpec:
     """The user's heads ("L13H1", ...) as a spec in their order; a name twice or not of that form is refused."""
-    heads = [parse_head_name(name) for name in names]
-    bad = [name for name, head in zip(names, heads) if head is None]
+    parsed = [parse_head_name(name) for name in names]
+    bad = [name for name, head in zip(names, parsed) if head is None]
     if bad:
         raise UsageError(f"ablation heads: {bad[0]!r} is not a head name; write heads as L<layer>H<head>, e.g. L13H1")
+    heads = [head for head in parsed if head is not None]  # every one of them
     repeated = [head for i, head in enumerate(heads) if head in heads[:i]]
     if repeated:
         raise UsageError(f"ablation heads: {head_name(*repeated[0])} is listed twice; list each head once")
@@ -306,7 +309,7 @@ class SweepStop:
     spending its share of the error budget (``recipe.verdict.interval``). A sweep with fewer than
     ``MIN_DISTINCT_DRAWS`` draws gets no verdict, and runs every prompt."""
 
-    def __init__(self, task: str, sweeps: dict[str, tuple[str, list[str]]], settings, total: int):
+    def __init__(self, task: Task, sweeps: dict[str, tuple[str, list[str]]], settings: AblateConfig, total: int):
         self.field = VERDICT_VALUES[task]
         self.sweeps = {name: members for name, members in sweeps.items() if len(members[1]) >= MIN_DISTINCT_DRAWS}
         self.settings = settings
@@ -346,7 +349,7 @@ def criterion_interval(field: str, values: dict[str, PromptMetrics], ablated: st
     return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look, looks)
 
 
-def _ablated_values(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
+def _ablated_values(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
                     stop: SweepStop | None) -> dict[str, PromptMetrics]:
     """Per condition, the per-prompt values over the prompts it ran on: the conditions stacked along
     the batch (``stacked_logits``), each pass on ``batch_size`` // (conditions running) prompts (at
@@ -389,7 +392,7 @@ def verdict(metric: str, sweep: SeedSweep, absent: str | None) -> tuple[Verdict,
             f"draws (lowest {sweep.min:+.3f})")
 
 
-def screen_sweep(task: str, ablated: ConditionResult, spec: HeadSpec, draws: list[ConditionResult], n_heads: int,
+def screen_sweep(task: Task, ablated: ConditionResult, spec: HeadSpec, draws: list[ConditionResult], n_heads: int,
                  absent: str | None, prompts: tuple[int, int] | None = None,
                  criterion: dict | None = None) -> ScreenSweep:
     """The sweep of ``ablated`` (a screen or the user's heads; ``spec`` its heads) against its distinct
@@ -401,7 +404,8 @@ def screen_sweep(task: str, ablated: ConditionResult, spec: HeadSpec, draws: lis
               top1: seed_sweep(PERCENT * ablated.delta[top1], [PERCENT * r.delta[top1] for r in draws])}
     decision, why = verdict(metric, sweeps[metric], absent)
     control_heads = len(draws[0].heads)  # every draw holds as many heads per layer (``matched_random``)
-    return ScreenSweep(screen=ablated.screen or USER, seeds=[r.seed for r in draws], sweeps=sweeps,
+    seeds = [r.seed for r in draws if r.seed is not None]  # every draw's (a matched_random_seed condition's)
+    return ScreenSweep(screen=ablated.screen or USER, seeds=seeds, sweeps=sweeps,
                        n_distinct=len(draws), all_drawn=len(draws) == possible_draws(spec, n_heads),
                        screen_heads=len(ablated.heads), control_heads=control_heads,
                        smaller=control_heads < len(ablated.heads), verdict_metric=metric, verdict=decision, why=why,
@@ -414,10 +418,10 @@ class _Measured:
     """Every condition's per-prompt values (``values``; the draws a sweep stopped cover its first
     prompts), summarised on demand over the first n prompts against the baseline over them."""
 
-    task: str
+    task: Task
     conditions: dict[str, Condition]
     values: dict[str, PromptMetrics]
-    settings: object  # the run's StatsConfig: n_boot, ci, seed
+    settings: StatsConfig  # the run's: n_boot, ci, seed
 
     def result(self, name: str, n: int | None = None) -> ConditionResult:
         c = self.conditions[name]
@@ -490,8 +494,9 @@ def sweep_text(s: ScreenSweep) -> str:
     return "; ".join(part for part in (f"{changes} over {draws}", heads, s.why) if part)
 
 
-def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
-                  settings, ablate=None, clean: TaskPass | None = None) -> TaskAblation:
+def task_ablation(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int,
+                  conditions: Sequence[Condition], settings: StatsConfig, ablate: AblateConfig | None = None,
+                  clean: TaskPass | None = None) -> TaskAblation:
     """Run every condition (``build_conditions``) over ``batch`` (``model`` loaded with
     ``capture.register_attention()``, ``arch`` its ``checkpoints.Architecture``, about ``batch_size``
     rows per forward) and summarise each with ``task_metrics`` (``settings``: the run's ``StatsConfig``,
@@ -517,7 +522,7 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
     ablated = [c for c in to_run.values() if c.kind != "baseline"]
     members = sweep_members(ablated)
     adaptive = ablate is not None and ablate.sequences == "adaptive"
-    stop = SweepStop(batch.task, members, ablate, len(batch.tokens)) if adaptive else None
+    stop = SweepStop(batch.task, members, ablate, len(batch.tokens)) if ablate is not None and adaptive else None
     values = {BASELINE: clean.values, **_ablated_values(model, arch, batch, batch_size, ablated, stop)}
     measured = _Measured(batch.task, to_run, values, settings)
     results = {name: measured.result(name) for name in to_run}

@@ -236,7 +236,7 @@ def successor_items(seed: int = SEED, keep: Callable[[SuccessorPrompt], bool] | 
             ))
     # a window is kept whole or dropped (restricting its list would join items that do not follow each other)
     windows = [w for w in windows if keep is None or keep(w)]
-    np.random.RandomState(seed).shuffle(windows)  # in place, as the study shuffles its list
+    np.random.RandomState(seed).shuffle(windows)  # type: ignore[arg-type]  # a list, in place, as the study's
     return windows
 
 
@@ -456,7 +456,8 @@ def _successor_rows(tokenizer, n: int | None, seed: int, words: TaskWords) -> li
     accept = _accept("successor", tokenizer, words)
 
     def keep(window: SuccessorPrompt) -> bool:  # filtered: each item one token, and the prompt the task's length
-        return all(item in words.kept[window.sequence] for item in (*window.items, window.target)) and accept(window)
+        return (all(item in words.kept[window.sequence] for item in (*window.items, window.target))
+                and (accept is None or accept(window)))  # keep is given only with accept
     windows = successor_items(seed, keep=None if accept is None else keep)
     if not windows:
         raise UsageError(f"successor cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: no window of "
