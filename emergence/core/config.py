@@ -14,6 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -303,7 +304,7 @@ def register_configs() -> None:
 
 def config_digest(cfg: Config) -> str:
     """Names what a run computes: its config without the W&B, resume and download settings."""
-    content = OmegaConf.to_container(OmegaConf.structured(cfg))
+    content = cast(dict, OmegaConf.to_container(OmegaConf.structured(cfg)))
     for key in ("wandb", "resume", "hub"):
         content.pop(key, None)
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -319,7 +320,7 @@ def compose_config(overrides: list[str]) -> Config:
     register_configs()
     try:
         with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
-            return OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+            return cast(Config, OmegaConf.to_object(compose(config_name="config", overrides=overrides)))
     except (HydraException, OmegaConfBaseException) as err:
         raise refused_override(err) from None
 
@@ -332,7 +333,7 @@ def refused_override(err: Exception):
 
     from emergence.core.errors import UsageError
 
-    if isinstance(err, MissingConfigException) and err.options:  # a group option that is not there
+    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:  # a group option not there
         group, _, option = err.missing_cfg_file.rpartition("/")  # e.g. model/gpt5
         return UsageError(f"{group}={option} is invalid: no such preset in conf/{group}; use one of "
                           f"{', '.join(err.options)}")

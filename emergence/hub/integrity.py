@@ -92,7 +92,8 @@ class BranchCheck(Record):
         """A run of this branch would analyse wrong or no weights: it must stop (a duplicate is not
         wrong, only not distinct; a development model_type with a released name loads as that)."""
         if self.verdict == "model_type":
-            return MODEL_TYPE_ALIASES.get(self.model_type) != self.expected_model_type
+            aliased = None if self.model_type is None else MODEL_TYPE_ALIASES.get(self.model_type)
+            return aliased != self.expected_model_type
         return self.verdict in ("foreign_shard", "no_weights", "truncated")
 
 

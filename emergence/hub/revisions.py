@@ -307,8 +307,9 @@ def main(argv=None) -> None:
         sys.exit(2)
     repo = cfg.model.name_or_path
     try:
-        entries = series if folder else parse_branches(list_branches(repo), cfg.model.revision_pattern,
-                                                       cfg.model.tokens_per_step)
+        # a folder's entries are its series (None only off a folder)
+        entries = series if series is not None else parse_branches(list_branches(repo), cfg.model.revision_pattern,
+                                                                   cfg.model.tokens_per_step)
     except HubUnavailable as err:
         if args.check and not args.all:  # named branches: the check reads what the cache holds of them
             entries = parse_branches(args.check, cfg.model.revision_pattern, cfg.model.tokens_per_step)
