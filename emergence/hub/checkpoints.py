@@ -269,7 +269,7 @@ def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None
 class CheckpointConfig:
     """A checkpoint's config.json, as transformers reads it."""
 
-    hf_config: object  # transformers' PreTrainedConfig
+    hf_config: Any  # transformers' PreTrainedConfig (its fields depend on the model type)
     model_type_mapped_from: str | None  # the config's own model_type where it was mapped (MODEL_TYPE_ALIASES)
     gguf: gguf.GgufHeader | None = None  # model.gguf_file: its tensors' types before dequantization
 

@@ -483,7 +483,8 @@ class CleanRun:
     loss: np.ndarray  # [n] per-sequence loss of B, in probe order
 
 
-def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture.Subject, circuit: list[tuple[int, int]], clean: CleanRun,
+def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture.Subject | None,
+           circuit: list[tuple[int, int]], clean: CleanRun,
            position_mean: torch.Tensor | None, induction_sel: np.ndarray, circuit_level: float) -> AblationResult:
     """The ablation step: clean vs ``circuit`` ablated vs its controls.
 
@@ -507,6 +508,7 @@ def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture
     if not circuit:
         result.note = "empty induction circuit: nothing to ablate"
         return result
+    assert subject is not None  # the model loads where ablation runs (cache.needs_weights)
     model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
     level = settings.control_exclude * circuit_level
     set_aside = set_aside_heads(induction_sel, level, circuit)

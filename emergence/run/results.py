@@ -15,12 +15,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 import emergence
 from emergence.core.atomic import atomic_write_bytes, atomic_write_text, npz_bytes
-from emergence.core.config import ProbeConfig
+from emergence.core.config import ProbeConfig, StatsConfig
 from emergence.core.record import Record
 from emergence.hub.gguf import GgufHeader
 from emergence.recipe.ablation import AblationResult
@@ -132,7 +133,7 @@ class HeadRow(Record):
         """A row as ``csv.DictReader`` reads it (strings), typed by the fields: a float is written
         as its ``repr`` and so reads back exactly (NaN included), a boolean as True / False."""
         names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls)}
-        types = {f.name: f.type for f in fields(cls)}  # the annotations as written: "int", "float", ...
+        types: dict[str, Any] = {f.name: f.type for f in fields(cls)}  # the annotations as written: "int", ...
         return cls(**{names[column]: _PARSE[types[names[column]]](value) for column, value in row.items()})
 
 
@@ -142,7 +143,7 @@ def _parse_bool(value: str) -> bool:
     return value == "True"
 
 
-_PARSE = {"int": int, "float": float, "bool": _parse_bool, "str": str}  # heads.csv's cells by HeadRow's field types
+_PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _parse_bool, "str": str}  # heads.csv's cells by HeadRow's field types
 
 HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow)]
 
@@ -178,7 +179,7 @@ def head_rows(scr: Screen, measures: HeadMeasures, intervals: ScreenIntervals, n
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):
-            row = {"layer": layer, "head": head}
+            row: dict[str, Any] = {"layer": layer, "head": head}
             row.update({f"sel_{c}": float(scr.sel[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["best_class"] = str(scr.best_class[layer, head])
             row["class_"] = str(scr.head_class[layer, head])
@@ -399,7 +400,7 @@ class SpectralSummary(Record):
     n_sequences: int = field(kw_only=True)  # the rows of each head's output matrix
 
 
-def intervals_summary(intervals: ScreenIntervals, settings) -> IntervalsSummary:
+def intervals_summary(intervals: ScreenIntervals, settings: StatsConfig) -> IntervalsSummary:
     """``summary.json`` ``intervals`` of the screen's bootstrap (``settings``: the run's ``StatsConfig``)."""
     return IntervalsSummary(ci=settings.ci, n_boot=settings.n_boot, seed=settings.seed,
                             method="percentile bootstrap over sequences (paired numerator and baseline), the "
@@ -481,6 +482,7 @@ def ablation_lines(ab: AblationResult) -> list[str]:
     if not ab.effect:
         return []
     e, draw = ab.effect, ab.control_draw
+    assert ab.circuit is not None  # measured with the effect
     controls = ("no control set" if e.controls_loss_increase_mean is None
                 else f"controls {e.controls_loss_increase_mean:+.3f}: "
                      f"{'causal' if e.causal else 'not causal'} at {ab.causal_factor:g}x")
