@@ -52,7 +52,9 @@ def main() -> None:
     for key in models or DEFAULT_TOY_MODELS:
         try:
             cfg = compose_config([f"model={key}", *args.override])
-            validate_recipe(cfg.model.toy)
+            recipe = cfg.model.toy
+            assert recipe is not None  # a toy model's preset holds its recipe
+            validate_recipe(recipe)
         except UsageError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
@@ -61,7 +63,7 @@ def main() -> None:
         else:
             ensure_trained(cfg.model)
         manifest = json.loads((Path(cfg.model.name_or_path).expanduser() / MANIFEST).read_text())
-        weights = weights_recipe(asdict(cfg.model.toy))
+        weights = weights_recipe(asdict(recipe))
         print(f"{key}: {cfg.model.name_or_path}")
         # Against the documented panels as they are now, not as they were when this panel was trained.
         print(f"  {compare_to_documented(manifest, weights, documented_panels())['message']}")

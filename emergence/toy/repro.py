@@ -72,7 +72,7 @@ def mkl_branch() -> str | None:
 def cpu_name() -> str:
     """The CPU's vendor and model name (Linux: /proc/cpuinfo), else the platform's processor string."""
     try:
-        info = {}
+        info: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, sep, value = line.partition(":")
             if sep:

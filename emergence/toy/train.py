@@ -33,6 +33,7 @@ from transformers import (
     OlmoeConfig,
     OlmoeForCausalLM,
     OlmoForCausalLM,
+    PreTrainedModel,
     get_cosine_with_min_lr_schedule_with_warmup,
 )
 from transformers.utils import logging as hf_logging
@@ -62,6 +63,7 @@ def build_model(recipe):
                   num_hidden_layers=recipe.n_layers, num_attention_heads=recipe.n_heads,
                   intermediate_size=recipe.intermediate_size, max_position_embeddings=recipe.seq_len,
                   bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    model: PreTrainedModel
     if recipe.architecture == "gpt_neox":
         model = GPTNeoXForCausalLM(GPTNeoXConfig(**common))
     elif recipe.architecture == "olmo":
@@ -225,6 +227,7 @@ def _train_here(model_cfg, root: Path) -> dict:
             model.save_pretrained(root / entry.revision, safe_serialization=True)
             if tokenizer is not None:  # AutoTokenizer.from_pretrained(checkpoint) loads it offline
                 tokenizer.save_pretrained(root / entry.revision)
+            assert entry.tokens is not None  # a toy's panel states its tokens
             checkpoints.append({"revision": entry.revision, "step": step, "tokens": int(entry.tokens),
                                 "train_loss": loss, MANIFEST_COPY_LOSS_DROP: measure_copy_loss_drop(model, recipe),
                                 "sha256": repro.sha256_file(root / entry.revision / "model.safetensors")})
