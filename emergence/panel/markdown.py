@@ -41,6 +41,7 @@ def milestone_text(milestone: Milestone | None) -> str:
     if m.revision is None:
         text = "never"
     else:
+        assert m.bracket_tokens is not None  # a milestone reached has its bracket
         low, high = m.bracket_tokens
         text = (f"{m.revision} ({format_tokens(m.tokens)}; in "
                 f"{'[0' if low is None else '(' + format_tokens(low)}, {format_tokens(high)}])")
@@ -157,6 +158,7 @@ def f2_line(f2: BosShape, study: str | None) -> str:
     """The BOS fraction's rise (where something rose)."""
     share_ci = "" if f2.jump_share_ci is None else f" (CI {_range(f2.jump_share_ci, _pct)})"
     final_ci = "" if f2.final_fraction_ci is None else f" (CI {_range(f2.final_fraction_ci, _pct)})"
+    assert f2.largest_jump is not None  # something rose
     text = (f"- **F2 shape**: {f2.shape}; largest adjacent rise {f2.largest_jump_pp:+.1f} pp "
             f"({f2.largest_jump[0]} -> {f2.largest_jump[1]}), {_pct(f2.jump_share)}{share_ci} of "
             f"the rise to the final {_pct(f2.final_fraction)}{final_ci}; "
@@ -361,13 +363,13 @@ def published_section(c: PublishedComparison) -> list[str]:
     for s in c.screens:
         out.append(f"  Screen `{s.screen}`: published top-5 {', '.join(s.published)}; "
                    f"ours {', '.join(s.ours) or 'none'}; shared {_share_of(s.shared, s.ours)}.")
-    for s in c.sweeps:
-        p = s.published
-        ours = ("not swept" if s.ours is None else
-                f"ours {s.ours.screen_delta:+.1f} pp vs {s.ours.mean:+.2f} +- "
-                f"{'-' if s.ours.std is None else format(s.ours.std, '.2f')} pp over {len(s.ours.deltas)} distinct "
+    for sw in c.sweeps:
+        p = sw.published
+        ours = ("not swept" if sw.ours is None else
+                f"ours {sw.ours.screen_delta:+.1f} pp vs {sw.ours.mean:+.2f} +- "
+                f"{'-' if sw.ours.std is None else format(sw.ours.std, '.2f')} pp over {len(sw.ours.deltas)} distinct "
                 "draws")
-        out.append(f"  Sweep `{s.screen}` {p.top1_metric}: published {p.screen_delta_top1_pp:+.1f} pp vs "
+        out.append(f"  Sweep `{sw.screen}` {p.top1_metric}: published {p.screen_delta_top1_pp:+.1f} pp vs "
                    f"{p.mr_delta_top1_mean_pp:+.2f} +- {p.mr_delta_top1_std_pp:.2f} pp; {ours}.")
     return out
 

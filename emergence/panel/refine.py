@@ -33,6 +33,7 @@ import itertools
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,7 +227,7 @@ def with_probabilities(traj: Trajectory, plan: ModelPlan, thresholds: tuple[floa
     for name, r in plan.refinements.items():
         milestone = milestones.get(name) if r.interval else None
         probability = None if milestone is None else milestone.probability
-        out[name] = dataclasses.replace(r, probability=None if probability is None
+        out[name] = dataclasses.replace(r, probability=None if probability is None or r.interval is None
                                         else float(probability.get(r.interval[1], 0.0)))
     return ModelPlan(out, plan.pending, plan.considered)
 
@@ -264,7 +265,7 @@ def run_overrides(run_dir: Path) -> tuple[list[str], list[str]]:
     hydra_dir = run_dir / ".hydra"
     if not (hydra_dir / "overrides.yaml").exists():
         raise UsageError(f"{run_dir}: no .hydra/overrides.yaml; refine needs runs written by python -m emergence")
-    task = [o for o in OmegaConf.load(hydra_dir / "overrides.yaml") if not is_revision(override_key(o))]
+    task = [str(o) for o in OmegaConf.load(hydra_dir / "overrides.yaml") if not is_revision(override_key(str(o)))]
     launch = list(OmegaConf.load(hydra_dir / "hydra.yaml").hydra.overrides.hydra)
     own = ("hydra.sweep.", "hydra.run.", "hydra.mode", "hydra.job.num")
     return task, [o for o in launch if not override_key(o).startswith(own)]
@@ -272,9 +273,10 @@ def run_overrides(run_dir: Path) -> tuple[list[str], list[str]]:
 
 def panel_overrides(traj: Trajectory) -> tuple[list[str], list[str]]:
     """The one configuration the panel runs of ``traj`` share (bar the revision)."""
-    found = {}
+    found: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
     for c in traj.checkpoints:
         if not c.refined:
+            assert c.run_dir is not None  # runs, not the reference data
             task, launch = run_overrides(c.run_dir)
             found.setdefault(tuple(task), (task, launch))
     if len(found) != 1:
@@ -319,7 +321,7 @@ def write_refined(sweep_dir: Path, plans: dict[str, ModelPlan]) -> dict:
 
 
 def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: bool = False,
-           overrides: list[str] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
+           overrides: Sequence[str] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
     """Rounds until every milestone of every model is one interval (or has no bracket); returns
     and writes ``refined.json``."""
     sweep_dir = Path(sweep_dir).resolve()
@@ -372,7 +374,7 @@ def defective_branches(cfg, existing: list[PanelEntry], names: list[str], sweep_
     checks = check(cfg.model.name_or_path, {n: step_of[n] for n in names}, cfg.model.architecture,
                    sweep_dir / INTEGRITY_FILE)
     defective = {branch for branch, c in checks.items() if c.verdict == "duplicate" or c.fails}
-    for branch in sorted(defective, key=step_of.get):
+    for branch in sorted(defective, key=lambda b: step_of[b]):
         print(f"refine: {cfg.model.key}: stepping over {branch} ({checks[branch].line})", flush=True)
     return defective
 

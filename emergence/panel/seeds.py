@@ -45,9 +45,9 @@ def _layers(per_layer: list[int]) -> str:
 def _row(seed: int | None, m: ModelFindings) -> SeedRow:
     revs = m.revisions
     position = {r.revision: i for i, r in enumerate(revs)}
-    onset, bos_10 = m.f3.induction_onset, m.f3.bos_10
-    onset = onset.revision if onset else None
-    bos_10 = bos_10.revision if bos_10 else None
+    onset_milestone, bos_10_milestone = m.f3.induction_onset, m.f3.bos_10
+    onset = onset_milestone.revision if onset_milestone else None
+    bos_10 = bos_10_milestone.revision if bos_10_milestone else None
     bos_layers = {i for r in revs for i, n in enumerate(r.bos_per_layer) if n}
     return SeedRow(
         seed=seed, bos=[(r.revision, 100 * r.bos_fraction, _layers(r.bos_per_layer)) for r in revs],
