@@ -31,7 +31,8 @@ ABLATE_MODES = ("zero", "mean")
 ABLATE_SEQUENCES = ("adaptive", "all")
 WANDB_MODES = ("offline", "online", "disabled")
 LR_SCHEDULES = ("constant", "cosine")  # the toy recipe's learning-rate schedule after warmup
-TOY_TOKENIZERS = (None, "words")  # the toy recipe's tokenizer: ids only, or the task toy's words (emergence/toy/words.py)
+# the toy recipe's tokenizer: ids only, or the task toy's words (emergence/toy/words.py)
+TOY_TOKENIZERS = (None, "words")
 TOY_NUMERICS = ("native", "portable")  # the toy training's kernels, oneMKL branch and threads (emergence/toy/repro.py)
 
 

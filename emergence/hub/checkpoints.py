@@ -50,8 +50,9 @@ def resolve_revision(cfg: Config) -> Revision:
     revision = _resolve(cfg)
     required = model.revision_required_for
     if required and re.search(required, model.name_or_path) and revision.name in (None, "main"):
-        raise UsageError(f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch may "
-                         "hold no weights; name a checkpoint (revision=r0..r9 or revision=custom revision.name=<branch>)")
+        raise UsageError(f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch "
+                         "may hold no weights; name a checkpoint (revision=r0..r9 or revision=custom "
+                         "revision.name=<branch>)")
     return revision
 
 
@@ -83,8 +84,8 @@ def _resolve(cfg: Config) -> Revision:
     if series is not None:
         wanted = max(map(int, re.findall(r"\d+", rev.name) or [0]))
         nearest = sorted(series, key=lambda e: abs(e.step - wanted))
-        raise UsageError(f"revision.name={rev.name!r} is invalid: {model.name_or_path} has no checkpoint folder of that "
-                         f"name; nearest: {', '.join(e.revision for e in nearest[:2])} (list them: "
+        raise UsageError(f"revision.name={rev.name!r} is invalid: {model.name_or_path} has no checkpoint folder of "
+                         f"that name; nearest: {', '.join(e.revision for e in nearest[:2])} (list them: "
                          f"{revisions.listing_command(model)})")
     revisions.check_revision_name(rev.name, model, panel)
     step, tokens = revisions.parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
@@ -181,7 +182,8 @@ class Source:
 
 
 def _cached_snapshot(src: Source) -> Path | None:
-    """The cache's snapshot directory of a Hub revision if it holds the whole checkpoint (``weights.cached_snapshot``)."""
+    """The cache's snapshot directory of a Hub revision if it holds the whole checkpoint
+    (``weights.cached_snapshot``)."""
     cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
     return None if cached is None else cached[0]
 
@@ -692,5 +694,5 @@ def task_batch(cfg: Config, first: probe.FirstToken, tokenizers: TokenizerLookup
                                     "probe.task needs the checkpoint's tokenizer: save it beside the weights",
                                     found.gguf_file)
     # a task build_task_batch refuses (one line) is no TaskName
-    return build_task_batch(cast(TaskName, cfg.probe.task), tokenizer, cfg.probe.task_prompts, words=cfg.probe.task_words,
-                            bos=first.bos_id), found.name
+    return build_task_batch(cast(TaskName, cfg.probe.task), tokenizer, cfg.probe.task_prompts,
+                            words=cfg.probe.task_words, bos=first.bos_id), found.name

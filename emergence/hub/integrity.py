@@ -206,7 +206,8 @@ def check(repo: str, branches: dict[str, int | None], expected_model_type: str |
 def stored_verdicts(store: Path) -> dict[str, dict[str, BranchCheck]]:
     """Every branch's verdict among the branches of its repo that ``store`` keeps (a sweep's check):
     {repo: {branch: check}}."""
-    return {repo: verdicts(listing.branches, listing.expected_model_type) for repo, listing in read_store(store).items()}
+    return {repo: verdicts(listing.branches, listing.expected_model_type)
+            for repo, listing in read_store(store).items()}
 
 
 def read_store(store: Path | None) -> dict[str, RepoListing]:

@@ -79,7 +79,8 @@ def check_revision_name(name: str, model: ModelConfig, panel: list[PanelEntry]) 
         return
     guess = max((int(d) for d in re.findall(r"\d+", name)), default=0)
     if steps and model.revision_format:
-        nearest = [model.revision_format.format(step=s) for s in sorted(sorted(steps, key=lambda s: abs(s - guess))[:2])]
+        closest = sorted(sorted(steps, key=lambda s: abs(s - guess))[:2])
+        nearest = [model.revision_format.format(step=s) for s in closest]
     else:
         nearest = [e.revision for e in sorted(panel, key=lambda e: abs(int(e.step) - guess))[:2]]
     why = (f"step {step} is not a published checkpoint of {model.key!r}" if step is not None

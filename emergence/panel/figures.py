@@ -231,7 +231,8 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
             if tr.half_way is not None:
                 ax.axvline(tr.half_way.tokens, color=ax.lines[-1].get_color(), lw=0.8, ls=":")
         for name, m in axis.events.items():
-            if m is not None and m.tokens is not None and name.split(" ")[0] in ("induction_onset", "bos_50", "sink_50"):
+            if (m is not None and m.tokens is not None
+                    and name.split(" ")[0] in ("induction_onset", "bos_50", "sink_50")):
                 for ax in axes:
                     ax.axvline(m.tokens, color="0.5", lw=0.6, ls={"induction_onset": "-", "bos_50": "--",
                                                                   "sink_50": "-."}[name.split(" ")[0]])

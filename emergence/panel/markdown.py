@@ -124,8 +124,8 @@ def revisions_table(rows: list[RevisionRow], study: str | None) -> list[str]:
 def dtype_line(d: DtypeNote, study: str | None) -> str:
     """Which dtype the numbers come from, against the study's, and what rounding can move."""
     errors = "; ".join(f"{dtype} moves a selectivity by up to {100 * e:.2g}%" for dtype, e in d.relative_error.items())
-    near = (f" ({errors}: heads within that of a threshold are listed as near a threshold, benchmarks/results/dtype_error_cpu.json)"
-            if errors else "")
+    near = (f" ({errors}: heads within that of a threshold are listed as near a threshold, "
+            "benchmarks/results/dtype_error_cpu.json)" if errors else "")
     if study:
         return f"- **Dtype**: the study's numbers, computed in {d.reference_dtype}{near}."
     if d.differs:
@@ -393,7 +393,8 @@ def token_axis_section(model: str, axis: TokenAxis) -> list[str]:
     if axis.separations:
         out += ["| earlier | later | tokens later / earlier | range over the brackets |", "|---|---|---|---|"]
         out += [f"| {s.earlier} | {s.later} | {'-' if s.gap_ratio is None else _times(s.gap_ratio)} | "
-                f"{'-' if s.gap_ratio_range is None else _range(s.gap_ratio_range, _times)} |" for s in axis.separations]
+                f"{'-' if s.gap_ratio_range is None else _range(s.gap_ratio_range, _times)} |"
+                for s in axis.separations]
         out.append("")
     if axis.sinks:
         out += ["Sinks on random tokens and on text (Sink_eps; BOS fraction):", "",
@@ -436,21 +437,23 @@ def causal_threshold(sweeps: list[dict]) -> list[str]:
     circuit and verdict, and T*."""
     out = ["## Causal threshold (T*)\n",
            "Each checkpoint's circuit screened at several thresholds, ablated against control sets "
-           "(docs/method.md section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
-           "is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
+           "(docs/method.md section 9). T* is the smallest swept threshold from which on every threshold with a "
+           "verdict is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
     for sweep in sweeps:
         bracket = ("none: the highest threshold with a verdict is not causal" if sweep["t_star"] is None else
                    f"{sweep['t_star']:g}x" + ("" if sweep["below"] is None else f" (in ({sweep['below']:g}x, "
                                                                               f"{sweep['t_star']:g}x])"))
         out.append(f"**{sweep['model']} @ {sweep['revision']}** ({format_tokens(sweep['tokens'])} tokens): "
-                   f"T* = {bracket}{'' if sweep['monotone'] else '; the verdicts are not monotone in the threshold'}.\n")
+                   f"T* = {bracket}{'' if sweep['monotone'] else '; the verdicts are not monotone in the threshold'}"
+                   ".\n")
         out += ["| threshold | circuit | circuit rise | controls' mean | control sets | causal | sequences |",
                 "|---|---|---|---|---|---|---|"]
         for p in sweep["points"]:
             verdict = {True: "yes", False: "no", None: p["note"] or "-"}[p["causal"]]
             sets = f"{p['n_controls']}" + (f" ({p['n_fallback']} by the fallback)" if p["n_fallback"] else "")
             out.append(f"| {p['threshold']:g}x | {', '.join(p['circuit']) or 'empty'} | "
-                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['controls_loss_increase_mean'])} | {sets} | "
+                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['controls_loss_increase_mean'])} | "
+                       f"{sets} | "
                        f"{verdict} | {p['sequences_used'] if p['sequences_used'] is not None else '-'} |")
         out.append("")
     return out

@@ -160,7 +160,8 @@ class ModelPlan:
 
     refinements: dict[str, Refinement]
     pending: list[str]  # revision names, ordered by step
-    considered: list[str] = dataclasses.field(default_factory=list)  # the panel's revisions and those inside its brackets
+    # the panel's revisions and those inside its brackets
+    considered: list[str] = dataclasses.field(default_factory=list)
 
 
 def method_name(per_round: int, scan: bool) -> str:
@@ -280,7 +281,8 @@ def panel_overrides(traj: Trajectory) -> tuple[list[str], list[str]]:
             task, launch = run_overrides(c.run_dir)
             found.setdefault(tuple(task), (task, launch))
     if len(found) != 1:
-        raise UsageError(f"{traj.model}: the panel runs differ in their settings ({' | '.join(' '.join(t) for t in found)}); "
+        settings = " | ".join(" ".join(t) for t in found)
+        raise UsageError(f"{traj.model}: the panel runs differ in their settings ({settings}); "
                          "refine one configuration at a time: give a sweep directory of one configuration per model")
     return next(iter(found.values()))
 
@@ -390,7 +392,8 @@ def main(argv=None) -> None:
     p.add_argument("sweep_dir", type=Path, help="a panel sweep directory (hydra.sweep.dir of python -m emergence -m)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the refinement jobs (e.g. hydra/launcher=slurm)")
     p.add_argument("--milestones", nargs="+", default=list(DEFAULT_MILESTONES), metavar="NAME",
-                   help=f"milestones to refine (default: {' '.join(DEFAULT_MILESTONES)}; any of {' '.join(MILESTONES)})")
+                   help=f"milestones to refine (default: {' '.join(DEFAULT_MILESTONES)}; "
+                        f"any of {' '.join(MILESTONES)})")
     p.add_argument("--parallel", type=int, default=1, metavar="K",
                    help="checkpoints analysed per milestone per round (default 1: bisection)")
     p.add_argument("--scan", action="store_true",

@@ -226,7 +226,8 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     for (model, _, probe, _), kinds in first_tokens.items():
         if len(kinds) > 1:  # a sink read behind a BOS and one read behind a random token are not one trajectory
-            runs = "; ".join(f"{kind}: {', '.join(sorted(map(str, revisions)))}" for kind, revisions in sorted(kinds.items()))
+            runs = "; ".join(f"{kind}: {', '.join(sorted(map(str, revisions)))}"
+                             for kind, revisions in sorted(kinds.items()))
             raise ValueError(f"the {model} {probe} runs differ in their first token ({runs}); rerun them with one "
                              "probe.first_token (random or bos)")
     for (model, _, probe, _), unit_of in units.items():

@@ -76,7 +76,8 @@ def seeds_markdown(findings: PanelFindings, model: str) -> str:
                          f"{', '.join(sorted(findings.models)) or 'no models'}")
     revisions = [r for r, _, _ in rows[0].bos]
     lines = [f"{model}: BOS % by revision (layers with BOS heads), per training seed", "",
-             "| seed | " + " | ".join(revisions) + " | induction onset (>= 3 heads) | BOS >= 10% from | final Sink_0 % |",
+             "| seed | " + " | ".join(revisions)
+             + " | induction onset (>= 3 heads) | BOS >= 10% from | final Sink_0 % |",
              "|---" * (len(revisions) + 4) + "|"]
     for row in rows:
         cells = [f"{v:.1f}" + (f" ({layers})" if layers != "-" else "") for _, v, layers in row.bos]

@@ -241,7 +241,8 @@ def removed_after(handles: list):
 
 
 @contextmanager
-def ablating(arch: capture.AttentionLayout, layer_masks: Sequence[torch.Tensor | None], position_mean: torch.Tensor | None = None):
+def ablating(arch: capture.AttentionLayout, layer_masks: Sequence[torch.Tensor | None],
+             position_mean: torch.Tensor | None = None):
     """Ablate heads per batch row while active.
 
     ``layer_masks[layer]`` [rows, heads] bool: which heads to ablate in each row of the batch as it

@@ -272,7 +272,8 @@ class Recorder:
         n_layers = len(self._rows)
         rows = torch.stack(self._rows, dim=1)  # [b, layers, heads, T]
         last_out = torch.stack(self._last_out, dim=1)  # [take, layers, heads, d]
-        importance = None if self.sink_importance is None else torch.stack(self._importance, dim=1)  # [b, layers, heads]
+        # [b, layers, heads]
+        importance = None if self.sink_importance is None else torch.stack(self._importance, dim=1)
         self._rows, self._last_out, self._importance = ([None] * n_layers for _ in range(3))  # the stacks hold them
         # The targets, null sums and spectral sums come from the rows and the T-1 outputs: a non-finite
         # value anywhere upstream (an earlier layer's output, at any position) reaches them.

@@ -143,7 +143,8 @@ def _parse_bool(value: str) -> bool:
     return value == "True"
 
 
-_PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _parse_bool, "str": str}  # heads.csv's cells by HeadRow's field types
+# heads.csv's cells by HeadRow's field types
+_PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _parse_bool, "str": str}
 
 HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow)]
 
@@ -499,7 +500,8 @@ def ablation_lines(ab: AblationResult) -> list[str]:
 
 def task_lines(task: TaskSummary) -> list[str]:
     """The task's capability, screens and screen-vs-random verdicts (``ablation.sweep_text``), a line each."""
-    metrics = ", ".join(f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]" for name, m in task.metrics.metrics.items())
+    metrics = ", ".join(f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]"
+                        for name, m in task.metrics.metrics.items())
     lines = [f"task {task.name}: {task.n_prompts} prompts x {task.seq_len} tokens ({task.tokenizer}): {metrics}"]
     if task.words is not None and task.words.mode == "filtered":  # not the study's prompts: say which words went
         dropped = "; ".join(f"{name} {' '.join(words)}" for name, words in task.words.dropped.items() if words)

@@ -1,4 +1,5 @@
-"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks toy_tasks] [--force] [--override cache_dir=DIR]``: train toy panels.
+"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks toy_tasks] [--force]
+[--override cache_dir=DIR]``: train toy panels.
 
 With no model named it trains the four of ``DEFAULT_TOY_MODELS``; ``toy_tasks`` (the task toy, longer to
 train) only when named, as ``toy_tasks`` or ``model=toy_tasks``.

@@ -195,7 +195,8 @@ def first_divergence(a: list[float], b: list[float], tolerance: float = 0.0) -> 
 
 
 def compare_trainings(root_a: Path, root_b: Path) -> str:
-    """Where two trained panels part: environment, per-step losses, checkpoints (``python -m emergence.toy --compare``)."""
+    """Where two trained panels part: environment, per-step losses, checkpoints
+    (``python -m emergence.toy --compare``)."""
     manifests = [json.loads((Path(r) / "manifest.json").read_text()) for r in (root_a, root_b)]
     lines = []
     for k in ("numerics", *BITS_FIELDS, "cpu"):

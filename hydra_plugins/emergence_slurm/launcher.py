@@ -101,7 +101,8 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             signal.signal(signal.SIGUSR2, on_warning)
         return super().__call__(*args, **kwargs)
 
-    def missing(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[tuple[list[str], int, Path]]:
+    def missing(self, job_overrides: Sequence[Sequence[str]],
+                initial_job_idx: int) -> list[tuple[list[str], int, Path]]:
         """(overrides, job number, run directory) of each job without a complete run."""
         todo = []
         for num, overrides in enumerate(job_overrides, start=initial_job_idx):

@@ -349,8 +349,8 @@ def criterion_interval(field: str, values: dict[str, PromptMetrics], ablated: st
     return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look, looks)
 
 
-def _ablated_values(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
-                    stop: SweepStop | None) -> dict[str, PromptMetrics]:
+def _ablated_values(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int,
+                    conditions: Sequence[Condition], stop: SweepStop | None) -> dict[str, PromptMetrics]:
     """Per condition, the per-prompt values over the prompts it ran on: the conditions stacked along
     the batch (``stacked_logits``), each pass on ``batch_size`` // (conditions running) prompts (at
     least one), so that it holds about ``batch_size`` rows where every condition has joined; after

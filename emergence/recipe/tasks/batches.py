@@ -8,9 +8,10 @@ Two layers:
   ``numpy.random.RandomState(seed)`` and the order of its draws are the study's (docs/tasks.md,
   The batches; its generators are ``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``
   in its repository, ``skydancerosel/spectral-probe-circuits``), so seed 42 gives its prompts:
-  the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's draws follow the previous example's, so the first n prompts are the same for any n. Each
-  generator also takes restricted word lists (successor: a filter on its windows) and a
-  predicate under which an example is drawn again from the same generator.
+  the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's draws follow
+  the previous example's, so the first n prompts are the same for any n. Each generator also
+  takes restricted word lists (successor: a filter on its windows) and a predicate under which an
+  example is drawn again from the same generator.
 * Tokens: ``build_task_batch(task, tokenizer, words=..., bos=...)`` encodes every prompt with
   ``tokenizer.encode(text, add_special_tokens=False)``, checks that each prompt has its task's
   length and each answer word is one token, and gives a ``TaskBatch``: the tokens [n, T], answer

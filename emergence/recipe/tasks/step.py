@@ -38,7 +38,8 @@ class TaskSummary(Record):
     fingerprint: str  # sha256 of the task and its token ids
     metrics: TaskMetrics  # capability at T-1, each with its bootstrap interval over prompts
     screens: dict[str, list[str]]  # screen -> its top-k heads ("L13H1"), best first
-    # previous_token (best class, >= threshold.prev_token_circuit) and induction (>= threshold.circuit) heads of this run
+    # previous_token (best class, >= threshold.prev_token_circuit) and induction (>= threshold.circuit) heads
+    # of this run
     circuits: dict[str, list[str]]
     ablation: TaskAblation | None = None  # each condition with its heads and capability; None: ablation off
     words: TaskWords | None = None  # the words mode, kept and dropped; None: a run before probe.task_words (study)
