@@ -97,8 +97,8 @@ def test_every_command_answers_bad_input_in_one_line(module, case, tmp_path):
 
 
 def test_every_documented_command_is_guarded(tmp_path):
-    """The commands the README and docs/ name (``python -m emergence...``, ``python -m benchmarks.bench``) are the ones guarded,
-    each with its three cases."""
+    """The commands the README and docs/ name (``python -m emergence...``, ``python -m benchmarks.bench``) are
+    the ones guarded, each with its three cases."""
     root = Path(__file__).parents[2]
     text = "".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
     documented = set(re.findall(r"python -m ((?:emergence|benchmarks)(?:\.\w+)*)", text)) - set(INTERNAL)

@@ -35,7 +35,8 @@ def sweep(hub_server, tmp_path, name, *overrides) -> tuple[list[dict], list[Path
     cache = tmp_path / name / "hub"
     res = run_cli("-m", "model=olmo2", "revision=custom", f"revision.name={','.join(BRANCHES)}", *QUICK, *ANALYSIS,
                   *overrides,
-                  f"hydra.sweep.dir={tmp_path / name / 'sweep'}", env={**hub_server.env(cache), "WANDB_MODE": "disabled"})
+                  f"hydra.sweep.dir={tmp_path / name / 'sweep'}",
+                  env={**hub_server.env(cache), "WANDB_MODE": "disabled"})
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = sorted((tmp_path / name / "sweep" / "olmo2").iterdir(), key=lambda d: int(d.name.rsplit("_", 1)[1]))
     return [json.loads((d / "summary.json").read_text()) for d in jobs], jobs, cache

@@ -66,8 +66,9 @@ def test_token_losses_blocked_over_the_vocabulary_equal_the_full_log_softmax(blo
 @pytest.mark.parametrize("arch", ARCHS)
 def test_probe_pass_losses_and_scores_equal_the_full_logits_of_every_architecture(arch, monkeypatch):
     """Through ``run_probe`` (every position of a minibatch against as many rows of W_U per block as
-    the budget allows, 2,048 x 188 logits; 65,536 rows): the losses equal the full log-softmax of the model's own logits at every position, and
-    the T-1 scores its last logits'; no block holds more logits than the budget."""
+    the budget allows, 2,048 x 188 logits; 65,536 rows): the losses equal the full log-softmax of the model's
+    own logits at every position, and the T-1 scores its last logits'; no block holds more logits than the
+    budget."""
     vocab = 65_536
     budget = 2048 * BATCH * (T - 1)
     monkeypatch.setattr(capture, "LOSS_CHUNK_ELEMENTS", budget)

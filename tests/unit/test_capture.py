@@ -245,6 +245,7 @@ def test_the_capture_registers_nothing_on_import():
             "name = emergence.recipe.capture.ATTN_IMPLEMENTATION\n"
             "assert name not in AttentionInterface._global_mapping, 'registered on import'\n"
             "assert name not in AttentionMaskInterface._global_mapping, 'registered on import'\n"
-            "assert emergence.recipe.capture.register_attention() == emergence.recipe.capture.register_attention() == name\n"
+            "register = emergence.recipe.capture.register_attention\n"
+            "assert register() == register() == name\n"
             "assert AttentionInterface._global_mapping[name] is emergence.recipe.capture.capture_attention\n")
     run_fresh(code)

@@ -56,5 +56,6 @@ def test_a_file_cut_anywhere_is_one_line(tmp_path):
             gguf.read_header(cut)
         line = str(refused.value)
         assert "\n" not in line, (size, line)
-        assert line.startswith(f"model.gguf_file='m.gguf' cannot be read: {cut} is truncated or not a GGUF file ("), line
+        expected = f"model.gguf_file='m.gguf' cannot be read: {cut} is truncated or not a GGUF file ("
+        assert line.startswith(expected), line
         assert line.endswith("); download it again"), (size, line)

@@ -268,7 +268,8 @@ def noisy_trajectory(bos_selectivity: list[float], noise: float, n: int = 60, se
     checkpoints = []
     for r, level in enumerate(bos_selectivity):
         targets = np.full((n, 2, 4, 7), 0.01)
-        targets[:, 1, :, CLASSES.index("bos")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))  # mean 1
+        # mean 1
+        targets[:, 1, :, CLASSES.index("bos")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))
         mean = targets.mean(0)
         sel = mean[..., :6] / mean[..., 6:]
         checkpoints.append(Checkpoint(f"step{r}", float(10 ** (r + 6)), sel, None, targets=targets))

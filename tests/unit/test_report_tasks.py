@@ -160,7 +160,8 @@ def sweep_ablation(screen_delta: float, seed_deltas: list[float]) -> TaskAblatio
         return ConditionResult(name=name, kind=kind, screen="successor", seed=seed, heads=["L0H0"],
                                metrics=metrics("successor", {}), delta={"target_logit_mean": delta, "top1": delta / 10})
 
-    draws = [result(f"matched_random_seed:successor:{i}", "matched_random_seed", d, i) for i, d in enumerate(seed_deltas)]
+    draws = [result(f"matched_random_seed:successor:{i}", "matched_random_seed", d, i)
+             for i, d in enumerate(seed_deltas)]
     sweep = screen_sweep("successor", result("screen:successor", "screen", screen_delta), {0: [0]}, draws, n_heads=8,
                          absent=None)
     return TaskAblation(task="successor", n_prompts=500, conditions=[], not_run=[], sweeps=[sweep])
@@ -354,7 +355,8 @@ def test_the_printed_lines_name_the_words_a_filtered_batch_dropped():
                       {"names": ["Donna"], "cities": ["Bangkok", "Sydney"]})
     assert not any(line.startswith("task words") for line in task_lines(summary))  # the study's: nothing to say
     lines = task_lines(dataclasses.replace(summary, words=words))
-    assert lines[1] == "task words: filtered to the tokenizer's single tokens, dropped names Donna; cities Bangkok Sydney"
+    assert lines[1] == ("task words: filtered to the tokenizer's single tokens, dropped names Donna; "
+                        "cities Bangkok Sydney")
 
 
 # --- runs without tasks ---------------------------------------------------------------------------

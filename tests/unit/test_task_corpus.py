@@ -227,7 +227,8 @@ def test_batch_is_a_pure_function_of_seed_and_step_with_synthetic_rows_on_the_fi
                                        ["model=toy_tasks", "model.toy.task_fraction=0"],
                                        ["model=toy_tasks", "model.toy.tokenizer=null"]])
 def test_task_sentences_and_the_word_tokenizer_come_together(overrides):
-    with pytest.raises(UsageError, match=r"^model\.toy\.task_fraction=.* set both \(task_fraction > 0, tokenizer=words\)"):
+    refused = r"^model\.toy\.task_fraction=.* set both \(task_fraction > 0, tokenizer=words\)"
+    with pytest.raises(UsageError, match=refused):
         validate_recipe(compose_config(overrides).model.toy)
 
 
