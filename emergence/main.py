@@ -14,6 +14,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -68,8 +69,12 @@ def analyse(cfg: Config, out_dir: Path,
         lap("tracker")  # starting W&B is bookkeeping, not the recipe's first step
         cap = steps.measure(cfg, loaded)  # None: the cache's measurements serve
         lap("capture")
-        estimates = None if loaded.cached else spectral.estimates(cap.gram, cap.total, cap.spectral_n)  # step 3
-        measured = loaded.cached or Measurements.of(cap, estimates, loaded.subject.arch, loaded.batch.fingerprint())
+        if loaded.cached is not None:
+            measured = loaded.cached
+        else:
+            assert cap is not None and loaded.subject is not None  # no cache: the pass ran on the model
+            estimates = spectral.estimates(cap.gram, cap.total, cap.spectral_n)  # step 3
+            measured = Measurements.of(cap, estimates, loaded.subject.arch, loaded.batch.fingerprint())
         screened = screen.screen_heads(cfg.threshold, measured.mean_attention, loaded.dtype)
         lap("screen_spectral")
         uncertainty = stats.quantify_uncertainty(measured, screened, cfg.threshold.circuit, cfg.stats,
@@ -80,9 +85,10 @@ def analyse(cfg: Config, out_dir: Path,
                                   None if cap is None else cap.position_mean,
                                   screened.screen.sel[..., screen.CLASSES.index("induction")], cfg.threshold.circuit)
         lap("ablate")
-        task = None if loaded.task_batch is None else measure_task(
-            loaded.subject, loaded.task_batch, loaded.task_tokenizer, screened.screen.sel, cfg)
-        if task is not None:
+        task = None
+        if loaded.task_batch is not None:
+            assert loaded.subject is not None and loaded.task_tokenizer is not None  # a task loads both
+            task = measure_task(loaded.subject, loaded.task_batch, loaded.task_tokenizer, screened.screen.sel, cfg)
             lap("task")
         found = steps.Findings(screened, uncertainty, ablated, task)
         summary = steps.summarise(cfg, loaded, measured, found, lap.seconds)
@@ -121,7 +127,7 @@ def main(dict_cfg: DictConfig) -> None:
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     interrupt.install()
     try:
-        cfg: Config = OmegaConf.to_object(dict_cfg)
+        cfg = cast(Config, OmegaConf.to_object(dict_cfg))
         if in_sweep and cfg.wandb.group is None:  # one W&B group per sweep
             cfg.wandb.group = Path(hydra_cfg.sweep.dir).name
         if sweep.already_done(cfg, out_dir):

@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -31,7 +31,8 @@ ABLATE_MODES = ("zero", "mean")
 ABLATE_SEQUENCES = ("adaptive", "all")
 WANDB_MODES = ("offline", "online", "disabled")
 LR_SCHEDULES = ("constant", "cosine")  # the toy recipe's learning-rate schedule after warmup
-TOY_TOKENIZERS = (None, "words")  # the toy recipe's tokenizer: ids only, or the task toy's words (emergence/toy/words.py)
+# the toy recipe's tokenizer: ids only, or the task toy's words (emergence/toy/words.py)
+TOY_TOKENIZERS = (None, "words")
 TOY_NUMERICS = ("native", "portable")  # the toy training's kernels, oneMKL branch and threads (emergence/toy/repro.py)
 
 
@@ -39,7 +40,7 @@ TOY_NUMERICS = ("native", "portable")  # the toy training's kernels, oneMKL bran
 class PanelEntry:
     revision: str = MISSING  # the branch name on the Hub
     step: int = MISSING
-    tokens: Optional[int] = MISSING  # training tokens seen at this step; null where the family does not say
+    tokens: int | None = MISSING  # training tokens seen at this step; null where the family does not say
 
 
 @dataclass
@@ -48,8 +49,8 @@ class StepRange:
 
     first: int = MISSING
     last: int = MISSING
-    every: Optional[int] = None
-    factor: Optional[int] = None
+    every: int | None = None
+    factor: int | None = None
 
 
 @dataclass
@@ -80,12 +81,12 @@ class ToyRecipe:
     weight_decay: float = 0.2
     seed: int = 0
     repeat_fraction: float = 0.5  # share of each batch that is one span repeated end to end
-    skip_offsets: List[int] = field(default_factory=lambda: [2, 3, 4])  # filler tokens repeat the token k back
+    skip_offsets: list[int] = field(default_factory=lambda: [2, 3, 4])  # filler tokens repeat the token k back
     skip_prob: float = 0.25  # ... with this probability, for each k
     trigger_fraction: float = 0.0  # share of the vocabulary whose next token repeats the one before them
     lr_schedule: str = "constant"  # constant | cosine (after warmup, down to min_lr_ratio x lr at the last step)
     min_lr_ratio: float = 0.1
-    clip_qkv: Optional[float] = None
+    clip_qkv: float | None = None
     n_experts: int = 8  # olmoe only
     experts_per_token: int = 2  # olmoe only
     numerics: str = "native"  # native | portable: kernels, MKL branch, threads pinned (emergence/toy/repro.py)
@@ -93,34 +94,34 @@ class ToyRecipe:
     # (IOI, greater-than, successor, variable binding), and the tokenizer that writes them as ids (words:
     # emergence/toy/words.py, saved with every checkpoint). Both or neither: the defaults are the other toys'.
     task_fraction: float = 0.0
-    tokenizer: Optional[str] = None  # null (ids only) | words
+    tokenizer: str | None = None  # null (ids only) | words
     home_city_share: float = 0.0  # the bindings that use the name's home city (task_corpus.py says why)
     # Also save a checkpoint every this many steps (folders step{N}, beside the panel's), so that a
     # milestone can be refined between panel revisions (python -m emergence.refine). Not part of
     # what the weights are: a panel trained with it serves runs without it, bit for bit.
-    save_every: Optional[int] = None
+    save_every: int | None = None
 
 
 @dataclass
 class ModelConfig:
     key: str = MISSING  # the config name (pythia, olmo, ...): how results are grouped
     name_or_path: str = MISSING  # Hub repo id or local directory
-    architecture: Optional[str] = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
+    architecture: str | None = None  # expected model_type (gpt_neox, olmo, olmoe); None: read it
     dtype: str = "auto"  # auto: float32 (docs/precision.md)
-    reference_dtype: Optional[str] = None  # the dtype the reference study ran this family in; None: not in it
-    tokens_per_step: Optional[int] = None  # tokens = step x this, unless the branch name states them
+    reference_dtype: str | None = None  # the dtype the reference study ran this family in; None: not in it
+    tokens_per_step: int | None = None  # tokens = step x this, unless the branch name states them
     # How the family names its checkpoint branches: a regular expression (full match) with a named
     # group `step` and optionally `tokens` (in billions); null: any name (step/tokens read from
     # step{N}[-tokens{M}B] where a name looks like that). revision=custom names are checked against it.
-    revision_pattern: Optional[str] = None
-    revision_format: Optional[str] = None  # a step written as a branch name, e.g. step{step}: names the nearest
-    published_steps: List[StepRange] = field(default_factory=list)  # the steps that exist; empty: any
-    revision_required_for: Optional[str] = None  # regex on name_or_path: repos whose main branch may hold no weights
-    panel: List[PanelEntry] = field(default_factory=list)  # empty: revision=rK proposes one from the Hub's branches
+    revision_pattern: str | None = None
+    revision_format: str | None = None  # a step written as a branch name, e.g. step{step}: names the nearest
+    published_steps: list[StepRange] = field(default_factory=list)  # the steps that exist; empty: any
+    revision_required_for: str | None = None  # regex on name_or_path: repos whose main branch may hold no weights
+    panel: list[PanelEntry] = field(default_factory=list)  # empty: revision=rK proposes one from the Hub's branches
     trust_remote_code: bool = False
     # a .gguf file in name_or_path (a folder or a Hub repo): config, weights and tokenizer read through
     # transformers' GGUF loader, dequantized to model.dtype (needs the [gguf] extra; docs/real-models.md)
-    gguf_file: Optional[str] = None
+    gguf_file: str | None = None
     # auto: a revision's safetensors where it has them, else its pickled .bin through torch's restricted
     # unpickler; safetensors: refuse pickles (docs/hub.md)
     weights_format: str = "auto"
@@ -128,13 +129,13 @@ class ModelConfig:
     fp16_unsafe: bool = False  # early checkpoints underflow in float16 (Pythia): refuse it unless forced
     force_dtype: bool = False  # run a dtype this model is known to fail in anyway
     probe_fit: ProbeFit = field(default_factory=ProbeFit)
-    toy: Optional[ToyRecipe] = None  # set for toy models: revisions are subdirectories, trained on demand
+    toy: ToyRecipe | None = None  # set for toy models: revisions are subdirectories, trained on demand
 
 
 @dataclass
 class RevisionConfig:
-    index: Optional[int] = None  # index into model.panel; -1 is the last entry
-    name: Optional[str] = None  # a branch name (revision=custom)
+    index: int | None = None  # index into model.panel; -1 is the last entry
+    name: str | None = None  # a branch name (revision=custom)
 
 
 @dataclass
@@ -152,13 +153,13 @@ class ProbeConfig:
     baseline_seed: int = MISSING
     batch_size: int = 16  # sequences per forward on a CPU (and on a GPU when auto_batch is false)
     auto_batch: bool = True  # on a GPU: size batches to the free memory after loading the weights
-    spectral_sequences: Optional[int] = None  # rows for the spectral estimators; None: all (the reference: 500)
+    spectral_sequences: int | None = None  # rows for the spectral estimators; None: all (the reference: 500)
     # kind=text: a Hugging Face dataset (its split and text column), unless text_file names a local
     # .txt (one document) or .jsonl (one per line, its `column` field)
-    dataset: Optional[str] = None
+    dataset: str | None = None
     split: str = "train"
     column: str = "text"
-    text_file: Optional[str] = None
+    text_file: str | None = None
     tokenizer: str = "auto"  # auto: the checkpoint's own (its repo and revision) | bytes: UTF-8 bytes as ids
     # auto: a model whose context or vocabulary is smaller than the probe's gets the probe fitted to it (seq_len
     # to its context, the id range to its vocabulary, the thresholds scaled by the fitted T / the probe's T, as
@@ -170,14 +171,14 @@ class ProbeConfig:
     first_token: str = "auto"
     # Olsson et al.'s in-context learning score: mean loss at icl_positions[1] minus at [0]
     # (0-based positions of the predicted token)
-    icl_positions: List[int] = field(default_factory=lambda: [50, 500])
+    icl_positions: list[int] = field(default_factory=lambda: [50, 500])
     # kind=text: the positions whose loss the pass computes for text.loss_by_position (``icl.curve_positions``):
     # sparse (the powers of two below seq_len, seq_len - 1 and the ICL positions) | all (every position)
     loss_curve: str = "sparse"
     # A task circuit measured beside the synthetic probe, on the checkpoint's own tokenizer
     # (docs/tasks.md): ioi | greater_than | successor | binding; null: none (probe=ioi, ... set it)
-    task: Optional[str] = None
-    task_prompts: Optional[int] = None  # the task's prompts: the study's (500; successor's 118) unless set
+    task: str | None = None
+    task_prompts: int | None = None  # the task's prompts: the study's (500; successor's 118) unless set
     task_top_k: int = 5  # heads ranked by each task screen and ablated as its "screen" condition (the study's 5)
     # the words the task's prompts are drawn from (TASK_WORDS): study | filtered (those the tokenizer keeps as
     # one token) | auto (study where every word is one token, else filtered)
@@ -189,14 +190,14 @@ class PerClassThresholds:
     """Optional per-class overrides of ``threshold.class_default`` (None: the default); one field
     per class of ``screen.CLASSES``, in its order."""
 
-    induction: Optional[float] = None
-    duplicate_token: Optional[float] = None
-    previous_token: Optional[float] = None
-    self: Optional[float] = None
-    bos: Optional[float] = None
-    local: Optional[float] = None
+    induction: float | None = None
+    duplicate_token: float | None = None
+    previous_token: float | None = None
+    self: float | None = None
+    bos: float | None = None
+    local: float | None = None
 
-    def overrides(self) -> Dict[str, float]:
+    def overrides(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
@@ -221,7 +222,7 @@ class AblateConfig:
     control_exclude: float = 0.5
     causal_factor: float = 3.0  # causal: circuit's loss-of-B rise > this x the size of the controls' mean change
     seed: int = 0
-    heads: Optional[List[str]] = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
+    heads: list[str] | None = None  # ablate these heads ("L4H4", ...) instead of the screened circuit
     # (with probe.task, also the task's "user" condition, a spec in this rank order)
     mr_seed: int = 123  # a task screen's matched-random heads: the study's one draw (docs/tasks.md)
     mr_seeds: int = 10  # ... and this many more distinct draws, fresh generators seeded 0, 1, ... (docs/tasks.md)
@@ -251,10 +252,10 @@ class WandbConfig:
 
     mode: str = "${oc.env:WANDB_MODE,offline}"  # offline | online | disabled
     project: str = "${oc.env:WANDB_PROJECT,emergence}"
-    entity: Optional[str] = "${oc.env:WANDB_ENTITY,null}"
-    dir: Optional[str] = "${oc.env:WANDB_DIR,null}"  # where wandb/ goes; None: the run directory
-    group: Optional[str] = None  # None: a multirun's jobs share the sweep's name as their group
-    tags: List[str] = field(default_factory=list)  # the model key and revision are always added
+    entity: str | None = "${oc.env:WANDB_ENTITY,null}"
+    dir: str | None = "${oc.env:WANDB_DIR,null}"  # where wandb/ goes; None: the run directory
+    group: str | None = None  # None: a multirun's jobs share the sweep's name as their group
+    tags: list[str] = field(default_factory=list)  # the model key and revision are always added
 
 
 @dataclass
@@ -304,7 +305,7 @@ def register_configs() -> None:
 
 def config_digest(cfg: Config) -> str:
     """Names what a run computes: its config without the W&B, resume and download settings."""
-    content = OmegaConf.to_container(OmegaConf.structured(cfg))
+    content = cast(dict, OmegaConf.to_container(OmegaConf.structured(cfg)))
     for key in ("wandb", "resume", "hub"):
         content.pop(key, None)
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -320,7 +321,7 @@ def compose_config(overrides: list[str]) -> Config:
     register_configs()
     try:
         with initialize_config_module(config_module="emergence.conf", version_base="1.3"):
-            return OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+            return cast(Config, OmegaConf.to_object(compose(config_name="config", overrides=overrides)))
     except (HydraException, OmegaConfBaseException) as err:
         raise refused_override(err) from None
 
@@ -333,7 +334,7 @@ def refused_override(err: Exception):
 
     from emergence.core.errors import UsageError
 
-    if isinstance(err, MissingConfigException) and err.options:  # a group option that is not there
+    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:  # a group option not there
         group, _, option = err.missing_cfg_file.rpartition("/")  # e.g. model/gpt5
         return UsageError(f"{group}={option} is invalid: no such preset in conf/{group}; use one of "
                           f"{', '.join(err.options)}")

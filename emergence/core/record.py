@@ -74,5 +74,5 @@ def from_json(hint: Any, value: Any) -> Any:
                 fields[f.name] = from_json(hints[f.name], value[key])
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 fields[f.name] = None
-        return hint(**fields)
+        return typing.cast(Any, hint)(**fields)  # a record's class
     return value

@@ -21,6 +21,7 @@ import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import transformers
@@ -32,7 +33,7 @@ from emergence.hub import gguf, revisions, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
 from emergence.hub.integrity import MODEL_TYPE_ALIASES
 from emergence.recipe import capture, probe, text
-from emergence.recipe.tasks.batches import TaskBatch, build_task_batch
+from emergence.recipe.tasks.batches import TaskBatch, TaskName, build_task_batch
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,9 @@ def resolve_revision(cfg: Config) -> Revision:
     revision = _resolve(cfg)
     required = model.revision_required_for
     if required and re.search(required, model.name_or_path) and revision.name in (None, "main"):
-        raise UsageError(f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch may "
-                         "hold no weights; name a checkpoint (revision=r0..r9 or revision=custom revision.name=<branch>)")
+        raise UsageError(f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch "
+                         "may hold no weights; name a checkpoint (revision=r0..r9 or revision=custom "
+                         "revision.name=<branch>)")
     return revision
 
 
@@ -80,9 +82,10 @@ def _resolve(cfg: Config) -> Revision:
         if entry.revision == rev.name:
             return _panel_revision(entry, model.tokens_per_step)
     if series is not None:
-        nearest = sorted(series, key=lambda e: abs(e.step - max(map(int, re.findall(r"\d+", rev.name) or [0]))))
-        raise UsageError(f"revision.name={rev.name!r} is invalid: {model.name_or_path} has no checkpoint folder of that "
-                         f"name; nearest: {', '.join(e.revision for e in nearest[:2])} (list them: "
+        wanted = max(map(int, re.findall(r"\d+", rev.name) or [0]))
+        nearest = sorted(series, key=lambda e: abs(e.step - wanted))
+        raise UsageError(f"revision.name={rev.name!r} is invalid: {model.name_or_path} has no checkpoint folder of "
+                         f"that name; nearest: {', '.join(e.revision for e in nearest[:2])} (list them: "
                          f"{revisions.listing_command(model)})")
     revisions.check_revision_name(rev.name, model, panel)
     step, tokens = revisions.parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
@@ -109,7 +112,7 @@ class Architecture:
     decoder_layers: list  # the decoder block that holds each attention module (``capture.decoder_layers``)
 
     @classmethod
-    def of(cls, model) -> "Architecture":
+    def of(cls, model) -> Architecture:
         sites = capture.discover(model)
         shapes = {(s.n_heads, s.head_dim) for s in sites}
         if len(shapes) != 1:  # one [layers, heads, ...] array per measurement needs one shape
@@ -143,7 +146,7 @@ def check_attention_support(hf_config, trust_remote_code: bool) -> None:
     model_type = hf_config.model_type
     if trust_remote_code and "AutoModelForCausalLM" in (getattr(hf_config, "auto_map", None) or {}):
         return
-    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config), None)
+    model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config), None)
     if model_class is None or not model_class._supports_attention_backend:
         raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
                          f"transformers' AttentionInterface; {SUPPORTED}")
@@ -179,7 +182,8 @@ class Source:
 
 
 def _cached_snapshot(src: Source) -> Path | None:
-    """The cache's snapshot directory of a Hub revision if it holds the whole checkpoint (``weights.cached_snapshot``)."""
+    """The cache's snapshot directory of a Hub revision if it holds the whole checkpoint
+    (``weights.cached_snapshot``)."""
     cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
     return None if cached is None else cached[0]
 
@@ -188,6 +192,7 @@ def source(cfg: Config, revision: Revision) -> Source:
     """A toy panel and a local series keep each revision in a subdirectory, the way a Hub repo keeps it in
     a branch."""
     if cfg.model.toy is not None or (revision.name is not None and revisions.local_series(cfg.model) is not None):
+        assert revision.name is not None  # a toy's revisions are named folders too
         return Source(str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True,
                       cfg.model.weights_format)
     path = cfg.model.name_or_path
@@ -213,6 +218,7 @@ def source(cfg: Config, revision: Revision) -> Source:
 def gguf_file_path(src: Source) -> Path:
     """The GGUF file of a ``model.gguf_file`` source, on this machine (``gguf.gguf_path``)."""
     check_hub(src)
+    assert src.gguf_file is not None  # a model.gguf_file source
     return gguf.gguf_path(src.path, src.gguf_file, src.revision, src.local_only)
 
 
@@ -265,7 +271,7 @@ def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None
 class CheckpointConfig:
     """A checkpoint's config.json, as transformers reads it."""
 
-    hf_config: object  # transformers' PreTrainedConfig
+    hf_config: Any  # transformers' PreTrainedConfig (its fields depend on the model type)
     model_type_mapped_from: str | None  # the config's own model_type where it was mapped (MODEL_TYPE_ALIASES)
     gguf: gguf.GgufHeader | None = None  # model.gguf_file: its tensors' types before dequantization
 
@@ -430,7 +436,7 @@ def weights_sha256(src: Source) -> str | None:
         return weights.file_sha256(path)
     snapshot = Path(src.path) if Path(src.path).is_dir() else _cached_snapshot(src)
     files = weights.preferred(weights.formats_in(p.name for p in snapshot.iterdir())) if snapshot else None
-    if files is None:
+    if files is None or snapshot is None:  # files is None without a snapshot
         return None
     return weights.fingerprint({name: weights.file_sha256(snapshot / name) for name in files.shards})
 
@@ -452,7 +458,7 @@ def weights_identity(src: Source) -> str | None:
     digests = {f.path: f.sha256 for f in listing if files is not None and f.path in files.shards}
     if not digests or None in digests.values():
         return None
-    return weights.fingerprint(digests)
+    return weights.fingerprint(cast(dict[str, str], digests))  # no None among them
 
 
 def current_weights(cfg: Config) -> str | None:
@@ -536,7 +542,7 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
     directory, files = checkpoint_files(cfg, src)
     os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"  # transformers must not ask the Hub to convert a pickle
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
             directory,
             config=checkpoint.hf_config,
             local_files_only=True,
@@ -562,9 +568,9 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
     except (OSError, EOFError, RuntimeError, UnicodeDecodeError) as err:  # a broken pickle; a missing shard
         # torch reports a broken pickle by whatever its reader tripped on, so it is named only once a
         # shard is seen to fail on its own; any other error (a missing shard aside) is not ours to reword
-        broken = unreadable_shard(directory, files) if files.format == "pickle" else None
-        if broken is not None:
-            raise _broken_pickle(src, directory, broken) from None
+        shard = unreadable_shard(directory, files) if files.format == "pickle" else None
+        if shard is not None:
+            raise _broken_pickle(src, directory, shard) from None
         if not isinstance(err, OSError):
             raise
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {first_line(err)}") from None
@@ -575,7 +581,7 @@ def _load_gguf_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, dev
                      dtype: torch.dtype):
     """A GGUF file's model: transformers dequantizes every tensor to ``dtype`` (no pickle, no code)."""
     path = gguf_file_path(src)
-    model = AutoModelForCausalLM.from_pretrained(
+    model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
         path.parent, gguf_file=path.name, config=checkpoint.hf_config, local_files_only=True, dtype=dtype,
         trust_remote_code=cfg.model.trust_remote_code, attn_implementation=capture.register_attention())
     return model.to(device).eval()
@@ -687,5 +693,6 @@ def task_batch(cfg: Config, first: probe.FirstToken, tokenizers: TokenizerLookup
     tokenizer = text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
                                     "probe.task needs the checkpoint's tokenizer: save it beside the weights",
                                     found.gguf_file)
-    return build_task_batch(cfg.probe.task, tokenizer, cfg.probe.task_prompts, words=cfg.probe.task_words,
-                            bos=first.bos_id), found.name
+    # a task build_task_batch refuses (one line) is no TaskName
+    return build_task_batch(cast(TaskName, cfg.probe.task), tokenizer, cfg.probe.task_prompts,
+                            words=cfg.probe.task_words, bos=first.bos_id), found.name

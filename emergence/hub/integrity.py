@@ -92,7 +92,8 @@ class BranchCheck(Record):
         """A run of this branch would analyse wrong or no weights: it must stop (a duplicate is not
         wrong, only not distinct; a development model_type with a released name loads as that)."""
         if self.verdict == "model_type":
-            return MODEL_TYPE_ALIASES.get(self.model_type) != self.expected_model_type
+            aliased = None if self.model_type is None else MODEL_TYPE_ALIASES.get(self.model_type)
+            return aliased != self.expected_model_type
         return self.verdict in ("foreign_shard", "no_weights", "truncated")
 
 
@@ -205,7 +206,8 @@ def check(repo: str, branches: dict[str, int | None], expected_model_type: str |
 def stored_verdicts(store: Path) -> dict[str, dict[str, BranchCheck]]:
     """Every branch's verdict among the branches of its repo that ``store`` keeps (a sweep's check):
     {repo: {branch: check}}."""
-    return {repo: verdicts(listing.branches, listing.expected_model_type) for repo, listing in read_store(store).items()}
+    return {repo: verdicts(listing.branches, listing.expected_model_type)
+            for repo, listing in read_store(store).items()}
 
 
 def read_store(store: Path | None) -> dict[str, RepoListing]:

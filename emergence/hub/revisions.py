@@ -78,7 +78,8 @@ def check_revision_name(name: str, model: ModelConfig, panel: list[PanelEntry]) 
         return
     guess = max((int(d) for d in re.findall(r"\d+", name)), default=0)
     if steps and model.revision_format:
-        nearest = [model.revision_format.format(step=s) for s in sorted(sorted(steps, key=lambda s: abs(s - guess))[:2])]
+        closest = sorted(sorted(steps, key=lambda s: abs(s - guess))[:2])
+        nearest = [model.revision_format.format(step=s) for s in closest]
     else:
         nearest = [e.revision for e in sorted(panel, key=lambda e: abs(int(e.step) - guess))[:2]]
     why = (f"step {step} is not a published checkpoint of {model.key!r}" if step is not None
@@ -311,8 +312,9 @@ def main(argv=None) -> None:
         sys.exit(2)
     repo = cfg.model.name_or_path
     try:
-        entries = series if folder else parse_branches(list_branches(repo), cfg.model.revision_pattern,
-                                                       cfg.model.tokens_per_step)
+        # a folder's entries are its series (None only off a folder)
+        entries = series if series is not None else parse_branches(list_branches(repo), cfg.model.revision_pattern,
+                                                                   cfg.model.tokens_per_step)
     except HubUnavailable as err:
         if args.check and not args.all:  # named branches: the check reads what the cache holds of them
             entries = parse_branches(args.check, cfg.model.revision_pattern, cfg.model.tokens_per_step)

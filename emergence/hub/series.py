@@ -60,6 +60,7 @@ def checkpoints(path: str | Path, tokens_per_step: int | None) -> list[PanelEntr
             entries.append(_trainer_entry(folder, tokens_per_step))
         else:
             step, tokens = parse_revision_name(folder.name, None, tokens_per_step)
+            assert step is not None  # _step_of_name read it
             entries.append(PanelEntry(folder.name, step, manifest.get(folder.name, tokens)))
     if not entries:
         raise UsageError(f"model.name_or_path={str(path)!r} is invalid: it holds neither a checkpoint (config.json) "
@@ -72,7 +73,9 @@ def checkpoints(path: str | Path, tokens_per_step: int | None) -> list[PanelEntr
 def _trainer_entry(folder: Path, tokens_per_step: int | None) -> PanelEntry:
     """A ``Trainer`` checkpoint: its ``trainer_state.json`` states the step and (where the run counted
     them) the tokens seen; without it, the step in the folder's name."""
-    step = int(TRAINER_FOLDER.fullmatch(folder.name).group("step"))
+    found = TRAINER_FOLDER.fullmatch(folder.name)
+    assert found is not None  # a Trainer folder's name
+    step = int(found.group("step"))
     state = folder / TRAINER_STATE
     seen = None
     if state.exists():

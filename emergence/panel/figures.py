@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import matplotlib
 
@@ -165,9 +165,11 @@ def recall_vs_tokens(findings: PanelFindings, out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for model, f in findings.models.items():
         rows = [r for r in f.revisions if r.induction_recall is not None]
-        line, = ax.plot([r.tokens for r in rows], [r.induction_recall for r in rows], "o-", label=f"{model} recall")
+        line, = ax.plot([r.tokens for r in rows], np.array([r.induction_recall for r in rows], dtype=float), "o-",
+                        label=f"{model} recall")
         _refined_points(ax, rows, lambda r: r.induction_recall, line.get_color())
-        ax.plot([r.tokens for r in rows], [r.topk_recall for r in rows], "x:", label=f"{model} top-k")
+        ax.plot([r.tokens for r in rows], np.array([r.topk_recall for r in rows], dtype=float), "x:",
+                label=f"{model} top-k")
     ax.axhline(2 / 3, color="0.6", lw=0.8)
     _tokens_axis(ax, _all_tokens(findings), _units(findings))
     ax.set_ylabel("share of the final induction circuit")
@@ -207,28 +209,30 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
     if not findings.token_axis:
         return None
     measures = list(dict.fromkeys(t.measure for axis in findings.token_axis.values() for t in axis.transitions))
-    tasks = {model: findings.models[model].task for model in findings.token_axis
-             if model in findings.models and findings.models[model].task is not None}
+    tasks = {model: task for model in findings.token_axis
+             if model in findings.models and (task := findings.models[model].task) is not None}
     panels = measures + ([TASK_PANEL] if tasks else [])
     fig, axes = plt.subplots(len(panels), 1, figsize=(6.5, 2.2 * len(panels)), sharex=True, squeeze=False)
     axes = axes[:, 0]
     for model, t in tasks.items():  # each task's top-1 share (its last level: one scale for every task)
         ax, level = axes[-1], t.levels[-1]
-        colour = _line_with_band(ax, t.revisions, Series(lambda r: r.metrics[level.metric].value,
-                                                         lambda r: r.metrics[level.metric].ci),
+        # the lambdas are called within this iteration, on its level
+        colour = _line_with_band(ax, t.revisions, Series(lambda r: r.metrics[level.metric].value,  # noqa: B023
+                                                         lambda r: r.metrics[level.metric].ci),  # noqa: B023
                                  f"{model}: {level.metric}")
         if t.emergence is not None:
             for each in axes:
                 each.axvline(t.emergence.tokens, color=colour, lw=1.2)
     for model, axis in findings.token_axis.items():
-        for t in axis.transitions:
-            ax = axes[measures.index(t.measure)]
-            shown = [(x, v) for x, v in zip(t.tokens, t.values) if v is not None]
-            ax.plot(*zip(*shown), "o-", ms=3, label=f"{model} ({t.probe})")
-            if t.half_way is not None:
-                ax.axvline(t.half_way.tokens, color=ax.lines[-1].get_color(), lw=0.8, ls=":")
+        for tr in axis.transitions:
+            ax = axes[measures.index(tr.measure)]
+            shown = [(x, v) for x, v in zip(tr.tokens, tr.values) if v is not None]
+            ax.plot(*zip(*shown), "o-", ms=3, label=f"{model} ({tr.probe})")
+            if tr.half_way is not None:
+                ax.axvline(tr.half_way.tokens, color=ax.lines[-1].get_color(), lw=0.8, ls=":")
         for name, m in axis.events.items():
-            if m is not None and m.tokens is not None and name.split(" ")[0] in ("induction_onset", "bos_50", "sink_50"):
+            if (m is not None and m.tokens is not None
+                    and name.split(" ")[0] in ("induction_onset", "bos_50", "sink_50")):
                 for ax in axes:
                     ax.axvline(m.tokens, color="0.5", lw=0.6, ls={"induction_onset": "-", "bos_50": "--",
                                                                   "sink_50": "-."}[name.split(" ")[0]])

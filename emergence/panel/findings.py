@@ -33,6 +33,7 @@ holds at the interval's lower bound.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import TypeVar, overload
 
 import numpy as np
 
@@ -72,6 +73,7 @@ from emergence.recipe.stats import NULL_RULES, interval
 
 INDUCTION = CLASSES.index("induction")
 BOS = CLASSES.index("bos")
+S = TypeVar("S", bound=Shape)  # F2's record: BosShape or SinkShape
 ONSET_HEADS = 3
 BOS_MILESTONES = (10, 30, 50, 70)
 RECALL_MILESTONES = {"recall_33": Fraction(1, 3), "recall_67": Fraction(2, 3), "recall_100": Fraction(1)}
@@ -110,7 +112,8 @@ def induction_counts(traj: Trajectory, circuit_threshold: float) -> np.ndarray:
 
 
 def final_circuit(traj: Trajectory, circuit_threshold: float) -> list[tuple[int, int]]:
-    return [tuple(map(int, lh)) for lh in np.argwhere(traj.checkpoints[-1].sel[..., INDUCTION] >= circuit_threshold)]
+    final = traj.checkpoints[-1].sel[..., INDUCTION]
+    return [(int(layer), int(head)) for layer, head in np.argwhere(final >= circuit_threshold)]
 
 
 def recall(traj: Trajectory, class_threshold: float, circuit_threshold: float) -> tuple[list, list]:
@@ -132,9 +135,23 @@ def recall(traj: Trajectory, class_threshold: float, circuit_threshold: float) -
 
 def sink_fractions(traj: Trajectory, epsilon: float) -> np.ndarray | None:
     """Gu et al.'s Sink_0 share per revision, or None unless every revision measured key-0 importance."""
-    if any(c.sink_importance is None for c in traj.checkpoints):
+    importances = [c.sink_importance for c in traj.checkpoints if c.sink_importance is not None]
+    if len(importances) != len(traj.checkpoints):
         return None
-    return np.array([(c.sink_importance > epsilon).mean() for c in traj.checkpoints])
+    return np.array([(s > epsilon).mean() for s in importances])
+
+
+def _sink_importance(c: Checkpoint) -> np.ndarray:
+    """A checkpoint's key-0 importances [n, layers, heads], where every revision measured them
+    (``sink_fractions`` is not None)."""
+    assert c.sink_importance is not None
+    return c.sink_importance
+
+
+def _spectral(c: Checkpoint) -> np.ndarray:
+    """A checkpoint's PR [layers, heads], where every revision has one (the callers check)."""
+    assert c.spectral is not None
+    return c.spectral
 
 
 def _at_least(shares: list[Fraction | None], level: Fraction) -> np.ndarray:
@@ -229,6 +246,12 @@ def _zero_layers(per_layer: np.ndarray) -> list[int]:
 
 # --- F2 and F5 ---------------------------------------------------------------------------------
 
+@overload
+def f2_shape(fractions: np.ndarray, revisions: list[str], replicated: np.ndarray | None = None,
+             ci: float = StatsConfig.ci) -> BosShape: ...
+@overload
+def f2_shape(fractions: np.ndarray, revisions: list[str], replicated: np.ndarray | None = None,
+             ci: float = StatsConfig.ci, *, record: type[S]) -> S: ...
 def f2_shape(fractions: np.ndarray, revisions: list[str], replicated: np.ndarray | None = None,
              ci: float = StatsConfig.ci, record: type[Shape] = BosShape) -> Shape:
     """The shape of a sink fraction's rise (``record``: BosShape or SinkShape, which one); with its
@@ -273,7 +296,7 @@ def f5_leads(traj: Trajectory, circuit_threshold: float, reps: Replicates | None
                                                      selectivity=sel.tolist(), pr=None,
                                                      reason="no PR trajectory for this model")
             continue
-        pr = np.array([c.spectral[layer, head] for c in traj.checkpoints])
+        pr = np.array([_spectral(c)[layer, head] for c in traj.checkpoints])
         rise = _first(pr[1:] >= PR_RISE_FACTOR * pr[0])
         rise = None if rise is None else rise + 1  # a revision after the first
         lead = reason = None
@@ -283,6 +306,7 @@ def f5_leads(traj: Trajectory, circuit_threshold: float, reps: Replicates | None
         elif cross == 0:
             reason = "selectivity already above threshold at the first revision: no measurable lead"
         else:
+            assert cross is not None  # a head of the final circuit crosses by the final revision
             lead = traj.checkpoints[cross].tokens / traj.checkpoints[rise].tokens
         heads[head_name(layer, head)] = HeadLead(selectivity_cross, _milestone(traj, rise), lead, sel.tolist(),
                                                  pr.tolist(), reason)
@@ -294,7 +318,7 @@ def pr_integral_ranking(traj: Trajectory, class_threshold: float, top_k: int = 4
     top-k that the screen classifies (any class >= threshold) at the last revision."""
     if any(c.spectral is None for c in traj.checkpoints) or len(traj.checkpoints) < 2:
         return None
-    pr = np.stack([c.spectral for c in traj.checkpoints])  # [revisions, layers, heads]
+    pr = np.stack([_spectral(c) for c in traj.checkpoints])  # [revisions, layers, heads]
     x = np.log10(np.maximum(traj.tokens, 1.0))
     integral = ((pr[1:] + pr[:-1]) / 2 * np.diff(x)[:, None, None]).sum(0)
     k = min(top_k, integral.size)
@@ -314,15 +338,16 @@ def second_sink_definition(traj: Trajectory, epsilon: float, fraction: np.ndarra
     """Gu et al.'s Sink_0 (``emergence/recipe/sinks.py``) beside the BOS fraction: its trajectory
     (``fraction``, every revision having measured it), F1-F3 under it (``f3``: its milestones),
     and where the two definitions disagree (``bos``: the BOS fraction's F1-F3)."""
-    per_layer = np.array([(c.sink_importance > epsilon).mean(axis=(0, 2)) for c in traj.checkpoints])  # [revisions, layers]
-    rep = None if reps is None else reps.sink_fraction
+    per_layer = np.array([(_sink_importance(c) > epsilon).mean(axis=(0, 2))
+                          for c in traj.checkpoints])  # [revisions, layers]
+    rep, ci = (None, StatsConfig.ci) if reps is None else (reps.sink_fraction, reps.ci)
     names = [c.revision for c in traj.checkpoints]
     rows = [SinkRow(c.revision, c.tokens, float(fraction[i]), per_layer[i].tolist(),
-                    None if rep is None else interval(rep[:, i], reps.ci))
+                    None if rep is None else interval(rep[:, i], ci))
             for i, c in enumerate(traj.checkpoints)]
     f1 = SinkF1(zero_sink_layers=_zero_layers(per_layer))
     f2 = (f2_shape(fraction, names, record=SinkShape) if rep is None else
-          f2_shape(fraction, names, rep, reps.ci, record=SinkShape))
+          f2_shape(fraction, names, rep, ci, record=SinkShape))
     return SinkFindings(
         epsilon=float(epsilon),
         definition="share of (sequence, layer, head) whose key-0 importance (mean attention to key 0 over "

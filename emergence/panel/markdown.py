@@ -41,6 +41,7 @@ def milestone_text(milestone: Milestone | None) -> str:
     if m.revision is None:
         text = "never"
     else:
+        assert m.bracket_tokens is not None  # a milestone reached has its bracket
         low, high = m.bracket_tokens
         text = (f"{m.revision} ({format_tokens(m.tokens)}; in "
                 f"{'[0' if low is None else '(' + format_tokens(low)}, {format_tokens(high)}])")
@@ -123,8 +124,8 @@ def revisions_table(rows: list[RevisionRow], study: str | None) -> list[str]:
 def dtype_line(d: DtypeNote, study: str | None) -> str:
     """Which dtype the numbers come from, against the study's, and what rounding can move."""
     errors = "; ".join(f"{dtype} moves a selectivity by up to {100 * e:.2g}%" for dtype, e in d.relative_error.items())
-    near = (f" ({errors}: heads within that of a threshold are listed as near a threshold, benchmarks/results/dtype_error_cpu.json)"
-            if errors else "")
+    near = (f" ({errors}: heads within that of a threshold are listed as near a threshold, "
+            "benchmarks/results/dtype_error_cpu.json)" if errors else "")
     if study:
         return f"- **Dtype**: the study's numbers, computed in {d.reference_dtype}{near}."
     if d.differs:
@@ -157,10 +158,11 @@ def f2_line(f2: BosShape, study: str | None) -> str:
     """The BOS fraction's rise (where something rose)."""
     share_ci = "" if f2.jump_share_ci is None else f" (CI {_range(f2.jump_share_ci, _pct)})"
     final_ci = "" if f2.final_fraction_ci is None else f" (CI {_range(f2.final_fraction_ci, _pct)})"
+    assert f2.largest_jump is not None  # something rose
     text = (f"- **F2 shape**: {f2.shape}; largest adjacent rise {f2.largest_jump_pp:+.1f} pp "
             f"({f2.largest_jump[0]} -> {f2.largest_jump[1]}), {_pct(f2.jump_share)}{share_ci} of "
             f"the rise to the final {_pct(f2.final_fraction)}{final_ci}; "
-            f"{'monotonic' if f2.monotonic else 'not monotonic (largest drop %.1f pp)' % f2.largest_drop_pp}."
+            f"{'monotonic' if f2.monotonic else f'not monotonic (largest drop {f2.largest_drop_pp:.1f} pp)'}."
             + ("" if f2.shape_note is None else f" Note: {f2.shape_note}."))
     if study:
         text += (f" Published: {published.SHAPE[study]}, {published.LARGEST_JUMP_PP[study]:+.1f} pp, "
@@ -361,13 +363,13 @@ def published_section(c: PublishedComparison) -> list[str]:
     for s in c.screens:
         out.append(f"  Screen `{s.screen}`: published top-5 {', '.join(s.published)}; "
                    f"ours {', '.join(s.ours) or 'none'}; shared {_share_of(s.shared, s.ours)}.")
-    for s in c.sweeps:
-        p = s.published
-        ours = ("not swept" if s.ours is None else
-                f"ours {s.ours.screen_delta:+.1f} pp vs {s.ours.mean:+.2f} +- "
-                f"{'-' if s.ours.std is None else format(s.ours.std, '.2f')} pp over {len(s.ours.deltas)} distinct "
+    for sw in c.sweeps:
+        p = sw.published
+        ours = ("not swept" if sw.ours is None else
+                f"ours {sw.ours.screen_delta:+.1f} pp vs {sw.ours.mean:+.2f} +- "
+                f"{'-' if sw.ours.std is None else format(sw.ours.std, '.2f')} pp over {len(sw.ours.deltas)} distinct "
                 "draws")
-        out.append(f"  Sweep `{s.screen}` {p.top1_metric}: published {p.screen_delta_top1_pp:+.1f} pp vs "
+        out.append(f"  Sweep `{sw.screen}` {p.top1_metric}: published {p.screen_delta_top1_pp:+.1f} pp vs "
                    f"{p.mr_delta_top1_mean_pp:+.2f} +- {p.mr_delta_top1_std_pp:.2f} pp; {ours}.")
     return out
 
@@ -391,7 +393,8 @@ def token_axis_section(model: str, axis: TokenAxis) -> list[str]:
     if axis.separations:
         out += ["| earlier | later | tokens later / earlier | range over the brackets |", "|---|---|---|---|"]
         out += [f"| {s.earlier} | {s.later} | {'-' if s.gap_ratio is None else _times(s.gap_ratio)} | "
-                f"{'-' if s.gap_ratio_range is None else _range(s.gap_ratio_range, _times)} |" for s in axis.separations]
+                f"{'-' if s.gap_ratio_range is None else _range(s.gap_ratio_range, _times)} |"
+                for s in axis.separations]
         out.append("")
     if axis.sinks:
         out += ["Sinks on random tokens and on text (Sink_eps; BOS fraction):", "",
@@ -434,21 +437,23 @@ def causal_threshold(sweeps: list[dict]) -> list[str]:
     circuit and verdict, and T*."""
     out = ["## Causal threshold (T*)\n",
            "Each checkpoint's circuit screened at several thresholds, ablated against control sets "
-           "(docs/method.md section 9). T* is the smallest swept threshold from which on every threshold with a verdict "
-           "is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
+           "(docs/method.md section 9). T* is the smallest swept threshold from which on every threshold with a "
+           "verdict is causal; it lies between the next lower swept threshold with a verdict and T*.\n"]
     for sweep in sweeps:
         bracket = ("none: the highest threshold with a verdict is not causal" if sweep["t_star"] is None else
                    f"{sweep['t_star']:g}x" + ("" if sweep["below"] is None else f" (in ({sweep['below']:g}x, "
                                                                               f"{sweep['t_star']:g}x])"))
         out.append(f"**{sweep['model']} @ {sweep['revision']}** ({format_tokens(sweep['tokens'])} tokens): "
-                   f"T* = {bracket}{'' if sweep['monotone'] else '; the verdicts are not monotone in the threshold'}.\n")
+                   f"T* = {bracket}{'' if sweep['monotone'] else '; the verdicts are not monotone in the threshold'}"
+                   ".\n")
         out += ["| threshold | circuit | circuit rise | controls' mean | control sets | causal | sequences |",
                 "|---|---|---|---|---|---|---|"]
         for p in sweep["points"]:
             verdict = {True: "yes", False: "no", None: p["note"] or "-"}[p["causal"]]
             sets = f"{p['n_controls']}" + (f" ({p['n_fallback']} by the fallback)" if p["n_fallback"] else "")
             out.append(f"| {p['threshold']:g}x | {', '.join(p['circuit']) or 'empty'} | "
-                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['controls_loss_increase_mean'])} | {sets} | "
+                       f"{_signed(p['circuit_loss_increase'])} | {_signed(p['controls_loss_increase_mean'])} | "
+                       f"{sets} | "
                        f"{verdict} | {p['sequences_used'] if p['sequences_used'] is not None else '-'} |")
         out.append("")
     return out

@@ -509,7 +509,8 @@ class PanelFindings:
     intervals: IntervalSettings
     models: dict[str, ModelFindings]
     seeds: dict[str, SeedFamily]  # by model key, for models trained from several seeds
-    causal_threshold: list[dict] = field(default_factory=list)  # the causal-threshold sweeps (``causal_threshold.load_sweeps``)
+    # the causal-threshold sweeps (``causal_threshold.load_sweeps``)
+    causal_threshold: list[dict] = field(default_factory=list)
     sensitivity: list[Conclusion] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # file names, in the report's folder
     token_axis: dict[str, TokenAxis] = field(default_factory=dict)  # by model (and seed) with the mechanism measured

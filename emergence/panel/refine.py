@@ -32,6 +32,7 @@ import itertools
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,7 +146,7 @@ class Refinement:
     reason: str | None = None
 
     @classmethod
-    def without_bracket(cls, milestone: str, method: str, reason: str) -> "Refinement":
+    def without_bracket(cls, milestone: str, method: str, reason: str) -> Refinement:
         return cls(milestone, None, None, None, None, 0, [], 0, 0, method, True, reason=reason)
 
     def to_dict(self) -> dict:
@@ -158,7 +159,8 @@ class ModelPlan:
 
     refinements: dict[str, Refinement]
     pending: list[str]  # revision names, ordered by step
-    considered: list[str] = dataclasses.field(default_factory=list)  # the panel's revisions and those inside its brackets
+    # the panel's revisions and those inside its brackets
+    considered: list[str] = dataclasses.field(default_factory=list)
 
 
 def method_name(per_round: int, scan: bool) -> str:
@@ -225,7 +227,7 @@ def with_probabilities(traj: Trajectory, plan: ModelPlan, thresholds: tuple[floa
     for name, r in plan.refinements.items():
         milestone = milestones.get(name) if r.interval else None
         probability = None if milestone is None else milestone.probability
-        out[name] = dataclasses.replace(r, probability=None if probability is None
+        out[name] = dataclasses.replace(r, probability=None if probability is None or r.interval is None
                                         else float(probability.get(r.interval[1], 0.0)))
     return ModelPlan(out, plan.pending, plan.considered)
 
@@ -263,7 +265,7 @@ def run_overrides(run_dir: Path) -> tuple[list[str], list[str]]:
     hydra_dir = run_dir / ".hydra"
     if not (hydra_dir / "overrides.yaml").exists():
         raise UsageError(f"{run_dir}: no .hydra/overrides.yaml; refine needs runs written by python -m emergence")
-    task = [o for o in OmegaConf.load(hydra_dir / "overrides.yaml") if not is_revision(override_key(o))]
+    task = [str(o) for o in OmegaConf.load(hydra_dir / "overrides.yaml") if not is_revision(override_key(str(o)))]
     launch = list(OmegaConf.load(hydra_dir / "hydra.yaml").hydra.overrides.hydra)
     own = ("hydra.sweep.", "hydra.run.", "hydra.mode", "hydra.job.num")
     return task, [o for o in launch if not override_key(o).startswith(own)]
@@ -271,13 +273,15 @@ def run_overrides(run_dir: Path) -> tuple[list[str], list[str]]:
 
 def panel_overrides(traj: Trajectory) -> tuple[list[str], list[str]]:
     """The one configuration the panel runs of ``traj`` share (bar the revision)."""
-    found = {}
+    found: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
     for c in traj.checkpoints:
         if not c.refined:
+            assert c.run_dir is not None  # runs, not the reference data
             task, launch = run_overrides(c.run_dir)
             found.setdefault(tuple(task), (task, launch))
     if len(found) != 1:
-        raise UsageError(f"{traj.model}: the panel runs differ in their settings ({' | '.join(' '.join(t) for t in found)}); "
+        settings = " | ".join(" ".join(t) for t in found)
+        raise UsageError(f"{traj.model}: the panel runs differ in their settings ({settings}); "
                          "refine one configuration at a time: give a sweep directory of one configuration per model")
     return next(iter(found.values()))
 
@@ -318,7 +322,7 @@ def write_refined(sweep_dir: Path, plans: dict[str, ModelPlan]) -> dict:
 
 
 def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: bool = False,
-           overrides: list[str] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
+           overrides: Sequence[str] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
     """Rounds until every milestone of every model is one interval (or has no bracket); returns
     and writes ``refined.json``."""
     sweep_dir = Path(sweep_dir).resolve()
@@ -371,7 +375,7 @@ def defective_branches(cfg, existing: list[PanelEntry], names: list[str], sweep_
     checks = check(cfg.model.name_or_path, {n: step_of[n] for n in names}, cfg.model.architecture,
                    sweep_dir / INTEGRITY_FILE)
     defective = {branch for branch, c in checks.items() if c.verdict == "duplicate" or c.fails}
-    for branch in sorted(defective, key=step_of.get):
+    for branch in sorted(defective, key=lambda b: step_of[b]):
         print(f"refine: {cfg.model.key}: stepping over {branch} ({checks[branch].line})", flush=True)
     return defective
 
@@ -386,7 +390,8 @@ def main(argv=None) -> None:
     p.add_argument("sweep_dir", type=Path, help="a panel sweep directory (hydra.sweep.dir of python -m emergence -m)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the refinement jobs (e.g. hydra/launcher=slurm)")
     p.add_argument("--milestones", nargs="+", default=list(DEFAULT_MILESTONES), metavar="NAME",
-                   help=f"milestones to refine (default: {' '.join(DEFAULT_MILESTONES)}; any of {' '.join(MILESTONES)})")
+                   help=f"milestones to refine (default: {' '.join(DEFAULT_MILESTONES)}; "
+                        f"any of {' '.join(MILESTONES)})")
     p.add_argument("--parallel", type=int, default=1, metavar="K",
                    help="checkpoints analysed per milestone per round (default 1: bisection)")
     p.add_argument("--scan", action="store_true",

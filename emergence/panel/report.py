@@ -14,8 +14,10 @@ import io
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from omegaconf import OmegaConf
 
@@ -71,7 +73,7 @@ def parse_args(argv=None):
 class SweepFacts:
     """What the panel's sweep directories hold besides their runs."""
 
-    sweeps: list[dict] = ()  # causal-threshold sweeps (``causal_threshold.load_sweeps``) among the runs
+    sweeps: Sequence[dict] = ()  # causal-threshold sweeps (``causal_threshold.load_sweeps``) among the runs
     refined: dict | None = None  # per model, the milestones ``python -m emergence.refine`` narrowed (``load_refined``)
     defective: dict | None = None  # the branches the sweeps' integrity checks found defective
 
@@ -107,9 +109,9 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
 def wandb_settings(args) -> WandbConfig:
     """The W&B settings of the panel run: the command line's, else the schema's ($WANDB_* or its defaults)."""
     given = {"mode": args.wandb_mode, "project": args.wandb_project, "entity": args.wandb_entity}
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(WandbConfig),
-                                               {k: v for k, v in given.items() if v is not None},
-                                               {"group": "panel", "tags": ["panel"]}))
+    return cast(WandbConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(WandbConfig),
+                                                                 {k: v for k, v in given.items() if v is not None},
+                                                                 {"group": "panel", "tags": ["panel"]})))
 
 
 def log_panel(findings: PanelFindings, out: Path, cfg: WandbConfig) -> None:
@@ -128,11 +130,11 @@ def log_panel(findings: PanelFindings, out: Path, cfg: WandbConfig) -> None:
                          f"{model}/n_induction": r.n_induction,
                          **({} if r.induction_recall is None else {f"{model}/induction_recall": r.induction_recall})})
             columns = ["revision", "tokens", "bos_fraction", "n_induction", "induction_recall", "topk_recall"]
-            run.log({f"{model}/revisions": wandb.Table(columns=columns, data=[[getattr(r, c) for c in columns]
+            run.log({f"{model}/revisions": wandb.Table(columns=[*columns], data=[[getattr(r, c) for c in columns]
                                                                                for r in f.revisions])})
         run.log({f"figures/{Path(n).stem}": wandb.Image(str(out / n)) for n in findings.figures})
         columns = [field.name for field in dataclasses.fields(Conclusion)]
-        run.log({"sensitivity": wandb.Table(columns=columns, data=[[getattr(c, k) for k in columns]
+        run.log({"sensitivity": wandb.Table(columns=[*columns], data=[[getattr(c, k) for k in columns]
                                                                    for c in findings.sensitivity])})
 
 
@@ -168,7 +170,7 @@ def main(argv=None) -> None:
                  f"Sink_0-50% {_revision(f.sinks_gu.f3.sink_50)}"))
     for sweep in findings.causal_threshold:
         print(f"{sweep['model']} @ {sweep['revision']}: causal threshold T* = "
-              f"{'none' if sweep['t_star'] is None else '%gx' % sweep['t_star']}")
+              f"{'none' if sweep['t_star'] is None else format(sweep['t_star'], 'g') + 'x'}")
     print(f"report: {args.out / 'report.md'}")
 
 

@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -105,13 +106,25 @@ def reference_tokens(model: str, revision: str) -> float:
     """The tokens of a reference revision: Pythia's names give the step (its preset the tokens
     per step), the others' the tokens themselves."""
     if model == "pythia":
-        return int(re.fullmatch(r"step(\d+)", revision).group(1)) * preset(model).tokens_per_step
-    return int(re.search(r"tokens(\d+)B", revision).group(1)) * 1e9
+        step = re.fullmatch(r"step(\d+)", revision)
+        tokens_per_step = preset(model).tokens_per_step
+        assert step is not None and tokens_per_step is not None  # Pythia's branches and preset
+        return int(step.group(1)) * tokens_per_step
+    tokens = re.search(r"tokens(\d+)B", revision)
+    assert tokens is not None  # the other reference models' branches
+    return int(tokens.group(1)) * 1e9
+
+
+def _head_of_key(key: str) -> tuple[int, int]:
+    """"L3_H7" -> (3, 7): a head as the reference data names it."""
+    found = re.fullmatch(r"L(\d+)_H(\d+)", key)
+    assert found is not None, key
+    return int(found.group(1)), int(found.group(2))
 
 
 def _head_grid(per_head: dict, value) -> np.ndarray:
     """{"L3_H7": x} -> [layers, heads, ...] array of value(x)."""
-    index = {tuple(map(int, re.fullmatch(r"L(\d+)_H(\d+)", k).groups())): v for k, v in per_head.items()}
+    index = {_head_of_key(k): v for k, v in per_head.items()}
     n_layers = 1 + max(l for l, _ in index)
     n_heads = 1 + max(h for _, h in index)
     return np.array([[value(index[(l, h)]) for h in range(n_heads)] for l in range(n_layers)], dtype=float)
@@ -140,7 +153,7 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
         if pr_path.exists():
             pr_data = read_json(pr_path)
             for i, revision in enumerate(pr_data["revisions"]):
-                pr = _head_grid(pr_data["pr"], lambda values: values[i])
+                pr = _head_grid(pr_data["pr"], lambda values: values[i])  # noqa: B023 (called here, with this i)
                 for c in checkpoints:
                     if c.revision == revision:
                         c.spectral = pr
@@ -151,7 +164,7 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
 def find_runs(paths: list[Path]) -> dict[Path, bool]:
     """Complete run directories (with a summary, not a duplicate's) at or under the given paths, each with whether
     it is a refinement run (under a ``refine/`` folder of the path it was found in)."""
-    found = {}
+    found: dict[Path, bool] = {}
     for path in map(Path, paths):
         for summary in sorted(path.rglob(SUMMARY_FILE)) if path.is_dir() else []:
             run_dir = summary.parent
@@ -177,6 +190,9 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             raise ValueError(f"{run_dir}: run has neither a token count nor a step (revision {summary.revision!r}); "
                              "a panel needs revisions with a known place in training: analyse named revisions "
                              "(revision=r0..r9 or revision=custom revision.name=<checkpoint>)")
+        position = summary.tokens if summary.tokens is not None else summary.step
+        assert position is not None  # one of them (above)
+        revision = cast(str, summary.revision)  # a run with a place in training names its revision
         n_layers, n_heads = summary.n_layers, summary.n_heads
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         spectral = np.zeros((n_layers, n_heads))
@@ -194,14 +210,14 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         used.setdefault(panel, set()).add(
             (classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
         first = "random" if summary.probe.first is None else summary.probe.first.kind  # before the field: the study's
-        units.setdefault(panel, {})[summary.revision] = "tokens" if summary.tokens is not None else "steps"
-        first_tokens.setdefault(panel, {}).setdefault(first, []).append(summary.revision)
+        units.setdefault(panel, {})[revision] = "tokens" if summary.tokens is not None else "steps"
+        first_tokens.setdefault(panel, {}).setdefault(first, []).append(revision)
         arrays = {}
         if (run_dir / PER_SEQUENCE_FILE).exists():
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
-        by_model.setdefault(panel, {})[summary.revision] = Checkpoint(
-            summary.revision, float(summary.tokens if summary.tokens is not None else summary.step), sel, spectral, **arrays, run_dir=run_dir, refined=refined,
+        by_model.setdefault(panel, {})[revision] = Checkpoint(
+            revision, float(position), sel, spectral, **arrays, run_dir=run_dir, refined=refined,
             **{name: None if np.isnan(grid).all() else grid for name, grid in per_head.items()},
             massive_activation_ratio=massive, dtype=summary.dtype, reference_dtype=summary.reference_dtype,
             weights_sha256=summary.weights_sha256, copy_loss_drop=summary.copy_loss_drop, null=summary.null,
@@ -210,7 +226,8 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     for (model, _, probe, _), kinds in first_tokens.items():
         if len(kinds) > 1:  # a sink read behind a BOS and one read behind a random token are not one trajectory
-            runs = "; ".join(f"{kind}: {', '.join(sorted(map(str, revisions)))}" for kind, revisions in sorted(kinds.items()))
+            runs = "; ".join(f"{kind}: {', '.join(sorted(map(str, revisions)))}"
+                             for kind, revisions in sorted(kinds.items()))
             raise ValueError(f"the {model} {probe} runs differ in their first token ({runs}); rerun them with one "
                              "probe.first_token (random or bos)")
     for (model, _, probe, _), unit_of in units.items():

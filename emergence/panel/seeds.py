@@ -44,9 +44,9 @@ def _layers(per_layer: list[int]) -> str:
 def _row(seed: int | None, m: ModelFindings) -> SeedRow:
     revs = m.revisions
     position = {r.revision: i for i, r in enumerate(revs)}
-    onset, bos_10 = m.f3.induction_onset, m.f3.bos_10
-    onset = onset.revision if onset else None
-    bos_10 = bos_10.revision if bos_10 else None
+    onset_milestone, bos_10_milestone = m.f3.induction_onset, m.f3.bos_10
+    onset = onset_milestone.revision if onset_milestone else None
+    bos_10 = bos_10_milestone.revision if bos_10_milestone else None
     bos_layers = {i for r in revs for i, n in enumerate(r.bos_per_layer) if n}
     return SeedRow(
         seed=seed, bos=[(r.revision, 100 * r.bos_fraction, _layers(r.bos_per_layer)) for r in revs],
@@ -75,7 +75,8 @@ def seeds_markdown(findings: PanelFindings, model: str) -> str:
                          f"{', '.join(sorted(findings.models)) or 'no models'}")
     revisions = [r for r, _, _ in rows[0].bos]
     lines = [f"{model}: BOS % by revision (layers with BOS heads), per training seed", "",
-             "| seed | " + " | ".join(revisions) + " | induction onset (>= 3 heads) | BOS >= 10% from | final Sink_0 % |",
+             "| seed | " + " | ".join(revisions)
+             + " | induction onset (>= 3 heads) | BOS >= 10% from | final Sink_0 % |",
              "|---" * (len(revisions) + 4) + "|"]
     for row in rows:
         cells = [f"{v:.1f}" + (f" ({layers})" if layers != "-" else "") for _, v, layers in row.bos]

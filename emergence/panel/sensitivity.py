@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from emergence.panel.findings import ABRUPT_SHARE, BOS, INDUCTION, ONSET_HEADS, RECALL_MILESTONES, at_level
 from emergence.panel.records import Conclusion
@@ -73,7 +74,7 @@ class Grid:
         recall = self._tokens_at(self.recall_67)
         full = np.ones(self.shape, dtype=bool)
         return {
-            "layers_0_1_bos_free": full & self.zero_bos_layers[:, :2].all(axis=1)[:, None],
+            "layers_0_1_bos_free": full & np.asarray(self.zero_bos_layers[:, :2].all(axis=1))[:, None],
             "gap_at_least_10x": np.nan_to_num(gap, nan=0.0) >= GAP_CONCLUSION,
             # BOS-50% never reached (censored): it comes after the last revision, if ever.
             "recall_67_before_bos_50": (self.recall_67 >= 0) & (np.isnan(bos_50) | (recall < bos_50)),
@@ -86,7 +87,7 @@ def _first(mask: np.ndarray, axis: int) -> np.ndarray:
     return np.where(mask.any(axis=axis), mask.argmax(axis=axis), -1)
 
 
-def dense(traj: Trajectory, class_grid: np.ndarray = GRID, circuit_grid: np.ndarray = GRID) -> Grid:
+def dense(traj: Trajectory, class_grid: ArrayLike = GRID, circuit_grid: ArrayLike = GRID) -> Grid:
     """F1-F4 of ``traj`` at every (class, circuit) threshold pair, vectorised over both axes."""
     sel = traj.sel  # [revisions, layers, heads, 6]
     first, ind = sel[..., BOS], sel[..., INDUCTION]
@@ -111,7 +112,7 @@ def dense(traj: Trajectory, class_grid: np.ndarray = GRID, circuit_grid: np.ndar
     return Grid(
         model=traj.model, class_grid=c, circuit_grid=k, tokens=traj.tokens,
         revisions=[cp.revision for cp in traj.checkpoints],
-        zero_bos_layers=~bos_members.any(axis=(1, 3)),
+        zero_bos_layers=np.asarray(~bos_members.any(axis=(1, 3))),
         jump_index=jump_index,
         jump_share=np.where(has_rise, largest / np.where(has_rise, rise, 1.0), np.nan),
         final_bos_fraction=rise,

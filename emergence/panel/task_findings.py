@@ -41,6 +41,7 @@ from emergence.panel.uncertainty import bracket
 from emergence.recipe.screen import CLASSES, head_name
 from emergence.recipe.tasks.ablation import ConditionResult, TaskAblation
 from emergence.recipe.tasks.metrics import SUMMARY_METRICS, TASKS, MetricValue
+from emergence.recipe.tasks.step import TaskSummary
 
 BOS = CLASSES.index("bos")
 
@@ -69,13 +70,19 @@ def clears(metrics: dict[str, MetricValue], levels: tuple[EmergenceLevel, ...]) 
     return all(metrics[level.metric].ci[0] > level.level for level in levels)
 
 
+def _task(c: Checkpoint) -> TaskSummary:
+    """The task of a checkpoint of a task trajectory (each of them has it: ``runs`` groups them so)."""
+    assert c.task is not None
+    return c.task
+
+
 def task_reached(traj: Trajectory) -> dict[str, np.ndarray]:
     """``{"task_<task>": [revisions] bool}``: whether each revision clears the task's levels; empty
     for a trajectory without a task."""
     if traj.task is None:
         return {}
     levels = EMERGENCE_LEVELS[traj.task]
-    return {milestone_name(traj.task): np.array([clears(c.task.metrics.metrics, levels) for c in traj.checkpoints],
+    return {milestone_name(traj.task): np.array([clears(_task(c).metrics.metrics, levels) for c in traj.checkpoints],
                                                 dtype=bool)}
 
 
@@ -92,7 +99,7 @@ def overlap(screen: list[str], circuits: dict[str, list[str]], sinks: set[str]) 
 
 
 def task_revision(c: Checkpoint, levels: tuple[EmergenceLevel, ...], class_threshold: float) -> TaskRevision:
-    task = c.task
+    task = _task(c)
     sinks = sink_heads(c, class_threshold)
     return TaskRevision(revision=c.revision, tokens=c.tokens, metrics=task.metrics.metrics,
                         cleared=clears(task.metrics.metrics, levels), screens=task.screens,
@@ -117,10 +124,10 @@ def emergence(traj: Trajectory) -> Milestone | None:
 def first_entries(traj: Trajectory, screen: str) -> list[HeadEntry]:
     """Each head of ``screen``'s top-k at the final revision, in rank order, with the first revision
     whose top-k holds it."""
-    final = traj.checkpoints[-1].task.screens[screen]
+    final = _task(traj.checkpoints[-1]).screens[screen]
     entries = []
     for rank, head in enumerate(final, start=1):
-        first = next(i for i, c in enumerate(traj.checkpoints) if head in c.task.screens.get(screen, []))
+        first = next(i for i, c in enumerate(traj.checkpoints) if head in _task(c).screens.get(screen, []))
         entries.append(HeadEntry(head=head, rank=rank, entered=_milestone(traj, first)))
     return entries
 
@@ -165,10 +172,12 @@ def published_rows(ablation: TaskAblation | None, published: Ablation) -> list[P
     """Each metric of each condition of one published experiment, beside ours; the metrics the study
     quotes beyond the task's own (``SUMMARY_METRICS``) are left out."""
     rows = []
+    # the task's own metrics (the induction batch's experiment, which no task compares, has none of them)
+    kept = () if published.task == "induction" else SUMMARY_METRICS[published.task]
     for condition in published.conditions:
         ours = None if ablation is None else our_condition(ablation, published, condition.name)
         for metric, value in condition.metrics.items():
-            if metric not in SUMMARY_METRICS[published.task]:
+            if metric not in kept:
                 continue
             mine = None if ours is None else ours.metrics.metrics[metric]
             rows.append(PublishedRow(
@@ -185,7 +194,7 @@ def published_comparison(c: Checkpoint) -> PublishedComparison | None:
     was not the study's (filtered words: other prompts than those the study measured)."""
     published = load_published_tasks()
     model = study_model(c, published)
-    task = c.task
+    task = _task(c)
     if model is None or (task.words is not None and task.words.mode != "study"):  # None: a run before the field
         return None
     ablations = [a for a in published.ablations if a.model == model and a.task == task.name]
@@ -198,12 +207,12 @@ def published_comparison(c: Checkpoint) -> PublishedComparison | None:
         sweeps.append(PublishedSweep(screen=screen, published=s,
                                      ours=None if ours is None else ours.sweeps.get(s.top1_metric)))
     heads = []
-    for s in screens:
-        screen = EXPERIMENT_SCREEN.get(s.experiment) or task.name
-        shown = [head_name(h.layer, h.head) for h in s.heads]
-        ours = task.screens.get(screen, [])
-        heads.append(PublishedScreenHeads(screen=screen, published=shown, ours=ours,
-                                          shared=[h for h in ours if h in shown]))
+    for published_screen in screens:
+        screen = EXPERIMENT_SCREEN.get(published_screen.experiment) or task.name
+        shown = [head_name(h.layer, h.head) for h in published_screen.heads]
+        ours_heads = task.screens.get(screen, [])
+        heads.append(PublishedScreenHeads(screen=screen, published=shown, ours=ours_heads,
+                                          shared=[h for h in ours_heads if h in shown]))
     return PublishedComparison(study_model=model, revision=c.revision,
                                rows=[row for a in ablations for row in published_rows(task.ablation, a)],
                                screens=heads, sweeps=sweeps)
@@ -215,10 +224,11 @@ def task_findings(traj: Trajectory, class_threshold: float) -> TaskFindings | No
         return None
     levels = EMERGENCE_LEVELS[traj.task]
     final = traj.checkpoints[-1]
-    coverages = {c.task.metrics.ci_level for c in traj.checkpoints}
+    final_ablation = _task(final).ablation
+    coverages = {_task(c).metrics.ci_level for c in traj.checkpoints}
     return TaskFindings(
         task=traj.task, levels=list(levels), ci_level=coverages.pop() if len(coverages) == 1 else None,
         revisions=[task_revision(c, levels, class_threshold) for c in traj.checkpoints],
         emergence=emergence(traj),
-        first_entry={screen: first_entries(traj, screen) for screen in final.task.screens},
-        verdicts=final.task.ablation.sweeps if final.task.ablation else [], published=published_comparison(final))
+        first_entry={screen: first_entries(traj, screen) for screen in _task(final).screens},
+        verdicts=final_ablation.sweeps if final_ablation else [], published=published_comparison(final))

@@ -12,7 +12,7 @@ separation, the ratio of their tokens with its range over both brackets.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,16 +48,17 @@ MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]
 def transition(traj: Trajectory, measure: str) -> Transition | None:
     """``measure``'s transition over ``traj``; None where it is measured at no revision."""
     values = [_nan_to_none(MEASURES[measure][1](c)) for c in traj.checkpoints]
-    measured = [i for i, v in enumerate(values) if v is not None]
+    known = {i: v for i, v in enumerate(values) if v is not None}  # revision index -> its value
+    measured = list(known)
     if not measured:
         return None
     names, tokens = [c.revision for c in traj.checkpoints], [c.tokens for c in traj.checkpoints]
     largest_jump = jump = half_way = None
     if len(measured) > 1:
-        i, j = max(zip(measured, measured[1:]), key=lambda pair: abs(values[pair[1]] - values[pair[0]]))
-        jump = values[j] - values[i]
-        midpoint, direction = (values[i] + values[j]) / 2, np.sign(jump)
-        past = [k for k in measured if direction * (values[k] - midpoint) > 0]
+        i, j = max(zip(measured, measured[1:]), key=lambda pair: abs(known[pair[1]] - known[pair[0]]))
+        jump = known[j] - known[i]
+        midpoint, direction = (known[i] + known[j]) / 2, np.sign(jump)
+        past = [k for k in measured if direction * (known[k] - midpoint) > 0]
         largest_jump = [names[i], names[j]]
         if jump != 0 and past:
             k = past[0]
@@ -80,8 +81,12 @@ def separation(earlier: tuple[str, Milestone], later: tuple[str, Milestone]) -> 
     (first_name, first), (then_name, then) = earlier, later
     if first.tokens == 0:
         return Separation(earlier=first_name, later=then_name, gap_ratio=None, gap_ratio_range=None)
+    # reached events: tokens, and so a bracket, known (``token_axis``)
+    assert first.tokens is not None and then.tokens is not None
+    assert first.bracket_tokens is not None and then.bracket_tokens is not None
     low_then, high_then = then.bracket_tokens
     low_first, high_first = first.bracket_tokens
+    assert high_then is not None and high_first is not None  # a bracket ends at its own revision's tokens
     return Separation(earlier=first_name, later=then_name, gap_ratio=then.tokens / first.tokens,
                       gap_ratio_range=[None if low_then is None else low_then / high_first,
                                        None if not low_first else high_then / low_first])
@@ -90,17 +95,19 @@ def separation(earlier: tuple[str, Milestone], later: tuple[str, Milestone]) -> 
 def sinks_by_probe(trajectories: dict[str, Trajectory], findings: dict[str, ModelFindings]) -> list[SinkProbes]:
     """The revisions both the synthetic and the text probe measured, with each one's Sink_eps and
     BOS fraction; ``trajectories`` and ``findings`` by probe."""
-    if not {"synthetic", "text"} <= set(trajectories) or any(findings[p].sinks_gu is None for p in ("synthetic", "text")):
+    if not {"synthetic", "text"} <= set(trajectories):
         return []
-    at = {p: {r.revision: (r, s) for r, s in zip(findings[p].revisions, findings[p].sinks_gu.revisions)}
-          for p in ("synthetic", "text")}
+    gu = {p: g for p in ("synthetic", "text") if (g := findings[p].sinks_gu) is not None}
+    if len(gu) != 2:
+        return []
+    at = {p: {r.revision: (r, s) for r, s in zip(findings[p].revisions, g.revisions)} for p, g in gu.items()}
     out = []
     for c in trajectories["synthetic"].checkpoints:
         if c.revision not in at["text"]:
             continue
         rows = {p: at[p][c.revision] for p in at}
         sink = {p: rows[p][1].sink_fraction for p in rows}
-        out.append(SinkProbes(c.revision, c.tokens, sink_fraction=sink,
+        out.append(SinkProbes(c.revision, c.tokens, sink_fraction={**sink},
                               bos_fraction={p: rows[p][0].bos_fraction for p in rows},
                               disagree=(sink["synthetic"] >= 0.5) != (sink["text"] >= 0.5)))
     return out
@@ -125,7 +132,7 @@ def token_axis(trajectories: dict[str, Trajectory], findings: dict[str, ModelFin
     for t in transitions:
         events[f"{t.measure} ({t.probe})"] = t.half_way
     reached = sorted(((name, m) for name, m in events.items() if m is not None and m.tokens is not None),
-                     key=lambda item: item[1].tokens)
+                     key=lambda item: item[1].tokens or 0.0)  # each has its tokens (above)
     return TokenAxis(probes=list(trajectories), transitions=transitions, events=events,
                      separations=[separation(a, b) for a, b in itertools.combinations(reached, 2)],
                      sinks=sinks_by_probe(trajectories, findings))

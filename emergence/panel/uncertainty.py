@@ -22,6 +22,7 @@ from emergence.recipe.stats import interval, replicate_means, replicate_selectiv
 
 INDUCTION = CLASSES.index("induction")
 BOS = CLASSES.index("bos")
+RUN_STATS = StatsConfig()  # the runs' defaults: n_boot, ci, seed
 
 
 def bracket(tokens: np.ndarray, index: int) -> list:
@@ -57,13 +58,13 @@ class Replicates:
 
 
 def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: float,
-               sink_epsilon: float = ThresholdConfig.sink_epsilon, settings: StatsConfig = StatsConfig()
+               sink_epsilon: float = ThresholdConfig.sink_epsilon, settings: StatsConfig = RUN_STATS
                ) -> Replicates | None:
     """The bootstrap of a trajectory (``settings``: n_boot, ci, seed; the runs' defaults), or None
     without per-sequence attentions at every revision (the reference data, old runs) or when
     revisions were probed with different batch sizes."""
-    targets = [c.targets for c in traj.checkpoints]
-    if any(t is None for t in targets) or len({t.shape[0] for t in targets}) != 1:
+    targets = [c.targets for c in traj.checkpoints if c.targets is not None]
+    if len(targets) != len(traj.checkpoints) or len({t.shape[0] for t in targets}) != 1:
         return None
     weights = resample_weights(targets[0].shape[0], settings.n_boot, settings.seed)
     bos, n_ind, ind = [], [], []
@@ -73,9 +74,10 @@ def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: floa
         n_ind.append((sel[..., INDUCTION] >= circuit_threshold).sum(axis=(1, 2)))
         ind.append(sel[..., INDUCTION])
     sink = None
-    if all(c.sink_importance is not None for c in traj.checkpoints):
+    importances = [c.sink_importance for c in traj.checkpoints if c.sink_importance is not None]
+    if len(importances) == len(traj.checkpoints):  # every revision measured them
         # a replicate's Sink_0 share is the resampled mean of each sequence's share of sink heads
-        shares = np.stack([(c.sink_importance > sink_epsilon).mean(axis=(1, 2)) for c in traj.checkpoints], 1)
+        shares = np.stack([(s > sink_epsilon).mean(axis=(1, 2)) for s in importances], 1)
         sink = replicate_means(shares, weights)  # [n_boot, revisions]
     return Replicates(np.stack(bos, 1), np.stack(n_ind, 1), np.stack(ind, 1), settings.ci, sink)
 

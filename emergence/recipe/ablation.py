@@ -21,10 +21,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from emergence.core.config import AblateConfig, StatsConfig
 from emergence.core.record import Record
 from emergence.recipe import capture, stats, verdict
 from emergence.recipe.probe import ProbeBatch
-from emergence.recipe.screen import head_name, parse_head_name
+from emergence.recipe.screen import head_name, head_of
 
 METRICS = ("loss", "top1", "top5", "logit_b")
 
@@ -39,7 +40,7 @@ class Metrics(Record):
     logit_b: float  # B's logit
 
     @classmethod
-    def of(cls, means: dict[str, float]) -> "Metrics":
+    def of(cls, means: dict[str, float]) -> Metrics:
         return cls(**{m: float(means[m]) for m in METRICS})
 
 
@@ -180,7 +181,7 @@ def _fallback_layout(per_layer: Counter, pools: dict[int, list[int]], n_layers: 
 
 
 def draw_controls(circuit: list[tuple[int, int]], n_layers: int, n_heads: int, n_sets: int, seed: int,
-                  set_aside: list[tuple[int, int]] = ()) -> Controls:
+                  set_aside: Sequence[tuple[int, int]] = ()) -> Controls:
     """Up to ``n_sets`` distinct control sets with as many heads per layer as the circuit, never a
     circuit head nor one of ``set_aside``.
 
@@ -240,7 +241,8 @@ def removed_after(handles: list):
 
 
 @contextmanager
-def ablating(arch, layer_masks: Sequence[torch.Tensor | None], position_mean: torch.Tensor | None = None):
+def ablating(arch: capture.AttentionLayout, layer_masks: Sequence[torch.Tensor | None],
+             position_mean: torch.Tensor | None = None):
     """Ablate heads per batch row while active.
 
     ``layer_masks[layer]`` [rows, heads] bool: which heads to ablate in each row of the batch as it
@@ -251,6 +253,7 @@ def ablating(arch, layer_masks: Sequence[torch.Tensor | None], position_mean: to
 
     def make_hook(layer: int):
         ablated = layer_masks[layer]
+        assert ablated is not None  # hooked only where a head is ablated
 
         def hook(module, args):
             x = args[0]
@@ -264,7 +267,8 @@ def ablating(arch, layer_masks: Sequence[torch.Tensor | None], position_mean: to
         return hook
 
     for layer, proj in enumerate(arch.out_projs):
-        if layer_masks[layer] is not None and layer_masks[layer].any():
+        mask = layer_masks[layer]
+        if mask is not None and mask.any():
             handles.append(proj.register_forward_pre_hook(make_hook(layer)))
     with removed_after(handles):
         yield
@@ -289,16 +293,19 @@ class StackLayout:
     owner: list[int | None]  # per head set: its block at the top (CLEAN for a set with no head)
 
     @classmethod
-    def of(cls, masks: torch.Tensor, rows: int) -> "StackLayout":
+    def of(cls, masks: torch.Tensor, rows: int) -> StackLayout:
         """``masks`` [k, layers, heads] bool: the k head sets."""
         k, n_layers, _ = masks.shape
         per_layer = masks.any(dim=2)  # [k, layers]
         lowest = [int(row.nonzero()[0]) if row.any() else None for row in per_layer]
-        joining = sorted((s for s in range(k) if lowest[s] is not None), key=lambda s: (lowest[s], s))
-        last_join = max((lowest[s] for s in joining), default=-1)
+        joins = {s: low for s, low in enumerate(lowest) if low is not None}  # a set with a head: its lowest layer
+        joining = sorted(joins, key=lambda s: (joins[s], s))
+        last_join = max(joins.values(), default=-1)
         keep_clean = any(low is None for low in lowest)
-        blocks = [([CLEAN] if keep_clean or layer < last_join else []) +
-                  [s for s in joining if lowest[s] <= layer] for layer in range(n_layers)]
+        blocks: list[list[int | None]] = []
+        for layer in range(n_layers):
+            clean: list[int | None] = [CLEAN] if keep_clean or layer < last_join else []
+            blocks.append(clean + [s for s in joining if joins[s] <= layer])
         return cls(rows, blocks, [None if low is None else s for s, low in enumerate(lowest)])
 
     def entering(self, layer: int) -> list[int | None]:
@@ -384,7 +391,7 @@ def last_position_only(layer, out_proj, attention):
         yield capture.last_query_only(attention)
 
 
-def stacked_logits(model, arch, tokens: torch.Tensor, masks: torch.Tensor,
+def stacked_logits(model, arch: capture.AttentionLayout, tokens: torch.Tensor, masks: torch.Tensor,
                    position_mean: torch.Tensor | None = None) -> torch.Tensor:
     """[k, b, V] logits at T-1 of the ``b`` sequences ``tokens`` [b, T] with each of the ``k`` head
     sets ``masks`` [k, layers, heads] ablated, in one forward pass (call it under inference mode).
@@ -411,7 +418,7 @@ class Ablated:
     n: int
 
 
-def run_ablation(model, arch, batch: ProbeBatch, head_sets: list[list[tuple[int, int]]],
+def run_ablation(model, arch: capture.AttentionLayout, batch: ProbeBatch, head_sets: list[list[tuple[int, int]]],
                  batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
     """Metrics of B at T-1 for each head set ablated, all sets sharing each pass (``stacked_logits``);
     each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses so
@@ -445,7 +452,7 @@ class AdaptiveStop:
     spending its share of the error budget, and stops once a look's interval of the causal
     criterion (``verdict``) excludes zero. ``last`` is the interval of the last look made."""
 
-    def __init__(self, settings, clean_loss: np.ndarray):
+    def __init__(self, settings: AblateConfig, clean_loss: np.ndarray):
         self.settings, self.clean_loss = settings, clean_loss
         self.sizes = verdict.look_sizes(settings.min_sequences, len(clean_loss))
         self.seen = 0  # sequences measured at the previous call
@@ -477,7 +484,8 @@ class CleanRun:
     loss: np.ndarray  # [n] per-sequence loss of B, in probe order
 
 
-def ablate(settings, stats_settings, subject: capture.Subject, circuit: list[tuple[int, int]], clean: CleanRun,
+def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture.Subject | None,
+           circuit: list[tuple[int, int]], clean: CleanRun,
            position_mean: torch.Tensor | None, induction_sel: np.ndarray, circuit_level: float) -> AblationResult:
     """The ablation step: clean vs ``circuit`` ablated vs its controls.
 
@@ -494,13 +502,14 @@ def ablate(settings, stats_settings, subject: capture.Subject, circuit: list[tup
     result = AblationResult(enabled=settings.enabled, mode=settings.mode, causal_factor=settings.causal_factor,
                             sequences=settings.sequences, clean=Metrics.of(clean_metrics))
     if settings.heads is not None:  # the user's head set instead of the screened circuit
-        circuit = [parse_head_name(h) for h in settings.heads]
+        circuit = [head_of(h) for h in settings.heads]  # checked before the probe pass
         result.heads = list(settings.heads)
     if not settings.enabled:
         return result
     if not circuit:
         result.note = "empty induction circuit: nothing to ablate"
         return result
+    assert subject is not None  # the model loads where ablation runs (cache.needs_weights)
     model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
     level = settings.control_exclude * circuit_level
     set_aside = set_aside_heads(induction_sel, level, circuit)

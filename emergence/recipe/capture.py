@@ -63,14 +63,15 @@ output projection, whose input holds the per-head outputs).
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
@@ -194,7 +195,7 @@ class Recorder:
     then reduces all layers of the minibatch at once (one gather for every target and null
     position), so the fixed cost of the reductions is paid once per minibatch, not per layer."""
 
-    def __init__(self, subject: "Subject", options: "PassOptions", device: torch.device):
+    def __init__(self, subject: Subject, options: PassOptions, device: torch.device):
         arch, n, seq_len = subject.arch, subject.batch.n, subject.batch.seq_len
         n_layers, n_heads, head_dim = arch.n_layers, arch.n_heads, arch.head_dim
         null_positions, repeat = options.null_positions, options.repeat
@@ -256,8 +257,10 @@ class Recorder:
         self._rows[layer] = call.last_query_row()
         self._last_out[layer] = out[:self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
         if to_lagged is not None:  # the copy's queries: the last span of them
+            assert self.repeat is not None  # the repeat probe's pass gives to_lagged
             self.prefix_sums[layer] += to_lagged[..., -self.repeat.span:].sum((0, 2), dtype=torch.float64)
         if self.sink_importance is not None:
+            assert to_key0 is not None  # a pass that measures the sink importance gives it
             self._importance[layer] = sinks.first_key_importance(
                 to_key0, None if attention_mask is None else attention_mask[..., 0])
         if self.position_sum is not None:
@@ -269,19 +272,21 @@ class Recorder:
         n_layers = len(self._rows)
         rows = torch.stack(self._rows, dim=1)  # [b, layers, heads, T]
         last_out = torch.stack(self._last_out, dim=1)  # [take, layers, heads, d]
-        importance = None if self.sink_importance is None else torch.stack(self._importance, dim=1)  # [b, layers, heads]
+        # [b, layers, heads]
+        importance = None if self.sink_importance is None else torch.stack(self._importance, dim=1)
         self._rows, self._last_out, self._importance = ([None] * n_layers for _ in range(3))  # the stacks hold them
         # The targets, null sums and spectral sums come from the rows and the T-1 outputs: a non-finite
         # value anywhere upstream (an earlier layer's output, at any position) reaches them.
         self.finite &= torch.isfinite(rows).all() & torch.isfinite(last_out).all()
         b, _, n_heads, _ = rows.shape
+        assert self._read_at is not None  # begin_batch set it
         read = rows.gather(3, self._read_at[:, None, None, :].expand(b, n_layers, n_heads, -1))
         targets = torch.cat([read[..., :5],  # induction, duplicate token, previous token, self, first token
                              read[..., self._local_cols].mean(-1, keepdim=True),
                              read[..., self._baseline_cols].mean(-1, keepdim=True)], dim=-1)  # order: screen.CLASSES
         self.targets[self._start:self._start + b] = targets.cpu()
         self.null_sums += read[..., self._draw_cols].sum(0, dtype=torch.float64)
-        if importance is not None:
+        if importance is not None and self.sink_importance is not None:  # both or neither
             self.finite &= torch.isfinite(importance).all()
             self.sink_importance[self._start:self._start + b] = importance.cpu()
         if len(last_out):
@@ -424,7 +429,7 @@ class Unembedding:
     softcap: float | None
 
     @classmethod
-    def of(cls, model) -> "Unembedding":
+    def of(cls, model) -> Unembedding:
         head = model.get_output_embeddings()
         return cls(head.weight, getattr(head, "bias", None), getattr(model.config, "final_logit_softcapping", None))
 
@@ -551,12 +556,35 @@ class Capture:
     # (both None when the pass skipped the mechanism)
 
 
+class AttentionLayout(Protocol):
+    """A loaded model's attention layout, as a pass and an ablation read it: ``hub.checkpoints.Architecture``
+    (found by ``discover``) is one."""
+
+    @property
+    def model_type(self) -> str: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def attentions(self) -> list[torch.nn.Module]:  # the modules that call the attention function, in layer order
+        ...
+    @property
+    def out_projs(self) -> list[torch.nn.Module]:  # each one's output projection: its input holds the head outputs
+        ...
+    @property
+    def decoder_layers(self) -> list[torch.nn.Module]:  # the decoder block that holds each attention module
+        ...
+
+
 @dataclass(frozen=True)
 class Subject:
     """What a pass runs on: a model loaded with our attention function, its layout, and the batch."""
 
-    model: torch.nn.Module
-    arch: object  # the model's attention layout (``hub.checkpoints.Architecture``, found by ``discover``)
+    model: PreTrainedModel
+    arch: AttentionLayout  # the model's attention layout (``hub.checkpoints.Architecture``, found by ``discover``)
     batch: ProbeBatch
     batch_size: int  # sequences per forward pass
 
@@ -604,10 +632,11 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
                 tokens = batch.tokens[start:stop].to(device)
                 # Every position reaches the output embeddings only for final_hidden_kept, which keeps
                 # them and projects T-1 alone; no KV cache: nothing generates after the pass.
-                with final_hidden_kept(model) if position_losses else nullcontext([]) as kept:
+                keeping: AbstractContextManager[Any] = final_hidden_kept(model) if position_losses else nullcontext([])
+                with keeping as kept:
                     logits = model(tokens, logits_to_keep=0 if position_losses else 1, use_cache=False,
                                    **{LISTENER: rec}).logits[:, -1]
-                if position_losses:
+                if loss_positions is not None:  # position_losses
                     hidden = checked_final_hidden(model, kept, logits, arch.model_type)
                     losses.append(sequence_losses(Unembedding.of(model), hidden, tokens, loss_positions).cpu())
                 if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
@@ -631,7 +660,7 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
         null_sums=rec.null_sums.cpu().numpy(),
         position_losses=torch.cat(losses).numpy() if position_losses else None,
         prefix_matching=None if repeat is None else (rec.prefix_sums / (n * repeat.span)).cpu().numpy(),
-        value_norm_ratio=(None if not sink_mechanism else
+        value_norm_ratio=(None if rec.value_norm_sums is None else  # without sink_mechanism
                           mechanism.first_over_rest(rec.value_norm_sums[0], rec.value_norm_sums[1], n, batch.seq_len)),
         residual=residual.result() if sink_mechanism else None,
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emergence.core.config import StatsConfig
 from emergence.core.record import Record
 from emergence.recipe.probe import RepeatLayout
 from emergence.recipe.stats import interval, replicate_means, resample_weights
@@ -47,7 +48,7 @@ class RepeatScores(Record):
     loss_drop_ci: list[float]
 
 
-def bootstrap_interval(per_sequence: np.ndarray, settings) -> list[float]:
+def bootstrap_interval(per_sequence: np.ndarray, settings: StatsConfig) -> list[float]:
     """The percentile interval of the mean of ``per_sequence`` [n] over sequences."""
     weights = resample_weights(len(per_sequence), settings.n_boot, settings.seed)
     return interval(replicate_means(per_sequence, weights), settings.ci)
@@ -62,7 +63,7 @@ def curve_positions(seq_len: int, icl_positions: list[int], curve: str) -> np.nd
     return np.array(sorted({*powers, seq_len - 1, *icl_positions}))
 
 
-def text_scores(losses: np.ndarray, icl_positions: list[int], settings, source: str,
+def text_scores(losses: np.ndarray, icl_positions: list[int], settings: StatsConfig, source: str,
                 tokenizer: str) -> TextScores:
     """``losses`` [n, T-1]: the loss of the token at positions 1..T-1 (``capture.sequence_losses``; NaN
     where not measured, ``curve_positions``)."""
@@ -75,7 +76,7 @@ def text_scores(losses: np.ndarray, icl_positions: list[int], settings, source: 
                       source=source, tokenizer=tokenizer)
 
 
-def repeat_scores(losses: np.ndarray, layout: RepeatLayout, settings) -> RepeatScores:
+def repeat_scores(losses: np.ndarray, layout: RepeatLayout, settings: StatsConfig) -> RepeatScores:
     """``losses`` [n, T-1] as in ``text_scores``; the copies as ``layout`` lays them out."""
     # column j holds the loss at position j + 1: positions prefix+1 .. copy_start-1, and copy_start+1 .. T-1
     first = slice(layout.prefix, layout.copy_start - 1)

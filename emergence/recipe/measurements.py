@@ -48,7 +48,7 @@ class Measurements:
         return sequence_mean(self.sink_importance)
 
     @classmethod
-    def of(cls, cap, spectral_estimates: spectral.SpectralEstimates, arch, probe_fingerprint: str) -> "Measurements":
+    def of(cls, cap, spectral_estimates: spectral.SpectralEstimates, arch, probe_fingerprint: str) -> Measurements:
         """Reduce a probe pass (``capture.Capture``, scored with ``ablation.metrics_per_sequence``) and its
         spectral estimates (step 3) to what the screen, interval and ablation steps keep."""
         clean_metrics = dict(zip(METRICS, cap.scores.mean(axis=0).tolist()))

@@ -53,7 +53,7 @@ class ResidualStats:
     median: np.ndarray  # float64: mean over sequences of each sequence's median |h|
     first_position_norm_ratio: np.ndarray  # float64: mean |h[0]| over mean |h[p]|, p > 0
 
-    def records(self) -> list["MassiveActivation"]:
+    def records(self) -> list[MassiveActivation]:
         return [MassiveActivation(layer=i, top=float(self.top[i]), position=int(self.top_position[i]),
                                   dimension=int(self.top_dimension[i]), median=float(self.median[i]),
                                   ratio=float(self.top[i] / self.median[i]),

@@ -151,6 +151,7 @@ def with_first_token(batch: ProbeBatch, first: FirstToken) -> ProbeBatch:
     every other occurrence of both), so only the random token that stood there changes."""
     if first.kind == "random":
         return batch
+    assert first.bos_id is not None  # bos names its id
     if bool(((batch.a == first.bos_id) | (batch.b == first.bos_id)).any()):
         raise UsageError(f"probe.first_token=bos is invalid with this probe.vocab_low/vocab_high: the BOS id "
                          f"{first.bos_id} lies in that range and is drawn as a planted A or B; use a range without it")

@@ -43,6 +43,14 @@ def parse_head_name(name: str) -> tuple[int, int] | None:
     return None if m is None else (int(m.group(1)), int(m.group(2)))
 
 
+def head_of(name: str) -> tuple[int, int]:
+    """"L4H7" -> (4, 7), for a name already checked to be a head's (``parse_head_name``)."""
+    head = parse_head_name(name)
+    if head is None:
+        raise ValueError(f"{name!r} is not a head name (L<layer>H<head>)")
+    return head
+
+
 def selectivity(mean_attention: np.ndarray) -> np.ndarray:
     """[..., 7] mean attention (six classes, then baseline) -> [..., 6] selectivity."""
     baseline = np.maximum(mean_attention[..., BASELINE], MIN_BASELINE)
@@ -77,7 +85,7 @@ class Screen:
         return self.sel.shape[1]
 
     def circuit_heads(self) -> list[tuple[int, int]]:
-        return [tuple(map(int, lh)) for lh in np.argwhere(self.induction_circuit)]
+        return [(int(layer), int(head)) for layer, head in np.argwhere(self.induction_circuit)]
 
     def circuit_names(self) -> list[str]:
         return [head_name(l, h) for l, h in self.circuit_heads()]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from emergence.core.config import StatsConfig
 from emergence.core.record import Record
 from emergence.recipe.stats import interval, replicate_means, resample_weights
 
@@ -46,7 +47,7 @@ class SinkMetric(Record):
     definition: str  # the metric in words
 
 
-def sink_metric(importance: np.ndarray, epsilon: float, settings) -> SinkMetric:
+def sink_metric(importance: np.ndarray, epsilon: float, settings: StatsConfig) -> SinkMetric:
     """``summary.json``'s ``sink_metric`` from the per-sequence importances [n, layers, heads]
     (``settings``: the run's ``StatsConfig``, the screen's resample)."""
     above = importance > epsilon  # [n, layers, heads]

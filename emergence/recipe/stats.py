@@ -20,10 +20,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emergence.core.config import StatsConfig
 from emergence.core.record import Record
 from emergence.recipe.probe import LOCAL_OFFSETS
-from emergence.recipe.screen import (BASELINE, CLASSES, MIN_BASELINE, UNCLASSIFIED, Screen, Screened, head_name, screen,
-                                     selectivity)
+from emergence.recipe.screen import (
+    BASELINE,
+    CLASSES,
+    MIN_BASELINE,
+    UNCLASSIFIED,
+    Screen,
+    Screened,
+    head_name,
+    screen,
+    selectivity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +227,7 @@ class ScreenIntervals:
 
 
 def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_threshold: float,
-                     settings) -> ScreenIntervals:
+                     settings: StatsConfig) -> ScreenIntervals:
     """Bootstrap the screen: resample sequences, recompute selectivities (paired numerator and
     baseline) and the whole classification in every replicate, take percentile intervals.
     ``settings``: the run's ``StatsConfig`` (n_boot, ci, seed)."""
@@ -237,7 +247,7 @@ def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_thresh
 
 
 def effect_intervals(clean: np.ndarray, circuit: np.ndarray, controls: np.ndarray, causal_factor: float,
-                     settings) -> dict:
+                     settings: StatsConfig) -> dict:
     """Paired bootstrap intervals of the ablation effect over sequences.
 
     Per-sequence losses of B: ``clean`` [n], ``circuit`` [n] (circuit ablated), ``controls``
@@ -263,7 +273,7 @@ class Uncertainty:
     below_floor: list[str]  # thresholds under the null floor that admit heads
 
 
-def quantify_uncertainty(measured, screened: Screened, circuit_threshold: float, settings,
+def quantify_uncertainty(measured, screened: Screened, circuit_threshold: float, settings: StatsConfig,
                          seq_len: int) -> Uncertainty:
     """The screen's uncertainty from the probe pass's ``measured`` (``measurements.Measurements``):
     a bootstrap over sequences and the null's floor (``settings``: the run's ``StatsConfig``); a

@@ -31,7 +31,7 @@ DOCUMENTS_PER_CALL = 256  # documents per call of a fast tokenizer
 class Tokenizer:
     """What packing needs of a tokenizer: documents to ids, and the special tokens around them."""
 
-    encode: Callable[[list[str]], list[list[int]]]  # documents -> their ids, no special tokens
+    encode: Callable[[Sequence[str]], list[list[int]]]  # documents -> their ids, no special tokens
     bos: int | None  # starts every window where the model's tokenizer starts every text with it
     eos: int | None  # ends every document
     name: str

@@ -17,6 +17,7 @@ import hashlib
 import json
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +85,7 @@ def load(path: Path) -> Measurements | None:
         meta = json.loads(str(data["meta"]))
         residual = mechanism.ResidualStats(**{k.removeprefix(RESIDUAL_PREFIX): data[k] for k in data.files
                                               if k.startswith(RESIDUAL_PREFIX)})
-        optional = {name: data[name] if name in data.files else None for name in OPTIONAL_ARRAYS}
+        optional: dict[str, Any] = {name: data[name] if name in data.files else None for name in OPTIONAL_ARRAYS}
         return Measurements(**{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta)
 
 

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
-Key = tuple[str, str, str]  # (repo id, revision, model.weights_format)
+Key = tuple[str, str | None, str]  # (repo id, revision (None: the default branch), model.weights_format)
 
 
 class Downloader:
@@ -196,6 +196,7 @@ class Prefetch(Callback):
 
     def revision(self, num: int) -> Key | None:
         if num not in self.revisions:
+            assert self.master is not None  # set with the jobs, at the multirun's start
             self.revisions[num] = hub_download_of(self.master, self.jobs[num], num)
         return self.revisions[num]
 
@@ -214,7 +215,8 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
         if already_done(cfg, out_dir):
             return None
         src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
-        verdict = stored_verdicts(Path(master.hydra.sweep.dir) / INTEGRITY_FILE).get(src.path, {}).get(src.revision)
+        stored = stored_verdicts(Path(master.hydra.sweep.dir) / INTEGRITY_FILE).get(src.path, {})
+        verdict = None if src.revision is None else stored.get(src.revision)
         if verdict is not None and (verdict.verdict == "duplicate" or verdict.fails):
             return None
         # a GGUF file is fetched by its own run (``checkpoints.gguf_file_path``), not as a revision's weights

@@ -15,12 +15,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 import emergence
 from emergence.core.atomic import atomic_write_bytes, atomic_write_text, npz_bytes
-from emergence.core.config import ProbeConfig
+from emergence.core.config import ProbeConfig, StatsConfig
 from emergence.core.record import Record
 from emergence.hub.gguf import GgufHeader
 from emergence.recipe.ablation import AblationResult
@@ -29,9 +30,9 @@ from emergence.recipe.mechanism import MassiveActivation
 from emergence.recipe.probe import FirstToken
 from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
 from emergence.recipe.sinks import SinkMetric
+from emergence.recipe.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 from emergence.recipe.tasks.ablation import sweep_text
 from emergence.recipe.tasks.step import TaskSummary
-from emergence.recipe.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 
 HEADS_FILE = "heads.csv"
 PROMPTS_FILE = "prompts.jsonl"  # a task run's prompts, one JSON object per line (``TaskPrompt``)
@@ -128,11 +129,11 @@ class HeadRow(Record):
         return self.to_json()
 
     @classmethod
-    def from_columns(cls, row: dict[str, str]) -> "HeadRow":
+    def from_columns(cls, row: dict[str, str]) -> HeadRow:
         """A row as ``csv.DictReader`` reads it (strings), typed by the fields: a float is written
         as its ``repr`` and so reads back exactly (NaN included), a boolean as True / False."""
         names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls)}
-        types = {f.name: f.type for f in fields(cls)}  # the annotations as written: "int", "float", ...
+        types: dict[str, Any] = {f.name: f.type for f in fields(cls)}  # the annotations as written: "int", ...
         return cls(**{names[column]: _PARSE[types[names[column]]](value) for column, value in row.items()})
 
 
@@ -142,7 +143,8 @@ def _parse_bool(value: str) -> bool:
     return value == "True"
 
 
-_PARSE = {"int": int, "float": float, "bool": _parse_bool, "str": str}  # heads.csv's cells by HeadRow's field types
+# heads.csv's cells by HeadRow's field types
+_PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _parse_bool, "str": str}
 
 HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow)]
 
@@ -160,7 +162,7 @@ class HeadMeasures:
     task_scores: dict[str, np.ndarray] | None = None  # a task's head scores by column (``TaskScreen.scores``)
 
     @classmethod
-    def of(cls, measured, task_scores: dict[str, np.ndarray] | None = None) -> "HeadMeasures":
+    def of(cls, measured, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
         """From a run's ``measurements.Measurements`` and its task's scores, if any."""
         return cls(measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance,
                    measured.value_norm_ratio, measured.prefix_matching, task_scores)
@@ -178,7 +180,7 @@ def head_rows(scr: Screen, measures: HeadMeasures, intervals: ScreenIntervals, n
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):
-            row = {"layer": layer, "head": head}
+            row: dict[str, Any] = {"layer": layer, "head": head}
             row.update({f"sel_{c}": float(scr.sel[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["best_class"] = str(scr.best_class[layer, head])
             row["class_"] = str(scr.head_class[layer, head])
@@ -339,7 +341,7 @@ class RunSummary(Record):
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")
 
     @classmethod
-    def read(cls, run_dir: Path) -> "RunSummary":
+    def read(cls, run_dir: Path) -> RunSummary:
         data = read_summary_json(run_dir)
         if data["schema_version"] == 2:  # it named the toys' copy loss drop icl_score (Olsson's is ``text``'s)
             data["copy_loss_drop"] = data.pop("icl_score", None)
@@ -367,7 +369,7 @@ class DuplicateRun(Record):
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2) + "\n")
 
     @classmethod
-    def read(cls, run_dir: Path) -> "DuplicateRun":
+    def read(cls, run_dir: Path) -> DuplicateRun:
         return cls.from_json(read_summary_json(run_dir))
 
 
@@ -399,7 +401,7 @@ class SpectralSummary(Record):
     n_sequences: int = field(kw_only=True)  # the rows of each head's output matrix
 
 
-def intervals_summary(intervals: ScreenIntervals, settings) -> IntervalsSummary:
+def intervals_summary(intervals: ScreenIntervals, settings: StatsConfig) -> IntervalsSummary:
     """``summary.json`` ``intervals`` of the screen's bootstrap (``settings``: the run's ``StatsConfig``)."""
     return IntervalsSummary(ci=settings.ci, n_boot=settings.n_boot, seed=settings.seed,
                             method="percentile bootstrap over sequences (paired numerator and baseline), the "
@@ -481,6 +483,7 @@ def ablation_lines(ab: AblationResult) -> list[str]:
     if not ab.effect:
         return []
     e, draw = ab.effect, ab.control_draw
+    assert ab.circuit is not None  # measured with the effect
     controls = ("no control set" if e.controls_loss_increase_mean is None
                 else f"controls {e.controls_loss_increase_mean:+.3f}: "
                      f"{'causal' if e.causal else 'not causal'} at {ab.causal_factor:g}x")
@@ -497,7 +500,8 @@ def ablation_lines(ab: AblationResult) -> list[str]:
 
 def task_lines(task: TaskSummary) -> list[str]:
     """The task's capability, screens and screen-vs-random verdicts (``ablation.sweep_text``), a line each."""
-    metrics = ", ".join(f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]" for name, m in task.metrics.metrics.items())
+    metrics = ", ".join(f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]"
+                        for name, m in task.metrics.metrics.items())
     lines = [f"task {task.name}: {task.n_prompts} prompts x {task.seq_len} tokens ({task.tokenizer}): {metrics}"]
     if task.words is not None and task.words.mode == "filtered":  # not the study's prompts: say which words went
         dropped = "; ".join(f"{name} {' '.join(words)}" for name, words in task.words.dropped.items() if words)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -57,9 +58,9 @@ class Loaded:
     task_tokenizer: str | None = None  # that tokenizer's repo@revision
     gguf: GgufHeader | None = None  # model.gguf_file: the file's tensor types before dequantization
     # the run's settings with the probe fitted to the model (``validation.fit_probe``): what later steps use
-    cfg: Config | None = None
+    cfg: Config = field(kw_only=True)
     probe_fit: results.ProbeFitted | None = None  # what was fitted; None: the probe as asked
-    config_digest: str | None = None  # the settings as asked (``resume`` compares them)
+    config_digest: str = field(kw_only=True)  # the settings as asked (``resume`` compares them)
 
 
 def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None:
@@ -70,6 +71,8 @@ def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None
     training_seed = results.training_seed(cfg.model)
     revision = checkpoints.resolve_revision(cfg)
     repo = cfg.model.name_or_path
+    if revision.name is None:  # the checkpoint as it is: no branch the sweep checked
+        return None
     verdict = integrity.stored_verdicts(store).get(repo, {}).get(revision.name)
     if verdict is None or verdict.verdict == "ok":
         return None
@@ -77,6 +80,7 @@ def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None
         raise UsageError(f"revision={revision.name} of {repo} is defective: {verdict.line} "
                          f"({revisions.listing_command(cfg.model)} --check); leave it out of the sweep")
     if verdict.verdict == "duplicate":
+        assert verdict.other is not None  # a duplicate names the branch analysed in its place
         return results.DuplicateRun(results.SCHEMA_VERSION, cfg.model.key, repo, training_seed, revision.name,
                                     revision.step, revision.tokens, verdict.other, verdict.weights_sha256,
                                     config_digest(cfg))
@@ -128,8 +132,9 @@ def load(cfg: Config) -> Loaded:
         model = checkpoints.load_model(cfg, src, checkpoint, device, dtype)
         batch_size = cfg.probe.batch_size
         if device.type == "cuda" and cfg.probe.auto_batch:
-            batch_size = checkpoints.auto_batch_size(checkpoints.free_memory(device), cfg.probe.seq_len, hf_config,
-                                                     dtype)
+            free = checkpoints.free_memory(device)
+            assert free is not None  # CUDA reports it
+            batch_size = checkpoints.auto_batch_size(free, cfg.probe.seq_len, hf_config, dtype)
         subject = capture.Subject(model, checkpoints.Architecture.of(model), batch, batch_size)
     download = results.Download(bytes_downloaded=checkpoints.downloaded_bytes(src), load_seconds=0.0,
                                 prefetched=arrival.prefetched, wait_seconds=arrival.wait_seconds)
@@ -139,12 +144,12 @@ def load(cfg: Config) -> Loaded:
     return Loaded(f"{cfg.model.key}@{revision.name or 'as-is'}", revision, src, checkpoint.model_type_mapped_from,
                   device, dtype_name, weight_bytes, weights_sha256, download, first, batch,
                   probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), tokenizer, cache_file, cached,
-                  subject, task_batch, task_tokenizer, checkpoint.gguf, cfg, fitted, asked)
+                  subject, task_batch, task_tokenizer, checkpoint.gguf, fitted, cfg=cfg, config_digest=asked)
 
 
 def run_config(cfg: Config, loaded: Loaded) -> dict:
     """The W&B run's config: the run's settings, and the checkpoint's step and tokens."""
-    return {**OmegaConf.to_container(OmegaConf.structured(cfg)), "step": loaded.revision.step,
+    return {**cast(dict, OmegaConf.to_container(OmegaConf.structured(cfg))), "step": loaded.revision.step,
             "tokens": loaded.revision.tokens}
 
 
@@ -160,6 +165,7 @@ def measure(cfg: Config, loaded: Loaded) -> capture.Capture | None:
         loaded.baseline, p.spectral_sequences or p.n_sequences, keep_position_means=mean_ablation,
         null_positions=stats.null_positions(loaded.batch.ab.numpy(), p.seq_len, cfg.stats.n_null),
         loss_positions=loss_positions(p), repeat=probe.RepeatLayout(p.seq_len) if p.kind == "repeat" else None)
+    assert loaded.subject is not None  # the model loads where the pass runs (cache.needs_weights)
     return capture.run_probe(loaded.subject, options, ablation.metrics_per_sequence)
 
 
@@ -198,10 +204,17 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
     intervals = results.intervals_summary(uncertainty.intervals, cfg.stats)
     versions = results.versions()
     sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
-    text_scores = None if p.kind != "text" else icl.text_scores(
-        measured.position_losses, list(p.icl_positions), cfg.stats, text.source_name(p), loaded.tokenizer)
-    repeat_scores = None if p.kind != "repeat" else icl.repeat_scores(
-        measured.position_losses, probe.RepeatLayout(p.seq_len), cfg.stats)
+    text_scores: icl.TextScores | None = None
+    repeat_scores: icl.RepeatScores | None = None
+    if p.kind in ("text", "repeat"):
+        losses = measured.position_losses
+        assert losses is not None  # the text and repeat probes' passes compute them
+        if p.kind == "text":
+            assert loaded.tokenizer is not None  # the text probe's (``checkpoints.probe_batch``)
+            text_scores = icl.text_scores(losses, list(p.icl_positions), cfg.stats, text.source_name(p),
+                                          loaded.tokenizer)
+        else:
+            repeat_scores = icl.repeat_scores(losses, probe.RepeatLayout(p.seq_len), cfg.stats)
     copy_loss_drop = toy_train.copy_loss_drop(cfg.model, revision.name)
     digest = loaded.config_digest  # the settings as asked, before any fitting
     return results.RunSummary(

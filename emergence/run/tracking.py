@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def run_id(run_dir: Path) -> str:
 
 @contextmanager
 def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str = "checkpoint",
-                tags: list = ()):
+                tags: Sequence[str | None] = ()):  # None and empty tags are left out
     """Yield a W&B run (None when disabled); the run is finished even if the body raises.
 
     ``tags`` join the configured ``wandb.tags``; ``wandb.dir`` (default ``$WANDB_DIR``)
@@ -134,7 +135,7 @@ def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
                 unit = "_pp" if metric == TOP1_METRIC[task.name] else ""  # the verdict metric: in its own units
                 metrics[f"task/{task.name}/{sweep.screen}/{metric}_delta{unit}"] = s.screen_delta
                 metrics[f"task/{task.name}/{sweep.screen}/{metric}_random_delta{unit}"] = s.mean
-    metrics["heads"] = wandb.Table(columns=HEAD_COLUMNS, data=[list(r.columns().values()) for r in rows])
+    metrics["heads"] = wandb.Table(columns=[*HEAD_COLUMNS], data=[list(r.columns().values()) for r in rows])
     metrics["classes"] = wandb.Image(figure)
     run.log(metrics)
     run.summary.update({k: v for k, v in metrics.items() if not isinstance(v, (wandb.Table, wandb.Image))})

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ from emergence.core.errors import invalid
 from emergence.hub import gguf
 from emergence.hub.weights import WEIGHTS_FORMATS
 from emergence.recipe.probe import PAIR_START, min_seq_len
-from emergence.recipe.screen import parse_head_name
+from emergence.recipe.screen import head_of, parse_head_name
 from emergence.recipe.stats import NULL_RULES
 from emergence.recipe.tasks.batches import TASKS
 from emergence.recipe.text import TEXT_FILE_SUFFIXES
@@ -222,7 +223,8 @@ def fit_probe(cfg: Config, hf_config) -> tuple[Config, ProbeFitted | None]:
     if p.fit == "off" or not fitted:
         return cfg, None
     scale = fitted["seq_len"][1] / p.seq_len if "seq_len" in fitted else 1.0
-    probe = dataclasses.replace(p, **{k: used for k, (_, used) in fitted.items()})
+    changes: dict[str, Any] = {k: used for k, (_, used) in fitted.items()}
+    probe = dataclasses.replace(p, **changes)
     thresholds = dataclasses.replace(
         t, class_default=t.class_default * scale, circuit=t.circuit * scale,
         prev_token_circuit=t.prev_token_circuit * scale,
@@ -248,7 +250,7 @@ def validate_for_model(cfg: Config, hf_config) -> None:
         _fail("model.architecture", expected, f"the checkpoint is a {hf_config.model_type!r} model")
     n_layers, n_heads = hf_config.num_hidden_layers, hf_config.num_attention_heads
     for name in cfg.ablate.heads or []:
-        layer, head = parse_head_name(name)
+        layer, head = head_of(name)  # validate checked the names
         if layer >= n_layers or head >= n_heads:
             _fail("ablate.heads", name, f"the model has {n_layers} layers x {n_heads} heads "
                   f"(L0H0..L{n_layers - 1}H{n_heads - 1})")

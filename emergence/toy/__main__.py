@@ -1,4 +1,5 @@
-"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks toy_tasks] [--force] [--override cache_dir=DIR]``: train toy panels.
+"""``python -m emergence.toy [toy_neox toy_olmo toy_olmoe toy_olmo_sinks toy_tasks] [--force]
+[--override cache_dir=DIR]``: train toy panels.
 
 With no model named it trains the four of ``DEFAULT_TOY_MODELS``; ``toy_tasks`` (the task toy, longer to
 train) only when named, as ``toy_tasks`` or ``model=toy_tasks``.
@@ -50,7 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     for key in models or DEFAULT_TOY_MODELS:
         try:
             cfg = compose_config([f"model={key}", *args.override])
-            validate_recipe(cfg.model.toy)
+            recipe = cfg.model.toy
+            assert recipe is not None  # a toy model's preset holds its recipe
+            validate_recipe(recipe)
         except UsageError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             ensure_trained(cfg.model)
         manifest = json.loads((Path(cfg.model.name_or_path).expanduser() / MANIFEST).read_text())
-        weights = weights_recipe(asdict(cfg.model.toy))
+        weights = weights_recipe(asdict(recipe))
         print(f"{key}: {cfg.model.name_or_path}")
         # Against the documented panels as they are now, not as they were when this panel was trained.
         print(f"  {compare_to_documented(manifest, weights, documented_panels())['message']}")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-
 ZIPF_EXPONENT = 1.1  # each token's next-token distribution: Zipf-shaped over a random ordering
 SPAN_MIN, SPAN_MAX = 8, 24  # a filler's copied spans are this long (a repeat's span up to 2 x SPAN_MAX)
 SPANS_PER_FILLER = 2

@@ -72,7 +72,7 @@ def mkl_branch() -> str | None:
 def cpu_name() -> str:
     """The CPU's vendor and model name (Linux: /proc/cpuinfo), else the platform's processor string."""
     try:
-        info = {}
+        info: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, sep, value = line.partition(":")
             if sep:
@@ -115,8 +115,11 @@ def document(manifest: dict, weights: dict, path: Path | None = None) -> Path:
     environment): what ``python -m emergence.toy ... --document`` does."""
     path = Path(path or DOCUMENTED)
     entry = documented_entry(manifest, weights)
-    key = lambda p: (p["model"], json.dumps(p["recipe"], sort_keys=True),
-                     tuple(p["environment"].get(k) for k in (*BITS_FIELDS, "cpu")))
+
+    def key(p: dict) -> tuple:
+        return (p["model"], json.dumps(p["recipe"], sort_keys=True),
+                tuple(p["environment"].get(k) for k in (*BITS_FIELDS, "cpu")))
+
     panels = [p for p in documented_panels(path) if key(p) != key(entry)] + [entry]
     panels.sort(key=lambda p: (p["model"], p["recipe"].get("seed", 0), p["environment"].get("numerics", "")))
     path.write_text(json.dumps({"panels": panels}, indent=1) + "\n")
@@ -192,7 +195,8 @@ def first_divergence(a: list[float], b: list[float], tolerance: float = 0.0) -> 
 
 
 def compare_trainings(root_a: Path, root_b: Path) -> str:
-    """Where two trained panels part: environment, per-step losses, checkpoints (``python -m emergence.toy --compare``)."""
+    """Where two trained panels part: environment, per-step losses, checkpoints
+    (``python -m emergence.toy --compare``)."""
     manifests = [json.loads((Path(r) / "manifest.json").read_text()) for r in (root_a, root_b)]
     lines = []
     for k in ("numerics", *BITS_FIELDS, "cpu"):

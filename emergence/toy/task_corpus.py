@@ -33,16 +33,16 @@ pairs x 36 place-object pairs x 2 orders).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
 from emergence.toy.corpus import ToyCorpus
-from emergence.toy.words import (CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS,
-                                 PLACES)
+from emergence.toy.words import CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS, PLACES
 
 Task = Literal["ioi", "greater_than", "successor", "binding"]
 TASKS: tuple[Task, ...] = ("ioi", "greater_than", "successor", "binding")

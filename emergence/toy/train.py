@@ -7,8 +7,9 @@ has one) in ``<name_or_path>/<revision>/``. The
 per-step training losses go to ``losses.tsv``; the manifest (``manifest.json``: per checkpoint
 step, tokens seen, training loss, copy loss drop (under its first name, ``icl_score``) and the
 sha256 of its weights; the recipe; the numerical environment of the training; whether it
-reproduces a documented panel) is written last, so a directory with a manifest holds a complete panel. ``model.toy.numerics=portable`` trains in a
-fresh process with the kernels, oneMKL branch and threads pinned (``emergence/toy/repro.py``).
+reproduces a documented panel) is written last, so a directory with a manifest holds a complete
+panel. ``model.toy.numerics=portable`` trains in a fresh process with the kernels, oneMKL branch
+and threads pinned (``emergence/toy/repro.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from transformers import (
     OlmoeConfig,
     OlmoeForCausalLM,
     OlmoForCausalLM,
+    PreTrainedModel,
     get_cosine_with_min_lr_schedule_with_warmup,
 )
 from transformers.utils import logging as hf_logging
@@ -62,6 +64,7 @@ def build_model(recipe):
                   num_hidden_layers=recipe.n_layers, num_attention_heads=recipe.n_heads,
                   intermediate_size=recipe.intermediate_size, max_position_embeddings=recipe.seq_len,
                   bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    model: PreTrainedModel
     if recipe.architecture == "gpt_neox":
         model = GPTNeoXForCausalLM(GPTNeoXConfig(**common))
     elif recipe.architecture == "olmo":
@@ -87,7 +90,8 @@ def build_corpus(recipe, tokenizer):
                      skip_prob=recipe.skip_prob, trigger_fraction=recipe.trigger_fraction)
     if tokenizer is None:
         return ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, **synthetic)
-    return TaskMixCorpus(tokenizer, recipe.seq_len, recipe.seed, recipe.task_fraction, synthetic, recipe.home_city_share)
+    return TaskMixCorpus(tokenizer, recipe.seq_len, recipe.seed, recipe.task_fraction, synthetic,
+                         recipe.home_city_share)
 
 
 def measure_copy_loss_drop(model, recipe) -> float:
@@ -101,7 +105,8 @@ def measure_copy_loss_drop(model, recipe) -> float:
     model.eval()
     with torch.inference_mode():
         hidden = model.base_model(tokens).last_hidden_state  # [n, T, d]: the output embeddings' input
-        nll = capture.sequence_losses(capture.Unembedding.of(model), hidden, tokens, positions)  # column p-1: position p
+        # column p-1: position p
+        nll = capture.sequence_losses(capture.Unembedding.of(model), hidden, tokens, positions)
     model.train(was_training)
     return float(nll[:, first:first + COPY_SPAN - 1].mean() - nll[:, second:second + COPY_SPAN - 1].mean())
 
@@ -182,7 +187,8 @@ def _train_in_portable_process(model_cfg, root: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg_file = Path(tmp) / "model.yaml"
         cfg_file.write_text(OmegaConf.to_yaml(OmegaConf.structured(model_cfg)))
-        code = "import sys; from emergence.toy.train import portable_process; portable_process(sys.argv[1], sys.argv[2])"
+        code = ("import sys; from emergence.toy.train import portable_process; "
+                "portable_process(sys.argv[1], sys.argv[2])")
         done = subprocess.run([sys.executable, "-c", code, str(cfg_file), str(root)], env=env)
     if done.returncode != 0:
         raise RuntimeError(f"the portable training of {model_cfg.key} failed (exit status {done.returncode}; "
@@ -225,6 +231,7 @@ def _train_here(model_cfg, root: Path) -> dict:
             model.save_pretrained(root / entry.revision, safe_serialization=True)
             if tokenizer is not None:  # AutoTokenizer.from_pretrained(checkpoint) loads it offline
                 tokenizer.save_pretrained(root / entry.revision)
+            assert entry.tokens is not None  # a toy's panel states its tokens
             checkpoints.append({"revision": entry.revision, "step": step, "tokens": int(entry.tokens),
                                 "train_loss": loss, MANIFEST_COPY_LOSS_DROP: measure_copy_loss_drop(model, recipe),
                                 "sha256": repro.sha256_file(root / entry.revision / "model.safetensors")})

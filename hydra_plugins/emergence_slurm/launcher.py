@@ -20,8 +20,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -100,7 +101,8 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             signal.signal(signal.SIGUSR2, on_warning)
         return super().__call__(*args, **kwargs)
 
-    def missing(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[tuple[list[str], int, Path]]:
+    def missing(self, job_overrides: Sequence[Sequence[str]],
+                initial_job_idx: int) -> list[tuple[list[str], int, Path]]:
         """(overrides, job number, run directory) of each job without a complete run."""
         todo = []
         for num, overrides in enumerate(job_overrides, start=initial_job_idx):

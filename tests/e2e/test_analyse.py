@@ -8,6 +8,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
+
+from emergence.core.config import compose_config
+from emergence.main import analyse
+from emergence.recipe.probe import baseline_positions, make_probe_batch
+from emergence.recipe.screen import CLASSES, selectivity
+from emergence.run.results import HEAD_COLUMNS, SCHEMA_VERSION, read_run
 from tests.helpers.cli import last_line, run_cli
 from tests.helpers.reference_impl import (
     eager_model,
@@ -18,12 +24,6 @@ from tests.helpers.reference_impl import (
     pr_centred_cov,
 )
 from tests.helpers.tiny_models import ARCHS
-
-from emergence.core.config import compose_config
-from emergence.main import analyse
-from emergence.recipe.probe import baseline_positions, make_probe_batch
-from emergence.recipe.screen import CLASSES, selectivity
-from emergence.run.results import HEAD_COLUMNS, SCHEMA_VERSION, read_run
 
 SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10",
          "probe.vocab_high=500", "probe.batch_size=8", "model.dtype=float32", "wandb.mode=disabled"]

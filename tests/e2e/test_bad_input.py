@@ -8,11 +8,11 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import run_cli
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
 from emergence.recipe.text import checkpoint_tokenizer
+from tests.helpers.cli import run_cli
 
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}  # no downloads, no W&B
 ERROR_LINE = re.compile(r"error: \S")
@@ -87,8 +87,8 @@ def test_every_command_answers_bad_input_in_one_line(module, case, tmp_path):
 
 
 def test_every_documented_command_is_guarded(tmp_path):
-    """The commands the README and docs/ name (``python -m emergence...``, ``python -m benchmarks.bench``) are the ones guarded,
-    each with its three cases."""
+    """The commands the README and docs/ name (``python -m emergence...``, ``python -m benchmarks.bench``) are
+    the ones guarded, each with its three cases."""
     root = Path(__file__).parents[2]
     text = "".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
     documented = set(re.findall(r"python -m ((?:emergence|benchmarks)(?:\.\w+)*)", text)) - set(INTERNAL)

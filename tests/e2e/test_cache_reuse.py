@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from emergence.core.config import compose_config
-from emergence.hub import checkpoints
+from emergence.hub import checkpoints, weights
 from emergence.main import analyse
-from emergence.hub import weights
 from emergence.run import cache
 from emergence.run.results import read_run
 from tests.helpers.hub_twin import Weights, write_weights

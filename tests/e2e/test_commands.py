@@ -6,6 +6,7 @@ import signal
 import time
 
 import pytest
+
 from tests.helpers.cli import last_line, run_cli, start_cli
 
 SMALL = ["probe=quick", "probe.n_sequences=16", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500"]

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import run_fresh
 from hydra import compose, initialize_config_module
 from hydra.utils import get_class
 
@@ -14,6 +13,7 @@ from emergence.core.errors import UsageError
 from emergence.hub import revisions
 from emergence.hub.checkpoints import resolve_revision
 from emergence.run.validation import validate
+from tests.helpers.cli import run_fresh
 
 CONF = Path(__file__).parents[2] / "conf"
 GROUPS = ("model", "revision", "probe", "threshold")
@@ -79,7 +79,8 @@ def test_the_schema_imports_no_step_and_registers_nothing_on_import():
             "import emergence.core.config as config\n"
             "from hydra.core.config_store import ConfigStore\n"
             "from omegaconf import OmegaConf\n"
-            "steps = sorted(m for m in sys.modules if m.startswith('emergence.') and m not in ('emergence.core', 'emergence.core.config'))\n"
+            "steps = sorted(m for m in sys.modules if m.startswith('emergence.')"
+            " and m not in ('emergence.core', 'emergence.core.config'))\n"
             "assert not steps and 'torch' not in sys.modules, steps\n"
             "assert 'emergence_schema.yaml' not in ConfigStore.instance().repo, 'registered on import'\n"
             "assert not OmegaConf.has_resolver('emergence_cache_dir'), 'registered on import'\n"
@@ -97,7 +98,8 @@ def test_the_per_class_thresholds_are_the_screens_classes():
     from emergence.recipe.screen import CLASSES
 
     assert tuple(f.name for f in fields(PerClassThresholds)) == CLASSES
-    assert list(PerClassThresholds(local=2.0, induction=1.0).overrides().items()) == [("induction", 1.0), ("local", 2.0)]
+    overrides = PerClassThresholds(local=2.0, induction=1.0).overrides()
+    assert list(overrides.items()) == [("induction", 1.0), ("local", 2.0)]
 
 
 def restated(data: dict, node, where: str) -> list[str]:

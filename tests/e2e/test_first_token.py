@@ -8,8 +8,6 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from tests.helpers.hub_twin import save_tokenizer
-from tests.helpers.reference_impl import eager_model, eager_targets
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
@@ -18,6 +16,8 @@ from emergence.panel.runs import load_runs
 from emergence.recipe.probe import baseline_positions, make_probe_batch, make_repeat_batch
 from emergence.recipe.screen import CLASSES, selectivity
 from emergence.run.results import read_run
+from tests.helpers.hub_twin import save_tokenizer
+from tests.helpers.reference_impl import eager_model, eager_targets
 
 BOS_ID = 1  # save_tokenizer's "<s>", which its post-processor puts before every input
 SMALL = ["probe=paper", "probe.n_sequences=16", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=300",

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+
 from tests.helpers.cli import last_line, run_cli
 from tests.helpers.tiny_models import save_tiny_model
 

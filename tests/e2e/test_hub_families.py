@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.helpers.cli import last_line, run_cli
 
 from emergence.hub.weights import fingerprint
+from tests.helpers.cli import last_line, run_cli
 
 QUICK = ["probe=quick", "probe.n_sequences=16", "probe.seq_len=64", "probe.vocab_high=500", "model.dtype=float32",
          "ablate.enabled=false", "wandb.mode=disabled"]
@@ -112,7 +112,8 @@ def test_a_sweep_refinement_and_report_of_each_family_read_its_real_layout(famil
     # only the config, the weight files of the format read, and the tokenizer (probe.first_token=auto reads
     # whether it puts a BOS first; the text probe encodes with it) were downloaded
     for revision, files in cached_files(tmp_path / "hub", repo.repo_id).items():
-        weight_files = {f for f in repo.files[revision] if f in repo.weight_sha256[revision] or f.endswith(".index.json")}
+        weight_files = {f for f in repo.files[revision]
+                        if f in repo.weight_sha256[revision] or f.endswith(".index.json")}
         if revision in branches and not repo.planted.get(revision):
             assert weight_files <= files, (revision, files)
         assert files <= {"config.json", *weight_files, *TOKENIZER}, (revision, files)
@@ -214,6 +215,7 @@ def test_a_task_on_a_step_branch_reads_mains_tokenizer_and_refuses_a_name_it_spl
     assert res.returncode == 2 and "Traceback" not in res.stderr and not run.exists()
     line = last_line(res.stderr)
     assert re.fullmatch(r"error: ioi: ' [A-Z][a-z]+' is (the unknown token|\d+ tokens) in the tokenizer .+, not one "
-                        r"token; run ioi with a model whose tokenizer has it as one token, or leave ioi out", line), line
+                        r"token; run ioi with a model whose tokenizer has it as one token, or leave ioi out",
+                        line), line
     files = cached_files(tmp_path / "hub", "LLM360/Amber")
     assert TOKENIZER & set(files["main"]) and not TOKENIZER & set(files["ckpt_001"])  # main's tokenizer was read

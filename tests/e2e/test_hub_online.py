@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+
 from tests.helpers.cli import last_line, run_cli, start_cli
 from tests.helpers.hub_server import publish
 from tests.helpers.tiny_models import save_tiny_model
@@ -126,7 +127,8 @@ def test_a_repo_or_a_revision_the_server_lacks_ends_in_one_line_naming_it(hub_se
     cases = {  # args -> what the one line names
         ("model.name_or_path=allenai/nope", "revision=custom", f"revision.name={BRANCHES[0]}"):
             f"repo allenai/nope does not exist on {hub_server.endpoint}",
-        ("model.name_or_path=allenai/nope", "revision=r0"): f"repo allenai/nope does not exist on {hub_server.endpoint}",
+        ("model.name_or_path=allenai/nope", "revision=r0"):
+            f"repo allenai/nope does not exist on {hub_server.endpoint}",
         ("revision=custom", f"revision.name={BRANCHES[1]}"): f"{OLMO2} on {hub_server.endpoint} has no revision "
                                                              f"'{BRANCHES[1]}' (1 branches)",
     }

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.helpers.cli import last_line, run_cli
 from tests.helpers.hub_server import publish
 from tests.helpers.tiny_models import save_tiny_model
@@ -31,7 +32,8 @@ def placeholder(tmp_path):
 
 def list_refs(env: dict, repo: str) -> subprocess.CompletedProcess:
     """``huggingface_hub.list_repo_refs`` in a fresh process, which reads HF_ENDPOINT at import."""
-    code = "import sys, huggingface_hub; print(*sorted(b.name for b in huggingface_hub.list_repo_refs(sys.argv[1]).branches))"
+    code = ("import sys, huggingface_hub; "
+            "print(*sorted(b.name for b in huggingface_hub.list_repo_refs(sys.argv[1]).branches))")
     return subprocess.run([sys.executable, "-c", code, repo], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env})
 
@@ -68,7 +70,8 @@ def test_publish_nests_folders_and_keeps_bin_and_pt_files_in_lfs(tmp_path):
                                 check=True).stdout
         if path.endswith((".bin", ".pt")):
             oid = hashlib.sha256(content).hexdigest()
-            assert stored == f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(content)}\n".encode()
+            pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(content)}\n"
+            assert stored == pointer.encode()
             assert (repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid).read_bytes() == content
         else:
             assert stored == content, path

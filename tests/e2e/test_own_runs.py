@@ -70,4 +70,5 @@ def test_a_glob_sweep_refinement_and_the_report_over_the_folder(trainer_run, tmp
     assert res.returncode == 0, res.stderr[-3000:]
     findings = json.loads((tmp_path / "steps" / "findings.json").read_text())["models"]["local"]
     assert [r["tokens"] for r in findings["revisions"]] == PANEL_STEPS and findings["unit"] == "steps"
-    assert "every **tokens** of this section counts training **steps**" in (tmp_path / "steps" / "report.md").read_text()
+    report = (tmp_path / "steps" / "report.md").read_text()
+    assert "every **tokens** of this section counts training **steps**" in report

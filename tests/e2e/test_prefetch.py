@@ -8,15 +8,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from tests.helpers.cli import run_cli
-from tests.helpers.hub_server import publish
-from tests.e2e.test_hub_server import OLMO2, QUICK
-from tests.helpers.tiny_models import save_tiny_model
 
 from emergence.core.config import compose_config, config_digest
 from emergence.core.errors import UsageError
 from emergence.run import prefetch
 from emergence.run.validation import validate
+from tests.e2e.test_hub_server import OLMO2, QUICK
+from tests.helpers.cli import run_cli
+from tests.helpers.hub_server import publish
+from tests.helpers.tiny_models import save_tiny_model
 
 BRANCHES = ["stage1-step1000-tokens3B", "stage1-step2000-tokens5B", "stage1-step3000-tokens7B"]
 # A job's analysis long enough (seconds) for the next revision's download to finish during it
@@ -35,7 +35,8 @@ def sweep(hub_server, tmp_path, name, *overrides) -> tuple[list[dict], list[Path
     cache = tmp_path / name / "hub"
     res = run_cli("-m", "model=olmo2", "revision=custom", f"revision.name={','.join(BRANCHES)}", *QUICK, *ANALYSIS,
                   *overrides,
-                  f"hydra.sweep.dir={tmp_path / name / 'sweep'}", env={**hub_server.env(cache), "WANDB_MODE": "disabled"})
+                  f"hydra.sweep.dir={tmp_path / name / 'sweep'}",
+                  env={**hub_server.env(cache), "WANDB_MODE": "disabled"})
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = sorted((tmp_path / name / "sweep" / "olmo2").iterdir(), key=lambda d: int(d.name.rsplit("_", 1)[1]))
     return [json.loads((d / "summary.json").read_text()) for d in jobs], jobs, cache

@@ -8,9 +8,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from tests.helpers.cli import last_line, run_cli
-from tests.helpers.reference_impl import eager_model, eager_targets
-from tests.helpers.task_reference import reference_metrics
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
@@ -20,6 +17,9 @@ from emergence.recipe.screen import CLASSES, selectivity
 from emergence.recipe.tasks.batches import build_task_batch
 from emergence.recipe.text import load_tokenizer
 from emergence.run.results import read_run
+from tests.helpers.cli import last_line, run_cli
+from tests.helpers.reference_impl import eager_model, eager_targets
+from tests.helpers.task_reference import reference_metrics
 
 pytestmark = pytest.mark.slow
 N_LAYERS, N_HEADS = 30, 9

@@ -4,10 +4,10 @@ whose jobs after the first reuse the cached measurements."""
 import json
 
 import pytest
-from tests.helpers.cli import run_cli
 
 from emergence.panel.causal_threshold import t_star
 from emergence.run.results import read_run
+from tests.helpers.cli import run_cli
 
 
 def points(verdicts: dict) -> list[dict]:

@@ -1,6 +1,7 @@
 """Sweeps: a failing job loses none of the others' results and the sweep lists it."""
 
 import pytest
+
 from tests.helpers.cli import last_line, run_cli
 
 PROBE = ["probe=quick", "probe.n_sequences=8", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500",

@@ -83,7 +83,8 @@ def test_prompts_file_and_ablation_conditions(task_dirs, tmp_path):
     lines = (tmp_path / "prompts.jsonl").read_text().splitlines()
     assert len(lines) == N_PROMPTS
     first = json.loads(lines[0])
-    assert first["text"] == "When Sandra and Daniel went to the store, Daniel gave a book to"  # TASKS.md 12
+    # the first prompt (docs/tasks.md, check values)
+    assert first["text"] == "When Sandra and Daniel went to the store, Daniel gave a book to"
     assert first["positions"] == {"io": 1, "s1": 3, "s2": 9, "end": 13}
     assert first["token_ids"][first["positions"]["io"]] == first["target"]
     # the toy's tokenizer has every study word as one token: auto reads the study's words, all kept
@@ -93,9 +94,9 @@ def test_prompts_file_and_ablation_conditions(task_dirs, tmp_path):
                                 "dropped": {"names": [], "places": [], "objects": []}}
     conditions = {c.name: c for c in summary.task.ablation.conditions}
     screen = summary.task.screens["name_mover"]
-    spec = spec_from_ranking([parse_head_name(h) for h in screen])  # layers by first appearance (TASKS.md 0.3)
+    spec = spec_from_ranking([parse_head_name(h) for h in screen])  # layers by first appearance (docs/tasks.md)
     assert conditions["screen:name_mover"].heads == [f"L{l}H{h}" for l, hs in spec.items() for h in hs]
-    # seed 123's draw in the screen's layers, recomputed here (TASKS.md 0.4)
+    # seed 123's draw in the screen's layers, recomputed here (docs/tasks.md, Ablations)
     expected = matched_random(spec, 4, np.random.RandomState(123))
     assert conditions["matched_random:name_mover:123"].heads == [f"L{l}H{h}" for l, hs in expected.items() for h in hs]
     assert conditions["user"].heads == ["L1H2", "L0H3"]  # the user's spec, in the order given
@@ -145,8 +146,9 @@ def pythia_grid(tmp_path_factory):
 @pytest.mark.slow
 def test_a_published_head_list_gets_the_published_control_and_an_absent_capability_no_verdict(pythia_grid, tmp_path):
     """Pythia's published name movers given as `ablate.heads` on the command line get the study's seed-123
-    control (TASKS.md 1.5: {13: [2], 10: [0, 2, 7], 11: [4]}), distinct fresh draws, and, with IOI's top-1
-    at 0, "capability absent" instead of a verdict: in summary.json and in the printed lines."""
+    control ({13: [2], 10: [0, 2, 7], 11: [4]}: docs/tasks.md, Re-running a published row), distinct fresh
+    draws, and, with IOI's top-1 at 0, "capability absent" instead of a verdict: in summary.json and in the
+    printed lines."""
     done = run_cli("model=local", f"model.name_or_path={pythia_grid}", "probe=ioi", *SMALL,
                    f"probe.task_prompts={N_PROMPTS}", "ablate.heads=[L13H1,L10H6,L10H5,L10H4,L11H7]",
                    "ablate.mr_seeds=3", f"hydra.run.dir={tmp_path}")

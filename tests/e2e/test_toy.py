@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.helpers.cli import run_cli
 
 from emergence.core.config import PanelEntry, compose_config
 from emergence.main import analyse
@@ -21,6 +20,7 @@ from emergence.toy.train import (
     measure_copy_loss_drop,
     train,
 )
+from tests.helpers.cli import run_cli
 
 
 def reduced(key: str, cache_dir, *overrides) -> "Config":  # noqa: F821
@@ -281,7 +281,8 @@ def test_manifest_records_the_numerical_environment_each_checkpoints_sha256_and_
     assert env["numerics"] == "native" and env["torch"] == torch.__version__
     assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert env["threads"] == torch.get_num_threads()
-    assert env["mkl_cbwr"] == repro.mkl_branch() and (env["mkl_cbwr"] is None) == (not torch.backends.mkl.is_available())
+    assert env["mkl_cbwr"] == repro.mkl_branch()
+    assert (env["mkl_cbwr"] is None) == (not torch.backends.mkl.is_available())
     for c in manifest["checkpoints"]:
         assert c["sha256"] == hashlib.sha256((root / c["revision"] / "model.safetensors").read_bytes()).hexdigest()
     header, *rows = (root / LOSSES).read_text().splitlines()

@@ -27,11 +27,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from tests.helpers.hub_server import LFS_SUFFIXES, HubServer, publish, serving
 from safetensors.torch import load_file, save_file
-from tests.helpers.tiny_models import tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
+
+from tests.helpers.hub_server import LFS_SUFFIXES, HubServer, publish, serving
+from tests.helpers.tiny_models import tiny_model
 
 PRESETS = Path(__file__).resolve().parents[2] / "conf" / "model"
 VOCAB_SIZE = 512  # the tokenizer's 303 ids fit

@@ -24,6 +24,7 @@ def run_summary(**fields) -> RunSummary:
         "probe": ProbeSummary(fingerprint="hand-made", baseline_positions=[]), "thresholds": Thresholds({}, 50.0),
         "class_counts": {}, "member_counts": {}, "bos_fraction": 0.0,
         "bos_fraction_ci": [0.0, 0.0], "bos_per_layer": [], "sink_metric": None, "induction_circuit": [],
-        "intervals": None, "null": None, "threshold_warnings": [], "spectral": SpectralSummary(n_sequences=4), "reused_measurements": False,
+        "intervals": None, "null": None, "threshold_warnings": [], "spectral": SpectralSummary(n_sequences=4),
+        "reused_measurements": False,
         "ablation": AblationResult(False, "zero", 3.0, "adaptive", Metrics(0.0, 0.0, 0.0, 0.0)), "copy_loss_drop": None,
         "config_digest": "hand-made", "timings": {}, "versions": {}, **fields})

@@ -1,5 +1,5 @@
-"""An independent implementation of the study's task metrics and head screens (TASKS.md 1.2, 1.4,
-2.2, 2.3, 3.2, 3.3, 4.2, 4.3), written the study's way for the tests: the model (loaded with
+"""An independent implementation of the study's task metrics and head screens (docs/tasks.md,
+Metrics and Screens), written the study's way for the tests: the model (loaded with
 ``attn_implementation="eager"``) runs in batches of 4 with ``output_attentions=True``; every
 per-prompt metric is read prompt by prompt from the logits at T-1, every head's attention from
 T-1 is accumulated head by head in float64 and divided by n, and heads are ranked with Python's

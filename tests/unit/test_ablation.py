@@ -1,8 +1,6 @@
 import numpy as np
 import pytest
 import torch
-from tests.unit.test_capture import capture_model
-from tests.helpers.tiny_models import ARCHS, VOCAB
 
 from emergence.hub.checkpoints import Architecture
 from emergence.recipe import ablation, capture
@@ -17,6 +15,8 @@ from emergence.recipe.ablation import (
 )
 from emergence.recipe.capture import PassOptions, Subject, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
+from tests.helpers.tiny_models import ARCHS, VOCAB
+from tests.unit.test_capture import capture_model
 
 T = 64
 

@@ -8,7 +8,6 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from tests.helpers.tiny_models import ARCHS, tiny_model
 
 from emergence.core.errors import UsageError
 from emergence.hub.checkpoints import Architecture
@@ -17,6 +16,7 @@ from emergence.recipe.ablation import metrics_per_sequence
 from emergence.recipe.capture import PassOptions, Subject, Unembedding, register_attention, run_probe, token_losses
 from emergence.recipe.icl import curve_positions, text_scores
 from emergence.recipe.probe import baseline_positions, make_probe_batch
+from tests.helpers.tiny_models import ARCHS, tiny_model
 
 T, N, BATCH = 48, 6, 4
 
@@ -66,8 +66,9 @@ def test_token_losses_blocked_over_the_vocabulary_equal_the_full_log_softmax(blo
 @pytest.mark.parametrize("arch", ARCHS)
 def test_probe_pass_losses_and_scores_equal_the_full_logits_of_every_architecture(arch, monkeypatch):
     """Through ``run_probe`` (every position of a minibatch against as many rows of W_U per block as
-    the budget allows, 2,048 x 188 logits; 65,536 rows): the losses equal the full log-softmax of the model's own logits at every position, and
-    the T-1 scores its last logits'; no block holds more logits than the budget."""
+    the budget allows, 2,048 x 188 logits; 65,536 rows): the losses equal the full log-softmax of the model's
+    own logits at every position, and the T-1 scores its last logits'; no block holds more logits than the
+    budget."""
     vocab = 65_536
     budget = 2048 * BATCH * (T - 1)
     monkeypatch.setattr(capture, "LOSS_CHUNK_ELEMENTS", budget)

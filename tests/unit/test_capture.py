@@ -3,9 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from tests.helpers.cli import run_fresh
-from tests.helpers.reference_impl import OUT_PROJ, eager_model, eager_sink_importance, eager_targets, head_outputs_at_last
-from tests.helpers.tiny_models import ARCHS, VOCAB
 from transformers import AutoModelForCausalLM
 
 from emergence.core.config import StatsConfig
@@ -15,6 +12,15 @@ from emergence.recipe.ablation import METRICS, metrics_per_sequence
 from emergence.recipe.capture import ATTN_IMPLEMENTATION, PassOptions, Subject, register_attention, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from emergence.recipe.sinks import sink_metric
+from tests.helpers.cli import run_fresh
+from tests.helpers.reference_impl import (
+    OUT_PROJ,
+    eager_model,
+    eager_sink_importance,
+    eager_targets,
+    head_outputs_at_last,
+)
+from tests.helpers.tiny_models import ARCHS, VOCAB
 
 T = 64
 
@@ -239,6 +245,7 @@ def test_the_capture_registers_nothing_on_import():
             "name = emergence.recipe.capture.ATTN_IMPLEMENTATION\n"
             "assert name not in AttentionInterface._global_mapping, 'registered on import'\n"
             "assert name not in AttentionMaskInterface._global_mapping, 'registered on import'\n"
-            "assert emergence.recipe.capture.register_attention() == emergence.recipe.capture.register_attention() == name\n"
+            "register = emergence.recipe.capture.register_attention\n"
+            "assert register() == register() == name\n"
             "assert AttentionInterface._global_mapping[name] is emergence.recipe.capture.capture_attention\n")
     run_fresh(code)

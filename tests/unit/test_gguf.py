@@ -15,7 +15,8 @@ from tests.helpers.tiny_models import save_tiny_gguf
 def test_missing_packages_name_the_extra(monkeypatch):
     for missing, words in ((("accelerate",), "accelerate"), (("gguf", "accelerate"), "gguf and accelerate")):
         # a package is found where find_spec returns anything but None: the test needs neither installed
-        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing else object())
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, missing=missing: None if name in missing else object())
         with pytest.raises(UsageError, match=rf"needs {words}; install them: pip install 'emergence\[gguf\]'"):
             gguf.check_installed("m.gguf")
 
@@ -55,5 +56,6 @@ def test_a_file_cut_anywhere_is_one_line(tmp_path):
             gguf.read_header(cut)
         line = str(refused.value)
         assert "\n" not in line, (size, line)
-        assert line.startswith(f"model.gguf_file='m.gguf' cannot be read: {cut} is truncated or not a GGUF file ("), line
+        expected = f"model.gguf_file='m.gguf' cannot be read: {cut} is truncated or not a GGUF file ("
+        assert line.startswith(expected), line
         assert line.endswith("); download it again"), (size, line)

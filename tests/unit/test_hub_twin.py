@@ -12,6 +12,7 @@ from itertools import combinations
 
 import pytest
 import yaml
+
 from tests.helpers.hub_twin import LFS_SUFFIXES, OLMO1124, PRESETS, TwinRepo, is_weight_file
 
 # The client's view of every repo, printed as JSON: {repo_id: {"refs": [...], "trees": {ref: {path:
@@ -115,7 +116,8 @@ def test_the_planted_defects_as_served(hub_twin, seen):
     assert sha["pythia"]["step0"]["pytorch_model.bin"] == sha["pythia"]["step1"]["pytorch_model.bin"]
     assert {"config.json", "tokenizer.json"} <= trees["pythia"]["step2000"].keys()
     assert not any(is_weight_file(p) for p in trees["pythia"]["step2000"])
-    assert sha["crfm_gpt2"]["checkpoint-300"]["pytorch_model.bin"] == sha["crfm_gpt2"]["checkpoint-1000"]["pytorch_model.bin"]
+    gpt2 = sha["crfm_gpt2"]
+    assert gpt2["checkpoint-300"]["pytorch_model.bin"] == gpt2["checkpoint-1000"]["pytorch_model.bin"]
     shards = [f"pytorch_model-0000{k}-of-00003.bin" for k in (1, 2, 3)]
     assert [sha["amber"]["ckpt_128"][s] == sha["amber"]["ckpt_358"][s] for s in shards] == [True, False, False]
     config = seen[hub_twin.repos["olmo2"].repo_id]["configs"][OLMO1124]

@@ -35,7 +35,8 @@ def test_a_shared_shard_no_weights_and_a_model_type_other_than_the_familys():
     assert checks["ckpt_002"].line == "model_type olmo_1124 is not olmo2" and not checks["ckpt_002"].fails  # mapped
     assert checks["ckpt_004"].line == "model_type llama is not olmo2" and checks["ckpt_004"].fails
     assert checks["ckpt_128"].fails and checks["ckpt_300"].fails
-    assert checks["ckpt_256"].weights_sha256 == fingerprint(shards("y1", "y2", "y3")) and checks["ckpt_300"].weights_sha256 is None
+    assert checks["ckpt_256"].weights_sha256 == fingerprint(shards("y1", "y2", "y3"))
+    assert checks["ckpt_300"].weights_sha256 is None
 
 
 def test_the_store_keeps_listings_so_a_relaunch_asks_only_about_new_branches(tmp_path, monkeypatch):

@@ -1,9 +1,10 @@
 """Head specs and the matched-random control against the reference study's stored specs.
 
-Screens (rank order) and their seed-123 MR specs are TASKS.md sections 1.4/1.5 (name movers),
-1.4/1.6 (S-Inhibition), 2.3/2.4 (greater-than), 3.3/3.4 (successor), 4.3/4.4 (binding) and
-0.5/5 (prev-token circuit); the 10-seed sweeps are the study's
-``cross_architecture/results/matched_random_sweep/{pythia1b_ioi_nm,olmoe_gt}_mr_sweep.json``.
+Screens (rank order) and their seed-123 MR specs are the study's published ablation rows (name
+movers, S-Inhibition, greater-than, successor, binding and the prev-token circuit; package data,
+``emergence/panel/published_tasks.json``); the 10-seed sweeps are the study's
+``cross_architecture/results/matched_random_sweep/{pythia1b_ioi_nm,olmoe_gt}_mr_sweep.json`` (in its
+repository, ``skydancerosel/spectral-probe-circuits``). The procedure: docs/tasks.md, Ablations.
 """
 
 import itertools
@@ -73,7 +74,7 @@ def test_seed_123_reproduces_the_published_spec(what, model, screen, published):
 
 def test_ranking_and_circuit_orders():
     ranked = spec_from_ranking(_heads("L13H1 L10H6 L10H5 L10H4 L11H7"))
-    assert list(ranked.items()) == [(13, [1]), (10, [6, 5, 4]), (11, [7])]  # TASKS.md 0.3
+    assert list(ranked.items()) == [(13, [1]), (10, [6, 5, 4]), (11, [7])]  # docs/tasks.md, Ablations
     assert spec_from_ranking(heads_of(ranked)) == ranked and list(spec_from_ranking(heads_of(ranked))) == [13, 10, 11]
     circuit = spec_from_circuit(_heads("L3H6 L1H3 L3H2 L2H5"))
     assert list(circuit.items()) == [(1, [3]), (2, [5]), (3, [2, 6])]
@@ -92,7 +93,7 @@ def test_union_keeps_first_spec_layer_order_and_sorts_heads():
 def test_layers_of_gives_every_head_of_the_spec_layers():
     full = layers_of({13: [1], 10: [6, 5, 4], 11: [7]}, n_heads=8)
     assert list(full) == [13, 10, 11]
-    assert sum(len(h) for h in full.values()) == 24  # the study's "24h" upper bound (TASKS.md 1.5)
+    assert sum(len(h) for h in full.values()) == 24  # the study's "24h" upper bound (published_tasks.json)
     assert full[10] == [0, 1, 2, 3, 4, 5, 6, 7]
 
 
@@ -154,7 +155,7 @@ def test_seed_sweep_against_the_study_pythia_name_movers():
     assert sweep.std == pytest.approx(4.049965680269105, rel=1e-9)
     assert sweep.min == pytest.approx(-6.000000238418579, rel=1e-9)
     assert sweep.max == pytest.approx(6.800001859664917, rel=1e-9)
-    assert sweep.ratio == pytest.approx(7.2 / 2.7, rel=1e-3)  # TASKS.md 6.1: +7.2 vs +2.70
+    assert sweep.ratio == pytest.approx(7.2 / 2.7, rel=1e-3)  # published_tasks.json's sweep: +7.2 vs +2.70
 
 
 def test_seed_sweep_infinity_rule():

@@ -7,9 +7,6 @@ import re
 import numpy as np
 import pytest
 import torch
-from tests.helpers.reference_impl import eager_model, eager_targets
-from tests.unit.test_stats import SMALL, N, T, reference_null_positions
-from tests.helpers.tiny_models import save_tiny_model_with_a_sink_head
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
@@ -19,6 +16,9 @@ from emergence.recipe.screen import CLASSES, class_thresholds, screen, selectivi
 from emergence.recipe.stats import below_floor, degenerate_baseline, null_calibration
 from emergence.run.results import read_run
 from emergence.run.validation import validate
+from tests.helpers.reference_impl import eager_model, eager_targets
+from tests.helpers.tiny_models import save_tiny_model_with_a_sink_head
+from tests.unit.test_stats import SMALL, N, T, reference_null_positions
 
 
 def test_the_default_rule_is_nondegenerate_and_a_bad_rule_is_a_one_line_error():
@@ -190,10 +190,9 @@ def test_the_warnings_name_the_heads_admitted_under_the_floor(sink_model, tmp_pa
 
 
 def test_the_panel_report_states_the_null_rule_the_runs_used(tmp_path):
-    from tests.unit.test_report import toy_trajectory, write_checkpoint
-
     from emergence.panel.report import write_report
     from emergence.panel.runs import load_runs
+    from tests.unit.test_report import toy_trajectory, write_checkpoint
 
     null_sums, baseline, n, seq_len = hand_made_null()
     made = {"r0": null_calibration(null_sums, baseline, n, seq_len, "nondegenerate").as_summary(),

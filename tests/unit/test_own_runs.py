@@ -49,7 +49,8 @@ def test_step_folders_read_as_the_hub_families_branch_names(trainer_run, tmp_pat
     shutil.copytree(trainer_run / "checkpoint-10", run / "step10", ignore=shutil.ignore_patterns("trainer_state.json"))
     shutil.copytree(trainer_run / "checkpoint-20", run / "step20-tokens3B")
     entries = existing_checkpoints(cfg_of(run))
-    assert [(e.revision, e.step, e.tokens) for e in entries] == [("step10", 10, None), ("step20-tokens3B", 20, 3 * 10**9)]
+    assert [(e.revision, e.step, e.tokens) for e in entries] == [("step10", 10, None),
+                                                                 ("step20-tokens3B", 20, 3 * 10**9)]
 
 
 def test_the_panel_is_ten_distinct_log_spaced_checkpoints_the_same_each_time(trainer_run):
@@ -100,8 +101,9 @@ def test_revisions_lists_the_folder_with_its_panel_and_the_sweep(trainer_run):
     assert lines[13].startswith("# its panel, revision=r0..r9: checkpoint-10, checkpoint-20,")
     assert lines[14] == f"python -m emergence -m model=local model.name_or_path={trainer_run} 'revision=glob(r*)'"
     between = run_cli(trainer_run, "--between", "checkpoint-20", "checkpoint-60", module="emergence.revisions")
-    assert between.stdout.splitlines()[-1] == (f"python -m emergence -m model=local model.name_or_path={trainer_run} "
-                                               "revision=custom revision.name=checkpoint-30,checkpoint-40,checkpoint-50")
+    assert between.stdout.splitlines()[-1] == (
+        f"python -m emergence -m model=local model.name_or_path={trainer_run} "
+        "revision=custom revision.name=checkpoint-30,checkpoint-40,checkpoint-50")
 
 
 def test_check_names_missing_truncated_and_identical_weights(trainer_run, tmp_path):
@@ -115,8 +117,9 @@ def test_check_names_missing_truncated_and_identical_weights(trainer_run, tmp_pa
     res = run_cli(run, "--check", *[f"checkpoint-{s}" for s in (10, 20, 30, 40, 50)], module="emergence.revisions")
     assert res.returncode == 1, res.stderr
     verdicts = dict(line.split(None, 1) for line in res.stdout.splitlines() if not line.startswith("#"))
-    assert verdicts == {"checkpoint-10": "ok", "checkpoint-20": "no weights", "checkpoint-30": "truncated model.safetensors",
-                        "checkpoint-40": "duplicate of checkpoint-50", "checkpoint-50": "ok"}
+    assert verdicts == {"checkpoint-10": "ok", "checkpoint-20": "no weights",
+                        "checkpoint-30": "truncated model.safetensors", "checkpoint-40": "duplicate of checkpoint-50",
+                        "checkpoint-50": "ok"}
 
 
 def test_checkpoints_of_two_models_end_in_one_line_naming_two_of_them(trainer_run, tmp_path):
@@ -132,8 +135,8 @@ def test_checkpoints_of_two_models_end_in_one_line_naming_two_of_them(trainer_ru
         assert res.returncode == 2
         errors = [line for line in res.stderr.splitlines() if "error:" in line]
         assert len(errors) == 1 and errors[0].endswith(
-            f"model.name_or_path='{run}' is invalid: its checkpoints are not one model: checkpoint-10 and checkpoint-20 "
-            "differ (num_hidden_layers 2 vs 3); give the folder of one run")
+            f"model.name_or_path='{run}' is invalid: its checkpoints are not one model: checkpoint-10 and "
+            "checkpoint-20 differ (num_hidden_layers 2 vs 3); give the folder of one run")
 
 
 def test_the_probe_is_fitted_to_a_smaller_model_with_scaled_thresholds(trainer_run):

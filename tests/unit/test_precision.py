@@ -7,16 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.e2e.test_analyse import SMALL
-from tests.unit.test_report import write_checkpoint
 
 from emergence.core.config import compose_config
 from emergence.main import analyse
 from emergence.panel.report import write_report
 from emergence.panel.runs import Checkpoint, load_runs
-from emergence.recipe.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, near_threshold, selectivity
 from emergence.recipe.measurements import sequence_mean
+from emergence.recipe.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, near_threshold, selectivity
 from emergence.run.results import PER_SEQUENCE_FILE, dtype_differs, read_run
+from tests.e2e.test_analyse import SMALL
+from tests.unit.test_report import write_checkpoint
 
 DOCS = Path(__file__).parents[2] / "docs"
 

@@ -1,5 +1,5 @@
-"""The study's published task numbers (package data) against TASKS.md and against themselves:
-the spot values are the notes' text; the matched-random heads, the screens' deltas and the
+"""The study's published task numbers (package data) against its published text and against
+themselves: the spot values are the study's stated numbers; the matched-random heads, the screens' deltas and the
 head counts are recomputed from other rows of the file."""
 
 import json
@@ -19,7 +19,8 @@ METRICS = {
     "successor": {"top1", "target_logit_mean", "rank_median", "rank_mean"},
     "induction": {"loss", "top1", "top5", "logit_b"},
 }
-# TASKS.md 11.1: the greater-than and successor files of Pythia and OLMo ablate OLMoE's circuits
+# docs/tasks.md, What differs from the study: the greater-than and successor files of Pythia and OLMo
+# ablate OLMoE's circuits
 WRONG_CIRCUIT = {(model, task, name) for model in ("pythia", "olmo") for task in ("greater_than", "successor")
                  for name in ("induction_circuit", "prev_token_circuit")}
 
@@ -59,7 +60,9 @@ def test_heads_outside_the_model_are_exactly_the_documented_ones(published):
     assert outside == {row for row in WRONG_CIRCUIT if row[0] == "pythia"}
     invalid = {(a.model, a.task, c.name) for a, c in _rows(published) if not c.valid}
     assert invalid == WRONG_CIRCUIT
-    assert all(c.why and "11.1" in c.why for a, c in _rows(published) if not c.valid)
+    # each says why, citing the repository's own account of it
+    assert all(c.why and "docs/tasks.md, What differs from the study" in c.why
+               for a, c in _rows(published) if not c.valid)
     for screen in published.screens:
         shape = published.models[screen.model]
         assert all(h.layer < shape.n_layers and h.head < shape.n_heads for h in screen.heads)
@@ -134,7 +137,7 @@ def test_head_counts_of_the_composite_conditions(published):
         assert len({tuple(h) for h in heads}) == len(heads)  # no head twice
         return len(heads)
 
-    # TASKS.md 1.3 "11h/12h/12h", 1.5 "24h/48h/48h", 1.6 "10h"
+    # the study's stated sizes: capability union "11h/12h/12h", full layers "24h/48h/48h", union "10h"
     assert [count(m, "ioi", "capability", "union") for m in MODELS] == [11, 12, 12]
     assert [count(m, "ioi", "name_movers", "full_layers") for m in MODELS] == [24, 48, 48]
     assert [count(m, "ioi", "s_inhibition", "union") for m in MODELS] == [10, 10, 10]

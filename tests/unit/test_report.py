@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.helpers.run_dirs import run_summary
 
 from emergence.core.config import StatsConfig
 from emergence.panel.findings import f2_shape, model_findings, panel_findings
@@ -21,6 +20,7 @@ from emergence.panel.uncertainty import replicates
 from emergence.recipe.screen import CLASSES, class_thresholds, screen
 from emergence.recipe.stats import screen_intervals
 from emergence.run.results import HeadMeasures, format_tokens, head_rows, write_run
+from tests.helpers.run_dirs import run_summary
 
 REFERENCE = REFERENCE_DATA  # the study's per-head results, installed with the package (its SOURCE.md)
 
@@ -268,7 +268,8 @@ def noisy_trajectory(bos_selectivity: list[float], noise: float, n: int = 60, se
     checkpoints = []
     for r, level in enumerate(bos_selectivity):
         targets = np.full((n, 2, 4, 7), 0.01)
-        targets[:, 1, :, CLASSES.index("bos")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))  # mean 1
+        # mean 1
+        targets[:, 1, :, CLASSES.index("bos")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))
         mean = targets.mean(0)
         sel = mean[..., :6] / mean[..., 6:]
         checkpoints.append(Checkpoint(f"step{r}", float(10 ** (r + 6)), sel, None, targets=targets))

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.unit.test_report import write_checkpoint
 
 from emergence.core.config import PanelEntry
 from emergence.panel import figures
@@ -25,6 +24,7 @@ from emergence.recipe.tasks.batches import TaskWords
 from emergence.recipe.tasks.metrics import SUMMARY_METRICS, MetricValue, TaskMetrics
 from emergence.recipe.tasks.step import TaskSummary
 from emergence.run.results import task_lines
+from tests.unit.test_report import write_checkpoint
 
 BOS = CLASSES.index("bos")
 TOKENS = (0.0, 1e6, 1e7, 1e8, 1e9)
@@ -160,7 +160,8 @@ def sweep_ablation(screen_delta: float, seed_deltas: list[float]) -> TaskAblatio
         return ConditionResult(name=name, kind=kind, screen="successor", seed=seed, heads=["L0H0"],
                                metrics=metrics("successor", {}), delta={"target_logit_mean": delta, "top1": delta / 10})
 
-    draws = [result(f"matched_random_seed:successor:{i}", "matched_random_seed", d, i) for i, d in enumerate(seed_deltas)]
+    draws = [result(f"matched_random_seed:successor:{i}", "matched_random_seed", d, i)
+             for i, d in enumerate(seed_deltas)]
     sweep = screen_sweep("successor", result("screen:successor", "screen", screen_delta), {0: [0]}, draws, n_heads=8,
                          absent=None)
     return TaskAblation(task="successor", n_prompts=500, conditions=[], not_run=[], sweeps=[sweep])
@@ -354,7 +355,8 @@ def test_the_printed_lines_name_the_words_a_filtered_batch_dropped():
                       {"names": ["Donna"], "cities": ["Bangkok", "Sydney"]})
     assert not any(line.startswith("task words") for line in task_lines(summary))  # the study's: nothing to say
     lines = task_lines(dataclasses.replace(summary, words=words))
-    assert lines[1] == "task words: filtered to the tokenizer's single tokens, dropped names Donna; cities Bangkok Sydney"
+    assert lines[1] == ("task words: filtered to the tokenizer's single tokens, dropped names Donna; "
+                        "cities Bangkok Sydney")
 
 
 # --- runs without tasks ---------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 import json
 
 import pytest
-from tests.helpers.cli import last_line, run_cli
 
 from emergence.hub.revisions import between, parse_branches, propose_panel
+from tests.helpers.cli import last_line, run_cli
 
-PYTHIA_BRANCHES = ["main", "step0", *(f"step{2**k}" for k in range(10)), *(f"step{s}" for s in range(1000, 143001, 1000))]
+PYTHIA_BRANCHES = ["main", "step0", *(f"step{2**k}" for k in range(10)),
+                   *(f"step{s}" for s in range(1000, 143001, 1000))]
 
 
 def test_parse_branches_orders_by_step_and_skips_other_refs():

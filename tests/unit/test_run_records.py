@@ -8,8 +8,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import run_cli
-from tests.helpers.run_dirs import run_summary
 
 from emergence.core.config import compose_config
 from emergence.core.record import Record
@@ -30,6 +28,8 @@ from emergence.run.results import (
     read_run,
     write_run,
 )
+from tests.helpers.cli import run_cli
+from tests.helpers.run_dirs import run_summary
 
 VERSION_2_RUN = Path(__file__).parent / "data" / "v2_run"  # written by the version before schema 3 (its SOURCE.md)
 

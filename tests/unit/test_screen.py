@@ -71,8 +71,8 @@ def test_an_exact_tie_goes_to_the_first_class_in_the_study_order():
     """The study's order: induction, previous-token, duplicate-token, first-token, self, local."""
     order = [IND, PREV, DUP, FIRST, SELF, LOCAL]
     att = np.zeros((1, len(order), 7))
-    for head, first in enumerate(order):
-        tied = order[head:]  # this head ties every class from ``first`` on at 40x
+    for head in range(len(order)):
+        tied = order[head:]  # this head ties every class from ``order[head]`` on at 40x
         att[0, head] = attention({c: 0.04 for c in tied}, 0.001)
     scr = screen(selectivity(att), class_thresholds(30.0), circuit_threshold=50.0)
     assert scr.best_class[0].tolist() == [CLASSES[c] for c in order]

@@ -1,7 +1,7 @@
 import numpy as np
-from tests.helpers.reference_impl import entropy_rank_svd, pr_centred_cov
 
 from emergence.recipe.spectral import entropy_rank, participation_ratio
+from tests.helpers.reference_impl import entropy_rank_svd, pr_centred_cov
 
 
 def sums(x):

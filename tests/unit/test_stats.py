@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from tests.helpers.reference_impl import eager_model, eager_targets
 from scipy import stats as scipy_stats
 
 from emergence.core.config import compose_config
@@ -12,6 +11,7 @@ from emergence.recipe.probe import baseline_positions, make_probe_batch
 from emergence.recipe.screen import CLASSES
 from emergence.recipe.stats import null_positions, percentile_interval, replicate_means, resample_weights
 from emergence.run.results import read_run
+from tests.helpers.reference_impl import eager_model, eager_targets
 
 N, T = 48, 64
 SMALL = ["probe=paper", f"probe.n_sequences={N}", f"probe.seq_len={T}", "probe.vocab_low=10", "probe.vocab_high=500",

@@ -12,9 +12,9 @@ import torch
 
 from emergence.core.config import AblateConfig, StatsConfig, ThresholdConfig
 from emergence.core.errors import UsageError
+from emergence.panel.published_tasks import load_published_tasks
 from emergence.recipe.ablation import ablating, head_mask
 from emergence.recipe.screen import CLASSES
-from emergence.panel.published_tasks import load_published_tasks
 from emergence.recipe.tasks.ablation import (
     AblationPlan,
     Condition,
@@ -111,7 +111,7 @@ def test_capability_circuits_refuse_another_shape():
 
 # --- the conditions ---------------------------------------------------------------------------------
 
-# Pythia-1B (16 layers x 8 heads), TASKS.md 0.5, 1.4-1.6: the top-5 name movers and S-inhibition heads,
+# Pythia-1B (16 layers x 8 heads), docs/tasks.md, Ablations: the top-5 name movers and S-inhibition heads,
 # the circuits, and the seed-123 matched-random specs the study stored.
 PYTHIA = (16, 8)
 PYTHIA_NAME_MOVERS = {13: [1], 10: [6, 5, 4], 11: [7]}
@@ -169,7 +169,7 @@ def test_conditions_of_a_one_screen_task():
     conditions = build_conditions(plan, *PYTHIA)
     assert [c.name for c in conditions] == ["baseline", "screen:greater_than", "matched_random:greater_than:123",
                                             "full_layers:greater_than"]
-    # TASKS.md 2.4: the study's seed-123 control of Pythia's greater-than heads
+    # docs/tasks.md, Re-running a published row: the study's seed-123 control of Pythia's greater-than heads
     assert ordered(conditions[2].spec) == [(8, [1]), (7, [5]), (6, [3]), (11, [5]), (4, [4])]
     assert ordered(build_conditions(AblationPlan(screens=plan.screens, mr_seed=7, mr_seeds=0), *PYTHIA)[2].spec) \
         != ordered(conditions[2].spec)
@@ -442,7 +442,10 @@ def test_a_sweep_stops_at_the_first_look_whose_interval_excludes_zero():
 
 def first_of(b, n):
     """The task batch of ``b``'s first ``n`` prompts."""
-    cut = (lambda t: None if t is None else t[:n])
+
+    def cut(t):
+        return None if t is None else t[:n]
+
     return dataclasses.replace(b, prompts=b.prompts[:n], tokens=b.tokens[:n], target=b.target[:n],
                                distractor=cut(b.distractor), decade=cut(b.decade),
                                positions={k: v[:n] for k, v in b.positions.items()})

@@ -1,4 +1,4 @@
-"""The four task batches: the study's prompts (TASKS.md section 12 check values) and their
+"""The four task batches: the study's prompts (docs/tasks.md, The batches: check values) and their
 tokenisation by a word-level tokenizer built here, which keeps a leading space with its word
 and splits digit runs into 2-digit pieces (" 1450" -> " 14", "50"), as the study's models'
 tokenizers do for these prompts."""
@@ -131,7 +131,7 @@ def test_successor_items_are_the_study_windows():
 
 def test_greater_than_prompts_draw_a_noun_then_a_pair():
     pairs = [(14, 2), (15, 33), (19, 88)]
-    rng = np.random.RandomState(42)  # TASKS.md 2.1: per example a noun, then a pair
+    rng = np.random.RandomState(42)  # docs/tasks.md: per example a noun, then a pair
     expected = []
     for _ in range(4):
         noun = NOUNS[rng.randint(23)]
@@ -274,7 +274,7 @@ def test_bad_n_and_task_are_refused(tokenizer):
 # --- probe.task_words: the study's words, or those the tokenizer keeps as one token ----------------------------------
 
 TASK_NAMES = ("ioi", "greater_than", "successor", "binding")
-LENGTHS = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}  # TASKS.md: each task's T, no BOS
+LENGTHS = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}  # docs/tasks.md: each task's T, no BOS
 # the study's years, less 1912 (one token in the test vocabulary)
 PAIRS = [(c, d) for c in range(14, 20) for d in range(2, 89) if (c, d) != (19, 12)]
 
@@ -310,7 +310,7 @@ def test_filtered_ioi_draws_the_studys_order_over_the_kept_words():
     places = [place for place in PLACES if place != "park"]
     assert batch.words == TaskWords("filtered", kept={"names": names, "places": places, "objects": list(OBJECTS)},
                                     dropped={"names": ["Sandra", "Eve"], "places": ["park"], "objects": []})
-    rng = np.random.RandomState(42)  # TASKS.md 1.1 per example: two names at once, a place, an object
+    rng = np.random.RandomState(42)  # docs/tasks.md: per example two names at once, a place, an object
     expected = []
     for i in range(60):
         a, b = rng.choice(len(names), 2, replace=False)
@@ -330,7 +330,7 @@ def test_filtered_greater_than_draws_over_the_kept_nouns():
     batch = build_task_batch("greater_than", tokenizer, n=40, words="auto")
     nouns = [noun for noun in NOUNS if noun not in ("war", "famine")]
     assert batch.words == TaskWords("filtered", {"nouns": nouns}, {"nouns": ["war", "famine"]})
-    rng = np.random.RandomState(42)  # TASKS.md 2.1: a noun, then a pair
+    rng = np.random.RandomState(42)  # docs/tasks.md: a noun, then a pair
     expected = []
     for _ in range(40):
         noun = nouns[rng.randint(len(nouns))]
@@ -349,7 +349,7 @@ def test_filtered_binding_draws_again_a_prompt_of_another_length():
     batch = build_task_batch("binding", tokenizer, n=100, words="filtered")
     assert batch.words.mode == "filtered" and not any(batch.words.dropped.values())
     rng, expected, redrawn = np.random.RandomState(42), [], 0
-    while len(expected) < 100:  # TASKS.md 4.1: two names, then two cities
+    while len(expected) < 100:  # docs/tasks.md: two names, then two cities
         a, b = rng.choice(len(NAMES), 2, replace=False)
         city_a, city_b = (CITIES[c] for c in rng.choice(len(CITIES), 2, replace=False))
         if "Denver" in (city_a, city_b):
@@ -369,7 +369,7 @@ def test_filtered_successor_keeps_the_windows_whose_items_are_one_token():
     assert batch.words.mode == "filtered"
     assert batch.words.dropped == {"days": [], "months": [], "ordinals": [],
                                    "numbers": [str(k) for k in range(10, 100)]}
-    windows = []  # TASKS.md 3.1's windows, those of six items below 10, shuffled once
+    windows = []  # docs/tasks.md's windows, those of six items below 10, shuffled once
     for words, wraps in SEQUENCES.values():
         for start in range(len(words) if wraps else len(words) - 5):
             window = [words[(start + k) % len(words)] for k in range(6)]

@@ -95,7 +95,7 @@ def test_scores_and_ranks_equal_numpy(task):
     for screen, heads in got.ranked.items():
         if screen == "s_inhibition":
             s = expected
-            keep = lambda lh: s["subj_ratio"][lh] >= 2.0 and s["subj_max"][lh] >= 0.1  # noqa: E731
+            keep = lambda lh, s=s: s["subj_ratio"][lh] >= 2.0 and s["subj_max"][lh] >= 0.1  # noqa: E731
             assert heads == python_top(s["subj_max"], 4, keep)
         else:
             assert heads == python_top(expected[SELECTION[screen]], 4)

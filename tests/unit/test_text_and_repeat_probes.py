@@ -7,8 +7,6 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from tests.helpers.cli import last_line, run_cli
-from tests.helpers.reference_impl import eager_model, eager_residual_and_values, eager_sink_importance
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
@@ -16,6 +14,8 @@ from emergence.core.config import compose_config
 from emergence.main import analyse
 from emergence.recipe.probe import PAIR_START, RepeatLayout, make_repeat_batch, make_text_batch
 from emergence.run.results import PER_SEQUENCE_FILE, read_run
+from tests.helpers.cli import last_line, run_cli
+from tests.helpers.reference_impl import eager_model, eager_residual_and_values, eager_sink_importance
 
 ARCHS = ("llama", "gpt_neox", "olmo2", "gemma2")
 WORDS = [f"w{i}" for i in range(300)]  # the corpus's words: ids 3.. in the test tokenizer

@@ -6,8 +6,21 @@ from transformers import AutoTokenizer
 
 from emergence.core.errors import UsageError
 from emergence.toy.task_corpus import GREATER_THAN_PROMPT, IOI_PROMPTS
-from emergence.toy.words import (CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS,
-                                 PLACES, UNK, vocabulary, word_tokenizer)
+from emergence.toy.words import (
+    CITIES,
+    DAYS,
+    FIRST_FILLER_ID,
+    MONTHS,
+    NAMES,
+    NOUNS,
+    NUMBERS,
+    OBJECTS,
+    ORDINALS,
+    PLACES,
+    UNK,
+    vocabulary,
+    word_tokenizer,
+)
 
 VOCAB_SIZE = 512
 

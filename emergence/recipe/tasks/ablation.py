@@ -3,24 +3,24 @@
 Three steps:
 
 1. ``capability_circuits``: the induction and previous-token circuits from the 6-class
-   selectivities of the induction probe, the study's way (TASKS.md 0.5).
+   selectivities of the induction probe, the study's way (docs/tasks.md, Ablations).
 2. ``build_conditions``: an ``AblationPlan`` (the task screen's top-k specs, the circuits, a
    user's heads, the matched-random seeds) and the model's shape -> the conditions, each a named
    head spec (``Condition``). Pure; every spec is checked against the model before anything runs.
-3. ``task_ablation``: every condition's heads zero-ablated at all positions (TASKS.md 0.2), the
+3. ``task_ablation``: every condition's heads zero-ablated at all positions (docs/tasks.md, Ablations), the
    conditions stacked along the batch so that they share each forward pass
    (``recipe.ablation.stacked_logits``) -> ``TaskAblation``: each condition's ``TaskMetrics`` and its
    change against the baseline, and per screen (and the user's heads) the sweep of its distinct
-   matched-random draws (TASKS.md 6.1) with the verdict. With ``ablate.sequences=adaptive`` a
-   sweep's draws stop once its verdict is decided (``SweepStop``); every other condition runs
-   over every prompt.
+   matched-random draws (docs/tasks.md, Screen against matched random) with the verdict. With
+   ``ablate.sequences=adaptive`` a sweep's draws stop once its verdict is decided (``SweepStop``);
+   every other condition runs over every prompt.
 
-Conditions (TASKS.md 1.3, 1.5, 1.6, 2.4, 3.4, 4.4), in this order:
+Conditions (docs/tasks.md, Ablations), in this order:
 
 * ``baseline``: nothing ablated;
 * per screen (IOI: ``name_mover``, ``s_inhibition``; the other tasks their one screen):
   ``screen`` (its top-k heads), ``matched_random`` (as many heads per layer, drawn from the
-  layer's other heads with one ``RandomState(mr_seed)`` consumed across the layers, TASKS.md 0.4),
+  layer's other heads with one ``RandomState(mr_seed)`` consumed across the layers, docs/tasks.md, Ablations),
   ``full_layers`` (every head of the screen's layers);
 * IOI: ``screen_union``, the S-inhibition and name-mover heads together (S-inhibition layers first);
 * ``prev_token_circuit``, ``induction_circuit`` and ``circuit_union`` (previous-token layers first);
@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from emergence.core.config import AblateConfig, StatsConfig
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
 from emergence.recipe import capture
@@ -80,6 +81,7 @@ from emergence.recipe.tasks.metrics import (
     VERDICT_METRIC,
     VERDICT_VALUES,
     PromptMetrics,
+    Task,
     TaskMetrics,
     capability_absent,
     chance_top1,
@@ -90,7 +92,7 @@ from emergence.recipe.tasks.metrics import (
 from emergence.recipe.tasks.screens import TaskScreen
 from emergence.recipe.verdict import decided, due_look, interval, look_sizes
 
-# --- 1. the capability circuits (TASKS.md 0.5) -----------------------------------------------------
+# --- 1. the capability circuits (docs/tasks.md, Ablations) ------------------------------------------
 
 # The study scans the classes in its order (screen.TIE_ORDER: induction, previous token, duplicate
 # token, first token, self, local), so a tie goes to the earlier one there, not in CLASSES' order.
@@ -135,7 +137,8 @@ def capability_circuits(selectivity: np.ndarray, prev_token_min: float,
 
 ConditionKind = Literal["baseline", "screen", "matched_random", "full_layers", "screen_union", "prev_token_circuit",
                         "induction_circuit", "circuit_union", "user", "matched_random_seed"]
-SCREEN_UNION = ("s_inhibition", "name_mover")  # IOI's two screens, in the study's layer order (TASKS.md 1.6)
+# IOI's two screens, in the study's layer order (docs/tasks.md, Ablations)
+SCREEN_UNION = ("s_inhibition", "name_mover")
 USER = "user"  # the user's heads, as the screen their matched-random draws derive from
 BASELINE = "baseline"  # the baseline condition's name (nothing ablated)
 
@@ -173,10 +176,11 @@ class Condition:
 
 def user_spec(names: Sequence[str]) -> HeadSpec:
     """The user's heads ("L13H1", ...) as a spec in their order; a name twice or not of that form is refused."""
-    heads = [parse_head_name(name) for name in names]
-    bad = [name for name, head in zip(names, heads) if head is None]
+    parsed = [parse_head_name(name) for name in names]
+    bad = [name for name, head in zip(names, parsed) if head is None]
     if bad:
         raise UsageError(f"ablation heads: {bad[0]!r} is not a head name; write heads as L<layer>H<head>, e.g. L13H1")
+    heads = [head for head in parsed if head is not None]  # every one of them
     repeated = [head for i, head in enumerate(heads) if head in heads[:i]]
     if repeated:
         raise UsageError(f"ablation heads: {head_name(*repeated[0])} is listed twice; list each head once")
@@ -235,7 +239,7 @@ def build_conditions(plan: AblationPlan, n_layers: int, n_heads: int) -> list[Co
 # --- 3. running them ---------------------------------------------------------------------------------
 
 # Top-1 is a share of prompts: the sweep states its changes in percentage points, and its
-# ratio's thresholds are in those points (TASKS.md 6.1).
+# ratio's thresholds are in those points (docs/tasks.md, Screen against matched random).
 PERCENT = 100.0
 Verdict = Literal["specific", "not_specific", "capability_absent", "too_few_draws"]
 
@@ -305,7 +309,7 @@ class SweepStop:
     spending its share of the error budget (``recipe.verdict.interval``). A sweep with fewer than
     ``MIN_DISTINCT_DRAWS`` draws gets no verdict, and runs every prompt."""
 
-    def __init__(self, task: str, sweeps: dict[str, tuple[str, list[str]]], settings, total: int):
+    def __init__(self, task: Task, sweeps: dict[str, tuple[str, list[str]]], settings: AblateConfig, total: int):
         self.field = VERDICT_VALUES[task]
         self.sweeps = {name: members for name, members in sweeps.items() if len(members[1]) >= MIN_DISTINCT_DRAWS}
         self.settings = settings
@@ -345,8 +349,8 @@ def criterion_interval(field: str, values: dict[str, PromptMetrics], ablated: st
     return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look, looks)
 
 
-def _ablated_values(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
-                    stop: SweepStop | None) -> dict[str, PromptMetrics]:
+def _ablated_values(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int,
+                    conditions: Sequence[Condition], stop: SweepStop | None) -> dict[str, PromptMetrics]:
     """Per condition, the per-prompt values over the prompts it ran on: the conditions stacked along
     the batch (``stacked_logits``), each pass on ``batch_size`` // (conditions running) prompts (at
     least one), so that it holds about ``batch_size`` rows where every condition has joined; after
@@ -388,7 +392,7 @@ def verdict(metric: str, sweep: SeedSweep, absent: str | None) -> tuple[Verdict,
             f"draws (lowest {sweep.min:+.3f})")
 
 
-def screen_sweep(task: str, ablated: ConditionResult, spec: HeadSpec, draws: list[ConditionResult], n_heads: int,
+def screen_sweep(task: Task, ablated: ConditionResult, spec: HeadSpec, draws: list[ConditionResult], n_heads: int,
                  absent: str | None, prompts: tuple[int, int] | None = None,
                  criterion: dict | None = None) -> ScreenSweep:
     """The sweep of ``ablated`` (a screen or the user's heads; ``spec`` its heads) against its distinct
@@ -400,7 +404,8 @@ def screen_sweep(task: str, ablated: ConditionResult, spec: HeadSpec, draws: lis
               top1: seed_sweep(PERCENT * ablated.delta[top1], [PERCENT * r.delta[top1] for r in draws])}
     decision, why = verdict(metric, sweeps[metric], absent)
     control_heads = len(draws[0].heads)  # every draw holds as many heads per layer (``matched_random``)
-    return ScreenSweep(screen=ablated.screen or USER, seeds=[r.seed for r in draws], sweeps=sweeps,
+    seeds = [r.seed for r in draws if r.seed is not None]  # every draw's (a matched_random_seed condition's)
+    return ScreenSweep(screen=ablated.screen or USER, seeds=seeds, sweeps=sweeps,
                        n_distinct=len(draws), all_drawn=len(draws) == possible_draws(spec, n_heads),
                        screen_heads=len(ablated.heads), control_heads=control_heads,
                        smaller=control_heads < len(ablated.heads), verdict_metric=metric, verdict=decision, why=why,
@@ -413,10 +418,10 @@ class _Measured:
     """Every condition's per-prompt values (``values``; the draws a sweep stopped cover its first
     prompts), summarised on demand over the first n prompts against the baseline over them."""
 
-    task: str
+    task: Task
     conditions: dict[str, Condition]
     values: dict[str, PromptMetrics]
-    settings: object  # the run's StatsConfig: n_boot, ci, seed
+    settings: StatsConfig  # the run's: n_boot, ci, seed
 
     def result(self, name: str, n: int | None = None) -> ConditionResult:
         c = self.conditions[name]
@@ -489,8 +494,9 @@ def sweep_text(s: ScreenSweep) -> str:
     return "; ".join(part for part in (f"{changes} over {draws}", heads, s.why) if part)
 
 
-def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Sequence[Condition],
-                  settings, ablate=None, clean: TaskPass | None = None) -> TaskAblation:
+def task_ablation(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int,
+                  conditions: Sequence[Condition], settings: StatsConfig, ablate: AblateConfig | None = None,
+                  clean: TaskPass | None = None) -> TaskAblation:
     """Run every condition (``build_conditions``) over ``batch`` (``model`` loaded with
     ``capture.register_attention()``, ``arch`` its ``checkpoints.Architecture``, about ``batch_size``
     rows per forward) and summarise each with ``task_metrics`` (``settings``: the run's ``StatsConfig``,
@@ -516,7 +522,7 @@ def task_ablation(model, arch, batch: TaskBatch, batch_size: int, conditions: Se
     ablated = [c for c in to_run.values() if c.kind != "baseline"]
     members = sweep_members(ablated)
     adaptive = ablate is not None and ablate.sequences == "adaptive"
-    stop = SweepStop(batch.task, members, ablate, len(batch.tokens)) if adaptive else None
+    stop = SweepStop(batch.task, members, ablate, len(batch.tokens)) if ablate is not None and adaptive else None
     values = {BASELINE: clean.values, **_ablated_values(model, arch, batch, batch_size, ablated, stop)}
     measured = _Measured(batch.task, to_run, values, settings)
     results = {name: measured.result(name) for name in to_run}

@@ -5,12 +5,13 @@ Two layers:
 * Text, no tokenizer: ``ioi_prompts``, ``greater_than_prompts`` (given the year pairs a
   tokenizer allows), ``successor_items`` and ``binding_prompts`` give typed records (the text,
   the answer word, the distractor word where the task has one, ...). The word lists, templates,
-  ``numpy.random.RandomState(seed)`` and the order of its draws are the study's
-  (``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``), so seed 42 gives its
-  prompts: the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's
-  draws follow the previous example's, so the first n prompts are the same for any n. Each
-  generator also takes restricted word lists (successor: a filter on its windows) and a
-  predicate under which an example is drawn again from the same generator.
+  ``numpy.random.RandomState(seed)`` and the order of its draws are the study's (docs/tasks.md,
+  The batches; its generators are ``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``
+  in its repository, ``skydancerosel/spectral-probe-circuits``), so seed 42 gives its prompts:
+  the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's draws follow
+  the previous example's, so the first n prompts are the same for any n. Each generator also
+  takes restricted word lists (successor: a filter on its windows) and a predicate under which an
+  example is drawn again from the same generator.
 * Tokens: ``build_task_batch(task, tokenizer, words=..., bos=...)`` encodes every prompt with
   ``tokenizer.encode(text, add_special_tokens=False)``, checks that each prompt has its task's
   length and each answer word is one token, and gives a ``TaskBatch``: the tokens [n, T], answer
@@ -236,7 +237,7 @@ def successor_items(seed: int = SEED, keep: Callable[[SuccessorPrompt], bool] | 
             ))
     # a window is kept whole or dropped (restricting its list would join items that do not follow each other)
     windows = [w for w in windows if keep is None or keep(w)]
-    np.random.RandomState(seed).shuffle(windows)  # in place, as the study shuffles its list
+    np.random.RandomState(seed).shuffle(windows)  # type: ignore[arg-type]  # a list, in place, as the study's
     return windows
 
 
@@ -456,7 +457,8 @@ def _successor_rows(tokenizer, n: int | None, seed: int, words: TaskWords) -> li
     accept = _accept("successor", tokenizer, words)
 
     def keep(window: SuccessorPrompt) -> bool:  # filtered: each item one token, and the prompt the task's length
-        return all(item in words.kept[window.sequence] for item in (*window.items, window.target)) and accept(window)
+        return (all(item in words.kept[window.sequence] for item in (*window.items, window.target))
+                and (accept is None or accept(window)))  # keep is given only with accept
     windows = successor_items(seed, keep=None if accept is None else keep)
     if not windows:
         raise UsageError(f"successor cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: no window of "

@@ -49,7 +49,7 @@ class _LayerRows:
     """The forward's listener: counts the attention layers that report and, when screening,
     keeps each one's last query row [b, heads, T] until the minibatch's forward pass ends."""
 
-    def __init__(self, arch, screen: bool):
+    def __init__(self, arch: capture.AttentionLayout, screen: bool):
         self.layer_of = {id(module): i for i, module in enumerate(arch.attentions)}  # id(attention module) -> layer
         self.screen = screen
         self.n_layers = arch.n_layers
@@ -58,7 +58,7 @@ class _LayerRows:
     def begin(self) -> None:
         """Before each minibatch's forward pass: no layer has reported yet."""
         self.calls = 0
-        self.rows: list[torch.Tensor | None] = [None] * self.n_layers
+        self.rows: list = [None] * self.n_layers  # per layer: its rows [b, heads, T] once it reported
 
     def __call__(self, call: capture.AttentionCall) -> None:
         self.calls += 1
@@ -79,7 +79,7 @@ def minibatch_values(task: Task, logits: torch.Tensor, batch: TaskBatch, rows: s
                       answer_ids=batch.answer_tokens)
 
 
-def task_pass(model, arch, batch: TaskBatch, batch_size: int, screen: bool = True) -> TaskPass:
+def task_pass(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int, screen: bool = True) -> TaskPass:
     """Forward ``batch`` through ``model`` (loaded with ``attn_implementation=capture.register_attention()``;
     ``arch`` its ``checkpoints.Architecture``) in minibatches of ``batch_size`` prompts: the per-prompt
     values and, with ``screen``, the screen's sums. Refuses a model whose attention layers did not all
@@ -104,7 +104,7 @@ def task_pass(model, arch, batch: TaskBatch, batch_size: int, screen: bool = Tru
                                  f"{arch.n_layers} attention layers went through the capture")
             if not torch.isfinite(logits).all():
                 raise capture.non_finite(model.dtype)
-            if screen:
+            if sums is not None:  # screen
                 attention = listener.stacked()  # [b, layers, heads, T]
                 if not torch.isfinite(attention).all():
                     raise capture.non_finite(model.dtype)

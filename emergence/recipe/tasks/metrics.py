@@ -88,7 +88,7 @@ class SuccessorPrompts:
 
 
 PromptMetrics = ChoicePrompts | GreaterThanPrompts | SuccessorPrompts
-P = TypeVar("P", ChoicePrompts, GreaterThanPrompts, SuccessorPrompts)
+P = TypeVar("P", bound=PromptMetrics)  # one kind of per-prompt record, or any (a condition's)
 
 
 def _numpy(values: torch.Tensor) -> np.ndarray:

@@ -138,7 +138,7 @@ def task_screen(task: Task, sums: ScreenSums, T: int, k: int = 5) -> TaskScreen:
         subj_max = np.maximum(attn["s1"], attn["s2"])
         subj_ratio = subj_max / np.maximum(attn["io"], SUBJECT_GUARD)
         scores = {"io_attn": attn["io"], "s1_attn": attn["s1"], "s2_attn": attn["s2"], "other_attn": other,
-                  "nm_sel": attn["io"] / np.maximum(subj_max, NAME_MOVER_GUARD),  # max, not mean (TASKS.md 11.3)
+                  "nm_sel": attn["io"] / np.maximum(subj_max, NAME_MOVER_GUARD),  # max, not mean (docs/tasks.md)
                   "subj_max": subj_max, "subj_ratio": subj_ratio}
         s_inhibition = (subj_ratio >= S_INHIBITION_MIN_RATIO) & (subj_max >= S_INHIBITION_MIN_SUBJECT)
         ranked = {"name_mover": _top(scores["nm_sel"], k), "s_inhibition": _top(subj_max, k, s_inhibition)}

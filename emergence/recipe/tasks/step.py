@@ -8,10 +8,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emergence.core.config import Config
 from emergence.core.record import Record
+from emergence.recipe.capture import Subject
 from emergence.recipe.screen import head_name
-from emergence.recipe.tasks.ablation import (AblationPlan, TaskAblation, build_conditions, capability_circuits,
-                                             task_ablation)
+from emergence.recipe.tasks.ablation import (
+    AblationPlan,
+    TaskAblation,
+    build_conditions,
+    capability_circuits,
+    task_ablation,
+)
 from emergence.recipe.tasks.batches import TaskBatch, TaskWords
 from emergence.recipe.tasks.matched_random import heads_of
 from emergence.recipe.tasks.measure import task_pass
@@ -31,7 +38,8 @@ class TaskSummary(Record):
     fingerprint: str  # sha256 of the task and its token ids
     metrics: TaskMetrics  # capability at T-1, each with its bootstrap interval over prompts
     screens: dict[str, list[str]]  # screen -> its top-k heads ("L13H1"), best first
-    # previous_token (best class, >= threshold.prev_token_circuit) and induction (>= threshold.circuit) heads of this run
+    # previous_token (best class, >= threshold.prev_token_circuit) and induction (>= threshold.circuit) heads
+    # of this run
     circuits: dict[str, list[str]]
     ablation: TaskAblation | None = None  # each condition with its heads and capability; None: ablation off
     words: TaskWords | None = None  # the words mode, kept and dropped; None: a run before probe.task_words (study)
@@ -45,17 +53,18 @@ class TaskResult:
     screen: TaskScreen  # scores [layers, heads] by name (heads.csv columns) and the ranked screens
 
 
-def measure_task(subject, batch: TaskBatch, tokenizer: str, selectivity: np.ndarray, settings) -> TaskResult:
+def measure_task(subject: Subject, batch: TaskBatch, tokenizer: str, selectivity: np.ndarray,
+                 cfg: Config) -> TaskResult:
     """The task on ``subject`` (``capture.Subject``: the loaded model; its batch size is used),
     ``selectivity`` [layers, heads, 6] the synthetic probe's screen of the same checkpoint (its
-    capability circuits), ``settings`` the run's ``Config`` (``probe.task_top_k``, ``ablate``,
+    capability circuits), ``cfg`` the run's ``Config`` (``probe.task_top_k``, ``ablate``,
     ``stats``, ``threshold``)."""
-    model, arch, batch_size, ablate, stats = (subject.model, subject.arch, subject.batch_size, settings.ablate,
-                                              settings.stats)
+    model, arch, batch_size, ablate, stats = (subject.model, subject.arch, subject.batch_size, cfg.ablate,
+                                              cfg.stats)
     passed = task_pass(model, arch, batch, batch_size)  # one pass: the metrics and the screens
-    screen = passed.screen(settings.probe.task_top_k)
-    prev_token, induction = capability_circuits(selectivity, settings.threshold.prev_token_circuit,
-                                                settings.threshold.circuit)
+    screen = passed.screen(cfg.probe.task_top_k)
+    prev_token, induction = capability_circuits(selectivity, cfg.threshold.prev_token_circuit,
+                                                cfg.threshold.circuit)
     ablation = None
     if ablate.enabled:
         plan = AblationPlan.from_screen(screen, mr_seed=ablate.mr_seed, mr_seeds=ablate.mr_seeds,

@@ -1,0 +1,63 @@
+"""The repository speaks for itself: no file of it cites a file that is not in it.
+
+The protocols are in docs/method.md and docs/tasks.md (and the Hub's layouts in docs/hub.md and
+docs/architectures.md); a citation of the notes they were written from, which are not in the
+repository, cannot be followed by its reader. Nor can a tool that is neither in the repository
+nor among its dependencies be the proof of anything (the imports' layers are the import
+contract in pyproject.toml, docs/layout.md).
+"""
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Files outside the repository that its text once cited (upper case: docs/hub.md is the repository's own).
+OUTSIDE = re.compile(r"\b(?:METHOD|TASKS|FAMILIES|HUB|HUB_LAYOUTS|DESIGN)\.md\b|\.\./shared/|farm-studio")
+SKIPPED_DIRS = {".git", "build", "outputs", "wandb", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+                ".import_linter_cache"}
+
+
+def _repository_files() -> list[Path]:
+    """The tracked files (``git ls-files``); outside a git checkout, every file under the root but
+    build outputs and caches."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return [p for p in ROOT.rglob("*") if p.is_file() and not SKIPPED_DIRS & set(p.relative_to(ROOT).parts)]
+    return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def _citations(text: str) -> list[tuple[int, str]]:
+    return [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+
+
+def outside_citations(files: list[Path]) -> list[str]:
+    """'path:line: text' for every line of a text file that cites a file outside the repository."""
+    found = []
+    for path in files:
+        if path == Path(__file__).resolve() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data:  # binary (figures)
+            continue
+        found += [f"{path.relative_to(ROOT)}:{n}: {line}" for n, line in _citations(data.decode("utf-8", "replace"))]
+    return found
+
+
+def test_no_file_cites_a_file_outside_the_repository():
+    files = _repository_files()
+    assert len(files) > 100  # the listing found the repository
+    assert outside_citations(files) == []
+
+
+def test_the_check_finds_a_citation(tmp_path):
+    cited = tmp_path / "module.py"
+    cited.write_text('"""The study\'s batches (TASKS.md 1.1)."""\n')
+    assert _citations(cited.read_text()) == [(1, '"""The study\'s batches (TASKS.md 1.1)."""')]
+    for text in ("see METHOD.md section 3", "FAMILIES.md", "HUB_LAYOUTS.md", "HUB.md", "../shared/TASKS.md",
+                 "`farm-studio look`"):
+        assert _citations(text), text
+    for text in ("docs/hub.md", "[hub.md](hub.md)", "docs/tasks.md, The batches", "docs/method.md section 3",
+                 "report.md"):
+        assert not _citations(text), text
