@@ -12,7 +12,7 @@ from tests.helpers.cli import run_cli
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
-from emergence.recipe.text import checkpoint_tokenizer
+from emergence.recipe.text import load_tokenizer
 
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}  # no downloads, no W&B
 # The error line: ours ("error: ...") or argparse's ("python -m emergence.x: error: ...").
@@ -136,7 +136,8 @@ def test_a_checkpoint_without_tokenizer_files_is_told_so_not_that_the_text_is_sh
 def test_no_tokenizer_files_is_a_usage_error_whatever_transformers_builds(arch, tiny_dirs):
     """An empty tokenizer of the model type's class (gpt_neox, gpt2, qwen2, gemma2) or none (llama)."""
     with pytest.raises(UsageError, match="has no tokenizer.*probe.tokenizer=bytes"):
-        checkpoint_tokenizer(str(tiny_dirs[arch]), f"{tiny_dirs[arch]}@main", False)
+        load_tokenizer(str(tiny_dirs[arch]), f"{tiny_dirs[arch]}@main", False,
+                       "for a model that reads bytes use probe.tokenizer=bytes")
 
 
 @pytest.mark.slow
