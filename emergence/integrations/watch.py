@@ -28,7 +28,7 @@ from pathlib import Path
 from emergence.core.config import PanelEntry
 from emergence.core.errors import CommandParser, UsageError, first_line
 from emergence.hub import series, weights
-from emergence.integrations.track import live_config, run_dir
+from emergence.integrations.track import RUNS_FOLDER, live_config, run_dir
 from emergence.main import analyse, discard_run_dir
 from emergence.run import interrupt, sweep
 from emergence.run.results import format_tokens
@@ -111,7 +111,8 @@ def watch(root: Path, overrides: list[str], once: bool, poll_seconds: float) -> 
     handled: set[str] = set()  # folders analysed, found analysed, failed or missed: never looked at again
     seen: set[str] = set()  # every folder a look listed
     failed: list[str] = []
-    log.info(f"watching {root}: each whole checkpoint analysed into {root / 'emergence'}"
+    waiting: set[str] = set()  # folders said to be not whole yet (said once each)
+    log.info(f"watching {root}: each whole checkpoint analysed into {root / RUNS_FOLDER}"
              + ("" if once else f", a look every {poll_seconds:g} s (Ctrl-C stops)"))
     while True:
         found = look(root, tokens_per_step)
@@ -128,11 +129,15 @@ def watch(root: Path, overrides: list[str], once: bool, poll_seconds: float) -> 
         for folder in sorted(seen - handled - present, key=series.step_of_name):
             log.warning(f"missed {folder}: deleted before it was analysed")
             handled.add(folder)
+        unfinished = {folder: why for folder, why in found.unfinished.items() if folder in present}
         if once:
-            for folder, why in found.unfinished.items():
-                if folder in present:
-                    log.warning(f"not analysed: {folder} is not whole ({why})")
+            for folder, why in unfinished.items():
+                log.warning(f"not analysed: {folder} is not whole ({why})")
             return failed
+        for folder, why in unfinished.items():
+            if folder not in waiting:
+                log.info(f"{folder}: not whole yet ({why}); analysed once it is")
+        waiting = set(unfinished)
         time.sleep(poll_seconds)
 
 
@@ -163,11 +168,12 @@ def main(argv=None) -> None:
     try:
         failed = watch(root, args.overrides, args.once, args.poll)
     except UsageError as err:  # a refused override, checkpoints of two models
-        log.error(f"error: {err}")
+        print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        log.error("interrupted: the checkpoint being analysed left no run directory; run again to go on")
+        print("interrupted: the checkpoint being analysed left no run directory; run again to go on", file=sys.stderr)
         sys.exit(130)
     if failed:
-        log.error(f"{len(failed)} checkpoint(s) failed: {', '.join(failed)} (each run directory's {sweep.FAILED_FILE})")
+        print(f"{len(failed)} checkpoint(s) failed: {', '.join(failed)} (each run directory's {sweep.FAILED_FILE})",
+              file=sys.stderr)
         sys.exit(1)
