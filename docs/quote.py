@@ -81,7 +81,8 @@ class Runner:
         """The summary.json of each job of ``python -m emergence [-m] OVERRIDES``."""
         out = self.folder(name, *overrides)
         if not out.is_dir():
-            self.cli("emergence", *(["-m", f"hydra.sweep.dir={out}"] if sweep else [f"hydra.run.dir={out}"]), *overrides)
+            where = ["-m", f"hydra.sweep.dir={out}"] if sweep else [f"hydra.run.dir={out}"]
+            self.cli("emergence", *where, *overrides)
         return [json.loads(p.read_text()) for p in sorted(out.rglob("summary.json"))]
 
     def findings(self, model: str) -> dict:
@@ -167,7 +168,8 @@ def render(quote: Quote, runner: Runner) -> tuple[str, str]:
         findings = runner.findings(opts["model"])
         revisions = findings["models"][opts["model"]]["revisions"]
         return trajectory_table(revisions, findings["thresholds"]["circuit"]), revisions[-1]["weights_sha256"][:12]
-    raise ValueError(f"{quote.doc.name}: unknown quoted block kind {quote.kind!r}: use ablation, head-sets or trajectory")
+    raise ValueError(f"{quote.doc.name}: unknown quoted block kind {quote.kind!r}: "
+                     "use ablation, head-sets or trajectory")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """``python -m emergence``: probe -> screen -> participation ratio -> ablate on one checkpoint.
 
 ``analyse`` is the recipe in order, one call a step (``emergence/run/steps.py``); each step's maths
-lives in ``emergence/recipe/``. ``main`` is
+lives in ``emergence/recipe/``. It serves the command line, ``python -m emergence.watch`` and, on a model
+in memory, ``emergence.track`` (its step 0 differs: ``steps.load_live``). ``main`` is
 the command line around it: one line and exit 2 for bad input, a sweep that survives a
 failing job, Ctrl-C without a traceback.
 """
@@ -13,6 +14,7 @@ import shutil
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -48,11 +50,12 @@ class Laps:
         self._last = now
 
 
-def analyse(cfg: Config, out_dir: Path,
-            integrity_store: Path | None = None) -> results.RunSummary | results.DuplicateRun:
+def analyse(cfg: Config, out_dir: Path, integrity_store: Path | None = None,
+            load: Callable[[Config], steps.Loaded] = steps.load) -> results.RunSummary | results.DuplicateRun:
     """Run the recipe on the checkpoint ``cfg`` names; write and return its summary. In a sweep,
     ``integrity_store`` holds the sweep's check of its branches (``sweep.CheckBranches``): a branch
-    that duplicates a later one is not analysed again."""
+    that duplicates a later one is not analysed again. ``load`` is step 0: the checkpoint ``cfg`` names
+    (``steps.load``), or a model in memory (``emergence.track``: ``steps.load_live``)."""
     lap = Laps()
     tracking.check_login(cfg.wandb)
     validate(cfg)  # everything that can be checked without the weights, before they load
@@ -61,7 +64,7 @@ def analyse(cfg: Config, out_dir: Path,
         duplicate.save(out_dir)
         log.info(f"{duplicate.revision} serves the weights of {duplicate.duplicate_of}: analysed there, not again")
         return duplicate
-    loaded = steps.load(cfg)
+    loaded = load(cfg)
     cfg = loaded.cfg  # the probe fitted to the model where it is smaller (``validation.fit_probe``)
     lap("load")
     with tracking.tracked_run(cfg.wandb, loaded.name, steps.run_config(cfg, loaded), out_dir,
@@ -96,19 +99,22 @@ def analyse(cfg: Config, out_dir: Path,
         steps.write_outputs(out_dir, run, summary, loaded, measured, found)
     for line in results.report_lines(summary, screened.screen, out_dir):
         log.info(line)
-    if cfg.model.cleanup:  # the results are written: the weights can go
-        prefetch.after_downloads(lambda: steps.remove_from_cache(loaded.source))
+    source = loaded.source
+    if cfg.model.cleanup and source is not None:  # the results are written: the weights can go
+        prefetch.after_downloads(lambda: steps.remove_from_cache(source))
     return summary
 
 
-def discard_run_dir(out_dir: Path, job_name: str) -> None:
+def discard_run_dir(out_dir: Path, job_name: str | None = None) -> None:
     """Remove what Hydra and W&B wrote for a run that never finished (its .hydra/, job log and
-    wandb/), and the directory itself if that leaves it empty; nothing else is touched."""
+    wandb/), and the directory itself if that leaves it empty; nothing else is touched. ``job_name``:
+    the Hydra job whose log goes too (None: a run Hydra did not start, ``track``'s or ``watch``'s)."""
     results.discard_partial(out_dir)
     for folder in (".hydra", "wandb"):
         shutil.rmtree(out_dir / folder, ignore_errors=True)
-    logging.shutdown()  # closes the job log, so that it can go
-    (out_dir / f"{job_name}.log").unlink(missing_ok=True)
+    if job_name is not None:
+        logging.shutdown()  # closes the job log, so that it can go
+        (out_dir / f"{job_name}.log").unlink(missing_ok=True)
     try:
         out_dir.rmdir()
     except OSError:  # not empty (or not ours): keep it

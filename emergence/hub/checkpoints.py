@@ -33,7 +33,7 @@ from emergence.hub import gguf, revisions, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
 from emergence.hub.integrity import MODEL_TYPE_ALIASES
 from emergence.recipe import capture, probe, text
-from emergence.recipe.tasks.batches import TaskBatch, TaskName, build_task_batch
+from emergence.recipe.tasks.batches import Task, TaskBatch, build_task_batch
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +75,12 @@ def _resolve(cfg: Config) -> Revision:
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has {len(panel)} panel "
                 f"revisions, use r0..r{len(panel) - 1} or final")
-        return _panel_revision(panel[rev.index], model.tokens_per_step)
+        return panel_revision(panel[rev.index], model.tokens_per_step)
     if not rev.name:
         raise UsageError("revision.name=None is invalid: revision=custom needs revision.name=<branch>")
     for entry in panel + (series or []):
         if entry.revision == rev.name:
-            return _panel_revision(entry, model.tokens_per_step)
+            return panel_revision(entry, model.tokens_per_step)
     if series is not None:
         wanted = max(map(int, re.findall(r"\d+", rev.name) or [0]))
         nearest = sorted(series, key=lambda e: abs(e.step - wanted))
@@ -92,7 +92,7 @@ def _resolve(cfg: Config) -> Revision:
     return Revision(rev.name, step, tokens)
 
 
-def _panel_revision(entry, tokens_per_step: int | None) -> Revision:
+def panel_revision(entry, tokens_per_step: int | None) -> Revision:
     """A panel entry; tokens it does not state are step x model.tokens_per_step where that is set."""
     tokens = entry.tokens if entry.tokens is not None else (
         int(entry.step) * tokens_per_step if tokens_per_step else None)
@@ -407,13 +407,31 @@ def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
 
 class TokenizerLookup:
     """The checkpoint's tokenizer, located at most once a run: the first token, the text probe and the
-    task each ask for it, and on the Hub each ``tokenizer_source`` lists the revision's files."""
+    task each ask for it, and on the Hub each ``tokenizer_source`` lists the revision's files. A model in
+    memory (``emergence.track``, ``src`` None) has no files: its tokenizer is the one handed in, if any."""
 
-    def __init__(self, cfg: Config, src: Source):
-        self.cfg, self.src = cfg, src
+    def __init__(self, cfg: Config, src: Source | None, given=None):
+        self.cfg, self.src, self.given = cfg, src, given
+
+    @property
+    def where(self) -> str:
+        """The checkpoint, as the lines about its tokenizer name it."""
+        return "the model in memory" if self.src is None else _where(self.src)
+
+    def load(self, fix: str):
+        """(the Hugging Face tokenizer, its name); ``UsageError`` (one line ending in ``fix``) where there is none."""
+        if self.given is not None:
+            return self.given, getattr(self.given, "name_or_path", None) or "the tokenizer handed to track"
+        if self.src is None:
+            raise UsageError(f"the model in memory has no tokenizer: hand it to track (tokenizer=...); {fix}")
+        found = self.source()
+        return text.load_tokenizer(found.directory, found.name, self.cfg.model.trust_remote_code, fix,
+                                   found.gguf_file), found.name
 
     @functools.cached_property
     def _found(self) -> TokenizerSource | UsageError:
+        if self.src is None:
+            return UsageError("the model in memory has no tokenizer files: hand its tokenizer to track")
         try:
             return tokenizer_source(self.cfg, self.src)
         except UsageError as err:  # kept: each asker says it in its own way, or raises it
@@ -625,26 +643,26 @@ def first_token(cfg: Config, tokenizers: TokenizerLookup) -> probe.FirstToken:
     BOS id where the checkpoint's tokenizer puts it before every input (the model was trained behind it),
     else an ordinary random token, the study's. ``random`` where that tokenizer prepends a BOS warns: the
     model then reads a text unlike any it saw in training (its sinks may not show)."""
-    requested, src = cfg.probe.first_token, tokenizers.src
+    requested, where = cfg.probe.first_token, tokenizers.where
     if cfg.probe.kind == "text" and cfg.probe.tokenizer == "bytes":
         return probe.FirstToken("random", None, "probe.tokenizer=bytes: ids without special tokens")
     tok, missing = _first_token_tokenizer(cfg, tokenizers)
     if tok is None:
         if requested == "bos":
-            raise UsageError(f"probe.first_token=bos is invalid for {_where(src)}: {missing}; use random")
+            raise UsageError(f"probe.first_token=bos is invalid for {where}: {missing}; use random")
         return probe.FirstToken("random", None, f"probe.first_token={requested}: {missing}")
     prepended = text.prepended_bos(tok)
     says = (f"its tokenizer puts {tok.bos_token!r} (id {prepended}) before every input" if prepended is not None
             else "its tokenizer puts no BOS before an input")
     if requested == "random":
         if prepended is not None:
-            log.warning(f"probe.first_token=random on {_where(src)}, whose tokenizer puts {tok.bos_token!r} before "
+            log.warning(f"probe.first_token=random on {where}, whose tokenizer puts {tok.bos_token!r} before "
                         "every input: the model reads sequences unlike its training's (probe.first_token=auto "
                         "puts it first)")
         return probe.FirstToken("random", None, f"probe.first_token=random ({says})")
     if requested == "bos":
         if tok.bos_token_id is None:
-            raise UsageError(f"probe.first_token=bos is invalid for {_where(src)}: its tokenizer has no BOS token; "
+            raise UsageError(f"probe.first_token=bos is invalid for {where}: its tokenizer has no BOS token; "
                              "use random")
         return probe.FirstToken("bos", tok.bos_token_id, f"probe.first_token=bos ({says})")
     if prepended is None:
@@ -654,15 +672,15 @@ def first_token(cfg: Config, tokenizers: TokenizerLookup) -> probe.FirstToken:
 
 def _first_token_tokenizer(cfg: Config, tokenizers: TokenizerLookup):
     """The checkpoint's tokenizer for ``first_token``, or None and why there is none (a toy's folder, a
-    Hub repo whose tokenizer is neither cached nor reachable)."""
+    Hub repo whose tokenizer is neither cached nor reachable, a model in memory handed none)."""
     src = tokenizers.src
-    local = Path(src.path).expanduser()
-    if not src.gguf_file and local.is_dir() and not any((local / name).exists() for name in TOKENIZER_FILES):
-        return None, f"{src.path} holds no tokenizer files"
+    if src is None and tokenizers.given is None:
+        return None, "track was handed no tokenizer"
+    local = None if src is None or src.gguf_file else Path(src.path).expanduser()
+    if local is not None and local.is_dir() and not any((local / name).exists() for name in TOKENIZER_FILES):
+        return None, f"{local} holds no tokenizer files"
     try:
-        found = tokenizers.source()
-        return text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
-                                   "or set probe.first_token", found.gguf_file), None
+        return tokenizers.load("or set probe.first_token")[0], None
     except UsageError as err:
         return None, f"no tokenizer ({err})"
 
@@ -676,9 +694,7 @@ def probe_batch(cfg: Config, vocab_size: int, first: probe.FirstToken,
         if p.tokenizer == "bytes":
             tokenizer = text.byte_tokenizer()
         else:
-            found = tokenizers.source()
-            tokenizer = text.checkpoint_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
-                                                  found.gguf_file)
+            tokenizer = text.probe_tokenizer(*tokenizers.load("for a model that reads bytes use probe.tokenizer=bytes"))
         tokenizer = dataclasses.replace(tokenizer, bos=first.bos_id)  # windows start with it (``make_text_batch``)
         return text.text_batch(p, tokenizer, vocab_size), tokenizer.name
     make = probe.make_repeat_batch if p.kind == "repeat" else probe.make_probe_batch
@@ -689,10 +705,6 @@ def task_batch(cfg: Config, first: probe.FirstToken, tokenizers: TokenizerLookup
     """The batch of the task ``probe.task`` names, built on the checkpoint's own tokenizer
     (``tokenizer_source``) from the words ``probe.task_words`` picks, each prompt behind ``first``'s BOS
     where it has one, and that tokenizer's name (repo@revision)."""
-    found = tokenizers.source()
-    tokenizer = text.load_tokenizer(found.directory, found.name, cfg.model.trust_remote_code,
-                                    "probe.task needs the checkpoint's tokenizer: save it beside the weights",
-                                    found.gguf_file)
-    # a task build_task_batch refuses (one line) is no TaskName
-    return build_task_batch(cast(TaskName, cfg.probe.task), tokenizer, cfg.probe.task_prompts,
-                            words=cfg.probe.task_words, bos=first.bos_id), found.name
+    tokenizer, name = tokenizers.load("probe.task needs the checkpoint's tokenizer: save it beside the weights")
+    return build_task_batch(cast(Task, cfg.probe.task), tokenizer, cfg.probe.task_prompts, words=cfg.probe.task_words,
+                            bos=first.bos_id), name

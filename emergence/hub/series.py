@@ -10,6 +10,9 @@ family (docs/own-runs.md). ``model=local model.name_or_path=DIR`` where DIR hold
 Tokens a folder does not state are step x ``model.tokens_per_step`` where that is set. A folder holding
 ``config.json`` itself is one checkpoint, not a series. Only each checkpoint's ``config.json``,
 ``trainer_state.json`` and weight files are ever read: never its optimizer, scheduler or RNG states.
+
+The run may still be writing to DIR: a checkpoint folder whose files are not all whole yet
+(``unfinished``) is listed, but ``python -m emergence.watch`` reads it only once it is.
 """
 
 from __future__ import annotations
@@ -39,10 +42,12 @@ def is_series(path: str | Path) -> bool:
     """A local folder that is no checkpoint itself (no ``config.json``) but holds checkpoint folders."""
     root = Path(path).expanduser()
     return (root.is_dir() and not (root / weights.CONFIG_FILE).exists()
-            and any(_step_of_name(p.name) is not None for p in root.iterdir() if p.is_dir()))
+            and any(step_of_name(p.name) is not None for p in root.iterdir() if p.is_dir()))
 
 
-def _step_of_name(name: str) -> int | None:
+def step_of_name(name: str) -> int | None:
+    """The step a checkpoint folder's name states (``checkpoint-<step>``, ``step<N>...``); None: no
+    checkpoint's name."""
     found = TRAINER_FOLDER.fullmatch(name)
     return int(found.group("step")) if found else parse_revision_name(name, None, None)[0]
 
@@ -54,7 +59,7 @@ def checkpoints(path: str | Path, tokens_per_step: int | None) -> list[PanelEntr
     manifest = _toy_tokens(root)
     entries = []
     for folder in root.iterdir():
-        if not folder.is_dir() or _step_of_name(folder.name) is None:
+        if not folder.is_dir() or step_of_name(folder.name) is None:
             continue
         if TRAINER_FOLDER.fullmatch(folder.name):
             entries.append(_trainer_entry(folder, tokens_per_step))
@@ -76,10 +81,9 @@ def _trainer_entry(folder: Path, tokens_per_step: int | None) -> PanelEntry:
     found = TRAINER_FOLDER.fullmatch(folder.name)
     assert found is not None  # a Trainer folder's name
     step = int(found.group("step"))
-    state = folder / TRAINER_STATE
+    values = _json_or_none(folder / TRAINER_STATE)
     seen = None
-    if state.exists():
-        values = json.loads(state.read_text())
+    if values is not None:
         step = int(values.get("global_step", step))
         seen = values.get("num_input_tokens_seen") or None  # 0: the run did not count them
     tokens = int(seen) if seen is not None else (step * tokens_per_step if tokens_per_step else None)
@@ -94,10 +98,19 @@ def _toy_tokens(root: Path) -> dict[str, int]:
     return {c["revision"]: int(c["tokens"]) for c in json.loads(manifest.read_text()).get("checkpoints", [])}
 
 
-def _shape(config: Path) -> dict | None:
-    if not config.exists():
+def _json_or_none(path: Path):
+    """A JSON file's content; None where it is missing, or cut short because the run is still writing it
+    (a checkpoint being saved beside the one a command reads must not stop that command)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
-    values = json.loads(config.read_text())
+
+
+def _shape(config: Path) -> dict | None:
+    values = _json_or_none(config)
+    if values is None:
+        return None
     return {"model_type": values.get("model_type"), **{k: values[k] for k in SHAPE_KEYS if k in values}}
 
 
@@ -106,7 +119,7 @@ def one_model(root: Path, entries: list[PanelEntry]) -> None:
     first = None
     for entry in entries:
         shape = _shape(root / entry.revision / weights.CONFIG_FILE)
-        if shape is None:  # no config: the check (``local_listing``) names it
+        if shape is None:  # no config (or one being written): the check (``local_listing``) names it
             continue
         if first is None:
             first = entry.revision, shape
@@ -139,4 +152,30 @@ def truncated_file(folder: Path, files: weights.WeightFiles) -> str | None:
         end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
         if size != 8 + length + end:
             return name
+    return None
+
+
+def unfinished(folder: Path) -> str | None:
+    """Why a checkpoint folder is not whole yet (its run is still writing it, or gave up), None when it is:
+    ``config.json`` parses, every weight file its format needs is there (every shard its index names) at the
+    size its header declares (``truncated_file``), and a ``Trainer``'s folder holds ``trainer_state.json``,
+    which the ``Trainer`` writes after the weights."""
+    try:
+        if _json_or_none(folder / weights.CONFIG_FILE) is None:
+            return f"no whole {weights.CONFIG_FILE} yet"
+        files = weights.preferred(weights.formats_in(p.name for p in folder.iterdir()))
+        if files is None:
+            return "no weights yet"
+        try:
+            if not weights.shards_complete(folder, files):
+                return f"not every shard {files.index} names is there yet"
+        except ValueError:  # the index itself cut short
+            return f"no whole {files.index} yet"
+        cut = truncated_file(folder, files)
+        if cut is not None:
+            return f"{cut} is shorter than its header declares"
+        if TRAINER_FOLDER.fullmatch(folder.name) and _json_or_none(folder / TRAINER_STATE) is None:
+            return f"no whole {TRAINER_STATE} yet"
+    except OSError:  # a file removed while it was read: the run is deleting the folder
+        return "being removed"
     return None

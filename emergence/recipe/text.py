@@ -71,10 +71,9 @@ def prepended_bos(tok) -> int | None:
     return tok.bos_token_id if starts_with_bos else None
 
 
-def checkpoint_tokenizer(directory: str, name: str, trust_remote_code: bool, gguf_file: str | None = None) -> Tokenizer:
-    """The text probe's tokenizer: the checkpoint's own (``load_tokenizer``), named ``name`` (repo@revision)."""
-    tok = load_tokenizer(directory, name, trust_remote_code, "for a model that reads bytes use probe.tokenizer=bytes",
-                         gguf_file)
+def probe_tokenizer(tok, name: str) -> Tokenizer:
+    """The text probe's tokenizer: a Hugging Face tokenizer (the checkpoint's own, ``load_tokenizer``), named
+    ``name`` (repo@revision)."""
     return Tokenizer(encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"], bos=prepended_bos(tok),
                      eos=tok.eos_token_id, name=name)
 

@@ -1,5 +1,6 @@
 """The bookkeeping steps of one checkpoint's run: ``check_branch`` (the sweep's verdict), ``load``
-(the checkpoint, the probe batch and the cache's entry, as one record), ``measure`` (the probe pass),
+(the checkpoint, the probe batch and the cache's entry, as one record; ``load_live``: a model in memory,
+for ``emergence.track``), ``measure`` (the probe pass),
 ``summarise`` (the run record) and ``write_outputs`` (its files, the cache entry, W&B).
 ``emergence.main.analyse`` calls them between the recipe's own steps (``emergence/recipe/``).
 """
@@ -40,12 +41,12 @@ class Loaded:
 
     name: str  # model@revision, for the log and W&B
     revision: checkpoints.Revision
-    source: checkpoints.Source
+    source: checkpoints.Source | None  # None: a model in memory (``load_live``)
     model_type_mapped_from: str | None  # the config's development model_type, read as its released name
     device: torch.device
     dtype: str  # "float32", "bfloat16" or "float16"
     weight_bytes: int
-    weights_sha256: str | None  # the weights' content fingerprint (``checkpoints.weights_identity``)
+    weights_sha256: str | None  # the weights' content fingerprint (``checkpoints.weights_identity``); None: not known
     download: results.Download  # bytes downloaded and the prefetch's arrival (load_seconds set by ``summarise``)
     first_token: probe.FirstToken  # what position 0 of the probe and the task prompts holds, and why
     batch: probe.ProbeBatch  # the probe (built before the weights load: the text probe's can fail)
@@ -88,6 +89,50 @@ def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None
     return None
 
 
+@dataclass(frozen=True)
+class Probes:
+    """What the run probes a model with: its settings with the probe fitted to the model, and the batches."""
+
+    cfg: Config  # the probe fitted to the model where it is smaller (``validation.fit_probe``)
+    fitted: results.ProbeFitted | None  # what was fitted; None: the probe as asked
+    asked: str  # the settings' digest as asked (``resume`` compares it)
+    first_token: probe.FirstToken
+    batch: probe.ProbeBatch
+    baseline: np.ndarray  # [n_baseline] the baseline's key positions
+    tokenizer: str | None  # the text probe's tokenizer
+    task_batch: TaskBatch | None  # probe.task's prompts; None: no task
+    task_tokenizer: str | None
+
+
+def probes_for(cfg: Config, hf_config, tokenizers: checkpoints.TokenizerLookup) -> Probes:
+    """The probe fitted to the model (``hf_config``: its config), position 0 as its tokenizer says, the probe
+    and task batches, and the settings checked against the model: step 0's part that needs no weights."""
+    asked = config_digest(cfg)
+    cfg, fitted = fit_probe(cfg, hf_config)
+    if fitted is not None:
+        log.info(fitted.line())
+    first = checkpoints.first_token(cfg, tokenizers)
+    batch, tokenizer = checkpoints.probe_batch(cfg, hf_config.vocab_size, first, tokenizers)
+    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, first,
+                                                                                                     tokenizers)
+    validate_for_model(cfg, hf_config)
+    p = cfg.probe
+    return Probes(cfg, fitted, asked, first, batch, probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed),
+                  tokenizer, task_batch, task_tokenizer)
+
+
+def subject_of(cfg: Config, model, batch: probe.ProbeBatch, device: torch.device,
+               dtype: torch.dtype) -> capture.Subject:
+    """The model with its attention layout and the probe batch; on a GPU (``probe.auto_batch``) as many
+    sequences per forward as fit the memory left beside its weights."""
+    batch_size = cfg.probe.batch_size
+    if device.type == "cuda" and cfg.probe.auto_batch:
+        free = checkpoints.free_memory(device)
+        assert free is not None  # CUDA reports it
+        batch_size = checkpoints.auto_batch_size(free, cfg.probe.seq_len, model.config, dtype)
+    return capture.Subject(model, checkpoints.Architecture.of(model), batch, batch_size)
+
+
 def load(cfg: Config) -> Loaded:
     """Step 0: the checkpoint's revision, source and config, checked against the run's settings and
     the memory; the probe batch; then its cached measurements (reuse=true), and the model unless they
@@ -102,19 +147,11 @@ def load(cfg: Config) -> Loaded:
     src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
     checkpoint = checkpoints.load_config(cfg, src)
     hf_config = checkpoint.hf_config
-    asked = config_digest(cfg)
-    cfg, fitted = fit_probe(cfg, hf_config)
-    if fitted is not None:
-        log.info(fitted.line())
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
-    tokenizers = checkpoints.TokenizerLookup(cfg, src)
-    first = checkpoints.first_token(cfg, tokenizers)
-    batch, tokenizer = checkpoints.probe_batch(cfg, hf_config.vocab_size, first, tokenizers)
-    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, first,
-                                                                                                     tokenizers)
+    probes = probes_for(cfg, hf_config, checkpoints.TokenizerLookup(cfg, src))
+    cfg, batch = probes.cfg, probes.batch
     dtype_name = checkpoints.dtype_name(dtype)
-    # the run's bookkeeping: the settings against the checkpoint, the sweep's prefetch, the cache
-    validate_for_model(cfg, hf_config)
+    # the run's bookkeeping: the sweep's prefetch, the cache
     prefetched = (src.path, src.revision, src.weights_format)
     if prefetch.fetched_by_sweep(prefetched):  # the sweep downloaded it: count it, and clean it up
         src = dataclasses.replace(src, cached_before=False)
@@ -129,22 +166,34 @@ def load(cfg: Config) -> Loaded:
     # the Hub again: the weights, where the run needs them
     subject = None
     if need_model:
-        model = checkpoints.load_model(cfg, src, checkpoint, device, dtype)
-        batch_size = cfg.probe.batch_size
-        if device.type == "cuda" and cfg.probe.auto_batch:
-            free = checkpoints.free_memory(device)
-            assert free is not None  # CUDA reports it
-            batch_size = checkpoints.auto_batch_size(free, cfg.probe.seq_len, hf_config, dtype)
-        subject = capture.Subject(model, checkpoints.Architecture.of(model), batch, batch_size)
+        subject = subject_of(cfg, checkpoints.load_model(cfg, src, checkpoint, device, dtype), batch, device, dtype)
     download = results.Download(bytes_downloaded=checkpoints.downloaded_bytes(src), load_seconds=0.0,
                                 prefetched=arrival.prefetched, wait_seconds=arrival.wait_seconds)
     # named before the cache was asked; a Hub revision not cached then is named by the Hub's digests
     weights_sha256 = identity["weights_sha256"] if identity else checkpoints.weights_sha256(src)
-    p = cfg.probe
     return Loaded(f"{cfg.model.key}@{revision.name or 'as-is'}", revision, src, checkpoint.model_type_mapped_from,
-                  device, dtype_name, weight_bytes, weights_sha256, download, first, batch,
-                  probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed), tokenizer, cache_file, cached,
-                  subject, task_batch, task_tokenizer, checkpoint.gguf, fitted, cfg=cfg, config_digest=asked)
+                  device, dtype_name, weight_bytes, weights_sha256, download, probes.first_token, batch,
+                  probes.baseline, probes.tokenizer, cache_file, cached, subject, probes.task_batch,
+                  probes.task_tokenizer, checkpoint.gguf, probes.fitted, cfg=cfg, config_digest=probes.asked)
+
+
+def load_live(cfg: Config, model, revision: checkpoints.Revision, tokenizer=None) -> Loaded:
+    """Step 0 for a model in memory (``emergence.track``): the probe fitted to it and its batches, as ``load``
+    makes them, on the model as it is, on its device and in its dtype; ``tokenizer`` (a Hugging Face tokenizer,
+    or None) stands in for a checkpoint's tokenizer files. Nothing is read from disk, and no measurements are
+    cached or served: no weight file names them (``reuse`` does not apply), and a training model is never
+    measured twice at the same weights."""
+    parameter = next(model.parameters())
+    device, dtype = parameter.device, parameter.dtype
+    probes = probes_for(cfg, model.config, checkpoints.TokenizerLookup(cfg, None, tokenizer))
+    subject = subject_of(probes.cfg, model, probes.batch, device, dtype)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return Loaded(f"{cfg.model.key}@{revision.name}", revision, None, None, device, checkpoints.dtype_name(dtype),
+                  weight_bytes, None, results.Download(bytes_downloaded=0, load_seconds=0.0, prefetched=False,
+                                                       wait_seconds=0.0),
+                  probes.first_token, probes.batch, probes.baseline, probes.tokenizer, None, None, subject,
+                  probes.task_batch, probes.task_tokenizer, None, probes.fitted, cfg=probes.cfg,
+                  config_digest=probes.asked)
 
 
 def run_config(cfg: Config, loaded: Loaded) -> dict:

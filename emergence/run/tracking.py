@@ -2,7 +2,8 @@
 
 W&B is an output, not the record (``heads.csv`` and ``summary.json`` are). Offline by
 default (``$WANDB_MODE`` and the other W&B variables are the config's defaults) so a run
-never waits on a network; ``wandb.mode=disabled`` turns it off.
+never waits on a network; ``wandb.mode=disabled`` turns it off. A checkpoint analysed while its
+model trains goes into the training's own run instead (``log_into_training``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import matplotlib
 
@@ -21,8 +23,9 @@ import numpy as np  # noqa: E402
 
 from emergence.core.errors import UsageError  # noqa: E402
 from emergence.recipe.screen import CLASSES, UNCLASSIFIED  # noqa: E402
+from emergence.recipe.tasks import Task  # noqa: E402
 from emergence.recipe.tasks.metrics import TOP1_METRIC  # noqa: E402
-from emergence.run.results import HEAD_COLUMNS, HeadRow  # noqa: E402
+from emergence.run.results import HEAD_COLUMNS, HeadRow, RunSummary, read_run  # noqa: E402
 
 CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),
                          ("tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:cyan", "0.85")))
@@ -100,7 +103,7 @@ def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str
     run.finish()
 
 
-def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
+def log_checkpoint(run, summary: RunSummary, rows: list[HeadRow], figure) -> None:
     """Summary metrics (``results.RunSummary``) against tokens, the per-head table and the class grid."""
     if run is None:
         return
@@ -108,7 +111,30 @@ def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
 
     run.define_metric("tokens")
     run.define_metric("*", step_metric="tokens")
-    metrics = {
+    metrics = checkpoint_metrics(summary, [r.columns() for r in rows], figure)
+    run.log(metrics)
+    run.summary.update({k: v for k, v in metrics.items() if not isinstance(v, (wandb.Table, wandb.Image))})
+
+
+TRAINING_PREFIX = "emergence/"  # a training's W&B run: our metrics' namespace beside its own
+TRAINING_STEP = "train/global_step"  # the axis transformers' ``report_to="wandb"`` plots its metrics against
+
+
+def log_into_training(run, summary: RunSummary, out_dir: Path) -> None:
+    """A checkpoint analysed while its model trains (``EmergenceCallback``), into the training's own W&B run:
+    ``log_checkpoint``'s metrics (tokens seen among them) under ``emergence/``, against the training's step,
+    the per-head table and the class grid read back from the run directory ``out_dir``."""
+    run.define_metric(f"{TRAINING_PREFIX}*", step_metric=TRAINING_STEP)
+    metrics = checkpoint_metrics(summary, read_run(out_dir)[1], out_dir / "classes.png")
+    run.log({**{TRAINING_PREFIX + k: v for k, v in metrics.items()}, TRAINING_STEP: summary.step})
+
+
+def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
+    """What W&B logs of a checkpoint: its summary's numbers, the per-head table (``rows``: heads.csv's
+    rows, each column by name) and the class grid (``figure``: a matplotlib figure or an image file)."""
+    import wandb
+
+    metrics: dict[str, Any] = {
         "tokens": summary.tokens if summary.tokens is not None else -1,
         "bos_fraction": summary.bos_fraction,
         "sink_fraction": summary.sink_metric.fraction,  # Gu et al.'s Sink_eps
@@ -132,10 +158,10 @@ def log_checkpoint(run, summary, rows: list[HeadRow], figure) -> None:
         metrics.update({f"task/{task.name}/{k}": m.value for k, m in task.metrics.metrics.items()})
         for sweep in task.ablation.sweeps if task.ablation else []:
             for metric, s in sweep.sweeps.items():
-                unit = "_pp" if metric == TOP1_METRIC[task.name] else ""  # the verdict metric: in its own units
+                # the verdict metric: in its own units
+                unit = "_pp" if metric == TOP1_METRIC[cast(Task, task.name)] else ""
                 metrics[f"task/{task.name}/{sweep.screen}/{metric}_delta{unit}"] = s.screen_delta
                 metrics[f"task/{task.name}/{sweep.screen}/{metric}_random_delta{unit}"] = s.mean
-    metrics["heads"] = wandb.Table(columns=[*HEAD_COLUMNS], data=[list(r.columns().values()) for r in rows])
-    metrics["classes"] = wandb.Image(figure)
-    run.log(metrics)
-    run.summary.update({k: v for k, v in metrics.items() if not isinstance(v, (wandb.Table, wandb.Image))})
+    metrics["heads"] = wandb.Table(columns=[*HEAD_COLUMNS], data=[[r[c] for c in HEAD_COLUMNS] for r in rows])
+    metrics["classes"] = wandb.Image(str(figure) if isinstance(figure, Path) else figure)
+    return metrics

@@ -35,17 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Literal
 
 import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
+from emergence.recipe.tasks import TASKS, Task
 from emergence.toy.corpus import ToyCorpus
 from emergence.toy.words import CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS, PLACES
-
-Task = Literal["ioi", "greater_than", "successor", "binding"]
-TASKS: tuple[Task, ...] = ("ioi", "greater_than", "successor", "binding")
 
 # The study's prompts (its query is the last token); a training sentence adds the answer and ".".
 IOI_PROMPTS = {"ABBA": "When {io} and {s} went to the {place}, {s} gave a {obj} to",

@@ -11,7 +11,7 @@ import pytest
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
-from emergence.recipe.text import checkpoint_tokenizer
+from emergence.recipe.text import load_tokenizer
 from tests.helpers.cli import run_cli
 
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}  # no downloads, no W&B
@@ -32,7 +32,7 @@ def assert_one_line(res, *words) -> str:
 
 
 COMMANDS = ("emergence", "emergence.refine", "emergence.report", "emergence.revisions", "emergence.toy",
-            "emergence.panel.seeds", "benchmarks.bench")
+            "emergence.panel.seeds", "emergence.watch", "benchmarks.bench")
 INTERNAL = ("emergence.run.prefetch",)  # a sweep's downloader child process (docs/hub.md), not a user's command
 CASES = [(module, case) for module in COMMANDS for case in ("missing path", "garbage", "unknown name")]
 
@@ -71,6 +71,9 @@ def command_cases(tmp) -> dict[tuple[str, str], tuple[list, list[str], list]]:
         ("emergence.panel.seeds", "missing path"): ([missing], [str(missing)], []),
         ("emergence.panel.seeds", "garbage"): ([garbage], [str(garbage), "not a panel report"], []),
         ("emergence.panel.seeds", "unknown name"): ([no_models, "--model", "nope"], ["--model nope"], []),
+        ("emergence.watch", "missing path"): ([missing], [str(missing), "not a directory"], []),
+        ("emergence.watch", "garbage"): ([tmp, "--poll", "abc"], ["--poll", "abc"], []),
+        ("emergence.watch", "unknown name"): ([tmp, "--once", "probe=nope"], ["probe=nope", "quick"], []),
         ("benchmarks.bench", "missing path"): (["--out", missing / "bench.json"], [str(missing)], [missing]),
         ("benchmarks.bench", "garbage"): (["--sequences", "abc"], ["--sequences", "abc"], []),
         ("benchmarks.bench", "unknown name"): (["--only", "nope"], ["nope"], []),
@@ -126,7 +129,8 @@ def test_a_checkpoint_without_tokenizer_files_is_told_so_not_that_the_text_is_sh
 def test_no_tokenizer_files_is_a_usage_error_whatever_transformers_builds(arch, tiny_dirs):
     """An empty tokenizer of the model type's class (gpt_neox, gpt2, qwen2, gemma2) or none (llama)."""
     with pytest.raises(UsageError, match="has no tokenizer.*probe.tokenizer=bytes"):
-        checkpoint_tokenizer(str(tiny_dirs[arch]), f"{tiny_dirs[arch]}@main", False)
+        load_tokenizer(str(tiny_dirs[arch]), f"{tiny_dirs[arch]}@main", False,
+                       "for a model that reads bytes use probe.tokenizer=bytes")
 
 
 @pytest.mark.slow

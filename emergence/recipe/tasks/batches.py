@@ -66,13 +66,11 @@ import torch
 from emergence.core.config import TASK_WORDS
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
-
-TaskName = Literal["ioi", "greater_than", "successor", "binding"]
-TASKS: tuple[TaskName, ...] = ("ioi", "greater_than", "successor", "binding")
+from emergence.recipe.tasks import TASKS, Task
 
 SEED = 42  # the study's seed for every task batch
 N_PROMPTS = 500  # the study's n for IOI, greater-than and binding
-PROMPT_LENGTH: dict[TaskName, int] = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}
+PROMPT_LENGTH: dict[Task, int] = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}
 
 NAMES = (
     "John", "Mary", "Alice", "Bob", "Anna", "Tom", "Lisa", "Sarah", "James", "David", "Michael", "Jessica", "Emily",
@@ -107,7 +105,7 @@ SEQUENCES: dict[SuccessorSequence, tuple[tuple[str, ...], bool]] = {
 SUCCESSOR_SHOWN = 5  # items shown; the target is the next one
 # The word lists each task draws from, by the names ``TaskWords`` gives them; a prompt holds each
 # word after a space. Successor's lists are its sequences' items.
-TASK_LISTS: dict[TaskName, dict[str, tuple[str, ...]]] = {
+TASK_LISTS: dict[Task, dict[str, tuple[str, ...]]] = {
     "ioi": {"names": NAMES, "places": PLACES, "objects": OBJECTS},
     "greater_than": {"nouns": NOUNS},
     "successor": {sequence: words for sequence, (words, _) in SEQUENCES.items()},
@@ -159,7 +157,7 @@ class BindingPrompt(Record):
     query_is_first: bool  # the query names A (binding position 3) rather than B (8)
 
 
-def _check_n(task: TaskName, n: int, most: int | None = None) -> None:
+def _check_n(task: Task, n: int, most: int | None = None) -> None:
     if n < 1 or (most is not None and n > most):
         limit = f"1 to {most}" if most is not None else "at least 1"
         raise UsageError(f"{task}: n = {n} prompts; give n from {limit}")
@@ -174,7 +172,7 @@ def _two_names(rng: np.random.RandomState, names: Sequence[str]) -> tuple[str, s
 P = TypeVar("P", IoiPrompt, GreaterThanPrompt, BindingPrompt)
 
 
-def _drawn(task: TaskName, draw: Callable[[], P], accept: Callable[[P], bool] | None) -> P:
+def _drawn(task: Task, draw: Callable[[], P], accept: Callable[[P], bool] | None) -> P:
     """One example: ``draw()`` (the generator's next draws), drawn again while ``accept`` refuses it."""
     for _ in range(MAX_DRAWS):
         prompt = draw()
@@ -295,7 +293,7 @@ class TaskWords(Record):
 class TaskBatch:
     """A task's prompts as tokens (module docstring: the tasks' targets and positions)."""
 
-    task: TaskName
+    task: Task
     prompts: tuple[TaskPrompt, ...]
     tokens: torch.Tensor  # [n, T] int64
     target: torch.Tensor  # [n] int64 token ids
@@ -339,7 +337,7 @@ def _found(ids: list[int]) -> str:
     return "the unknown token" if len(ids) == 1 else f"{len(ids)} tokens"
 
 
-def _one_token(task: TaskName, tokenizer, word: str) -> int:
+def _one_token(task: Task, tokenizer, word: str) -> int:
     """The id of ``word``, which the task needs as one token of the vocabulary."""
     ids = _encode(tokenizer, word)
     if not _is_one_token(tokenizer, ids):
@@ -348,7 +346,7 @@ def _one_token(task: TaskName, tokenizer, word: str) -> int:
     return ids[0]
 
 
-def task_words(task: TaskName, tokenizer, words: str) -> TaskWords:
+def task_words(task: Task, tokenizer, words: str) -> TaskWords:
     """The word lists of ``task`` for the ``words`` choice (``config.TASK_WORDS``): ``study`` the
     study's lists; ``filtered`` each restricted to the words ``tokenizer`` encodes (after a space)
     as one token; ``auto`` study where every word is one token, else filtered. Raises ``UsageError``
@@ -373,7 +371,7 @@ def task_words(task: TaskName, tokenizer, words: str) -> TaskWords:
     return TaskWords("filtered", kept=one_token, dropped=dropped)
 
 
-def _token_ids(task: TaskName, tokenizer, text: str) -> list[int]:
+def _token_ids(task: Task, tokenizer, text: str) -> list[int]:
     """The prompt's token ids, which must be as many as the task's prompts have."""
     ids = _encode(tokenizer, text)
     length = PROMPT_LENGTH[task]
@@ -384,7 +382,7 @@ def _token_ids(task: TaskName, tokenizer, text: str) -> list[int]:
     return ids
 
 
-def _checked(task: TaskName, tokenizer, row: TaskPrompt, expected: dict[str, int]) -> TaskPrompt:
+def _checked(task: Task, tokenizer, row: TaskPrompt, expected: dict[str, int]) -> TaskPrompt:
     """A prompt's row with its ``end`` position, after checking that the tokens ``expected`` at named
     positions (name -> token id) are there."""
     text, ids, positions = row.text, row.token_ids, row.positions
@@ -395,7 +393,7 @@ def _checked(task: TaskName, tokenizer, row: TaskPrompt, expected: dict[str, int
     return dataclasses.replace(row, positions={**positions, "end": PROMPT_LENGTH[task] - 1})
 
 
-def _accept(task: TaskName, tokenizer, words: TaskWords) -> Callable[[P | SuccessorPrompt], bool] | None:
+def _accept(task: Task, tokenizer, words: TaskWords) -> Callable[[P | SuccessorPrompt], bool] | None:
     """filtered: a prompt of another length than the task's is drawn again (a word that is one token
     alone can merge with its neighbour, as a city with the full stop after it); study: every prompt is
     kept, and one of another length is refused (``_token_ids``)."""
@@ -494,7 +492,7 @@ def _with_bos(row: TaskPrompt, bos: int) -> TaskPrompt:
                                positions={name: position + 1 for name, position in row.positions.items()})
 
 
-def _stack(task: TaskName, rows: list[TaskPrompt], words: TaskWords, bos: int | None, **greater_than) -> TaskBatch:
+def _stack(task: Task, rows: list[TaskPrompt], words: TaskWords, bos: int | None, **greater_than) -> TaskBatch:
     def column(values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int64)
 
@@ -512,7 +510,7 @@ def _stack(task: TaskName, rows: list[TaskPrompt], words: TaskWords, bos: int | 
     )
 
 
-def build_task_batch(task: TaskName, tokenizer, n: int | None = None, seed: int = SEED, words: str = "study",
+def build_task_batch(task: Task, tokenizer, n: int | None = None, seed: int = SEED, words: str = "study",
                      bos: int | None = None) -> TaskBatch:
     """The batch of ``task``, tokenised by ``tokenizer`` (a Hugging Face tokenizer).
 

@@ -26,7 +26,7 @@ this is the plain mean.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -34,9 +34,8 @@ import torch
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
 from emergence.recipe import stats
+from emergence.recipe.tasks import TASKS, Task
 
-Task = Literal["ioi", "greater_than", "successor", "binding"]
-TASKS: tuple[Task, ...] = ("ioi", "greater_than", "successor", "binding")
 N_ANSWERS = 100  # greater-than's answer tokens "00".."99"
 
 # The study's summary names, per task, in its order.

@@ -1,0 +1,119 @@
+"""``emergence.track``: the recipe on a model while it trains (docs/own-runs.md).
+
+``track(model, step, ...)`` runs ``emergence.main.analyse`` on the model object itself: step 0 is
+``steps.load_live`` (the probe fitted to the model, its batches, the model as it is) instead of a
+checkpoint loaded from disk; every later step, and every file it writes, is the command line's. Its
+run directory is ``<out>/emergence/step<step>/``, which ``python -m emergence.report <out>/emergence``
+reads as a panel.
+
+The training must not notice: the model is never copied or reloaded, and runs in eval mode under
+``torch.no_grad`` with our attention function only for the call; each module's train mode, the
+attention implementation and every random stream the training draws from are as they were after it.
+A failure of the recipe is one warning line and a ``FAILED`` file in the step's run directory, never
+an exception into the training loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import traceback
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from emergence.core.config import PanelEntry, compose_config
+from emergence.core.errors import UsageError, first_line
+from emergence.hub import checkpoints
+from emergence.main import analyse, discard_run_dir
+from emergence.recipe import capture
+from emergence.run import results, steps, sweep
+
+log = logging.getLogger(__name__)
+
+RUNS_FOLDER = "emergence"  # <out>/emergence/step<N>/: one run directory per analysed step
+# What a call runs unless its overrides say otherwise: the quick probe (fitted to the model by
+# probe.fit=auto, ablation with adaptive stopping, as every run), and no W&B run of its own (the
+# callback logs into the training's run).
+LIVE_DEFAULTS = ("model=local", "probe=quick", "wandb.mode=disabled")
+
+
+def run_dir(out: str | Path, step: int) -> Path:
+    """Where the analysis of a run's checkpoint at ``step`` goes: ``<out>/emergence/step<step>``."""
+    return Path(out).expanduser() / RUNS_FOLDER / f"step{step}"
+
+
+def live_config(out: str | Path, overrides: Sequence[str]):
+    """The ``Config`` of a call writing under ``out``: ``LIVE_DEFAULTS``, the model named by ``out`` (the
+    folder the training saves into), then ``overrides`` (the command line's)."""
+    return compose_config([*LIVE_DEFAULTS, f"model.name_or_path={Path(out).expanduser()}", *overrides])
+
+
+def track(model, step: int, tokens: int | None = None, out: str | Path = ".", overrides: Sequence[str] = (),
+          tokenizer=None) -> results.RunSummary | None:
+    """Run the recipe on ``model`` (a transformers causal LM, as it is in memory) at training step
+    ``step`` after ``tokens`` tokens (None: unknown; then step x ``model.tokens_per_step`` where an
+    override sets it), with the command line's ``overrides``; ``tokenizer``: the model's tokenizer, where
+    it puts a BOS before every input (``probe.first_token=auto``) or the probe needs one. Writes
+    ``<out>/emergence/step<step>/`` and returns its ``summary.json`` record; None where the recipe failed
+    (one warning line, and the step's ``FAILED`` file says why): the training goes on either way."""
+    out_dir = run_dir(out, step)
+    try:
+        cfg = live_config(out, overrides)
+        revision = checkpoints.panel_revision(PanelEntry(f"step{step}", step, tokens), cfg.model.tokens_per_step)
+        sweep.clear_failure(out_dir)  # an earlier call at this step failed: this one is run again
+        with rng_untouched(), live(model):
+            summary = analyse(cfg, out_dir, load=functools.partial(steps.load_live, model=model, revision=revision,
+                                                                   tokenizer=tokenizer))
+        assert isinstance(summary, results.RunSummary)  # no integrity store: never a duplicate branch
+        return summary
+    except KeyboardInterrupt:  # the user stops the training: no half-written run directory stays
+        discard_run_dir(out_dir)
+        raise
+    except Exception as err:  # whatever went wrong, the training goes on
+        why = str(err) if isinstance(err, UsageError) else f"{type(err).__name__}: {first_line(err)}"
+        discard_run_dir(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # a bad setting is its one line; anything else keeps its traceback for whoever reads the file
+        sweep.record_failure(out_dir, why if isinstance(err, UsageError) else f"{why}\n{traceback.format_exc()}")
+        log.warning(f"emergence: step {step} not analysed ({why}); training goes on ({out_dir / sweep.FAILED_FILE})")
+        return None
+
+
+@contextmanager
+def live(model):
+    """``model`` as the recipe reads it for the call (eval mode, no autograd, our attention function), and
+    as the training had it afterwards: each module's train mode and the attention implementation."""
+    if not hasattr(model, "set_attn_implementation"):
+        raise UsageError(f"track needs a transformers causal LM, not a {type(model).__name__} (under DDP pass "
+                         "model.module, after torch.compile model._orig_mod)")
+    modes = [(module, module.training) for module in model.modules()]
+    implementation = model.config._attn_implementation
+    model.eval()  # no dropout: the probe measures the model, not a draw of it
+    try:
+        model.set_attn_implementation(capture.register_attention())
+        with torch.no_grad():
+            yield
+    finally:
+        model.set_attn_implementation(implementation)
+        for module, training in modes:
+            module.training = training
+
+
+@contextmanager
+def rng_untouched():
+    """Every random stream a training draws from, as it was before the call: torch's CPU generator and
+    CUDA's (where CUDA is in use), numpy's and Python's global ones. The recipe seeds its own draws; this
+    keeps anything else it calls (a library drawing from a global generator) from moving the training's."""
+    python, legacy_numpy = random.getstate(), np.random.get_state()
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=cuda):
+        try:
+            yield
+        finally:
+            random.setstate(python)
+            np.random.set_state(legacy_numpy)
