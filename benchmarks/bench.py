@@ -524,11 +524,13 @@ def track_cost(path: str, n: int, repeats: int) -> dict:
     from emergence import track
     from emergence.core.config import compose_config
     from emergence.recipe.probe import make_probe_batch
+    from emergence.run.validation import fit_probe
 
     probe = ["probe=quick", f"probe.n_sequences={n}"]
-    p = compose_config(["model=local", *probe]).probe
-    batch = make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+    # the batch track's run makes: the probe fitted to the model where it is smaller
+    p = fit_probe(compose_config(["model=local", f"model.name_or_path={path}", *probe]), model.config)[0].probe
+    batch = make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     times: dict[str, list[float]] = {"track_no_ablation_s": [], "track_ablation_s": [], "probe_pass_s": [],
                                      "training_step_s": [], "bare_forward_s": []}
