@@ -113,3 +113,41 @@ def eager_residual_and_values(path, arch: str, tokens: torch.Tensor) -> tuple[li
         for hook in hooks:
             hook.remove()
     return hidden, values
+
+
+def reference_head_weights(model, arch: str) -> list[dict[str, torch.Tensor]]:
+    """Per layer, W_Q / W_K / W_V [heads, d_model, d_head] and W_O [heads, d_head, d_model], cut per family
+    as TransformerLens's weight conversions cut them (written from the transformers source, independently of
+    ``head_weights.layer_slices``): reshapes of whole weights, grouped K/V repeated over their heads."""
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    out = []
+    if arch == "gpt2":
+        d = cfg.n_embd
+        for block in model.transformer.h:
+            q, k, v = block.attn.c_attn.weight.split(d, dim=1)  # Conv1D [d_model, 3 d_model]
+            cut = lambda w: w.reshape(d, heads, -1).permute(1, 0, 2)  # noqa: E731
+            out.append({"W_Q": cut(q), "W_K": cut(k), "W_V": cut(v),
+                        "W_O": block.attn.c_proj.weight.reshape(heads, -1, d)})
+        return out
+    if arch == "gpt_neox":
+        d = cfg.hidden_size
+        for layer in model.gpt_neox.layers:
+            w = layer.attention.query_key_value.weight.reshape(heads, 3, -1, d)  # [heads, (q, k, v), d_head, d_model]
+            out.append({"W_Q": w[:, 0].transpose(1, 2), "W_K": w[:, 1].transpose(1, 2), "W_V": w[:, 2].transpose(1, 2),
+                        "W_O": layer.attention.dense.weight.reshape(d, heads, -1).permute(1, 2, 0)})
+        return out
+    d = cfg.hidden_size
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        d_head = attn.o_proj.weight.shape[1] // heads
+        if arch == "phi3":
+            q, k, v = attn.qkv_proj.weight.split([heads * d_head, kv * d_head, kv * d_head], dim=0)
+        else:
+            q, k, v = attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight
+        def per_head(w, n, d_head=d_head):
+            return w.reshape(n, d_head, d).transpose(1, 2).repeat_interleave(heads // n, 0)
+        out.append({"W_Q": per_head(q, heads), "W_K": per_head(k, kv), "W_V": per_head(v, kv),
+                    "W_O": attn.o_proj.weight.reshape(d, heads, d_head).permute(1, 2, 0)})
+    return out
