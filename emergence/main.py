@@ -9,6 +9,7 @@ failing job, Ctrl-C without a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import sys
@@ -24,6 +25,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from emergence import measures
 from emergence.core.config import Config
 from emergence.core.errors import UsageError
 from emergence.hub import integrity
@@ -78,6 +80,9 @@ def analyse(cfg: Config, out_dir: Path, integrity_store: Path | None = None,
             assert cap is not None and loaded.subject is not None  # no cache: the pass ran on the model
             estimates = spectral.estimates(cap.gram, cap.total, cap.spectral_n)  # step 3
             measured = Measurements.of(cap, estimates, loaded.subject.arch, loaded.batch.fingerprint())
+            measured = dataclasses.replace(measured, plugins=measures.measure_all(measures.MeasureInput(
+                loaded.subject.model, measured, loaded.batch, loaded.tokenizer)))  # the registered measures
+        lap("measures")
         screened = screen.screen_heads(cfg.threshold, measured.mean_attention, loaded.dtype)
         lap("screen_spectral")
         uncertainty = stats.quantify_uncertainty(measured, screened, cfg.threshold.circuit, cfg.stats,

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from emergence import measures  # noqa: E402
 from emergence.panel.records import ModelFindings, PanelFindings, RevisionRow  # noqa: E402
 from emergence.panel.sensitivity import CONCLUSIONS  # noqa: E402
 
@@ -200,7 +201,7 @@ TASK_PANEL = "task"  # the token axis's panel of the tasks' capability
 
 MEASURE_LABELS = {"icl_score": "ICL score (nats)", "loss_drop": "repeat loss drop (nats)",
                   "prefix_matching_max": "top prefix matching", "massive_activation_ratio": "top / median |h|",
-                  "value_norm_ratio_min": "lowest |v_0| / |v|"}
+                  "value_norm_ratio_min": "lowest |v_0| / |v|", **{t.key: t.label for t in measures.trajectories()}}
 
 
 def token_axis(findings: PanelFindings, out: Path) -> Path | None:

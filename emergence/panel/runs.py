@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -28,7 +28,7 @@ from emergence.recipe.icl import RepeatScores, TextScores
 from emergence.recipe.screen import CLASSES
 from emergence.recipe.stats import NullSummary
 from emergence.recipe.tasks.step import TaskSummary
-from emergence.run.results import PER_SEQUENCE_FILE, SUMMARY_FILE, is_duplicate, read_json, read_run
+from emergence.run.results import HEAD_COLUMNS, PER_SEQUENCE_FILE, SUMMARY_FILE, is_duplicate, read_json, read_run
 
 # Reference file prefixes -> our model keys, and how their revision names give tokens.
 REFERENCE_PREFIXES = {"pythia1b": "pythia", "olmo": "olmo", "olmoe": "olmoe"}
@@ -69,6 +69,8 @@ class Checkpoint:
     repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy
     task: TaskSummary | None = None  # probe.task: the task's capability, screens and ablations
     name_or_path: str | None = None  # the checkpoint's repository (run directories)
+    # the plug-in measures' heads.csv columns (``emergence.measures``), [layers, heads] each (run directories)
+    plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -197,10 +199,12 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         spectral = np.zeros((n_layers, n_heads))
         per_head = {name: np.full((n_layers, n_heads), np.nan) for name in ("value_norm_ratio", "prefix_matching")}
+        plugin_columns = {column: np.full((n_layers, n_heads), np.nan) for column in rows[0]
+                          if column not in HEAD_COLUMNS}
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
-            for name, grid in per_head.items():
+            for name, grid in (*per_head.items(), *plugin_columns.items()):
                 grid[r["layer"], r["head"]] = r[name]
         massive = (None if summary.massive_activations is None
                    else np.array([m.ratio for m in summary.massive_activations]))
@@ -221,7 +225,8 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             **{name: None if np.isnan(grid).all() else grid for name, grid in per_head.items()},
             massive_activation_ratio=massive, dtype=summary.dtype, reference_dtype=summary.reference_dtype,
             weights_sha256=summary.weights_sha256, copy_loss_drop=summary.copy_loss_drop, null=summary.null,
-            text=summary.text, repeat=summary.repeat, task=summary.task, name_or_path=summary.name_or_path)
+            text=summary.text, repeat=summary.repeat, task=summary.task, name_or_path=summary.name_or_path,
+            plugin_columns=plugin_columns)
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     for (model, _, probe, _), kinds in first_tokens.items():

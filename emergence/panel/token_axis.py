@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from emergence import measures
 from emergence.panel.records import Milestone, ModelFindings, Separation, SinkProbes, TokenAxis, Transition
 from emergence.panel.runs import Checkpoint, Trajectory
 from emergence.panel.uncertainty import bracket
@@ -35,6 +36,11 @@ def _min(grid: np.ndarray | None) -> float | None:
     return None if grid is None or np.isnan(grid).all() else float(np.nanmin(grid))
 
 
+def _plugin_value(trajectory: measures.Trajectory) -> Callable[[Checkpoint], float | None]:
+    """A plug-in measure's trajectory's value at a checkpoint (``plugin.Trajectory.value``)."""
+    return lambda c: trajectory.value(c.plugin_columns.get(trajectory.column))
+
+
 # measure -> (the probes it is measured on, its value at a checkpoint: None where not measured)
 MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]] = {
     "icl_score": (("text",), lambda c: None if c.text is None else c.text.icl_score),
@@ -42,6 +48,8 @@ MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]
     "prefix_matching_max": (("repeat",), lambda c: _max(c.prefix_matching)),
     "massive_activation_ratio": (("synthetic", "repeat", "text"), lambda c: _max(c.massive_activation_ratio)),
     "value_norm_ratio_min": (("synthetic", "repeat", "text"), lambda c: _min(c.value_norm_ratio)),
+    # the plug-in measures' trajectories (``emergence.measures``): on every probe's runs
+    **{t.key: (("synthetic", "repeat", "text"), _plugin_value(t)) for t in measures.trajectories()},
 }
 
 

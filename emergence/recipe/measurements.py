@@ -6,12 +6,20 @@ depends on the checkpoint, the probe, the null's draws and the dtype, not on the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from emergence.recipe import mechanism, spectral
 from emergence.recipe.ablation import METRICS
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """One plug-in measure's results on one checkpoint (``emergence/measures``)."""
+
+    per_head: dict[str, np.ndarray]  # heads.csv column -> [layers, heads] float64
+    per_run: dict[str, float]  # summary.json ``measures[<name>]``: field -> value
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,8 @@ class Measurements:
     n_layers: int
     n_heads: int
     head_dim: int
+    # the plug-in measures' results by name (``emergence.measures.measure_all``): the cache keeps them too
+    plugins: dict[str, MeasureResult] = field(default_factory=dict)
 
     @property
     def mean_attention(self) -> np.ndarray:

@@ -124,17 +124,26 @@ class HeadRow(Record):
     vb_sel: float = float("nan")
     other_attn: float = float("nan")  # every task: to the positions none of the above names
 
+    # The plug-in measures' columns (``emergence.measures``), after the screen's: column -> value
+    plugin_columns: dict[str, float] = field(default_factory=dict)
+
     def columns(self) -> dict:
-        """The row as heads.csv's columns, in order."""
-        return self.to_json()
+        """The row as heads.csv's columns, in order: the fields', then the plug-in measures'."""
+        row = self.to_json()
+        plugin_columns = row.pop("plugin_columns")
+        return {**row, **plugin_columns}
 
     @classmethod
     def from_columns(cls, row: dict[str, str]) -> HeadRow:
         """A row as ``csv.DictReader`` reads it (strings), typed by the fields: a float is written
-        as its ``repr`` and so reads back exactly (NaN included), a boolean as True / False."""
-        names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls)}
+        as its ``repr`` and so reads back exactly (NaN included), a boolean as True / False; a column
+        that is no field is a plug-in measure's (a float)."""
+        names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls) if f.name != "plugin_columns"}
         types: dict[str, Any] = {f.name: f.type for f in fields(cls)}  # the annotations as written: "int", ...
-        return cls(**{names[column]: _PARSE[types[names[column]]](value) for column, value in row.items()})
+        known = {names[column]: _PARSE[types[names[column]]](value) for column, value in row.items()
+                 if column in names}
+        return cls(**known, plugin_columns={column: float(value) for column, value in row.items()
+                                            if column not in names})
 
 
 def _parse_bool(value: str) -> bool:
@@ -146,7 +155,8 @@ def _parse_bool(value: str) -> bool:
 # heads.csv's cells by HeadRow's field types
 _PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _parse_bool, "str": str}
 
-HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow)]
+# the screen's columns; the plug-in measures' follow them (``HeadRow.plugin_columns``)
+HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow) if f.name != "plugin_columns"]
 
 
 @dataclass(frozen=True)
@@ -160,12 +170,14 @@ class HeadMeasures:
     value_norm_ratio: np.ndarray | None = None  # the value drain (``mechanism``); None: not measured (NaN in the file)
     prefix_matching: np.ndarray | None = None  # the repeat probe's prefix-matching score; None: not measured
     task_scores: dict[str, np.ndarray] | None = None  # a task's head scores by column (``TaskScreen.scores``)
+    plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the plug-in measures' columns
 
     @classmethod
     def of(cls, measured, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
-        """From a run's ``measurements.Measurements`` and its task's scores, if any."""
+        """From a run's ``measurements.Measurements`` (its plug-in measures' columns too) and its task's scores."""
+        plugin_columns = {column: grid for r in measured.plugins.values() for column, grid in r.per_head.items()}
         return cls(measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance,
-                   measured.value_norm_ratio, measured.prefix_matching, task_scores)
+                   measured.value_norm_ratio, measured.prefix_matching, task_scores, plugin_columns)
 
 
 def head_rows(scr: Screen, measures: HeadMeasures, intervals: ScreenIntervals, null_p99: np.ndarray,
@@ -201,6 +213,7 @@ def head_rows(scr: Screen, measures: HeadMeasures, intervals: ScreenIntervals, n
             for name, values in (("value_norm_ratio", value_norm_ratio), ("prefix_matching", prefix_matching),
                                  *(measures.task_scores or {}).items()):
                 row[name] = float("nan") if values is None else float(values[layer, head])
+            row["plugin_columns"] = {name: float(grid[layer, head]) for name, grid in measures.plugin_columns.items()}
             rows.append(HeadRow(**row))
     return rows
 
@@ -336,6 +349,8 @@ class RunSummary(Record):
     task: TaskSummary | None = None  # probe.task's capability, screens and ablations (docs/tasks.md)
     gguf: GgufHeader | None = None  # model.gguf_file: the file's tensor types before dequantization
     probe_fit: ProbeFitted | None = None  # the probe fitted to a model smaller than it (probe.fit=auto); None: not
+    # the plug-in measures' per-run fields (``emergence.measures``): measure -> field -> value
+    measures: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")
@@ -526,7 +541,7 @@ def write_run(out_dir: Path, rows: list[HeadRow], run_summary: RunSummary, per_s
                   for name, a in per_sequence.items()}
         atomic_write_bytes(out_dir / PER_SEQUENCE_FILE, npz_bytes(**arrays))
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=HEAD_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0].columns()), lineterminator="\n")
     writer.writeheader()
     writer.writerows(row.columns() for row in rows)
     atomic_write_text(out_dir / HEADS_FILE, buf.getvalue())

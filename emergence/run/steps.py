@@ -289,7 +289,8 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
         copy_loss_drop=copy_loss_drop, config_digest=digest, timings=timings, versions=versions,
         massive_activations=measured.residual.records(), text=text_scores, repeat=repeat_scores,
         model_type_mapped_from=loaded.model_type_mapped_from, task=found.task.summary if found.task else None,
-        gguf=loaded.gguf, probe_fit=loaded.probe_fit)
+        gguf=loaded.gguf, probe_fit=loaded.probe_fit,
+        measures={name: r.per_run for name, r in measured.plugins.items()})
 
 
 def write_outputs(out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: Measurements,

@@ -25,7 +25,7 @@ from emergence.core.errors import UsageError  # noqa: E402
 from emergence.recipe.screen import CLASSES, UNCLASSIFIED  # noqa: E402
 from emergence.recipe.tasks import Task  # noqa: E402
 from emergence.recipe.tasks.metrics import TOP1_METRIC  # noqa: E402
-from emergence.run.results import HEAD_COLUMNS, HeadRow, RunSummary, read_run  # noqa: E402
+from emergence.run.results import HeadRow, RunSummary, read_run  # noqa: E402
 
 CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),
                          ("tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:cyan", "0.85")))
@@ -162,6 +162,9 @@ def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
                 unit = "_pp" if metric == TOP1_METRIC[cast(Task, task.name)] else ""
                 metrics[f"task/{task.name}/{sweep.screen}/{metric}_delta{unit}"] = s.screen_delta
                 metrics[f"task/{task.name}/{sweep.screen}/{metric}_random_delta{unit}"] = s.mean
-    metrics["heads"] = wandb.Table(columns=[*HEAD_COLUMNS], data=[[r[c] for c in HEAD_COLUMNS] for r in rows])
+    # the plug-in measures: their per-run fields, and their columns in the head table (each row has them all)
+    metrics.update({f"{name}/{k}": v for name, values in summary.measures.items() for k, v in values.items()})
+    columns = list(rows[0])
+    metrics["heads"] = wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in rows])
     metrics["classes"] = wandb.Image(str(figure) if isinstance(figure, Path) else figure)
     return metrics

@@ -111,19 +111,23 @@ def test_heads_csv_reads_back_exactly_through_head_row(tmp_path):
     strings as strings, floats bit for bit (NaN, infinities, -0.0 and the last digit included)."""
     awkward = [1 / 3, 2.0 ** -1074, 1.7976931348623157e308, -0.0, float("nan"), float("inf"), 0.1 + 0.2, 123456789.123]
     by_type = {"int": lambda i, k: i + k, "float": lambda i, k: awkward[(i + k) % len(awkward)],
-               "bool": lambda i, k: (i + k) % 2 == 0, "str": lambda i, k: f"name {i} {k}"}
+               "bool": lambda i, k: (i + k) % 2 == 0, "str": lambda i, k: f"name {i} {k}",
+               # a plug-in measure's columns follow the screen's
+               "dict[str, float]": lambda i, k: {"a_measure": awkward[(i + k) % len(awkward)], "b_measure": -0.0}}
     written = [HeadRow(**{f.name: by_type[f.type](i, k) for k, f in enumerate(fields(HeadRow))}) for i in range(3)]
     write_run(tmp_path, written, run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=3))
-    assert (tmp_path / HEADS_FILE).read_text().splitlines()[0] == ",".join(HEAD_COLUMNS)
+    columns = [*HEAD_COLUMNS, "a_measure", "b_measure"]
+    assert (tmp_path / HEADS_FILE).read_text().splitlines()[0] == ",".join(columns)
     _, rows = read_run(tmp_path)
-    assert [list(r) for r in rows] == [HEAD_COLUMNS] * 3
+    assert [list(r) for r in rows] == [columns] * 3
     for row, expected in zip(rows, written):
         for column, value in expected.columns().items():
             assert type(row[column]) is type(value) and repr(row[column]) == repr(value), column
 
 
 def test_heads_csv_of_a_run_before_the_mechanism_columns_reads_them_as_nan(tmp_path):
-    row = HeadRow(**{f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type] for f in fields(HeadRow)})
+    row = HeadRow(**{f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type] for f in fields(HeadRow)
+                     if f.name != "plugin_columns"})
     write_run(tmp_path, [row], run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1))
     lines = (tmp_path / HEADS_FILE).read_text().splitlines()
     cut = HEAD_COLUMNS.index("value_norm_ratio")  # the mechanism's columns, and the task's after them
@@ -143,8 +147,9 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     summary, rows = read_run(VERSION_2_RUN)
     # no task before schema 3: the probe's task settings read as their defaults; no first token, GGUF,
     # probe fit or control_draw record before them (the report reads a missing first token as random, the study's);
-    # a run before probe.loss_curve measured every position's loss: it reads as all
+    # a run before probe.loss_curve measured every position's loss: it reads as all; no plug-in measures
     renamed = {**written, "copy_loss_drop": written["icl_score"], "task": None, "gguf": None, "probe_fit": None,
+               "measures": {},
                "probe": {**written["probe"], "task": None, "task_prompts": None, "task_top_k": 5,
                          "task_words": "auto", "first_token": "auto", "first": None, "loss_curve": "all",
                          "fit": "auto"},
