@@ -8,10 +8,11 @@ config fields if it has settings, its test and its docs: the run's steps (``main
 
 from __future__ import annotations
 
+from emergence.measures import weight_circuits
 from emergence.measures.plugin import Column, Measure, MeasureInput, Trajectory
 from emergence.recipe.measurements import MeasureResult
 
-MEASURES: tuple[Measure, ...] = ()
+MEASURES: tuple[Measure, ...] = (weight_circuits.MEASURE,)
 
 
 def measure_all(inputs: MeasureInput) -> dict[str, MeasureResult]:

@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from emergence import measures
 from emergence.core.config import compose_config
 from emergence.main import analyse
 from emergence.recipe.probe import baseline_positions, make_probe_batch
@@ -22,6 +23,7 @@ from tests.helpers.reference_impl import (
     entropy_rank_svd,
     head_outputs_at_last,
     pr_centred_cov,
+    reference_weight_circuits,
 )
 from tests.helpers.tiny_models import ARCHS
 
@@ -38,7 +40,7 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
     cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs[arch]}", *SMALL])
     summary = analyse(cfg, tmp_path)
     _, rows = read_run(tmp_path)
-    assert list(rows[0]) == HEAD_COLUMNS and len(rows) == 2 * 4
+    assert list(rows[0]) == [*HEAD_COLUMNS, *(c.name for c in measures.columns())] and len(rows) == 2 * 4
 
     batch = make_probe_batch(32, 64, 10, 500, 42)
     model = eager_model(tiny_dirs[arch])
@@ -52,6 +54,11 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
         assert r["sink_importance"] == pytest.approx(importance[:, l, h].mean(), abs=1e-5)
         assert r["pr"] == pytest.approx(pr_centred_cov(x[:, l, h]), rel=2e-2)
         assert r["pr_entropy_rank"] == pytest.approx(entropy_rank_svd(x[:, l, h]), rel=2e-2)
+    circuits = reference_weight_circuits(model, arch)  # the weight-circuit measure (``measures.weight_circuits``)
+    for name, grid in circuits.items():
+        np.testing.assert_allclose([[r[name] for r in rows if r["layer"] == l] for l in range(2)], grid, rtol=1e-7,
+                                   err_msg=name)
+    assert summary.measures["weight_circuits"] == {"copying_heads": float((circuits["ov_copying"] >= 0.5).sum())}
     assert summary.architecture == arch
     assert summary.n_layers == 2 and summary.n_heads == 4 and summary.head_dim == x.shape[-1]
     sinks = summary.sink_metric

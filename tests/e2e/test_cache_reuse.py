@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from emergence import measures
 from emergence.core.config import compose_config
 from emergence.hub import checkpoints, weights
 from emergence.main import analyse
@@ -34,8 +35,10 @@ def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
     _, a = read_run(tmp_path / "paper")
     _, b = read_run(tmp_path / "lenient")
     for ra, rb in zip(a, b):
-        for col in ("sel_induction", "sel_bos", "pr", "pr_entropy_rank", "sel_induction_ci_low", "null_p99"):
+        for col in ("sel_induction", "sel_bos", "pr", "pr_entropy_rank", "sel_induction_ci_low", "null_p99",
+                    *(c.name for c in measures.columns())):  # the plug-in measures' too: the entry keeps them
             assert ra[col] == rb[col]
+    assert second.measures == first.measures and first.measures
     assert second.thresholds.circuit == 1e-3 and len(second.induction_circuit) > len(first.induction_circuit)
 
     with pytest.raises(AssertionError, match="the model was loaded"):  # another probe is another entry

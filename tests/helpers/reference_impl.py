@@ -151,3 +151,26 @@ def reference_head_weights(model, arch: str) -> list[dict[str, torch.Tensor]]:
         out.append({"W_Q": per_head(q, heads), "W_K": per_head(k, kv), "W_V": per_head(v, kv),
                     "W_O": attn.o_proj.weight.reshape(d, heads, d_head).permute(1, 2, 0)})
     return out
+
+
+def reference_weight_circuits(model, arch: str) -> dict[str, np.ndarray]:
+    """The weight-circuit columns [layers, heads], dense and in float64 (independently of
+    ``measures.weight_circuits``): the eigenvalues of the whole [d_vocab, d_vocab] OV circuit
+    W_E W_V W_O W_U, and the SVDs of the whole [d_model, d_model] W_Q W_K^T and W_V W_O."""
+    W_E = model.get_input_embeddings().weight.detach().double().numpy()
+    W_U = model.lm_head.weight.detach().double().numpy().T  # every tested family names it so
+    columns: dict[str, list] = {name: [] for name in ("ov_copying", "qk_sigma1", "qk_stable_rank", "ov_sigma1",
+                                                      "ov_stable_rank")}
+    for layer in reference_head_weights(model, arch):
+        W_Q, W_K, W_V, W_O = (layer[name].detach().double().numpy() for name in ("W_Q", "W_K", "W_V", "W_O"))
+        row: dict[str, list] = {name: [] for name in columns}
+        for h in range(W_Q.shape[0]):
+            eigenvalues = np.linalg.eigvals(W_E @ W_V[h] @ W_O[h] @ W_U)
+            row["ov_copying"].append(eigenvalues.real.sum() / np.abs(eigenvalues).sum())
+            for name, product in (("qk", W_Q[h] @ W_K[h].T), ("ov", W_V[h] @ W_O[h])):
+                s = np.linalg.svd(product, compute_uv=False)
+                row[f"{name}_sigma1"].append(s[0])
+                row[f"{name}_stable_rank"].append((s**2).sum() / s[0] ** 2)
+        for name in columns:
+            columns[name].append(row[name])
+    return {name: np.array(grid) for name, grid in columns.items()}

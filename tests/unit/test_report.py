@@ -430,3 +430,33 @@ def test_a_transition_reads_the_text_and_repeat_scores_the_runs_recorded():
     found = transition(traj, "icl_score")
     assert found.values == [-0.1, -0.5, None] and found.half_way.revision == "r1"
     assert transition(traj, "loss_drop") is None  # no revision has repeat scores
+
+
+def test_the_report_draws_the_plug_in_measures_trajectories(tmp_path):
+    """A registered measure's columns in heads.csv (``measures.weight_circuits``'s here) become its
+    trajectories on the token axis: the reduction over heads it declares, at every checkpoint."""
+    from emergence import measures
+
+    rng = np.random.default_rng(0)
+    root, grids = tmp_path / "multirun", {}
+    for k, (revision, tokens) in enumerate((("r0", 1e6), ("r1", 1e7), ("r2", 1e8))):
+        sel = np.ones((2, 3, 6))
+        scr = screen(sel, class_thresholds(30.0), 50.0)
+        attention = np.concatenate([sel * 1e-3, np.full((2, 3, 1), 1e-3)], -1)
+        targets = np.repeat(attention[None], 4, axis=0)
+        intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
+        grids[revision] = {c.name: rng.uniform(-1, 1, (2, 3)) + k for c in measures.columns()}
+        head_measures = HeadMeasures(attention, np.full((2, 3), np.nan), np.full((2, 3), np.nan), np.zeros((2, 3)),
+                                     plugin_columns=grids[revision])
+        rows = head_rows(scr, head_measures, intervals, np.zeros((2, 3)), np.zeros((2, 3), dtype=bool),
+                         np.zeros((2, 3), dtype=bool))
+        write_run(root / revision, rows, run_summary(model="m", revision=revision, tokens=tokens, n_layers=2,
+                                                     n_heads=3), {"targets": targets})
+    out = tmp_path / "report"
+    report_main([str(root), "--out", str(out)])
+    findings = json.loads((out / "findings.json").read_text())
+    drawn = {t["measure"]: t["values"] for t in findings["token_axis"]["m"]["transitions"]}
+    reduce = {"max": np.max, "min": np.min, "mean": np.mean}
+    for t in measures.trajectories():
+        assert drawn[t.key] == pytest.approx([reduce[t.reduce](grids[r][t.column]) for r in ("r0", "r1", "r2")])
+    assert "token_axis.png" in findings["figures"]
