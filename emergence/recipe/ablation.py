@@ -484,21 +484,30 @@ class CleanRun:
     loss: np.ndarray  # [n] per-sequence loss of B, in probe order
 
 
+@dataclass(frozen=True)
+class ScreenedCircuit:
+    """The screen's induction circuit, as ablation reads it."""
+
+    heads: list[tuple[int, int]]  # (layer, head) at or above the circuit threshold
+    induction_sel: np.ndarray  # [layers, heads] every head's induction selectivity
+    level: float  # the circuit threshold
+
+
 def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture.Subject | None,
-           circuit: list[tuple[int, int]], clean: CleanRun,
-           position_mean: torch.Tensor | None, induction_sel: np.ndarray, circuit_level: float) -> AblationResult:
-    """The ablation step: clean vs ``circuit`` ablated vs its controls.
+           screened: ScreenedCircuit, clean: CleanRun, position_mean: torch.Tensor | None) -> AblationResult:
+    """The ablation step: clean vs the ``screened`` circuit ablated vs its controls.
 
     ``settings`` is the run's ``AblateConfig``; with ``settings.heads`` set, those heads
     (validated against the model's shape before the probe pass) replace the screened
-    ``circuit``. ``position_mean`` (mean ablation) comes from the probe pass's capture;
+    circuit. ``position_mean`` (mean ablation) comes from the probe pass's capture;
     ``stats_settings`` (the run's ``StatsConfig``) sizes the effect's paired bootstrap. No control
-    holds a head whose induction selectivity (``induction_sel`` [layers, heads]) reaches
-    ``settings.control_exclude`` x ``circuit_level`` (the circuit threshold). With
+    holds a head whose induction selectivity (``screened.induction_sel``) reaches
+    ``settings.control_exclude`` x ``screened.level`` (the circuit threshold). With
     ``settings.sequences == "adaptive"`` the run stops once the verdict is decided; the
     metrics are then means over the sequences used, and the effect is against the clean
     loss of the same sequences."""
     clean_metrics, clean_loss = clean.metrics, clean.loss
+    circuit = screened.heads
     result = AblationResult(enabled=settings.enabled, mode=settings.mode, causal_factor=settings.causal_factor,
                             sequences=settings.sequences, clean=Metrics.of(clean_metrics))
     if settings.heads is not None:  # the user's head set instead of the screened circuit
@@ -511,8 +520,8 @@ def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture
         return result
     assert subject is not None  # the model loads where ablation runs (cache.needs_weights)
     model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
-    level = settings.control_exclude * circuit_level
-    set_aside = set_aside_heads(induction_sel, level, circuit)
+    level = settings.control_exclude * screened.level
+    set_aside = set_aside_heads(screened.induction_sel, level, circuit)
     drawn = draw_controls(circuit, arch.n_layers, arch.n_heads, settings.n_controls, settings.seed, set_aside)
     controls = drawn.sets
     result.control_draw = ControlDraw(

@@ -28,7 +28,7 @@ from emergence.recipe.tasks.ablation import (
 )
 from emergence.recipe.tasks.batches import build_task_batch
 from emergence.recipe.tasks.matched_random import heads_of, matched_random_seeds, seed_sweep
-from emergence.recipe.tasks.measure import task_pass
+from emergence.recipe.tasks.measure import TaskSubject, task_pass
 from emergence.recipe.tasks.metrics import (
     SUMMARY_METRICS,
     ChoicePrompts,
@@ -248,7 +248,8 @@ def test_zero_ablation_equals_the_zeroed_output_projection(arch, task):
     with ablating(layout, head_mask(heads_of(ABLATED), layout.n_layers, layout.n_heads)[None].unbind(1)):
         assert_values_equal(task_pass(model, layout, b, 4, screen=False).values, expected)
 
-    result = task_ablation(model, layout, b, 4, [Condition("baseline", {}), Condition("user", ABLATED)], SETTINGS)
+    result = task_ablation(TaskSubject(model, layout, b, 4), [Condition("baseline", {}), Condition("user", ABLATED)],
+                           SETTINGS)
     baseline, ablated = result.conditions
     assert (baseline.name, ablated.name, ablated.heads) == ("baseline", "user", ["L1H2", "L1H0", "L0H3"])
     clean = summary(reference_values(models(arch)[0], b))
@@ -267,8 +268,8 @@ def test_baseline_is_the_unablated_pass_and_a_full_layer_changes_the_logits(arch
     _, model, layout = models(arch)
     b = batch("successor")
     full_layer = {1: list(range(layout.n_heads))}
-    result = task_ablation(model, layout, b, 5, [Condition("baseline", {}), Condition("full_layers", full_layer)],
-                           SETTINGS)
+    result = task_ablation(TaskSubject(model, layout, b, 5),
+                           [Condition("baseline", {}), Condition("full_layers", full_layer)], SETTINGS)
     clean = task_metrics("successor", task_pass(model, layout, b, 5).values,
                          SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed)
     assert result.conditions[0].metrics == clean
@@ -285,7 +286,7 @@ def test_a_head_outside_the_model_stops_before_any_forward():
     hook = model.register_forward_pre_hook(lambda module, args: forwards.append(1))
     try:
         with pytest.raises(UsageError, match="L1H10") as error:
-            task_ablation(model, layout, batch("ioi"), 4,
+            task_ablation(TaskSubject(model, layout, batch("ioi"), 4),
                           [Condition("baseline", {}), Condition("screen", {0: [1]}, screen="name_mover"),
                            Condition("user", {1: [10]})], SETTINGS)
         with pytest.raises(UsageError, match="L0H10"):
@@ -300,12 +301,12 @@ def test_a_head_outside_the_model_stops_before_any_forward():
 def test_the_conditions_need_one_baseline_and_distinct_names():
     _, model, layout = models("llama")
     with pytest.raises(UsageError, match=r"0 baseline\(s\)"):
-        task_ablation(model, layout, batch("ioi"), 4, [Condition("user", {0: [1]})], SETTINGS)
+        task_ablation(TaskSubject(model, layout, batch("ioi"), 4), [Condition("user", {0: [1]})], SETTINGS)
     with pytest.raises(UsageError, match="same name"):
-        task_ablation(model, layout, batch("ioi"), 4,
+        task_ablation(TaskSubject(model, layout, batch("ioi"), 4),
                       [Condition("baseline", {}), Condition("user", {0: [1]}), Condition("user", {0: [2]})], SETTINGS)
     with pytest.raises(UsageError, match="with no heads"):
-        task_ablation(model, layout, batch("ioi"), 4, [Condition("baseline", {0: [1]})], SETTINGS)
+        task_ablation(TaskSubject(model, layout, batch("ioi"), 4), [Condition("baseline", {0: [1]})], SETTINGS)
 
 
 def sweep_model():
@@ -324,7 +325,8 @@ def test_seed_sweep_draws_distinct_sets_from_fresh_generators():
     verdict metric (the logit difference) in its units, top-1 in percentage points."""
     model, layout, b = sweep_model()
     plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=6)
-    result = task_ablation(model, layout, b, 5, build_conditions(plan, layout.n_layers, layout.n_heads), SETTINGS)
+    result = task_ablation(TaskSubject(model, layout, b, 5), build_conditions(plan, layout.n_layers, layout.n_heads),
+                           SETTINGS)
     by_name = {r.name: r for r in result.conditions}
     spec = plan.screens["greater_than"]
     by_hand, seen, seed = [], set(), 0
@@ -377,7 +379,7 @@ def test_stacked_conditions_equal_one_pass_per_condition(arch):
     plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=3,
                                     circuits=({0: [1]}, {1: [3]}), heads=["L1H0", "L0H2"])
     conditions = build_conditions(plan, layout.n_layers, layout.n_heads)
-    result = task_ablation(model, layout, b, 7, conditions, SETTINGS)
+    result = task_ablation(TaskSubject(model, layout, b, 7), conditions, SETTINGS)
     by_name = {r.name: r for r in result.conditions}
     ran = [c for c in conditions if c.name in by_name]
     assert len(ran) > 8 and {min(layer for layer, _ in heads_of(c.spec)) for c in ran if c.spec} == {0, 1}
@@ -397,7 +399,8 @@ def test_ioi_runs_both_screens_and_reports_the_empty_ones():
     plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=3), mr_seeds=2,
                                     circuits=({1: [3]}, {}))
     assert heads_of(plan.screens["name_mover"]) and not heads_of(plan.screens["s_inhibition"])
-    result = task_ablation(model, layout, b, 5, build_conditions(plan, layout.n_layers, layout.n_heads), SETTINGS)
+    result = task_ablation(TaskSubject(model, layout, b, 5), build_conditions(plan, layout.n_layers, layout.n_heads),
+                           SETTINGS)
     assert [r.name for r in result.conditions] == [
         "baseline", "screen:name_mover", "matched_random:name_mover:123", "full_layers:name_mover",
         "prev_token_circuit", "matched_random_seed:name_mover:0", "matched_random_seed:name_mover:1"]
@@ -460,13 +463,14 @@ def test_adaptive_draws_are_the_full_runs_first_prompts(monkeypatch):
     plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=4)
     conditions = build_conditions(plan, layout.n_layers, layout.n_heads)
     monkeypatch.setattr("emergence.recipe.tasks.ablation.decided", lambda iv: True)
-    adaptive = task_ablation(model, layout, b, 5, conditions, SETTINGS,
+    adaptive = task_ablation(TaskSubject(model, layout, b, 5), conditions, SETTINGS,
                              AblateConfig(sequences="adaptive", min_sequences=4))
     monkeypatch.undo()
     (sweep,) = adaptive.sweeps
     n = sweep.prompts_used
     assert sweep.stopped_early and 4 <= n < 10 and sweep.interval["n"] == n and sweep.interval["look"] == 1
-    full, first = (task_ablation(model, layout, batch, 5, conditions, SETTINGS) for batch in (b, first_of(b, n)))
+    full, first = (task_ablation(TaskSubject(model, layout, batch, 5), conditions, SETTINGS)
+                   for batch in (b, first_of(b, n)))
     assert (full.sweeps[0].prompts_used, full.sweeps[0].stopped_early) == (len(b.tokens), False)
     for got, whole, on_first in zip(adaptive.conditions, full.conditions, first.conditions):
         expected = on_first if got.kind == "matched_random_seed" else whole

@@ -75,7 +75,7 @@ from emergence.recipe.tasks.matched_random import (
     spec_from_ranking,
     union,
 )
-from emergence.recipe.tasks.measure import TaskPass, minibatch_values, task_pass
+from emergence.recipe.tasks.measure import TaskPass, TaskSubject, minibatch_values, task_pass
 from emergence.recipe.tasks.metrics import (
     TOP1_METRIC,
     VERDICT_METRIC,
@@ -392,13 +392,21 @@ def verdict(metric: str, sweep: SeedSweep, absent: str | None) -> tuple[Verdict,
             f"draws (lowest {sweep.min:+.3f})")
 
 
+@dataclass(frozen=True)
+class SweepExtent:
+    """How far a sweep's draws ran (``SweepStop``): over the first ``used`` of the batch's ``total``
+    prompts, with the criterion's interval (None: fewer draws than it needs)."""
+
+    used: int
+    total: int
+    criterion: dict | None
+
+
 def screen_sweep(task: Task, ablated: ConditionResult, spec: HeadSpec, draws: list[ConditionResult], n_heads: int,
-                 absent: str | None, prompts: tuple[int, int] | None = None,
-                 criterion: dict | None = None) -> ScreenSweep:
+                 absent: str | None, extent: SweepExtent | None = None) -> ScreenSweep:
     """The sweep of ``ablated`` (a screen or the user's heads; ``spec`` its heads) against its distinct
     ``draws`` in a model of ``n_heads`` heads per layer, and its verdict (``verdict``): all measured
-    over the same first prompts, ``prompts`` (used, in the batch), with the ``criterion``'s interval
-    (``SweepStop``)."""
+    over the same first prompts (``extent``; None: not recorded)."""
     metric, top1 = VERDICT_METRIC[task], TOP1_METRIC[task]
     sweeps = {metric: seed_sweep(ablated.delta[metric], [r.delta[metric] for r in draws], top1=False),
               top1: seed_sweep(PERCENT * ablated.delta[top1], [PERCENT * r.delta[top1] for r in draws])}
@@ -409,8 +417,9 @@ def screen_sweep(task: Task, ablated: ConditionResult, spec: HeadSpec, draws: li
                        n_distinct=len(draws), all_drawn=len(draws) == possible_draws(spec, n_heads),
                        screen_heads=len(ablated.heads), control_heads=control_heads,
                        smaller=control_heads < len(ablated.heads), verdict_metric=metric, verdict=decision, why=why,
-                       prompts_used=None if prompts is None else prompts[0],
-                       stopped_early=None if prompts is None else prompts[0] < prompts[1], interval=criterion)
+                       prompts_used=None if extent is None else extent.used,
+                       stopped_early=None if extent is None else extent.used < extent.total,
+                       interval=None if extent is None else extent.criterion)
 
 
 @dataclass(frozen=True)
@@ -464,7 +473,7 @@ def _sweeps(measured: _Measured, results: dict[str, ConditionResult], members: d
         if iv is None and len(draws) >= MIN_DISTINCT_DRAWS:
             iv = criterion_interval(VERDICT_VALUES[measured.task], measured.values, ablated, draw_names, confidence)
         sweeps.append(screen_sweep(measured.task, measured.result(ablated, used), measured.conditions[ablated].spec,
-                                   draws, n_heads, absent, (used, measured.n(BASELINE)), iv))
+                                   draws, n_heads, absent, SweepExtent(used, measured.n(BASELINE), iv)))
     return sweeps
 
 
@@ -494,11 +503,9 @@ def sweep_text(s: ScreenSweep) -> str:
     return "; ".join(part for part in (f"{changes} over {draws}", heads, s.why) if part)
 
 
-def task_ablation(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int,
-                  conditions: Sequence[Condition], settings: StatsConfig, ablate: AblateConfig | None = None,
-                  clean: TaskPass | None = None) -> TaskAblation:
-    """Run every condition (``build_conditions``) over ``batch`` (``model`` loaded with
-    ``capture.register_attention()``, ``arch`` its ``checkpoints.Architecture``, about ``batch_size``
+def task_ablation(subject: TaskSubject, conditions: Sequence[Condition], settings: StatsConfig,
+                  ablate: AblateConfig | None = None, clean: TaskPass | None = None) -> TaskAblation:
+    """Run every condition (``build_conditions``) over the ``subject``'s prompts (about its ``batch_size``
     rows per forward) and summarise each with ``task_metrics`` (``settings``: the run's ``StatsConfig``,
     its ``n_boot``, ``ci`` and ``seed``: the same resamples for every condition). Every spec is
     checked before the first forward pass; a condition other than the baseline that has no head is not
@@ -508,6 +515,7 @@ def task_ablation(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_
     criterion's interval (else ``settings.ci``).
     Each screen (and the user's heads) with draws gets its ``screen_sweep``, judged against the
     baseline's capability (``metrics.capability_absent``)."""
+    model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
     check_conditions(conditions, arch.n_layers, arch.n_heads)
     baselines = [c for c in conditions if c.kind == "baseline"]
     if len(baselines) != 1 or heads_of(baselines[0].spec):

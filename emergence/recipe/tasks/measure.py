@@ -17,6 +17,7 @@ then only counts the layers that reported).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -26,6 +27,17 @@ from emergence.recipe import capture
 from emergence.recipe.tasks.batches import TaskBatch
 from emergence.recipe.tasks.metrics import PromptMetrics, Task, concatenate, per_prompt
 from emergence.recipe.tasks.screens import ScreenSums, TaskScreen, task_screen
+
+
+@dataclass(frozen=True)
+class TaskSubject:
+    """What a task's passes run on (as ``capture.Subject`` for the probe): the model loaded with
+    ``capture.register_attention()``, its attention layout, the task's prompts and the prompts per forward."""
+
+    model: Any
+    arch: capture.AttentionLayout
+    batch: TaskBatch
+    batch_size: int
 
 
 @dataclass(frozen=True, eq=False)

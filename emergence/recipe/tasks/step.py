@@ -21,7 +21,7 @@ from emergence.recipe.tasks.ablation import (
 )
 from emergence.recipe.tasks.batches import TaskBatch, TaskWords
 from emergence.recipe.tasks.matched_random import heads_of
-from emergence.recipe.tasks.measure import task_pass
+from emergence.recipe.tasks.measure import TaskSubject, task_pass
 from emergence.recipe.tasks.metrics import TaskMetrics, task_metrics
 from emergence.recipe.tasks.screens import TaskScreen
 
@@ -69,8 +69,8 @@ def measure_task(subject: Subject, batch: TaskBatch, tokenizer: str, selectivity
     if ablate.enabled:
         plan = AblationPlan.from_screen(screen, mr_seed=ablate.mr_seed, mr_seeds=ablate.mr_seeds,
                                         circuits=(prev_token, induction), heads=ablate.heads)
-        ablation = task_ablation(model, arch, batch, batch_size, build_conditions(plan, arch.n_layers, arch.n_heads),
-                                 stats, ablate, clean=passed)
+        ablation = task_ablation(TaskSubject(model, arch, batch, batch_size),
+                                 build_conditions(plan, arch.n_layers, arch.n_heads), stats, ablate, clean=passed)
     summary = TaskSummary(
         name=batch.task, n_prompts=len(batch.tokens), seq_len=batch.tokens.shape[1], tokenizer=tokenizer,
         prompts_sha1=batch.prompts_sha1(), fingerprint=batch.fingerprint(),
