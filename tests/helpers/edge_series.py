@@ -1,8 +1,8 @@
 """A hand-made checkpoint series for the edge's tests, and the edge computed independently of it.
 
 ``save_series`` saves a tiny model (tests/helpers/tiny_models.py) at steps 0, s, 2s, ...: each update
-is a few fixed directions with changing weights plus noise, so a window's spectrum has a clear top and
-a tail. ``independent_ratios`` is the edge written a second way: each checkpoint's tensors read with
+is a few fixed directions with changing, decaying weights plus a little noise, so a window's spectrum is
+dominated by its signal, as a trained network's is (Xu 2026: sigma_W far above the noise floor). ``independent_ratios`` is the edge written a second way: each checkpoint's tensors read with
 safetensors (not the loader), the scope's coordinates cut by hand, the updates stacked and their
 singular values taken by an SVD in float64.
 """
@@ -24,15 +24,15 @@ def save_series(root: Path, arch: str = "gpt_neox", steps: list[int] | None = No
     model = tiny_model(arch, seed)
     g = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters()]
-    directions = [[torch.randn(p.shape, generator=g) for p in params] for _ in range(3)]
+    directions = [[torch.randn(p.shape, generator=g) for p in params] for _ in range(6)]
     folders = []
     for k, step in enumerate(steps):
         if k:
             with torch.no_grad():
                 for i, p in enumerate(params):
-                    weights = (1.0, 0.5 + 0.3 * np.sin(k), 0.2)
+                    weights = (1.0, 0.6 + 0.3 * np.sin(k), 0.35, 0.2 * np.cos(k), 0.12, 0.07)
                     p += 1e-2 * sum(w * d[i] for w, d in zip(weights, directions))
-                    p += 2e-3 * torch.randn(p.shape, generator=g)
+                    p += 2e-4 * torch.randn(p.shape, generator=g)
         folders.append(root / f"step{step}")
         model.save_pretrained(folders[-1], safe_serialization=True)
     return folders
