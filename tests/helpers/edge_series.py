@@ -2,7 +2,8 @@
 
 ``save_series`` saves a tiny model (tests/helpers/tiny_models.py) at steps 0, s, 2s, ...: each update
 is a few fixed directions with changing, decaying weights plus a little noise, so a window's spectrum is
-dominated by its signal, as a trained network's is (Xu 2026: sigma_W far above the noise floor). ``independent_ratios`` is the edge written a second way: each checkpoint's tensors read with
+dominated by its signal, as a trained network's is (Xu 2026: sigma_W far above the noise floor).
+``independent_ratios`` is the edge written a second way: each checkpoint's tensors read with
 safetensors (not the loader), the scope's coordinates cut by hand, the updates stacked and their
 singular values taken by an SVD in float64.
 """

@@ -14,7 +14,7 @@ from emergence.core.config import PanelEntry
 from emergence.core.errors import UsageError
 from emergence.edge.command import main
 from emergence.edge.projection.projection import Exact, RandomProjection
-from emergence.edge.scopes.scopes import meta_model, scopes_of
+from emergence.edge.scopes.scopes import Piece, meta_model, scopes_of
 from emergence.edge.series.windows import check_series, window_starts
 from emergence.edge.spectrum.window import collapse, gram, spectrum
 from tests.helpers.edge_series import independent_ratios, neox_head, save_series
@@ -144,13 +144,12 @@ def test_jl_projection_is_linear_seeded_and_each_scope_projects_its_own_coordina
 
 def test_jl_keeps_inner_products_nearly():
     rng = np.random.default_rng(0)
-    x = torch.tensor(rng.normal(size=(3, 40, 500)), dtype=torch.float32)
+    x = torch.tensor(rng.normal(size=(3, 20, 100)), dtype=torch.float32)
     names = [f"p{i}" for i in range(3)]
-    from emergence.edge.scopes.scopes import Piece
 
     jl = RandomProjection({"model": [Piece(n) for n in names]}, 2000, seed=0)
     for i in range(3):
-        v = jl.vectors({n: x[i] if n == "p0" else torch.zeros(40, 500) for n in names})["model"]
+        v = jl.vectors({n: x[i] if n == "p0" else torch.zeros(20, 100) for n in names})["model"]
         assert np.linalg.norm(v) == pytest.approx(float(torch.linalg.norm(x[i])), rel=0.1)
 
 
@@ -167,10 +166,16 @@ def run_edge(root, out, *overrides):
     return json.loads((out / "edge.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def exact_edge(series, tmp_path_factory):
+    out = tmp_path_factory.mktemp("exact")
+    return out, run_edge(series[0], out, "edge.projection=exact")
+
+
 @pytest.mark.parametrize("scope", ["model", "L1", "L0H2"])
-def test_exact_edge_equals_an_independent_svd_of_the_updates(series, tmp_path, scope):
-    root, folders = series
-    edge = run_edge(root, tmp_path, "edge.projection=exact")
+def test_exact_edge_equals_an_independent_svd_of_the_updates(series, exact_edge, scope):
+    _, folders = series
+    out, edge = exact_edge
     assert edge["window"] == W and edge["projection"] == "exact" and edge["dim"] is None
     want = independent_ratios(folders, W, scope, n_heads=4)
     got = edge["scopes"][scope]
@@ -180,15 +185,16 @@ def test_exact_edge_equals_an_independent_svd_of_the_updates(series, tmp_path, s
         np.testing.assert_allclose(window["singular_values"], sv, rtol=1e-6)
         assert window["r12"] == pytest.approx(sv[0] / sv[1], rel=1e-6)
         assert window["r23"] == pytest.approx(sv[1] / sv[2], rel=1e-6)
-    assert (tmp_path / "edge.png").stat().st_size > 0
+    assert (out / "edge.png").stat().st_size > 0
 
 
-def test_jl_edge_converges_to_exact(series, tmp_path):
+@pytest.mark.slow  # d = 500: 500 Gaussian numbers per parameter and checkpoint
+def test_jl_edge_converges_to_exact(series, exact_edge, tmp_path):
     """At d = 100 W each window's ratios are within 10% of the exact ones (a ratio of two projected norms
     errs by about sqrt(2/d)); at the default d = 10 W the projection is as documented (the toy's error is
     tests/e2e/test_edge.py's)."""
     root, _ = series
-    exact = run_edge(root, tmp_path / "exact", "edge.projection=exact")
+    _, exact = exact_edge
     assert run_edge(root, tmp_path / "jl")["dim"] == 10 * W
     jl = run_edge(root, tmp_path / "jl", f"edge.dim={100 * W}")
     assert jl["projection"] == "jl" and jl["dim"] == 100 * W
