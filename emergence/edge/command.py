@@ -145,6 +145,9 @@ def main(argv=None) -> None:
         p.error(f"{folders[0]} is not a directory: give the sweep directory of a panel multirun")
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("emergence").setLevel(logging.INFO)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar, the edge's over checkpoints: not one per checkpoint's load
     try:
         if folders:
             cfg, entries = sweep_series(folders[0].resolve(), overrides, args.model)
