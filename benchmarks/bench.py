@@ -72,7 +72,7 @@
       ``--edge-checkpoints`` float16 checkpoints of ``--load-shape`` in a temporary folder;
       ``python -m emergence.edge`` (jl, ``--edge-window``, ``--edge-dim``) in a fresh process
       against a fresh process that only loads the same checkpoints one after another: seconds and
-      peak RSS (``VmHWM``) of each (the target: the edge's peak within the float32 weights + 1 GiB);
+      peak RSS (``VmHWM``) of each (the target: the edge's peak within the load-only peak + 1 GiB);
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -300,7 +300,8 @@ def edge_child(path: str, checkpoints: int, overrides: list[str]) -> None:
 def edge_cost(shape: str, checkpoints: int, window: int, dim: int) -> dict:
     """(edge): peak RSS and time of ``python -m emergence.edge`` (jl, ``dim``) on a series of ``checkpoints``
     float16 checkpoints of ``shape``, against loading the same checkpoints one after another in float32
-    (each in a fresh process). The streaming's promise: edge's peak <= one checkpoint's float32 weights + 1 GiB."""
+    (each in a fresh process). The streaming's promise: edge's peak <= one checkpoint, as the loader holds it
+    (the load-only peak), + 1 GiB, whatever the number of checkpoints."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         parameters = write_edge_series(shape, root, checkpoints)
@@ -314,8 +315,10 @@ def edge_cost(shape: str, checkpoints: int, window: int, dim: int) -> dict:
     for name, r in (("load_only", load), ("edge", edge)):
         row[name] = {"seconds": round(r["seconds"], 2), "peak_rss_gib": round(r["peak_rss_kib"] / 2**20, 3)}
     row["edge_peak_over_weights_gib"] = round(row["edge"]["peak_rss_gib"] - weights_gib, 3)
+    row["edge_peak_over_load_only_gib"] = round(row["edge"]["peak_rss_gib"] - row["load_only"]["peak_rss_gib"], 3)
     row["gaussians_per_second"] = round(parameters * dim * checkpoints / (edge["seconds"] - load["seconds"]))
-    row["target"] = "edge peak RSS <= float32 weights + 1 GiB"
+    # one checkpoint as the loader holds it: its float32 weights, and the file's pages while they are converted
+    row["target"] = "edge peak RSS <= the load-only peak (one checkpoint as load_model holds it) + 1 GiB"
     return row
 
 
