@@ -68,6 +68,11 @@
       ``checkpoints.load_model`` in float16 and float32 in a fresh process (its peak RSS is that
       load's alone), ``--repeats`` times: load seconds, peak RSS and the RSS before the load, and
       the ``.bin`` over safetensors ratios (the target: ``.bin``'s peak RSS within 1.5x);
+  (edge) the spectral edge's streaming (``--only edge``, ``edge_cost``): a series of
+      ``--edge-checkpoints`` float16 checkpoints of ``--load-shape`` in a temporary folder;
+      ``python -m emergence.edge`` (jl, ``--edge-window``, ``--edge-dim``) in a fresh process
+      against a fresh process that only loads the same checkpoints one after another: seconds and
+      peak RSS (``VmHWM``) of each (the target: the edge's peak within the load-only peak + 1 GiB);
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -78,6 +83,7 @@ intervals + ablation) and the ablation step alone, over the bare pass.
 
     python -m benchmarks.bench [--arch llama] [--sequences 256] [--out bench.json]
     python -m benchmarks.bench --only load [--load-shape gpt_neox] [--repeats 3]
+    python -m benchmarks.bench --only edge [--load-shape gpt_neox] [--edge-checkpoints 4] [--edge-dim 30]
 
 (j) runs from a source checkout: it serves the checkpoints with the tests' Hub server helpers
 (``tests/helpers/hub_server.py``) and needs olah (``pip install -e .[test]``) and git.
@@ -244,6 +250,76 @@ def load_formats(shape: str, repeats: int) -> dict:
     return {"model": LOAD_SHAPES[shape][0], "parameters": parameters, "file_gib": file_gib, **results,
             "target": "bin_over_safetensors_peak_rss <= 1.5", "repeats": repeats,
             "cache": "the files were just written: both are read from the page cache"}
+
+
+def write_edge_series(shape: str, root: Path, checkpoints: int) -> int:
+    """``checkpoints`` float16 checkpoints of ``shape`` in ``root/step<10 k>/`` (a local series): random
+    weights, each the one before plus small noise; returns the number of parameters. As
+    ``write_load_checkpoints``, only one float16 state dict is ever allocated."""
+    import transformers
+    from safetensors.torch import save_file
+
+    _, config_class, kwargs = LOAD_SHAPES[shape]
+    config = getattr(transformers, config_class)(**kwargs, dtype="float16")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    config.architectures = [type(model).__name__]
+    generator = torch.Generator().manual_seed(0)
+    state = {k: torch.empty(v.shape, dtype=torch.float16).normal_(0, 0.02, generator=generator)
+             for k, v in model.state_dict().items()}
+    for k in range(checkpoints):
+        folder = root / f"step{10 * k}"
+        config.save_pretrained(folder)
+        save_file(state, folder / LOAD_FORMATS["safetensors"], metadata={"format": "pt"})
+        for v in state.values():  # the next checkpoint: this one moved a little
+            v.add_(torch.empty_like(v).normal_(0, 0.002, generator=generator))
+    return sum(v.numel() for v in state.values())
+
+
+def edge_child(path: str, checkpoints: int, overrides: list[str]) -> None:
+    """(edge)'s child process: ``python -m emergence.edge`` on the series in ``path`` (``overrides``: its
+    settings), or with ``overrides`` empty just loading each checkpoint once as it does
+    (``checkpoints.load_model``, float32); the wall time and this process's peak RSS (``VmHWM``) in KiB."""
+    from emergence.core.config import compose_config
+    from emergence.edge.command import main as edge_main
+    from emergence.hub import checkpoints as loader
+
+    start = time.perf_counter()
+    if overrides:
+        with tempfile.TemporaryDirectory() as out:
+            edge_main(["model=local", f"model.name_or_path={path}", *overrides, "--out", out])
+    else:
+        for k in range(checkpoints):
+            cfg = compose_config(["model=local", f"model.name_or_path={path}/step{10 * k}"])
+            src = loader.source(cfg, loader.resolve_revision(cfg))
+            model = loader.load_model(cfg, src, loader.load_config(cfg, src), torch.device("cpu"), torch.float32)
+            del model
+    print(json.dumps({"seconds": time.perf_counter() - start, "peak_rss_kib": rss_kib()["VmHWM"]}))
+
+
+def edge_cost(shape: str, checkpoints: int, window: int, dim: int) -> dict:
+    """(edge): peak RSS and time of ``python -m emergence.edge`` (jl, ``dim``) on a series of ``checkpoints``
+    float16 checkpoints of ``shape``, against loading the same checkpoints one after another in float32
+    (each in a fresh process). The streaming's promise: edge's peak <= one checkpoint, as the loader holds it
+    (the load-only peak), + 1 GiB, whatever the number of checkpoints."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        parameters = write_edge_series(shape, root, checkpoints)
+        child = [sys.executable, "-m", "benchmarks.bench", "--edge-child", str(root), "--edge-checkpoints",
+                 str(checkpoints)]
+        load = measure(child)
+        edge = measure([*child, "--edge-overrides", f"edge.window={window}", f"edge.dim={dim}"])
+    weights_gib = parameters * 4 / 2**30
+    row = {"model": LOAD_SHAPES[shape][0], "parameters": parameters, "checkpoints": checkpoints, "window": window,
+           "dim": dim, "float32_weights_gib": round(weights_gib, 3)}
+    for name, r in (("load_only", load), ("edge", edge)):
+        row[name] = {"seconds": round(r["seconds"], 2), "peak_rss_gib": round(r["peak_rss_kib"] / 2**20, 3)}
+    row["edge_peak_over_weights_gib"] = round(row["edge"]["peak_rss_gib"] - weights_gib, 3)
+    row["edge_peak_over_load_only_gib"] = round(row["edge"]["peak_rss_gib"] - row["load_only"]["peak_rss_gib"], 3)
+    row["gaussians_per_second"] = round(parameters * dim * checkpoints / (edge["seconds"] - load["seconds"]))
+    # one checkpoint as the loader holds it: its float32 weights, and the file's pages while they are converted
+    row["target"] = "edge peak RSS <= the load-only peak (one checkpoint as load_model holds it) + 1 GiB"
+    return row
 
 
 def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
@@ -1091,11 +1167,13 @@ IN_PROCESS = {"f": probe_pass_over_forward, "h": ablation_paths, "k": text_pass_
               "t": lambda path, n, repeats: task_ablation_cost(n, repeats),
               "track": track_cost,
               "dtype": lambda path, n, repeats: dtype_error(n)}
-SELF_CONTAINED = ("i", "t", "dtype", "load")  # build their own models: no random stand-in of --arch's shape needed
+# build their own models: no random stand-in of --arch's shape needed
+SELF_CONTAINED = ("i", "t", "dtype", "load", "edge")
 # The sweeps ``--only`` runs by themselves: ``--revisions`` -> row (no model directory of their own).
 SWEEPS = {"j": prefetch_sweeps}
 # The rows ``--only`` runs by themselves from the parsed arguments.
-OWN_OPTIONS = {"load": lambda args: load_formats(args.load_shape, args.repeats)}
+OWN_OPTIONS = {"load": lambda args: load_formats(args.load_shape, args.repeats),
+               "edge": lambda args: edge_cost(args.load_shape, args.edge_checkpoints, args.edge_window, args.edge_dim)}
 
 
 def main(argv=None) -> None:
@@ -1110,6 +1188,11 @@ def main(argv=None) -> None:
                    help="the checkpoint (load) writes in both formats (--arch's shapes: a quick run)")
     p.add_argument("--only", choices=(*IN_PROCESS, *SWEEPS, *OWN_OPTIONS), default=None,
                    help="run just this comparison (quicker than the whole benchmark)")
+    p.add_argument("--edge-checkpoints", type=int, default=4, help="(edge): checkpoints in the series (--load-shape's)")
+    p.add_argument("--edge-window", type=int, default=3, help="(edge): edge.window")
+    p.add_argument("--edge-dim", type=int, default=30, help="(edge): edge.dim, the JL dimension (time grows with it)")
+    p.add_argument("--edge-child", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--edge-overrides", nargs="*", default=[], help=argparse.SUPPRESS)
     p.add_argument("--bare", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--load-child", metavar="DIR", help=argparse.SUPPRESS)
@@ -1127,6 +1210,8 @@ def main(argv=None) -> None:
         return study(args.study, args.sequences)
     if args.load_child:
         return load_child(args.load_child, args.load_dtype)
+    if args.edge_child:
+        return edge_child(args.edge_child, args.edge_checkpoints, args.edge_overrides)
     if args.vocabulary_child:
         return vocabulary_child(args.vocabulary_child, args.probe, args.sequences, args.seq_len, args.unchunked)
 

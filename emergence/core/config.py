@@ -268,6 +268,19 @@ class HubConfig:
 
 
 @dataclass
+class EdgeConfig:
+    """``python -m emergence.edge``: spectral edge dynamics of the checkpoint series (docs/edge.md).
+    Not part of what a run computes: ``config_digest`` leaves it out."""
+
+    window: int = 10  # W: consecutive updates (checkpoint deltas) per rolling window
+    # jl: each checkpoint read once and kept as a random projection to ``dim`` numbers per scope (any size);
+    # exact: a window's deltas kept whole in float64 (small models and tests)
+    projection: str = "jl"
+    dim: int | None = None  # jl: the projection's dimension; None: 10 x window (Xu 2026: ratios within ~7.4%)
+    seed: int = 0  # jl: the random matrix, generated block by block from it, never stored
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     revision: RevisionConfig = MISSING
@@ -277,6 +290,7 @@ class Config:
     stats: StatsConfig = field(default_factory=StatsConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     hub: HubConfig = field(default_factory=HubConfig)
+    edge: EdgeConfig = field(default_factory=EdgeConfig)
     device: str = "auto"  # auto: cuda if available, else cpu
     cache_dir: str = "${emergence_cache_dir:}"  # toy panels and cached measurements live here
     # Per-head measurements are cached under ${cache_dir}/measurements (delete it to clear): a
@@ -304,9 +318,9 @@ def register_configs() -> None:
 
 
 def config_digest(cfg: Config) -> str:
-    """Names what a run computes: its config without the W&B, resume and download settings."""
+    """Names what a run computes: its config without the W&B, resume, download and edge settings."""
     content = cast(dict, OmegaConf.to_container(OmegaConf.structured(cfg)))
-    for key in ("wandb", "resume", "hub"):
+    for key in ("wandb", "resume", "hub", "edge"):
         content.pop(key, None)
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

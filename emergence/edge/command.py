@@ -1,0 +1,166 @@
+"""``python -m emergence.edge``: the spectral edge of a checkpoint series (docs/edge.md).
+
+    python -m emergence.edge SWEEP_DIR                          # a panel sweep: its model, first..last revision
+    python -m emergence.edge model=toy_neox model.toy.save_every=32
+    python -m emergence.edge model=local model.name_or_path=RUN_DIR edge.projection=exact --out OUT
+
+For each rolling window of ``edge.window`` consecutive checkpoint updates at one spacing, and for the
+whole model, each decoder block (``L<i>``) and each attention head (``L<i>H<j>``): the singular values of
+the stacked updates, sigma_1/sigma_2, sigma_2/sigma_3, the signal rank, the top two directions' shares and
+the drift speed. Writes ``edge.json`` and ``edge.png`` into SWEEP_DIR, or ``--out`` (default
+``outputs/edge/<model.key>``). Settings: ``edge.window`` (10), ``edge.projection`` (jl | exact),
+``edge.dim`` (jl: 10 x window), ``edge.seed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+from emergence.core.config import Config, PanelEntry, compose_config
+from emergence.core.errors import CommandParser, UsageError, invalid
+from emergence.edge.output.figure import plot_edge
+from emergence.edge.output.records import Collapse, Edge
+from emergence.edge.projection.projection import Exact, RandomProjection
+from emergence.edge.scopes.scopes import meta_model, scopes_of
+from emergence.edge.stream.stream import stream_windows
+from emergence.hub.checkpoints import free_memory, load_config, load_model, panel_revision, pick_dtype, source
+from emergence.hub.revisions import between, existing_checkpoints
+from emergence.panel.refine import merge_overrides, panel_overrides
+from emergence.panel.runs import load_runs
+
+log = logging.getLogger(__name__)
+PROJECTIONS = ("jl", "exact")
+
+
+def check_edge_config(cfg: Config) -> int | None:
+    """The projection's dimension (None: exact); a UsageError for a setting the edge cannot take."""
+    edge = cfg.edge
+    if edge.window < 3:
+        raise invalid("edge.window", edge.window, "a window needs >= 3 updates (sigma_2/sigma_3)")
+    if edge.projection not in PROJECTIONS:
+        raise invalid("edge.projection", edge.projection, f"use one of {', '.join(PROJECTIONS)}")
+    if edge.projection == "exact":
+        return None
+    dim = edge.dim if edge.dim is not None else 10 * edge.window
+    if dim < edge.window:
+        raise invalid("edge.dim", dim, f"a projection must keep >= edge.window={edge.window} dimensions (default "
+                                       "10 x window)")
+    return dim
+
+
+def sweep_series(sweep_dir: Path, overrides: list[str], model: str | None) -> tuple[Config, list[PanelEntry]]:
+    """A panel sweep's configuration (its runs' overrides, then the command line's) and every existing
+    checkpoint from its first panel revision to its last, as ``python -m emergence.refine`` finds them."""
+    trajectories = load_runs([sweep_dir])
+    if not trajectories:
+        raise UsageError(f"{sweep_dir} holds no runs of python -m emergence; give the sweep directory of a panel "
+                         "multirun")
+    if model is None and len(trajectories) > 1:
+        raise UsageError(f"{sweep_dir} holds {len(trajectories)} panels ({', '.join(trajectories)}); pick one with "
+                         "--model NAME")
+    name = model or next(iter(trajectories))
+    if name not in trajectories:
+        raise UsageError(f"--model {name} is invalid: {sweep_dir} holds {', '.join(trajectories)}")
+    traj = trajectories[name]
+    task, _ = panel_overrides(traj)
+    cfg = compose_config(merge_overrides(task, overrides))
+    every = existing_checkpoints(cfg)
+    panel = [c.revision for c in traj.checkpoints if not c.refined]
+    by_name = {e.revision: e for e in every}
+    try:
+        inside = between(every, panel[0], panel[-1])
+    except ValueError as err:
+        raise UsageError(f"{sweep_dir}: {err}; the panel's revisions must be among the model's checkpoints") from None
+    return cfg, [by_name[panel[0]], *inside, by_name[panel[-1]]]
+
+
+def model_series(overrides: list[str]) -> tuple[Config, list[PanelEntry]]:
+    """The configuration the overrides compose, and every existing checkpoint of its model (a toy trained
+    first where it is not yet)."""
+    cfg = compose_config(overrides)
+    if cfg.model.toy is not None:
+        from emergence.toy.train import ensure_trained
+        from emergence.toy.validation import validate_recipe
+
+        validate_recipe(cfg.model.toy)
+        ensure_trained(cfg.model)
+    return cfg, existing_checkpoints(cfg)
+
+
+def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
+    """The edge of ``entries`` (checkpoints of ``cfg``'s model, by step), written to ``out_dir``."""
+    dim = check_edge_config(cfg)
+    device, dtype = torch.device("cpu"), pick_dtype(cfg.model.dtype)
+
+    def checkpoint_source(entry: PanelEntry):
+        return source(cfg, panel_revision(entry, cfg.model.tokens_per_step))
+
+    if not entries:
+        raise UsageError(f"model {cfg.model.key} has no checkpoints; train or save its run first")
+    first = checkpoint_source(entries[0])
+    skeleton = meta_model(load_config(cfg, first).hf_config, cfg.model.trust_remote_code)
+    scopes = scopes_of(skeleton)
+    projection: Exact | RandomProjection
+    if dim is None:
+        projection = Exact(scopes)
+        need = projection.bytes_needed({n: p.shape for n, p in skeleton.named_parameters()}, cfg.edge.window)
+        free = free_memory(device)
+        log.info(f"edge: exact mode keeps {cfg.edge.window + 2} float64 copies of {len(scopes)} scopes: "
+                 f"{need / 2**30:.2f} GiB" + (f" of {free / 2**30:.1f} GiB available" if free else ""))
+        if free is not None and need > free:
+            raise invalid("edge.projection", "exact", f"it needs {need / 2**30:.1f} GiB but {free / 2**30:.1f} GiB "
+                                                       "is available; use edge.projection=jl")
+    else:
+        projection = RandomProjection(scopes, dim, cfg.edge.seed)
+
+    def read(entry: PanelEntry):
+        src = checkpoint_source(entry)
+        model = load_model(cfg, src, load_config(cfg, src), device, dtype)
+        return projection.vectors(dict(model.named_parameters()))
+
+    windows = stream_windows(entries, read, cfg.edge.window)
+    result = Edge(cfg.edge.window, cfg.edge.projection, dim, windows,
+                  {scope: Collapse.of(w) for scope, w in windows.items()})
+    result.save(out_dir)
+    plot_edge(result, out_dir)
+    return result
+
+
+def main(argv=None) -> None:
+    p = CommandParser("python -m emergence.edge", __doc__)
+    p.add_argument("target", nargs="*", help="SWEEP_DIR (a panel multirun's directory) and/or Hydra overrides "
+                                             "(model=..., edge.window=...)")
+    p.add_argument("--model", help="the panel to read where SWEEP_DIR holds several (as the report names them)")
+    p.add_argument("--out", type=Path, help="where edge.json goes without SWEEP_DIR (default outputs/edge/<model.key>)")
+    args = p.parse_intermixed_args(argv)
+    overrides = [t for t in args.target if "=" in t]
+    folders = [Path(t) for t in args.target if "=" not in t]
+    if len(folders) > 1:
+        p.error(f"one SWEEP_DIR at most, got {len(folders)}: {' '.join(map(str, folders))}")
+    if folders and not folders[0].is_dir():
+        p.error(f"{folders[0]} is not a directory: give the sweep directory of a panel multirun")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("emergence").setLevel(logging.INFO)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar, the edge's over checkpoints: not one per checkpoint's load
+    try:
+        if folders:
+            cfg, entries = sweep_series(folders[0].resolve(), overrides, args.model)
+            out_dir = args.out or folders[0]
+        else:
+            cfg, entries = model_series(overrides)
+            out_dir = args.out or Path("outputs") / "edge" / cfg.model.key
+        result = edge(cfg, entries, out_dir)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    windows = result.scopes["model"]
+    found = result.collapse["model"]
+    said = ("no collapse" if found.collapse is None else
+            f"sigma_2/sigma_3 collapses (< 1.20) in the window ending at step {windows[found.collapse].last_step}")
+    print(f"edge: {len(windows)} windows x {len(result.scopes)} scopes; {said}; {out_dir / 'edge.json'}")

@@ -1,0 +1,1 @@
+"""What the edge writes: ``edge.json`` (typed records that save themselves) and ``edge.png``."""

@@ -1,0 +1,1 @@
+"""Which parameters (and which parts of them) each scope of the edge covers."""

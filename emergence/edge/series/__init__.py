@@ -1,0 +1,1 @@
+"""Which checkpoints make which windows, and the checks that refuse a broken series."""

@@ -1,0 +1,1 @@
+"""The checkpoints read in order, once each, into the windows' spectra."""

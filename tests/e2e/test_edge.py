@@ -1,0 +1,63 @@
+"""``python -m emergence.edge`` on the trained toy panel (conftest's ``toy_panel``: toy_neox with a checkpoint
+every 32 steps, 65 in all), read from the panel's sweep directory as a user would, against the edge written
+independently (tests/helpers/edge_series.py: safetensors read directly, the scope cut by hand, numpy's SVD
+of the stacked updates in float64)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers.cli import run_cli
+from tests.helpers.edge_series import independent_ratios
+
+W = 10
+SCOPES = ("model", "L1", "L1H2")
+
+
+def edge_of(sweep: Path, env: dict, out: Path, *overrides: str) -> dict:
+    res = run_cli(sweep, *overrides, "--out", out, module="emergence.edge", env=env, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads((out / "edge.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def toy_edges(toy_panel, tmp_path_factory) -> tuple[dict, dict, list[Path]]:
+    """(exact edge, JL edge at d = 10 W, the checkpoint folders step0 .. step2048)."""
+    sweep, env = toy_panel
+    out = tmp_path_factory.mktemp("toy_edge")
+    exact = edge_of(sweep, env, out / "exact", "edge.projection=exact")
+    jl = edge_of(sweep, env, out / "jl")
+    root = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"
+    return exact, jl, [root / f"step{s}" for s in range(0, 2049, 32)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scope", SCOPES)
+def test_toy_edge_equals_an_independent_svd_in_every_window(toy_edges, scope):
+    exact, _, folders = toy_edges
+    want = independent_ratios(folders, W, scope, n_heads=4)
+    got = exact["scopes"][scope]
+    assert len(got) == len(want) == 65 - W
+    for i, (window, sv) in enumerate(zip(got, want)):
+        assert (window["first_step"], window["last_step"], window["spacing"]) == (32 * i, 32 * (i + W), 32)
+        assert window["last_tokens"] == 32 * (i + W) * 4096
+        np.testing.assert_allclose(window["singular_values"], sv, rtol=1e-6)
+        assert window["r12"] == pytest.approx(sv[0] / sv[1], rel=1e-6)
+        assert window["r23"] == pytest.approx(sv[1] / sv[2], rel=1e-6)
+        assert window["k_star"] == int(np.argmax(sv[:-1] / sv[1:])) + 1
+
+
+@pytest.mark.slow
+def test_toy_jl_ratios_are_within_ten_percent_of_exact(toy_edges):
+    """Xu 2026 states the JL error as the mean over windows (7.4% at d = 10 W): so is it measured here."""
+    exact, jl, _ = toy_edges
+    assert jl["projection"] == "jl" and jl["dim"] == 10 * W
+    for scope in SCOPES:
+        for ratio in ("r12", "r23"):
+            errors = [abs(j[ratio] / e[ratio] - 1) for e, j in zip(exact["scopes"][scope], jl["scopes"][scope],
+                                                                  strict=True)]
+            assert np.mean(errors) < 0.10, (scope, ratio, np.mean(errors))
