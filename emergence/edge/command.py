@@ -14,6 +14,7 @@ the drift speed. Writes ``edge.json`` and ``edge.png`` into SWEEP_DIR, or ``--ou
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -23,7 +24,6 @@ import torch
 from emergence.core.config import Config, PanelEntry, compose_config
 from emergence.core.errors import CommandParser, UsageError, invalid
 from emergence.edge.output.figure import plot_edge
-from emergence.edge.output.records import Collapse, Edge
 from emergence.edge.projection.projection import Exact, RandomProjection
 from emergence.edge.scopes.scopes import meta_model, scopes_of
 from emergence.edge.stream.stream import stream_windows
@@ -31,6 +31,8 @@ from emergence.hub.checkpoints import free_memory, load_config, load_model, pane
 from emergence.hub.revisions import between, existing_checkpoints
 from emergence.panel.refine import merge_overrides, panel_overrides
 from emergence.panel.runs import load_runs
+from emergence.recipe.edge import MODEL_SCOPE, Collapse, Edge
+from emergence.run.tracking import tracked_run
 
 log = logging.getLogger(__name__)
 PROJECTIONS = ("jl", "exact")
@@ -123,11 +125,37 @@ def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
         return projection.vectors(dict(model.named_parameters()))
 
     windows = stream_windows(entries, read, cfg.edge.window)
-    result = Edge(cfg.edge.window, cfg.edge.projection, dim, windows,
+    result = Edge(cfg.model.key, cfg.edge.window, cfg.edge.projection, dim, windows,
                   {scope: Collapse.of(w) for scope, w in windows.items()})
     result.save(out_dir)
-    plot_edge(result, out_dir)
+    figure = plot_edge(result, out_dir)
+    log_edge(cfg, result, figure, out_dir)
     return result
+
+
+def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
+    """The whole model's windows as one W&B run of the sweep's group (``wandb.group``, else the sweep
+    directory's name, as its checkpoints' runs are grouped): the ratios, shares and drift speed against
+    the window's last checkpoint's tokens (its step where the series states none), and edge.png."""
+    group = cfg.wandb.group or out_dir.resolve().name
+    wandb_cfg = dataclasses.replace(cfg.wandb, group=group)
+    config = {"model": cfg.model.key, "window": result.window, "projection": result.projection, "dim": result.dim}
+    with tracked_run(wandb_cfg, f"edge-{cfg.model.key}", config, out_dir, job_type="edge") as run:
+        if run is None:
+            return
+        import wandb
+
+        axis = "tokens" if all(w.last_tokens is not None for w in result.scopes[MODEL_SCOPE]) else "step"
+        run.define_metric(axis)
+        run.define_metric("edge/*", step_metric=axis)
+        for w in result.scopes[MODEL_SCOPE]:
+            run.log({axis: w.last_tokens if axis == "tokens" else w.last_step,
+                     **{f"edge/{k}": v for k, v in (("r12", w.r12), ("r23", w.r23), ("pc1_share", w.pc1_share),
+                                                    ("pc2_share", w.pc2_share), ("drift_speed", w.drift_speed),
+                                                    ("k_star", w.k_star)) if v is not None}})
+        found = result.collapse[MODEL_SCOPE]
+        run.summary.update({"edge/peak_window": found.peak, "edge/collapse_window": found.collapse})
+        run.log({"edge/figure": wandb.Image(str(figure))})
 
 
 def main(argv=None) -> None:
@@ -159,8 +187,8 @@ def main(argv=None) -> None:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    windows = result.scopes["model"]
-    found = result.collapse["model"]
+    windows = result.scopes[MODEL_SCOPE]
+    found = result.collapse[MODEL_SCOPE]
     said = ("no collapse" if found.collapse is None else
             f"sigma_2/sigma_3 collapses (< 1.20) in the window ending at step {windows[found.collapse].last_step}")
     print(f"edge: {len(windows)} windows x {len(result.scopes)} scopes; {said}; {out_dir / 'edge.json'}")

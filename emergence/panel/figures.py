@@ -339,3 +339,37 @@ def task_capability(findings: PanelFindings, out: Path) -> Path | None:
     fig.suptitle("task capability (band: interval over prompts; dashed: emergence level; solid: emergence)",
                  fontsize=8)
     return _save(fig, out / "task_capability.png")
+
+
+EDGE_MILESTONE_STYLES = {"induction_onset": "-", "recall_67": ":", "bos_50": "--"}
+
+
+def edge_axis(findings: PanelFindings, out: Path) -> Path | None:
+    """F6: each model's spectral edge (the whole model's sigma_1/sigma_2 and sigma_2/sigma_3 at each window's
+    last checkpoint, with its r23 peak and collapse shaded over their windows) on the panel's axis, with
+    the activation milestones F6 measures it against; None where no edge lies beside the runs."""
+    with_edge = {model: f for model, f in findings.models.items() if f.f6 is not None and f.f6.series}
+    if not with_edge:
+        return None
+    fig, axes = plt.subplots(len(with_edge), 1, figsize=(6.5, 2.6 * len(with_edge)), squeeze=False)
+    for ax, (model, f) in zip(axes[:, 0], with_edge.items()):
+        f6 = f.f6
+        assert f6 is not None  # with_edge
+        x = [p.position for p in f6.series]
+        for name, values in (("σ1/σ2", [p.r12 for p in f6.series]), ("σ2/σ3", [p.r23 for p in f6.series])):
+            ax.plot(x, [np.nan if v is None else v for v in values], ".-", ms=3, label=name)
+        ax.axhline(1.2, color="0.6", lw=0.6)
+        for phase in f6.phases:
+            if phase.first is not None and phase.last is not None:
+                ax.axvspan(phase.first, phase.last, color="tab:red" if "collapse" in phase.name else "tab:orange",
+                           alpha=0.2, label=phase.name)
+        for name, style in EDGE_MILESTONE_STYLES.items():
+            m = f.milestones().get(name)
+            if m is not None and m.tokens is not None:
+                ax.axvline(m.tokens, color="0.3", lw=0.8, ls=style, label=name)
+        ax.set_ylabel(f"{model}\nsingular value ratio", fontsize=8)
+        _tokens_axis(ax, x + [m.tokens for m in f.milestones().values() if m is not None and m.tokens is not None],
+                     _units(findings))
+        ax.legend(fontsize=6)
+    axes[0, 0].set_title("F6: the spectral edge and the activation milestones", fontsize=8)
+    return _save(fig, out / "edge_vs_tokens.png")

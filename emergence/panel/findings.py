@@ -200,12 +200,12 @@ def replicates_reached(reps: Replicates, circuit: list[tuple[int, int]], class_t
     return reached
 
 
-def _first(mask) -> int | None:
+def first_index(mask) -> int | None:
     hits = np.flatnonzero(mask)
     return int(hits[0]) if len(hits) else None
 
 
-def _milestone(traj: Trajectory, index: int | None, total_tokens: float | None = None,
+def milestone_at(traj: Trajectory, index: int | None, total_tokens: float | None = None,
                replicated: np.ndarray | None = None, near_threshold_heads: list[str] | None = None
                ) -> Milestone | None:
     """The milestone first reached at revision ``index`` (None: never), with its bracket;
@@ -288,16 +288,16 @@ def f5_leads(traj: Trajectory, circuit_threshold: float, reps: Replicates | None
     have_pr = all(c.spectral is not None for c in traj.checkpoints)
     for layer, head in final_circuit(traj, circuit_threshold):
         sel = traj.sel[:, layer, head, INDUCTION]
-        cross = _first(sel >= circuit_threshold)
+        cross = first_index(sel >= circuit_threshold)
         replicated = None if reps is None else reps.induction_sel[:, :, layer, head] >= circuit_threshold
-        selectivity_cross = _milestone(traj, cross, replicated=replicated)
+        selectivity_cross = milestone_at(traj, cross, replicated=replicated)
         if not have_pr:
             heads[head_name(layer, head)] = HeadLead(selectivity_cross, pr_rise=None, lead=None,
                                                      selectivity=sel.tolist(), pr=None,
                                                      reason="no PR trajectory for this model")
             continue
         pr = np.array([_spectral(c)[layer, head] for c in traj.checkpoints])
-        rise = _first(pr[1:] >= PR_RISE_FACTOR * pr[0])
+        rise = first_index(pr[1:] >= PR_RISE_FACTOR * pr[0])
         rise = None if rise is None else rise + 1  # a revision after the first
         lead = reason = None
         if rise is None:
@@ -308,7 +308,7 @@ def f5_leads(traj: Trajectory, circuit_threshold: float, reps: Replicates | None
         else:
             assert cross is not None  # a head of the final circuit crosses by the final revision
             lead = traj.checkpoints[cross].tokens / traj.checkpoints[rise].tokens
-        heads[head_name(layer, head)] = HeadLead(selectivity_cross, _milestone(traj, rise), lead, sel.tolist(),
+        heads[head_name(layer, head)] = HeadLead(selectivity_cross, milestone_at(traj, rise), lead, sel.tolist(),
                                                  pr.tolist(), reason)
     return F5(heads, traj.spectral_estimator, PR_RISE_FACTOR)
 
@@ -451,9 +451,9 @@ def model_findings(traj: Trajectory, class_threshold: float = ThresholdConfig.cl
         for i, c in enumerate(traj.checkpoints)
     ]
     circuit = final_circuit(traj, circuit_threshold)
-    first = {name: _first(hit) for name, hit in reached_by_revision(bos, n_ind, rec, topk, sink).items()}
+    first = {name: first_index(hit) for name, hit in reached_by_revision(bos, n_ind, rec, topk, sink).items()}
     replicated = {} if reps is None else replicates_reached(reps, circuit, class_threshold)
-    milestones = {name: _milestone(traj, index,
+    milestones = {name: milestone_at(traj, index,
                                    # F4 is about how early in training: its milestones state the share
                                    total_tokens=traj.checkpoints[-1].tokens if name in F4_MILESTONES else None,
                                    replicated=replicated.get(name),

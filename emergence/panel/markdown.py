@@ -14,9 +14,11 @@ from emergence.panel.records import (
     F3,
     F4,
     F5,
+    F6,
     BosShape,
     Conclusion,
     DtypeNote,
+    EdgeDistance,
     Milestone,
     ModelFindings,
     NullFloor,
@@ -262,6 +264,43 @@ def f5_line(f5: F5, circuit_threshold: float, study: str | None) -> str:
     return text
 
 
+def _distance(d: EdgeDistance) -> str:
+    if d.distance is None or d.range is None:
+        return f"{d.milestone} not reached"
+    when = "after" if d.distance > 0 else "before" if d.distance < 0 else "at"
+    return (f"{d.milestone} {format_tokens(abs(d.distance))} {when} it (range "
+            f"{_range(d.range, lambda x: ('-' if x < 0 else '+') + format_tokens(abs(x)))})")
+
+
+def f6_lines(f6: F6, circuit_threshold: float) -> list[str]:
+    """F6 in words: the edge's phases against the milestones, and OV copying against selectivity."""
+    out = []
+    if f6.edge is None:
+        out.append("- **F6 the parameter-space half**: no edge.json beside the runs "
+                   "(`python -m emergence.edge SWEEP_DIR` writes one).")
+    elif not f6.phases:
+        out.append(f"- **F6 the spectral edge** (W={f6.window}, {f6.edge}): sigma_2/sigma_3 has no peak "
+                   "(no window with a ratio).")
+    else:
+        phrases = []
+        for phase in f6.phases:
+            placed = [_distance(d) for d in f6.distances if d.phase == phase.name]
+            words = "peaks" if phase.name == "r23_peak" else "collapses below 1.20"
+            span = ("" if phase.first is None or phase.last is None
+                    else f"window {format_tokens(phase.first)}-{format_tokens(phase.last)}")
+            phrases.append(f"sigma_2/sigma_3 {words} in the {span} (steps {phase.first_step}-{phase.last_step}, "
+                           f"ratio {_value(phase.r23)}): " + "; ".join(placed))
+        if not any(p.name == "r23_collapse" for p in f6.phases):
+            phrases.append("it does not collapse below 1.20 after its peak")
+        out.append(f"- **F6 the spectral edge** (W={f6.window}, {f6.edge}): " + ". ".join(phrases) + ".")
+    if f6.heads:
+        orders = [f"{name}: ov_copying >= {f6.copying_level:g} at {milestone_text(h.copying_cross)}, "
+                  f"selectivity >= {circuit_threshold:g}x at {milestone_text(h.selectivity_cross)}"
+                  + ("" if h.order is None else f": copying {h.order}") for name, h in f6.heads.items()]
+        out.append("- **F6 OV copying against selectivity**: " + "; ".join(orders) + ".")
+    return out
+
+
 def pr_ranking_line(ranking: PrIntegralRanking) -> str:
     return (f"- **PR-integral ranking**: of the top {ranking.top_k} heads by the integral of PR over "
             f"log tokens, {_pct(ranking.classified_share)} are classified by the screen at the last "
@@ -292,6 +331,8 @@ def model_section(model: str, f: ModelFindings, th: Thresholds, reference: bool)
     out += [f4_line(f.f4, th.class_, study), f5_line(f.f5, th.circuit, study)]
     if f.pr_integral_ranking:
         out.append(pr_ranking_line(f.pr_integral_ranking))
+    if f.f6 is not None:
+        out += f6_lines(f.f6, th.circuit)
     return out + [""]
 
 

@@ -379,6 +379,7 @@ class ModelFindings:
     task: TaskFindings | None = None  # a trajectory of task runs (probe.task); None: none
     # what every ``tokens`` of this model counts: training tokens, or steps where its runs recorded no tokens
     unit: str = "tokens"
+    f6: F6 | None = None  # the parameter-space half against these milestones; None: reports before it
 
     def milestones(self) -> dict[str, Milestone | None]:
         """Every named milestone: F3's, F4's and, where measured, Sink_0's and the task's emergence
@@ -524,3 +525,62 @@ class PanelFindings:
     @classmethod
     def from_json(cls, data: dict) -> PanelFindings:
         return from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class EdgePhase:
+    """A window of the spectral edge (``python -m emergence.edge``, the whole model's scope) placed on the
+    panel's axis: its updates span [first, last] (tokens, or steps where the runs count steps)."""
+
+    name: str  # r23_peak: where sigma_2/sigma_3 peaks; r23_collapse: the first window after it below 1.20
+    first_step: int
+    last_step: int
+    first: float | None  # the window's first checkpoint on the panel's axis
+    last: float | None  # its last
+    r23: float | None
+
+
+@dataclass(frozen=True)
+class EdgeDistance:
+    """A milestone's signed distance from an edge phase: milestone - the phase's last checkpoint (> 0: the
+    milestone comes later), and its range over the milestone's bracket and the window's span."""
+
+    phase: str
+    milestone: str
+    distance: float | None  # None: the milestone or the phase has no place on the axis
+    range: list[float | None] | None  # [low, high]; a None end is open (a milestone at the first revision)
+
+
+@dataclass(frozen=True)
+class CopyingOrder:
+    """F6 for one head of the final circuit: did its OV circuit copy (``ov_copying`` >= ``F6.copying_level``)
+    before, at or after its induction selectivity crossed the circuit threshold?"""
+
+    copying_cross: Milestone | None  # the first revision with ov_copying >= the level; None: never
+    selectivity_cross: Milestone | None  # the first with induction selectivity >= the circuit threshold
+    order: str | None  # "before", "at" or "after": the copying crossing against the selectivity's; None: one missing
+    ov_copying: list[float | None]  # per revision (None: not measured)
+
+
+@dataclass(frozen=True)
+class EdgePoint:
+    """One window of the whole model's edge, for the figure: at its last checkpoint."""
+
+    position: float
+    r12: float | None
+    r23: float | None
+    drift_speed: float
+
+
+@dataclass(frozen=True)
+class F6:
+    """F6, the two halves on one axis: the spectral edge's phases (parameter space) against the
+    activation milestones, and per final-circuit head the OV copying score against its selectivity."""
+
+    edge: str | None  # the edge.json read; None: none beside the runs (no phases then)
+    window: int | None  # its W
+    phases: list[EdgePhase]  # r23_peak and r23_collapse where found
+    distances: list[EdgeDistance]  # every phase against every milestone
+    series: list[EdgePoint]  # the whole model's windows, in order
+    copying_level: float
+    heads: dict[str, CopyingOrder]  # by head name; empty where no run measured ov_copying

@@ -25,7 +25,7 @@ from emergence.core.atomic import atomic_write_text
 from emergence.core.config import WANDB_MODES, ThresholdConfig, WandbConfig
 from emergence.core.errors import CommandParser, UsageError
 from emergence.core.record import to_json
-from emergence.panel import causal_threshold, figures, markdown, sensitivity
+from emergence.panel import causal_threshold, edge_findings, figures, markdown, sensitivity
 from emergence.panel.findings import panel_findings
 from emergence.panel.records import Conclusion, Milestone, PanelFindings
 from emergence.panel.runs import (
@@ -76,6 +76,8 @@ class SweepFacts:
     sweeps: Sequence[dict] = ()  # causal-threshold sweeps (``causal_threshold.load_sweeps``) among the runs
     refined: dict | None = None  # per model, the milestones ``python -m emergence.refine`` narrowed (``load_refined``)
     defective: dict | None = None  # the branches the sweeps' integrity checks found defective
+    # per model, the spectral edge beside the runs (``edge_findings.load_edges``): (edge.json's path, the edge)
+    edges: dict | None = None
 
 
 def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float, reference: bool,
@@ -85,6 +87,7 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
     out.mkdir(parents=True, exist_ok=True)
     findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon,
                               refined=refined)
+    findings = edge_findings.with_f6(findings, trajectories, circuit_threshold, facts.edges or {})
     grids = [sensitivity.dense(t) for t in trajectories.values()]
     rows = sensitivity.rows(grids)
     findings = dataclasses.replace(findings, causal_threshold=list(sweeps), sensitivity=sensitivity.conclusions(
@@ -92,7 +95,7 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
     made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
             figures.trajectories(findings, out), figures.sensitivity(grids, class_threshold, circuit_threshold, out),
             figures.causal_threshold(findings.causal_threshold, out), figures.token_axis(findings, out),
-            figures.task_capability(findings, out)]
+            figures.task_capability(findings, out), figures.edge_axis(findings, out)]
     for model, f in findings.models.items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
     findings = dataclasses.replace(findings, figures=[p.name for p in made if p is not None])
@@ -152,6 +155,7 @@ def main(argv=None) -> None:
         sweeps = [] if args.reference else causal_threshold.load_sweeps(args.runs)
         refined = {} if args.reference else load_refined(args.runs)
         defective = {} if args.reference else defective_checkpoints(args.runs)
+        edges = {} if args.reference else edge_findings.load_edges(args.runs)
     except (FileNotFoundError, ValueError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -161,7 +165,7 @@ def main(argv=None) -> None:
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
     findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
                             reference=args.reference is not None, sink_epsilon=args.sink_epsilon,
-                            facts=SweepFacts(sweeps, refined, defective))
+                            facts=SweepFacts(sweeps, refined, defective, edges))
     log_panel(findings, args.out, wandb_cfg)
     for model, f in findings.models.items():
         print(f"{model}: final BOS {100 * f.f2.final_fraction:.1f}% ({f.f2.shape}), onset "

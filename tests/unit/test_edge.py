@@ -16,7 +16,7 @@ from emergence.edge.command import main
 from emergence.edge.projection.projection import Exact, RandomProjection
 from emergence.edge.scopes.scopes import Piece, meta_model, scopes_of
 from emergence.edge.series.windows import check_series, window_starts
-from emergence.edge.spectrum.window import collapse, gram, spectrum
+from emergence.recipe.edge import collapse, gram, spectrum
 from tests.helpers.edge_series import independent_ratios, neox_head, save_series
 from tests.helpers.tiny_models import ARCHS, tiny_config, tiny_model
 

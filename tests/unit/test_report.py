@@ -460,3 +460,56 @@ def test_the_report_draws_the_plug_in_measures_trajectories(tmp_path):
     for t in measures.trajectories():
         assert drawn[t.key] == pytest.approx([reduce[t.reduce](grids[r][t.column]) for r in ("r0", "r1", "r2")])
     assert "token_axis.png" in findings["figures"]
+
+
+def test_f6_places_the_edge_and_the_ov_copying_against_the_milestones(tmp_path):
+    """A hand-made sweep: the induction circuit (L0H0-L0H2) crosses at r2, BOS 50 % at r3, and the heads'
+    ov_copying crosses 0.5 at r1, r2, r3 (before, at, after their selectivity); an edge.json beside the runs
+    whose sigma_2/sigma_3 peaks in its third window and collapses in its fourth. F6 places each phase
+    against each milestone: milestone tokens - the window's last, over (bracket low - last, tokens - first]."""
+    from emergence import measures
+    from emergence.recipe.edge import MODEL_SCOPE, Collapse, Edge, EdgeWindow
+
+    tokens = [1e6, 2e6, 4e6, 8e6, 16e6]
+    root = tmp_path / "multirun"
+    for k, t in enumerate(tokens):
+        sel = np.ones((2, 3, 6))
+        if k >= 2:
+            sel[0, :, 0] = 100.0  # induction: three heads over the circuit threshold from r2
+        if k >= 3:
+            sel[1, :, 4] = 100.0  # bos: 3 of 6 heads from r3
+            sel[0, 0, 4] = 100.0  # and a fourth: 67 %
+        scr = screen(sel, class_thresholds(30.0), 50.0)
+        attention = np.concatenate([sel * 1e-3, np.full((2, 3, 1), 1e-3)], -1)
+        targets = np.repeat(attention[None], 4, axis=0)
+        intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
+        copying = np.zeros((2, 3))
+        copying[0] = [0.9 if k >= 1 else 0.1, 0.9 if k >= 2 else 0.1, 0.9 if k >= 3 else 0.1]
+        grids = {c.name: copying if c.name == "ov_copying" else np.ones((2, 3)) for c in measures.columns()}
+        head_measures = HeadMeasures(attention, np.full((2, 3), np.nan), np.full((2, 3), np.nan), np.zeros((2, 3)),
+                                     plugin_columns=grids)
+        rows = head_rows(scr, head_measures, intervals, np.zeros((2, 3)), np.zeros((2, 3), dtype=bool),
+                         np.zeros((2, 3), dtype=bool))
+        write_run(root / f"r{k}", rows, run_summary(model="m", revision=f"r{k}", tokens=t, n_layers=2, n_heads=3),
+                  {"targets": targets})
+    last = [3e6, 5e6, 6e6, 9e6, 12e6]
+    r23 = [1.5, 2.0, 3.0, 1.1, 1.0]
+    windows = [EdgeWindow(10 * i, 10 * i + 20, int(b - 2e6), int(b), 2, [3.0, 2.0, 1.0], 1.5, r, 1, 0.5, 0.3, 0.1)
+               for i, (b, r) in enumerate(zip(last, r23))]
+    Edge("m", 10, "exact", None, {MODEL_SCOPE: windows}, {MODEL_SCOPE: Collapse.of(windows)}).save(root)
+
+    out = tmp_path / "report"
+    report_main([str(root), "--out", str(out)])
+    f6 = json.loads((out / "findings.json").read_text())["models"]["m"]["f6"]
+    assert [(p["name"], p["first"], p["last"]) for p in f6["phases"]] == [("r23_peak", 4e6, 6e6),
+                                                                         ("r23_collapse", 7e6, 9e6)]
+    milestone = {"induction_onset": (4e6, 2e6), "recall_67": (4e6, 2e6), "bos_50": (8e6, 4e6)}  # (tokens, low)
+    phase = {"r23_peak": (4e6, 6e6), "r23_collapse": (7e6, 9e6)}  # (first, last)
+    expected = [(p, m, milestone[m][0] - phase[p][1], [milestone[m][1] - phase[p][1], milestone[m][0] - phase[p][0]])
+                for p in phase for m in milestone]
+    assert [(d["phase"], d["milestone"], d["distance"], d["range"]) for d in f6["distances"]] == expected
+    assert {h: o["order"] for h, o in f6["heads"].items()} == {"L0H0": "before", "L0H1": "at", "L0H2": "after"}
+    assert [p["r23"] for p in f6["series"]] == r23 and f6["window"] == 10
+    assert "edge_vs_tokens.png" in json.loads((out / "findings.json").read_text())["figures"]
+    text = (out / "report.md").read_text()
+    assert "F6 the spectral edge" in text and "copying before" in text and "collapses below 1.20" in text

@@ -12,9 +12,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 from emergence.core.atomic import atomic_write_bytes  # noqa: E402
-from emergence.edge.output.records import FIGURE_FILE, Edge  # noqa: E402
-from emergence.edge.scopes.scopes import MODEL_SCOPE  # noqa: E402
-from emergence.edge.spectrum.window import COLLAPSE_RATIO  # noqa: E402
+from emergence.recipe.edge import (  # noqa: E402
+    COLLAPSE_RATIO,  # noqa: E402
+    FIGURE_FILE,
+    MODEL_SCOPE,  # noqa: E402
+    Edge,
+)
 
 
 def series(values: list) -> np.ndarray:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from emergence.recipe.edge import MODEL_SCOPE
 from emergence.recipe.head_weights import ParameterSlice, layer_slices
 
-MODEL_SCOPE = "model"
 BLOCK_PREFIX = re.compile(r"^(.*?\.\d+)\.")  # "gpt_neox.layers.3.attention...." -> "gpt_neox.layers.3"
 
 

@@ -14,10 +14,8 @@ from tqdm.auto import tqdm
 
 from emergence.core.config import PanelEntry
 from emergence.core.errors import UsageError
-from emergence.edge.output.records import EdgeWindow
-from emergence.edge.scopes.scopes import MODEL_SCOPE
 from emergence.edge.series.windows import check_series, window_starts
-from emergence.edge.spectrum.window import gram, spectrum
+from emergence.recipe.edge import MODEL_SCOPE, EdgeWindow, gram, spectrum
 
 # one checkpoint's vectors: {scope: [dim] float64}
 Reader = Callable[[PanelEntry], dict[str, np.ndarray]]
