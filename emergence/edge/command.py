@@ -27,11 +27,20 @@ from emergence.edge.output.figure import plot_edge
 from emergence.edge.projection.projection import Exact, RandomProjection
 from emergence.edge.scopes.scopes import meta_model, scopes_of
 from emergence.edge.stream.stream import stream_windows
-from emergence.hub.checkpoints import free_memory, load_config, load_model, panel_revision, pick_dtype, source
+from emergence.hub.checkpoints import (
+    Source,
+    free_memory,
+    load_config,
+    load_model,
+    panel_revision,
+    pick_dtype,
+    source,
+)
 from emergence.hub.revisions import between, existing_checkpoints
 from emergence.panel.refine import merge_overrides, panel_overrides
 from emergence.panel.runs import load_runs
 from emergence.recipe.edge import MODEL_SCOPE, Collapse, Edge
+from emergence.run import prefetch, steps
 from emergence.run.tracking import tracked_run
 
 log = logging.getLogger(__name__)
@@ -93,6 +102,45 @@ def model_series(overrides: list[str]) -> tuple[Config, list[PanelEntry]]:
     return cfg, existing_checkpoints(cfg)
 
 
+class HubDownloads:
+    """A Hub series' checkpoints fetched as a sweep fetches them (``run/prefetch``): one background thread
+    downloads the checkpoint read next and ``hub.prefetch`` more ahead while one is read; with
+    ``model.cleanup=true`` each revision this command downloaded is removed once it is read. Local
+    checkpoints (and ``hub.prefetch=0``) pass through: the loader reads or downloads them itself."""
+
+    def __init__(self, cfg: Config, sources: list[Source]):
+        self.cleanup, self.ahead = cfg.model.cleanup, cfg.hub.prefetch
+        self.order = [s for s in sources if not s.local_only]
+        self.downloader = prefetch.Downloader() if self.order and self.ahead > 0 else None
+
+    @staticmethod
+    def key(src: Source) -> prefetch.Key:
+        return src.path, src.revision, src.weights_format
+
+    def ready(self, src: Source) -> Source:
+        """``src`` once its files are in the cache (asking for the next ones on the way)."""
+        if self.downloader is None or src.local_only:
+            return src
+        at = self.order.index(src)
+        for later in self.order[at:at + 1 + self.ahead]:
+            self.downloader.ask(self.key(later))
+        self.downloader.wait(self.key(src))
+        return src
+
+    def done(self, src: Source) -> None:
+        """``src`` is read: remove it where ``model.cleanup`` asks (after the downloads asked so far)."""
+        if not self.cleanup or src.local_only:
+            return
+        if self.downloader is None:
+            steps.remove_from_cache(src)
+        else:
+            self.downloader.later(lambda: steps.remove_from_cache(src))
+
+    def finish(self) -> None:
+        if self.downloader is not None:
+            self.downloader.finish()
+
+
 def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
     """The edge of ``entries`` (checkpoints of ``cfg``'s model, by step), written to ``out_dir``."""
     dim = check_edge_config(cfg)
@@ -119,12 +167,18 @@ def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
     else:
         projection = RandomProjection(scopes, dim, cfg.edge.seed)
 
+    sources = {entry.step: checkpoint_source(entry) for entry in entries}  # before anything is fetched
+    downloads = HubDownloads(cfg, [sources[e.step] for e in entries])
+
     def read(entry: PanelEntry):
-        src = checkpoint_source(entry)
+        src = downloads.ready(sources[entry.step])
         model = load_model(cfg, src, load_config(cfg, src), device, dtype)
-        return projection.vectors(dict(model.named_parameters()))
+        vectors = projection.vectors(dict(model.named_parameters()))
+        downloads.done(src)
+        return vectors
 
     windows = stream_windows(entries, read, cfg.edge.window)
+    downloads.finish()
     result = Edge(cfg.model.key, cfg.edge.window, cfg.edge.projection, dim, windows,
                   {scope: Collapse.of(w) for scope, w in windows.items()})
     result.save(out_dir)

@@ -61,3 +61,33 @@ def test_toy_jl_ratios_are_within_ten_percent_of_exact(toy_edges):
             errors = [abs(j[ratio] / e[ratio] - 1) for e, j in zip(exact["scopes"][scope], jl["scopes"][scope],
                                                                   strict=True)]
             assert np.mean(errors) < 0.10, (scope, ratio, np.mean(errors))
+
+
+@pytest.mark.slow
+def test_the_report_over_the_toy_panel_holds_f6_and_its_figure(toy_panel, toy_edges, tmp_path):
+    """The edge beside the panel's runs (where ``python -m emergence.edge SWEEP_DIR`` writes it): the report's
+    F6 places its phases against the toy's milestones, and every final-circuit head's OV copying."""
+    import shutil
+
+    sweep, env = toy_panel
+    exact = toy_edges[0]
+    copy = tmp_path / "panel"
+    shutil.copytree(sweep, copy)
+    (copy / "edge.json").write_text(json.dumps(exact))
+    out = tmp_path / "report"
+    res = run_cli(copy, "--out", out, module="emergence.report", env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    findings = json.loads((out / "findings.json").read_text())
+    f6 = findings["models"]["toy_neox"]["f6"]
+    assert f6["edge"] == str(copy / "edge.json") and f6["window"] == W
+    assert [p["r23"] for p in f6["series"]] == [w["r23"] for w in exact["scopes"]["model"]]
+    peak = exact["collapse"]["model"]["peak"]
+    assert f6["phases"][0]["name"] == "r23_peak" and f6["phases"][0]["last_step"] == exact["scopes"]["model"][peak][
+        "last_step"]
+    onset = findings["models"]["toy_neox"]["f3"]["induction_onset"]
+    placed = {(d["phase"], d["milestone"]): d["distance"] for d in f6["distances"]}
+    window_end = exact["scopes"]["model"][peak]["last_tokens"]
+    assert placed[("r23_peak", "induction_onset")] == onset["tokens"] - window_end
+    assert set(f6["heads"]) == set(findings["models"]["toy_neox"]["f4"]["final_circuit"])
+    assert "edge_vs_tokens.png" in findings["figures"] and (out / "edge_vs_tokens.png").exists()
+    assert "F6 the spectral edge" in (out / "report.md").read_text()
