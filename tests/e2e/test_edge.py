@@ -91,3 +91,36 @@ def test_the_report_over_the_toy_panel_holds_f6_and_its_figure(toy_panel, toy_ed
     assert set(f6["heads"]) == set(findings["models"]["toy_neox"]["f4"]["final_circuit"])
     assert "edge_vs_tokens.png" in findings["figures"] and (out / "edge_vs_tokens.png").exists()
     assert "F6 the spectral edge" in (out / "report.md").read_text()
+
+
+HUB_SERIES = "edge-test/OLMo-2-series"  # the olmo2 preset's branch names, in a repo of its own
+HUB_BRANCHES = [f"stage1-step{s}000-tokens{2 * s}B" for s in range(1, 5)]
+
+
+@pytest.mark.slow
+def test_a_hub_series_is_fetched_ahead_and_removed_once_read(hub_server, tmp_path):
+    """A Hub family's series (olah, laid out as the Hub keeps it): with ``hub.prefetch=1`` and
+    ``model.cleanup=true`` the edge equals the one read branch by branch without either, and no branch is
+    left in the cache; without cleanup, every branch is."""
+    from tests.helpers.hub_server import publish
+    from tests.helpers.tiny_models import save_tiny_model
+
+    checkpoints = {}
+    for seed, branch in enumerate(HUB_BRANCHES):
+        checkpoints[branch] = tmp_path / "ckpt" / branch
+        save_tiny_model("olmo2", checkpoints[branch], seed=seed)
+    publish(hub_server.mirrors, HUB_SERIES, checkpoints)
+    edges, caches = {}, {}
+    for name, overrides in (("plain", ["hub.prefetch=0"]), ("fetched", ["hub.prefetch=1", "model.cleanup=true"])):
+        caches[name] = tmp_path / name / "hub"
+        res = run_cli("model=olmo2", f"model.name_or_path={HUB_SERIES}", "edge.window=3", "edge.projection=exact",
+                      *overrides, "--out", tmp_path / name, module="emergence.edge",
+                      env={**hub_server.env(caches[name]), "WANDB_MODE": "disabled"}, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        edges[name] = json.loads((tmp_path / name / "edge.json").read_text())
+    assert edges["fetched"]["scopes"] == edges["plain"]["scopes"] and len(edges["plain"]["scopes"]["model"]) == 1
+
+    def snapshots(cache: Path) -> list[str]:
+        return sorted(p.name for p in cache.glob("models--*/snapshots/*"))
+
+    assert len(snapshots(caches["plain"])) == len(HUB_BRANCHES) and snapshots(caches["fetched"]) == []
