@@ -235,3 +235,32 @@ def test_broken_series_end_in_one_line(series, tmp_path, capsys):
     assert line.startswith("error: edge.window=20 needs 21 checkpoints at one spacing; the series has at most 16")
     assert "edge.projection='svd' is invalid" in one_line_error(capsys, root, tmp_path / "o5", "edge.projection=svd")
     assert one_line_error(capsys, root, tmp_path / "o6", "edge.nope=1").startswith("error: ")
+
+
+def test_the_edge_is_a_wandb_run_of_the_sweeps_group(series, tmp_path, monkeypatch):
+    """W&B offline: one run (job_type edge, group: the output folder's name) whose history holds each
+    window of the whole model's edge against its last checkpoint's position."""
+    from tests.helpers.wandb_offline import history
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    root, _ = series
+    out = tmp_path / "my_sweep"
+    edge = run_edge(root, out, "edge.projection=exact", "wandb.mode=offline")
+    (run_dir,) = (out / "wandb").glob("offline-run-*")
+    logged = [row for row in history(run_dir) if "edge/r23" in row]
+    windows = edge["scopes"]["model"]
+    axis = "tokens" if windows[0]["last_tokens"] is not None else "step"
+    assert [row[axis] for row in logged] == [w["last_tokens" if axis == "tokens" else "last_step"] for w in windows]
+    assert [row["edge/r23"] for row in logged] == pytest.approx([w["r23"] for w in windows])
+    assert [row["edge/drift_speed"] for row in logged] == pytest.approx([w["drift_speed"] for w in windows])
+    from wandb.proto import wandb_internal_pb2
+
+    from tests.helpers.wandb_offline import records
+
+    runs = []
+    for raw in records(next(run_dir.glob("run-*.wandb"))):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") == "run":
+            runs.append(record.run)
+    assert {(r.run_group, r.job_type) for r in runs} == {("my_sweep", "edge")}
