@@ -196,13 +196,15 @@ def load_child(path: str, dtype: str) -> None:
     first forward pass would."""
     from emergence.core.config import compose_config
     from emergence.hub import checkpoints
+    from emergence.recipe import capture
 
     cfg = compose_config(["model=local", f"model.name_or_path={path}", f"model.dtype={dtype}"])
     src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
     checkpoint = checkpoints.load_config(cfg, src)
     baseline = rss_kib()["VmRSS"]
     start = time.perf_counter()
-    model = checkpoints.load_model(cfg, src, checkpoint, torch.device("cpu"), checkpoints.pick_dtype(cfg.model.dtype))
+    model = checkpoints.load_model(cfg, src, checkpoint, torch.device("cpu"), checkpoints.pick_dtype(cfg.model.dtype),
+                                   capture.register_attention())
     seconds = time.perf_counter() - start
     peak = rss_kib()["VmHWM"]
     start = time.perf_counter()
@@ -292,7 +294,8 @@ def edge_child(path: str, checkpoints: int, overrides: list[str]) -> None:
         for k in range(checkpoints):
             cfg = compose_config(["model=local", f"model.name_or_path={path}/step{10 * k}"])
             src = loader.source(cfg, loader.resolve_revision(cfg))
-            model = loader.load_model(cfg, src, loader.load_config(cfg, src), torch.device("cpu"), torch.float32)
+            model = loader.load_model(cfg, src, loader.load_config(cfg, src), torch.device("cpu"), torch.float32,
+                                      "eager")  # as the edge loads them
             del model
     print(json.dumps({"seconds": time.perf_counter() - start, "peak_rss_kib": rss_kib()["VmHWM"]}))
 
@@ -327,9 +330,8 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     fastest of ``repeats`` alternations."""
     from transformers import AutoModelForCausalLM
 
-    from emergence.hub.checkpoints import Architecture
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.capture import PassOptions, Subject, register_attention, run_probe
+    from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
     bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
     ours = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
                                                 attn_implementation=register_attention()).eval()
@@ -359,9 +361,8 @@ def text_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from emergence.core.config import compose_config
-    from emergence.hub.checkpoints import Architecture
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.capture import PassOptions, Subject, register_attention, run_probe
+    from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
     from emergence.recipe.probe import baseline_positions, make_text_batch
 
     p = compose_config(["model=pythia", "probe=text"]).probe
@@ -404,9 +405,9 @@ def vocabulary_child(path: str, probe: str, n: int, seq_len: int, unchunked: boo
     from transformers import AutoModelForCausalLM
 
     from emergence.core.config import compose_config
-    from emergence.hub.checkpoints import Architecture
     from emergence.recipe import capture, stats
     from emergence.recipe.ablation import metrics_per_sequence
+    from emergence.recipe.capture import Architecture
     from emergence.recipe.probe import (
         RepeatLayout,
         baseline_positions,
@@ -501,9 +502,9 @@ def repeat_pass_split(path: str, n: int, repeats: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from emergence.core.config import compose_config
-    from emergence.hub.checkpoints import Architecture
     from emergence.recipe import capture, stats
     from emergence.recipe.ablation import metrics_per_sequence
+    from emergence.recipe.capture import Architecture
     from emergence.recipe.probe import (
         RepeatLayout,
         baseline_positions,
@@ -655,9 +656,8 @@ def ablation_paths(path: str, n: int, repeats: int) -> dict:
     fastest of each; the per-sequence losses of B must agree to 1e-5."""
     from transformers import AutoModelForCausalLM
 
-    from emergence.hub.checkpoints import Architecture
     from emergence.recipe.ablation import draw_controls, run_ablation
-    from emergence.recipe.capture import register_attention
+    from emergence.recipe.capture import Architecture, register_attention
     from emergence.recipe.screen import parse_head_name
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
@@ -696,9 +696,8 @@ def task_ablation_cost(n: int, repeats: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from emergence.core.config import AblateConfig, StatsConfig
-    from emergence.hub.checkpoints import Architecture
     from emergence.recipe.ablation import ablating, head_mask
-    from emergence.recipe.capture import register_attention
+    from emergence.recipe.capture import Architecture, register_attention
     from emergence.recipe.tasks.ablation import AblationPlan, build_conditions, task_ablation
     from emergence.recipe.tasks.batches import build_task_batch
     from emergence.recipe.tasks.matched_random import heads_of
@@ -864,10 +863,9 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
 
 def probe_measurements(model, n: int):
     """``measurements.Measurements`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
-    from emergence.hub.checkpoints import Architecture
     from emergence.recipe import spectral
     from emergence.recipe.ablation import metrics_per_sequence
-    from emergence.recipe.capture import PassOptions, Subject, run_probe
+    from emergence.recipe.capture import Architecture, PassOptions, Subject, run_probe
     from emergence.recipe.measurements import Measurements
     from emergence.recipe.probe import baseline_positions, make_probe_batch
 

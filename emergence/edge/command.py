@@ -172,7 +172,7 @@ def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
 
     def read(entry: PanelEntry):
         src = downloads.ready(sources[entry.step])
-        model = load_model(cfg, src, load_config(cfg, src), device, dtype)
+        model = load_model(cfg, src, load_config(cfg, src), device, dtype, "eager")  # only its parameters are read
         vectors = projection.vectors(dict(model.named_parameters()))
         downloads.done(src)
         return vectors

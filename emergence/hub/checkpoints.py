@@ -1,8 +1,8 @@
 """Which checkpoint a run analyses, and loading it.
 
 * ``resolve_revision``: the model's panel + the revision config -> branch, step, tokens.
-* ``Architecture``: a loaded model's attention layers and output projections, found by
-  capability; ``check_attention_support`` refuses unsupported classes from the config alone.
+* ``check_attention_support``: refuses model classes our attention function cannot run, from the
+  config alone.
 * ``load_config``: the checkpoint's config.json (a development ``model_type`` mapped to its
   released name, ``MODEL_TYPE_ALIASES``).
 * ``checkpoint_files`` / ``load_model``: the weight files a run reads (``weights``: safetensors,
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import logging
@@ -29,11 +28,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from emergence.core.config import Config
 from emergence.core.errors import UsageError, first_line
-from emergence.hub import gguf, revisions, weights
+from emergence.hub import gguf, revisions, text_sources, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
 from emergence.hub.integrity import MODEL_TYPE_ALIASES
-from emergence.recipe import capture, probe, text
-from emergence.recipe.tasks.batches import Task, TaskBatch, build_task_batch
 
 log = logging.getLogger(__name__)
 
@@ -97,31 +94,6 @@ def panel_revision(entry, tokens_per_step: int | None) -> Revision:
     tokens = entry.tokens if entry.tokens is not None else (
         int(entry.step) * tokens_per_step if tokens_per_step else None)
     return Revision(entry.revision, int(entry.step), None if tokens is None else int(tokens))
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """A loaded model's attention layout, found by capability (``capture.discover``)."""
-
-    model_type: str
-    n_layers: int
-    n_heads: int
-    head_dim: int
-    attentions: list  # the modules that call the attention function, in layer order
-    out_projs: list  # each one's output projection: its input holds the per-head outputs
-    decoder_layers: list  # the decoder block that holds each attention module (``capture.decoder_layers``)
-
-    @classmethod
-    def of(cls, model) -> Architecture:
-        sites = capture.discover(model)
-        shapes = {(s.n_heads, s.head_dim) for s in sites}
-        if len(shapes) != 1:  # one [layers, heads, ...] array per measurement needs one shape
-            raise UsageError(f"model architecture {model.config.model_type!r} is not supported: its layers "
-                             f"differ in (heads, head_dim): {sorted(shapes)}")
-        (n_heads, head_dim), = shapes
-        attentions = [s.module for s in sites]
-        return cls(model.config.model_type, len(sites), n_heads, head_dim, attentions, [s.out_proj for s in sites],
-                   capture.decoder_layers(model, attentions))
 
 
 # Architectures these tests run against eager attention (tests/helpers/tiny_models.py); others whose
@@ -425,7 +397,7 @@ class TokenizerLookup:
         if self.src is None:
             raise UsageError(f"the model in memory has no tokenizer: hand it to track (tokenizer=...); {fix}")
         found = self.source()
-        return text.load_tokenizer(found.directory, found.name, self.cfg.model.trust_remote_code, fix,
+        return text_sources.load_tokenizer(found.directory, found.name, self.cfg.model.trust_remote_code, fix,
                                    found.gguf_file), found.name
 
     @functools.cached_property
@@ -548,15 +520,16 @@ def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype
     return int(max(1, min(ceiling, free_bytes // 2 // per_sequence)))
 
 
-def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: torch.device, dtype: torch.dtype):
-    """The model, with our capturing attention function, from the weight files ``checkpoint_files``
-    picks: safetensors, or pickles through torch's restricted unpickler (``weights_only=True``, which
-    refuses any pickle that would call code); never code from the checkpoint unless
-    ``model.trust_remote_code``."""
+def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: torch.device, dtype: torch.dtype,
+               attn_implementation: str):
+    """The model, with the attention function ``attn_implementation`` names (the recipe's capturing one:
+    ``capture.register_attention()``), from the weight files ``checkpoint_files`` picks: safetensors, or
+    pickles through torch's restricted unpickler (``weights_only=True``, which refuses any pickle that
+    would call code); never code from the checkpoint unless ``model.trust_remote_code``."""
     from safetensors import SafetensorError
 
     if src.gguf_file:
-        return _load_gguf_model(cfg, src, checkpoint, device, dtype)
+        return _load_gguf_model(cfg, src, checkpoint, (device, dtype), attn_implementation)
     directory, files = checkpoint_files(cfg, src)
     os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"  # transformers must not ask the Hub to convert a pickle
     try:
@@ -568,7 +541,7 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
             use_safetensors=files.format == "safetensors",
             weights_only=True,
             trust_remote_code=cfg.model.trust_remote_code,
-            attn_implementation=capture.register_attention(),
+            attn_implementation=attn_implementation,
         )
     except SafetensorError as err:  # a download cut short, a disk error
         fix = ("replace the file" if Path(src.path).expanduser().is_dir() else
@@ -595,13 +568,15 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
     return model.to(device).eval()
 
 
-def _load_gguf_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: torch.device,
-                     dtype: torch.dtype):
-    """A GGUF file's model: transformers dequantizes every tensor to ``dtype`` (no pickle, no code)."""
+def _load_gguf_model(cfg: Config, src: Source, checkpoint: CheckpointConfig,
+                     placement: tuple[torch.device, torch.dtype], attn_implementation: str):
+    """A GGUF file's model: transformers dequantizes every tensor to the ``placement``'s dtype (no pickle, no
+    code), then moves it to its device."""
+    device, dtype = placement
     path = gguf_file_path(src)
     model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
         path.parent, gguf_file=path.name, config=checkpoint.hf_config, local_files_only=True, dtype=dtype,
-        trust_remote_code=cfg.model.trust_remote_code, attn_implementation=capture.register_attention())
+        trust_remote_code=cfg.model.trust_remote_code, attn_implementation=attn_implementation)
     return model.to(device).eval()
 
 
@@ -636,75 +611,3 @@ def _broken_pickle(src: Source, directory: Path, broken: tuple[str, str]) -> Usa
            f"{_fetch_hint(src)} --force-download")
     return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {path} is truncated or corrupt "
                       f"({why[:200]}); {fix}")
-
-
-def first_token(cfg: Config, tokenizers: TokenizerLookup) -> probe.FirstToken:
-    """What position 0 of the probe and the task prompts holds (``probe.first_token``): under ``auto``, the
-    BOS id where the checkpoint's tokenizer puts it before every input (the model was trained behind it),
-    else an ordinary random token, the study's. ``random`` where that tokenizer prepends a BOS warns: the
-    model then reads a text unlike any it saw in training (its sinks may not show)."""
-    requested, where = cfg.probe.first_token, tokenizers.where
-    if cfg.probe.kind == "text" and cfg.probe.tokenizer == "bytes":
-        return probe.FirstToken("random", None, "probe.tokenizer=bytes: ids without special tokens")
-    tok, missing = _first_token_tokenizer(cfg, tokenizers)
-    if tok is None:
-        if requested == "bos":
-            raise UsageError(f"probe.first_token=bos is invalid for {where}: {missing}; use random")
-        return probe.FirstToken("random", None, f"probe.first_token={requested}: {missing}")
-    prepended = text.prepended_bos(tok)
-    says = (f"its tokenizer puts {tok.bos_token!r} (id {prepended}) before every input" if prepended is not None
-            else "its tokenizer puts no BOS before an input")
-    if requested == "random":
-        if prepended is not None:
-            log.warning(f"probe.first_token=random on {where}, whose tokenizer puts {tok.bos_token!r} before "
-                        "every input: the model reads sequences unlike its training's (probe.first_token=auto "
-                        "puts it first)")
-        return probe.FirstToken("random", None, f"probe.first_token=random ({says})")
-    if requested == "bos":
-        if tok.bos_token_id is None:
-            raise UsageError(f"probe.first_token=bos is invalid for {where}: its tokenizer has no BOS token; "
-                             "use random")
-        return probe.FirstToken("bos", tok.bos_token_id, f"probe.first_token=bos ({says})")
-    if prepended is None:
-        return probe.FirstToken("random", None, f"probe.first_token=auto: {says}")
-    return probe.FirstToken("bos", prepended, f"probe.first_token=auto: {says}")
-
-
-def _first_token_tokenizer(cfg: Config, tokenizers: TokenizerLookup):
-    """The checkpoint's tokenizer for ``first_token``, or None and why there is none (a toy's folder, a
-    Hub repo whose tokenizer is neither cached nor reachable, a model in memory handed none)."""
-    src = tokenizers.src
-    if src is None and tokenizers.given is None:
-        return None, "track was handed no tokenizer"
-    local = None if src is None or src.gguf_file else Path(src.path).expanduser()
-    if local is not None and local.is_dir() and not any((local / name).exists() for name in TOKENIZER_FILES):
-        return None, f"{local} holds no tokenizer files"
-    try:
-        return tokenizers.load("or set probe.first_token")[0], None
-    except UsageError as err:
-        return None, f"no tokenizer ({err})"
-
-
-def probe_batch(cfg: Config, vocab_size: int, first: probe.FirstToken,
-                tokenizers: TokenizerLookup) -> tuple[probe.ProbeBatch, str | None]:
-    """The probe batch ``probe.kind`` names, position 0 as ``first`` says, and the text probe's tokenizer
-    (None for the others): the checkpoint's own (``tokenizer_source``) or bytes."""
-    p = cfg.probe
-    if p.kind == "text":
-        if p.tokenizer == "bytes":
-            tokenizer = text.byte_tokenizer()
-        else:
-            tokenizer = text.probe_tokenizer(*tokenizers.load("for a model that reads bytes use probe.tokenizer=bytes"))
-        tokenizer = dataclasses.replace(tokenizer, bos=first.bos_id)  # windows start with it (``make_text_batch``)
-        return text.text_batch(p, tokenizer, vocab_size), tokenizer.name
-    make = probe.make_repeat_batch if p.kind == "repeat" else probe.make_probe_batch
-    return probe.with_first_token(make(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed), first), None
-
-
-def task_batch(cfg: Config, first: probe.FirstToken, tokenizers: TokenizerLookup) -> tuple[TaskBatch, str]:
-    """The batch of the task ``probe.task`` names, built on the checkpoint's own tokenizer
-    (``tokenizer_source``) from the words ``probe.task_words`` picks, each prompt behind ``first``'s BOS
-    where it has one, and that tokenizer's name (repo@revision)."""
-    tokenizer, name = tokenizers.load("probe.task needs the checkpoint's tokenizer: save it beside the weights")
-    return build_task_batch(cast(Task, cfg.probe.task), tokenizer, cfg.probe.task_prompts, words=cfg.probe.task_words,
-                            bos=first.bos_id), name

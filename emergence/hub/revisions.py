@@ -149,9 +149,9 @@ def existing_checkpoints(cfg) -> list[PanelEntry]:
     manifest), a local series' checkpoint folders, a Hub repo's branches named in the family's
     ``revision_pattern``."""
     if cfg.model.toy is not None:
-        from emergence.toy.train import saved_checkpoints  # here, not at the top: listing needs no torch
+        from emergence.hub.series import saved_checkpoints  # series imports this module
 
-        return saved_checkpoints(cfg.model)
+        return saved_checkpoints(Path(cfg.model.name_or_path).expanduser())
     found = local_series(cfg.model)
     if found is not None:
         return found

@@ -30,7 +30,7 @@ from emergence.hub.revisions import parse_revision_name
 
 TRAINER_STATE = "trainer_state.json"
 TRAINER_FOLDER = re.compile(r"checkpoint-(?P<step>\d+)")
-TOY_MANIFEST = "manifest.json"  # emergence/toy/train.py MANIFEST: each saved checkpoint's step and tokens
+MANIFEST = "manifest.json"  # a trained toy's (``toy.train``): each saved checkpoint's revision, step and tokens
 LAYOUTS = "checkpoint-<step>/, step<N>/ or step<N>-tokens<M>B/"
 # The config fields that fix a model's shape; checkpoints of one run agree on all of them.
 SHAPE_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "intermediate_size",
@@ -90,12 +90,19 @@ def _trainer_entry(folder: Path, tokens_per_step: int | None) -> PanelEntry:
     return PanelEntry(folder.name, step, tokens)
 
 
+def saved_checkpoints(root: Path) -> list[PanelEntry]:
+    """Every checkpoint a trained toy's folder holds (its manifest), in the manifest's order (by step);
+    empty for any other folder, or a toy not trained yet."""
+    manifest = root / MANIFEST
+    if not manifest.exists():
+        return []
+    return [PanelEntry(c["revision"], c["step"], c["tokens"])
+            for c in json.loads(manifest.read_text()).get("checkpoints", [])]
+
+
 def _toy_tokens(root: Path) -> dict[str, int]:
     """The toy layout's tokens per checkpoint (its training manifest), {} for any other folder."""
-    manifest = root / TOY_MANIFEST
-    if not manifest.exists():
-        return {}
-    return {c["revision"]: int(c["tokens"]) for c in json.loads(manifest.read_text()).get("checkpoints", [])}
+    return {c.revision: int(c.tokens) for c in saved_checkpoints(root) if c.tokens is not None}
 
 
 def _json_or_none(path: Path):

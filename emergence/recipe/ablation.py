@@ -241,7 +241,7 @@ def removed_after(handles: list):
 
 
 @contextmanager
-def ablating(arch: capture.AttentionLayout, layer_masks: Sequence[torch.Tensor | None],
+def ablating(arch: capture.Architecture, layer_masks: Sequence[torch.Tensor | None],
              position_mean: torch.Tensor | None = None):
     """Ablate heads per batch row while active.
 
@@ -391,7 +391,7 @@ def last_position_only(layer, out_proj, attention):
         yield capture.last_query_only(attention)
 
 
-def stacked_logits(model, arch: capture.AttentionLayout, tokens: torch.Tensor, masks: torch.Tensor,
+def stacked_logits(model, arch: capture.Architecture, tokens: torch.Tensor, masks: torch.Tensor,
                    position_mean: torch.Tensor | None = None) -> torch.Tensor:
     """[k, b, V] logits at T-1 of the ``b`` sequences ``tokens`` [b, T] with each of the ``k`` head
     sets ``masks`` [k, layers, heads] ablated, in one forward pass (call it under inference mode).
@@ -418,7 +418,7 @@ class Ablated:
     n: int
 
 
-def run_ablation(model, arch: capture.AttentionLayout, batch: ProbeBatch, head_sets: list[list[tuple[int, int]]],
+def run_ablation(model, arch: capture.Architecture, batch: ProbeBatch, head_sets: list[list[tuple[int, int]]],
                  batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
     """Metrics of B at T-1 for each head set ablated, all sets sharing each pass (``stacked_logits``);
     each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses so

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -556,27 +556,29 @@ class Capture:
     # (both None when the pass skipped the mechanism)
 
 
-class AttentionLayout(Protocol):
-    """A loaded model's attention layout, as a pass and an ablation read it: ``hub.checkpoints.Architecture``
-    (found by ``discover``) is one."""
+@dataclass(frozen=True)
+class Architecture:
+    """A loaded model's attention layout, found by capability (``discover``)."""
 
-    @property
-    def model_type(self) -> str: ...
-    @property
-    def n_layers(self) -> int: ...
-    @property
-    def n_heads(self) -> int: ...
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def attentions(self) -> list[torch.nn.Module]:  # the modules that call the attention function, in layer order
-        ...
-    @property
-    def out_projs(self) -> list[torch.nn.Module]:  # each one's output projection: its input holds the head outputs
-        ...
-    @property
-    def decoder_layers(self) -> list[torch.nn.Module]:  # the decoder block that holds each attention module
-        ...
+    model_type: str
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    attentions: list  # the modules that call the attention function, in layer order
+    out_projs: list  # each one's output projection: its input holds the per-head outputs
+    decoder_layers: list  # the decoder block that holds each attention module (``decoder_layers``)
+
+    @classmethod
+    def of(cls, model) -> Architecture:
+        sites = discover(model)
+        shapes = {(s.n_heads, s.head_dim) for s in sites}
+        if len(shapes) != 1:  # one [layers, heads, ...] array per measurement needs one shape
+            raise UsageError(f"model architecture {model.config.model_type!r} is not supported: its layers "
+                             f"differ in (heads, head_dim): {sorted(shapes)}")
+        (n_heads, head_dim), = shapes
+        attentions = [s.module for s in sites]
+        return cls(model.config.model_type, len(sites), n_heads, head_dim, attentions, [s.out_proj for s in sites],
+                   decoder_layers(model, attentions))
 
 
 @dataclass(frozen=True)
@@ -584,7 +586,7 @@ class Subject:
     """What a pass runs on: a model loaded with our attention function, its layout, and the batch."""
 
     model: PreTrainedModel
-    arch: AttentionLayout  # the model's attention layout (``hub.checkpoints.Architecture``, found by ``discover``)
+    arch: Architecture  # the model's attention layout (found by ``discover``)
     batch: ProbeBatch
     batch_size: int  # sequences per forward pass
 

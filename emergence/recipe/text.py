@@ -1,25 +1,18 @@
-"""The text probe's tokens (``probe.kind=text``, docs/probes.md): documents from a Hugging Face
-dataset (``probe.dataset``, ``probe.split``, ``probe.column``) or a local file
-(``probe.text_file``: a ``.txt`` file is one document, a ``.jsonl`` file one per line, its
-``probe.column`` field), tokenized with the checkpoint's own tokenizer (``probe.tokenizer=auto``)
-or as UTF-8 bytes (``bytes``, for models that read bytes, as the toys do), then packed into
-windows by ``probe.make_text_batch``.
-
-Every failure to get the text or the tokenizer is a ``UsageError`` naming what is missing and
-how to get it: it is raised before the weights load.
+"""The text probe's tokens (``probe.kind=text``, docs/probes.md): its documents (read by
+``hub.text_sources``: a Hugging Face dataset or a local file), tokenized with the checkpoint's own
+tokenizer (``probe.tokenizer=auto``, loaded by ``hub.text_sources``) or as UTF-8 bytes (``bytes``, for
+models that read bytes, as the toys do), then packed into windows by ``probe.make_text_batch``.
+Nothing here reads a file or the Hub: the documents and the tokenizer arrive as arguments.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from emergence.core.errors import UsageError, first_line
+from emergence.core.errors import UsageError
 from emergence.recipe.probe import ProbeBatch, make_text_batch
 
 TEXT_FILE_SUFFIXES = (".txt", ".jsonl")
@@ -41,30 +34,6 @@ def byte_tokenizer() -> Tokenizer:
     return Tokenizer(encode=lambda docs: [list(d.encode("utf-8")) for d in docs], bos=None, eos=None, name="bytes")
 
 
-@functools.lru_cache(maxsize=4)  # a run asks for it up to three times (first token, text probe, task)
-def _auto_tokenizer(directory: str, trust_remote_code: bool, gguf_file: str | None):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code, gguf_file=gguf_file)
-
-
-def load_tokenizer(directory: str, name: str, trust_remote_code: bool, fix: str, gguf_file: str | None = None):
-    """The tokenizer in ``directory`` (``AutoTokenizer``; the one ``gguf_file`` holds, where given): a
-    checkpoint's own, named ``name`` (repo@revision); one line ending in ``fix`` if none loads, or if it is empty."""
-    try:
-        tok = _auto_tokenizer(directory, trust_remote_code, gguf_file)
-    except (OSError, ValueError, TypeError) as err:
-        raise UsageError(f"{name} has no tokenizer that loads ({type(err).__name__}: "
-                         f"{first_line(err) if str(err) else ''}); {fix}") from None
-    # Without tokenizer files, transformers builds the model type's tokenizer class empty (GPTNeoX,
-    # GPT-2, Qwen2, Gemma): it encodes every text to nothing, and the text would be blamed for it.
-    if set(tok.get_vocab().values()) <= set(tok.all_special_ids):
-        raise UsageError(f"{name} has no tokenizer (no tokenizer files: its vocabulary is only the special tokens "
-                         f"{', '.join(sorted(tok.get_vocab()))}); save the model's tokenizer beside its weights, "
-                         f"or {fix}")
-    return tok
-
-
 def prepended_bos(tok) -> int | None:
     """The BOS id a Hugging Face tokenizer puts before every input it encodes; None if it puts none."""
     starts_with_bos = tok.bos_token_id is not None and tok("x")["input_ids"][:1] == [tok.bos_token_id]
@@ -76,56 +45,6 @@ def probe_tokenizer(tok, name: str) -> Tokenizer:
     ``name`` (repo@revision)."""
     return Tokenizer(encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"], bos=prepended_bos(tok),
                      eos=tok.eos_token_id, name=name)
-
-
-def documents(probe_cfg) -> Sequence[str]:
-    """The probe's documents, in the order the file or dataset holds them (a dataset's column is
-    read lazily: ``token_stream`` slices it only as far as it needs)."""
-    p = probe_cfg
-    if p.text_file:
-        path = Path(p.text_file).expanduser()
-        content = read_utf8(path)
-        if path.suffix == ".txt":
-            return [content]
-        docs = []
-        for number, line in enumerate(content.splitlines(), 1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise UsageError(f"probe.text_file={str(path)!r} line {number} is not JSON ({err.msg}); a .jsonl "
-                                     "file holds one JSON object per line") from None
-                if p.column not in record:
-                    raise UsageError(f"probe.column={p.column!r} is not a field of {path} line {number} (it has "
-                                     f"{', '.join(sorted(record))}); set probe.column to the text's field")
-                docs.append(record[p.column])
-        return docs
-    return dataset_documents(p.dataset, p.split, p.column)
-
-
-def read_utf8(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"probe.text_file={str(path)!r} is not UTF-8 text: byte {err.start} is "
-                         f"0x{err.object[err.start]:02x}; convert it to UTF-8 (iconv -t UTF-8) or give another "
-                         "file") from None
-
-
-def dataset_documents(name: str, split: str, column: str) -> Sequence[str]:
-    import datasets
-
-    try:
-        data = datasets.load_dataset(name, split=split)
-    except Exception as err:  # datasets raises many kinds (offline, not found, no such split): all one answer
-        first = first_line(err) if str(err) else ""
-        raise UsageError(f"probe.dataset={name!r} (split {split!r}) could not be loaded ({type(err).__name__}: "
-                         f"{first[:200]}); offline it must be in the datasets cache (load it once online), or use "
-                         "a local file: probe.text_file=PATH (.txt or .jsonl)") from None
-    if column not in data.column_names:
-        raise UsageError(f"probe.column={column!r} is not a column of {name} ({split}): it has "
-                         f"{', '.join(data.column_names)}")
-    return data[column]
 
 
 def token_stream(docs: Sequence[str], tokenizer: Tokenizer, budget: int) -> np.ndarray:
@@ -141,10 +60,11 @@ def token_stream(docs: Sequence[str], tokenizer: Tokenizer, budget: int) -> np.n
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
-def text_batch(probe_cfg, tokenizer: Tokenizer, vocab_size: int) -> ProbeBatch:
-    """The text probe's batch: ``probe.n_sequences`` windows of ``probe.seq_len`` tokens."""
+def text_batch(docs: Sequence[str], probe_cfg, tokenizer: Tokenizer, vocab_size: int) -> ProbeBatch:
+    """The text probe's batch: ``probe.n_sequences`` windows of ``probe.seq_len`` tokens from ``docs`` (the
+    probe's documents, ``hub.text_sources.documents``)."""
     p = probe_cfg
-    stream = token_stream(documents(p), tokenizer, STREAM_PER_WINDOW * p.n_sequences * p.seq_len)
+    stream = token_stream(docs, tokenizer, STREAM_PER_WINDOW * p.n_sequences * p.seq_len)
     if len(stream) and stream.max() >= vocab_size:
         raise UsageError(f"the tokenizer ({tokenizer.name}) gives id {int(stream.max())}, beyond the model's "
                          f"vocabulary of {vocab_size}: it is not this model's tokenizer")

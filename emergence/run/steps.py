@@ -27,7 +27,7 @@ from emergence.recipe.measurements import Measurements
 from emergence.recipe.screen import CLASSES, Screened
 from emergence.recipe.tasks.batches import TaskBatch
 from emergence.recipe.tasks.step import TaskResult
-from emergence.run import cache, prefetch, results, tracking
+from emergence.run import batches, cache, prefetch, results, tracking
 from emergence.run.validation import fit_probe, validate_for_model
 from emergence.toy import train as toy_train
 
@@ -111,10 +111,10 @@ def probes_for(cfg: Config, hf_config, tokenizers: checkpoints.TokenizerLookup) 
     cfg, fitted = fit_probe(cfg, hf_config)
     if fitted is not None:
         log.info(fitted.line())
-    first = checkpoints.first_token(cfg, tokenizers)
-    batch, tokenizer = checkpoints.probe_batch(cfg, hf_config.vocab_size, first, tokenizers)
-    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else checkpoints.task_batch(cfg, first,
-                                                                                                     tokenizers)
+    first = batches.first_token(cfg, tokenizers)
+    batch, tokenizer = batches.probe_batch(cfg, hf_config.vocab_size, first, tokenizers)
+    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else batches.task_batch(cfg, first,
+                                                                                                    tokenizers)
     validate_for_model(cfg, hf_config)
     p = cfg.probe
     return Probes(cfg, fitted, asked, first, batch, probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed),
@@ -130,7 +130,7 @@ def subject_of(cfg: Config, model, batch: probe.ProbeBatch, device: torch.device
         free = checkpoints.free_memory(device)
         assert free is not None  # CUDA reports it
         batch_size = checkpoints.auto_batch_size(free, cfg.probe.seq_len, model.config, dtype)
-    return capture.Subject(model, checkpoints.Architecture.of(model), batch, batch_size)
+    return capture.Subject(model, capture.Architecture.of(model), batch, batch_size)
 
 
 def load(cfg: Config) -> Loaded:
@@ -166,7 +166,8 @@ def load(cfg: Config) -> Loaded:
     # the Hub again: the weights, where the run needs them
     subject = None
     if need_model:
-        subject = subject_of(cfg, checkpoints.load_model(cfg, src, checkpoint, device, dtype), batch, device, dtype)
+        model = checkpoints.load_model(cfg, src, checkpoint, device, dtype, capture.register_attention())
+        subject = subject_of(cfg, model, batch, device, dtype)
     download = results.Download(bytes_downloaded=checkpoints.downloaded_bytes(src), load_seconds=0.0,
                                 prefetched=arrival.prefetched, wait_seconds=arrival.wait_seconds)
     # named before the cache was asked; a Hub revision not cached then is named by the Hub's digests
@@ -259,7 +260,7 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
         losses = measured.position_losses
         assert losses is not None  # the text and repeat probes' passes compute them
         if p.kind == "text":
-            assert loaded.tokenizer is not None  # the text probe's (``checkpoints.probe_batch``)
+            assert loaded.tokenizer is not None  # the text probe's (``batches.probe_batch``)
             text_scores = icl.text_scores(losses, list(p.icl_positions), cfg.stats, text.source_name(p),
                                           loaded.tokenizer)
         else:

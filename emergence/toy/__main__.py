@@ -16,8 +16,9 @@ from pathlib import Path
 
 from emergence.core.config import compose_config
 from emergence.core.errors import CommandParser, UsageError
+from emergence.hub.series import MANIFEST
 from emergence.toy.repro import LOSSES, compare_to_documented, compare_trainings, document, documented_panels
-from emergence.toy.train import MANIFEST, ensure_trained, train, weights_recipe
+from emergence.toy.train import ensure_trained, train, weights_recipe
 from emergence.toy.validation import validate_recipe
 
 DEFAULT_TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")

@@ -41,6 +41,7 @@ from transformers.utils import logging as hf_logging
 
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import ModelConfig, PanelEntry
+from emergence.hub.series import MANIFEST
 from emergence.recipe import capture
 from emergence.toy import repro
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
@@ -49,7 +50,6 @@ from emergence.toy.words import word_tokenizer
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 # The manifest's key for each checkpoint's copy loss drop: its first name, kept so that the panels
 # trained before summary.json renamed it (in users' caches) still serve runs without retraining.
 MANIFEST_COPY_LOSS_DROP = "icl_score"
@@ -152,14 +152,6 @@ def is_complete(root: Path, model_cfg) -> bool:
     saved = json.loads(manifest.read_text())
     return weights_recipe(saved.get("recipe") or {}) == weights_recipe(asdict(model_cfg.toy)) and \
         {e.revision for e in checkpoints_to_save(model_cfg)} <= {c["revision"] for c in saved["checkpoints"]}
-
-
-def saved_checkpoints(model_cfg) -> list[PanelEntry]:
-    """Every checkpoint the trained toy panel holds (its manifest), ordered by step; empty if untrained."""
-    manifest = Path(model_cfg.name_or_path).expanduser() / MANIFEST
-    if not manifest.exists():
-        return []
-    return [PanelEntry(c["revision"], c["step"], c["tokens"]) for c in json.loads(manifest.read_text())["checkpoints"]]
 
 
 def train(model_cfg, root: Path | None = None) -> dict:

@@ -11,7 +11,7 @@ import pytest
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
-from emergence.recipe.text import load_tokenizer
+from emergence.hub.text_sources import load_tokenizer
 from tests.helpers.cli import run_cli
 
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}  # no downloads, no W&B

@@ -11,11 +11,11 @@ import torch
 
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
+from emergence.hub.text_sources import load_tokenizer
 from emergence.main import analyse
 from emergence.recipe.probe import RepeatLayout, baseline_positions, make_probe_batch
 from emergence.recipe.screen import CLASSES, selectivity
 from emergence.recipe.tasks.batches import build_task_batch
-from emergence.recipe.text import load_tokenizer
 from emergence.run.results import read_run
 from tests.helpers.cli import last_line, run_cli
 from tests.helpers.reference_impl import eager_model, eager_targets

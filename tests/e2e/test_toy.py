@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from emergence.core.config import PanelEntry, compose_config
+from emergence.hub.series import MANIFEST
 from emergence.main import analyse
 from emergence.toy.corpus import ToyCorpus, copy_eval_batch
 from emergence.toy.train import (
-    MANIFEST,
     MANIFEST_COPY_LOSS_DROP,
     ensure_trained,
     is_complete,

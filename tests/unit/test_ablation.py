@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 import torch
 
-from emergence.hub.checkpoints import Architecture
 from emergence.recipe import ablation, capture
 from emergence.recipe.ablation import (
     METRICS,
@@ -13,7 +12,7 @@ from emergence.recipe.ablation import (
     run_ablation,
     set_aside_heads,
 )
-from emergence.recipe.capture import PassOptions, Subject, run_probe
+from emergence.recipe.capture import Architecture, PassOptions, Subject, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from tests.helpers.tiny_models import ARCHS, VOCAB
 from tests.unit.test_capture import capture_model

@@ -10,10 +10,17 @@ import pytest
 import torch
 
 from emergence.core.errors import UsageError
-from emergence.hub.checkpoints import Architecture
 from emergence.recipe import capture
 from emergence.recipe.ablation import metrics_per_sequence
-from emergence.recipe.capture import PassOptions, Subject, Unembedding, register_attention, run_probe, token_losses
+from emergence.recipe.capture import (
+    Architecture,
+    PassOptions,
+    Subject,
+    Unembedding,
+    register_attention,
+    run_probe,
+    token_losses,
+)
 from emergence.recipe.icl import curve_positions, text_scores
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from tests.helpers.tiny_models import ARCHS, tiny_model

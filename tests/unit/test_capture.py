@@ -6,10 +6,16 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from emergence.core.config import StatsConfig
-from emergence.hub.checkpoints import Architecture
 from emergence.recipe import capture
 from emergence.recipe.ablation import METRICS, metrics_per_sequence
-from emergence.recipe.capture import ATTN_IMPLEMENTATION, PassOptions, Subject, register_attention, run_probe
+from emergence.recipe.capture import (
+    ATTN_IMPLEMENTATION,
+    Architecture,
+    PassOptions,
+    Subject,
+    register_attention,
+    run_probe,
+)
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from emergence.recipe.sinks import sink_metric
 from tests.helpers.cli import run_fresh

@@ -6,10 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from emergence.hub.checkpoints import Architecture
 from emergence.recipe import mechanism
 from emergence.recipe.ablation import metrics_per_sequence
-from emergence.recipe.capture import PassOptions, Subject, register_attention, run_probe
+from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from tests.helpers.reference_impl import DECODER_LAYERS, eager_residual_and_values
 from tests.helpers.tiny_models import ARCHS, VOCAB

@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
 from emergence.hub import checkpoints
-from emergence.hub.checkpoints import Source, TokenizerLookup, task_batch, tokenizer_source
+from emergence.hub.checkpoints import Source, TokenizerLookup, tokenizer_source
 from emergence.recipe.probe import RANDOM_FIRST, FirstToken
 from emergence.recipe.tasks.batches import (
     CITIES,
@@ -33,6 +33,7 @@ from emergence.recipe.tasks.batches import (
     ioi_prompts,
     successor_items,
 )
+from emergence.run.batches import first_token, task_batch
 from emergence.run.validation import validate
 
 IOI_SHA1 = "8994feb7c551154c154bbe581e893f7e791ea51b"
@@ -438,7 +439,7 @@ def test_the_tokenizer_is_located_once_for_the_first_token_and_the_task(tmp_path
 
     monkeypatch.setattr(checkpoints, "tokenizer_source", counted)
     tokenizers = TokenizerLookup(cfg, Source(str(tmp_path), None, True, True))
-    first = checkpoints.first_token(cfg, tokenizers)
+    first = first_token(cfg, tokenizers)
     task_batch(cfg, first, tokenizers)
     assert len(located) == 1 and tokenizers.source().directory == str(tmp_path)
 

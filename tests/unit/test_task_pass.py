@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from emergence.core.errors import UsageError
-from emergence.hub.checkpoints import Architecture
 from emergence.recipe import capture
+from emergence.recipe.capture import Architecture
 from emergence.recipe.tasks.batches import CITIES, build_task_batch
 from emergence.recipe.tasks.measure import task_pass
 from tests.helpers.task_reference import (

@@ -349,7 +349,7 @@ def criterion_interval(field: str, values: dict[str, PromptMetrics], ablated: st
     return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look, looks)
 
 
-def _ablated_values(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int,
+def _ablated_values(model, arch: capture.Architecture, batch: TaskBatch, batch_size: int,
                     conditions: Sequence[Condition], stop: SweepStop | None) -> dict[str, PromptMetrics]:
     """Per condition, the per-prompt values over the prompts it ran on: the conditions stacked along
     the batch (``stacked_logits``), each pass on ``batch_size`` // (conditions running) prompts (at

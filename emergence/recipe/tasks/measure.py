@@ -35,7 +35,7 @@ class TaskSubject:
     ``capture.register_attention()``, its attention layout, the task's prompts and the prompts per forward."""
 
     model: Any
-    arch: capture.AttentionLayout
+    arch: capture.Architecture
     batch: TaskBatch
     batch_size: int
 
@@ -61,7 +61,7 @@ class _LayerRows:
     """The forward's listener: counts the attention layers that report and, when screening,
     keeps each one's last query row [b, heads, T] until the minibatch's forward pass ends."""
 
-    def __init__(self, arch: capture.AttentionLayout, screen: bool):
+    def __init__(self, arch: capture.Architecture, screen: bool):
         self.layer_of = {id(module): i for i, module in enumerate(arch.attentions)}  # id(attention module) -> layer
         self.screen = screen
         self.n_layers = arch.n_layers
@@ -91,9 +91,9 @@ def minibatch_values(task: Task, logits: torch.Tensor, batch: TaskBatch, rows: s
                       answer_ids=batch.answer_tokens)
 
 
-def task_pass(model, arch: capture.AttentionLayout, batch: TaskBatch, batch_size: int, screen: bool = True) -> TaskPass:
+def task_pass(model, arch: capture.Architecture, batch: TaskBatch, batch_size: int, screen: bool = True) -> TaskPass:
     """Forward ``batch`` through ``model`` (loaded with ``attn_implementation=capture.register_attention()``;
-    ``arch`` its ``checkpoints.Architecture``) in minibatches of ``batch_size`` prompts: the per-prompt
+    ``arch`` its ``capture.Architecture``) in minibatches of ``batch_size`` prompts: the per-prompt
     values and, with ``screen``, the screen's sums. Refuses a model whose attention layers did not all
     report (remote code that skips the attention interface) and non-finite logits or attention."""
     capture.check_loaded_for_capture(model)
