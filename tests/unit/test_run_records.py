@@ -255,3 +255,22 @@ def test_a_task_sweep_reaches_w_and_b_in_its_units():
     assert run.summary["task/ioi/user/logit_diff_mean_random_delta"] == pytest.approx(-0.1)
     assert run.summary["task/ioi/user/top1_delta_pp"] == pytest.approx(-30.0)
     assert run.summary["task/ioi/user/top1_random_delta_pp"] == pytest.approx(1.0)
+
+
+def test_the_plug_in_measures_reach_w_and_b():
+    """A registered measure's per-run fields as <name>/<field>, its columns in the head table."""
+    import matplotlib.pyplot as plt
+
+    from emergence.run.tracking import log_checkpoint
+
+    with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
+        rows = [replace(HeadRow.from_columns(r), plugin_columns={"ov_copying": 0.25 * i, "qk_sigma1": 2.0})
+                for i, r in enumerate(csv.DictReader(f))]
+    summary = replace(RunSummary.read(VERSION_2_RUN), measures={"weight_circuits": {"copying_heads": 3.0}})
+    run, figure = Run(), plt.figure()
+    log_checkpoint(run, summary, rows, figure)
+    plt.close(figure)
+    assert run.logged["weight_circuits/copying_heads"] == 3.0
+    table = run.logged["heads"]
+    assert table.columns == [*HEAD_COLUMNS, "ov_copying", "qk_sigma1"]
+    assert [row[-2] for row in table.data] == [0.25 * i for i in range(len(rows))]
