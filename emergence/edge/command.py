@@ -93,6 +93,7 @@ def model_series(overrides: list[str]) -> tuple[Config, list[PanelEntry]]:
     """The configuration the overrides compose, and every existing checkpoint of its model (a toy trained
     first where it is not yet)."""
     cfg = compose_config(overrides)
+    check_edge_config(cfg)  # before a toy trains for it
     if cfg.model.toy is not None:
         from emergence.toy.train import ensure_trained
         from emergence.toy.validation import validate_recipe

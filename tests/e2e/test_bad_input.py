@@ -32,7 +32,7 @@ def assert_one_line(res, *words) -> str:
 
 
 COMMANDS = ("emergence", "emergence.refine", "emergence.report", "emergence.revisions", "emergence.toy",
-            "emergence.panel.seeds", "emergence.watch", "benchmarks.bench")
+            "emergence.panel.seeds", "emergence.watch", "emergence.edge", "benchmarks.bench")
 INTERNAL = ("emergence.run.prefetch",)  # a sweep's downloader child process (docs/hub.md), not a user's command
 CASES = [(module, case) for module in COMMANDS for case in ("missing path", "garbage", "unknown name")]
 
@@ -74,6 +74,11 @@ def command_cases(tmp) -> dict[tuple[str, str], tuple[list, list[str], list]]:
         ("emergence.watch", "missing path"): ([missing], [str(missing), "not a directory"], []),
         ("emergence.watch", "garbage"): ([tmp, "--poll", "abc"], ["--poll", "abc"], []),
         ("emergence.watch", "unknown name"): ([tmp, "--once", "probe=nope"], ["probe=nope", "quick"], []),
+        ("emergence.edge", "missing path"): ([missing], [str(missing), "not a directory"], []),
+        ("emergence.edge", "garbage"): (["model=toy_neox", "edge.window=abc", "--out", tmp / "edge"],
+                                        ["edge.window=abc"], [tmp / "edge"]),
+        ("emergence.edge", "unknown name"): (["model=toy_neox", "edge.projection=nope", "--out", tmp / "edge"],
+                                             ["edge.projection='nope'", "jl, exact"], [tmp / "edge"]),
         ("benchmarks.bench", "missing path"): (["--out", missing / "bench.json"], [str(missing)], [missing]),
         ("benchmarks.bench", "garbage"): (["--sequences", "abc"], ["--sequences", "abc"], []),
         ("benchmarks.bench", "unknown name"): (["--only", "nope"], ["nope"], []),
