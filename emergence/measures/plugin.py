@@ -23,7 +23,15 @@ from emergence.recipe.probe import ProbeBatch
 # tokenizer: the text probe's tokenizer name
 Need = Literal["weights", "capture", "probe_batch", "tokenizer"]
 
+Reduction = Literal["max", "min", "mean"]
 REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {"max": np.nanmax, "min": np.nanmin, "mean": np.nanmean}
+
+
+def reduce_heads(grid: np.ndarray | None, how: Reduction) -> float | None:
+    """``grid``'s max, min or mean over the values it holds (NaN: not measured); None where it holds none."""
+    if grid is None or np.isnan(grid).all():
+        return None
+    return float(REDUCTIONS[how](grid))
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ class Trajectory:
     (``max``, ``min`` or ``mean``) at each checkpoint, as a panel of the token axis (docs/probes.md)."""
 
     column: str
-    reduce: Literal["max", "min", "mean"]
+    reduce: Reduction
     label: str  # the panel's axis label
 
     @property
@@ -60,9 +68,7 @@ class Trajectory:
 
     def value(self, grid: np.ndarray | None) -> float | None:
         """Its value at a checkpoint whose column is ``grid`` [layers, heads]; None where not measured."""
-        if grid is None or np.isnan(grid).all():
-            return None
-        return float(REDUCTIONS[self.reduce](grid))
+        return reduce_heads(grid, self.reduce)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from emergence import measures
+from emergence.measures.plugin import reduce_heads
 from emergence.panel.records import Milestone, ModelFindings, Separation, SinkProbes, TokenAxis, Transition
 from emergence.panel.runs import Checkpoint, Trajectory
 from emergence.panel.uncertainty import bracket
@@ -28,14 +29,6 @@ def _nan_to_none(x) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
 
 
-def _max(grid: np.ndarray | None) -> float | None:
-    return None if grid is None or np.isnan(grid).all() else float(np.nanmax(grid))
-
-
-def _min(grid: np.ndarray | None) -> float | None:
-    return None if grid is None or np.isnan(grid).all() else float(np.nanmin(grid))
-
-
 def _plugin_value(trajectory: measures.Trajectory) -> Callable[[Checkpoint], float | None]:
     """A plug-in measure's trajectory's value at a checkpoint (``plugin.Trajectory.value``)."""
     return lambda c: trajectory.value(c.plugin_columns.get(trajectory.column))
@@ -45,9 +38,10 @@ def _plugin_value(trajectory: measures.Trajectory) -> Callable[[Checkpoint], flo
 MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]] = {
     "icl_score": (("text",), lambda c: None if c.text is None else c.text.icl_score),
     "loss_drop": (("repeat",), lambda c: None if c.repeat is None else c.repeat.loss_drop),
-    "prefix_matching_max": (("repeat",), lambda c: _max(c.prefix_matching)),
-    "massive_activation_ratio": (("synthetic", "repeat", "text"), lambda c: _max(c.massive_activation_ratio)),
-    "value_norm_ratio_min": (("synthetic", "repeat", "text"), lambda c: _min(c.value_norm_ratio)),
+    "prefix_matching_max": (("repeat",), lambda c: reduce_heads(c.prefix_matching, "max")),
+    "massive_activation_ratio": (("synthetic", "repeat", "text"),
+                                 lambda c: reduce_heads(c.massive_activation_ratio, "max")),
+    "value_norm_ratio_min": (("synthetic", "repeat", "text"), lambda c: reduce_heads(c.value_norm_ratio, "min")),
     # the plug-in measures' trajectories (``emergence.measures``): on every probe's runs
     **{t.key: (("synthetic", "repeat", "text"), _plugin_value(t)) for t in measures.trajectories()},
 }
@@ -78,7 +72,7 @@ def transition(traj: Trajectory, measure: str) -> Transition | None:
 def massive_onset(traj: Trajectory) -> Milestone | None:
     """The first revision whose largest activation is over ``MASSIVE_RATIO`` x the median."""
     for k, c in enumerate(traj.checkpoints):
-        ratio = _max(c.massive_activation_ratio)
+        ratio = reduce_heads(c.massive_activation_ratio, "max")
         if ratio is not None and ratio > MASSIVE_RATIO:
             return Milestone(c.revision, c.tokens, bracket(traj.tokens, k))
     return None
