@@ -91,7 +91,8 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     targets = np.repeat(attention[None], 4, axis=0)
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     spectral = c.spectral if c.spectral is not None else np.full(c.sel.shape[:2], np.nan)
-    measures = HeadMeasures(attention, np.full(c.sel.shape[:2], np.nan), spectral, np.zeros(c.sel.shape[:2]))
+    measures = HeadMeasures(attention, np.full(c.sel.shape[:2], np.nan), spectral, np.zeros(c.sel.shape[:2]),
+                            plugin_columns=c.plugin_columns)
     rows = head_rows(scr, measures, intervals, np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool),
                      np.zeros(c.sel.shape[:2], dtype=bool))
     write_run(run_dir, rows, run_summary(**summary), {"targets": targets})
@@ -440,18 +441,11 @@ def test_the_report_draws_the_plug_in_measures_trajectories(tmp_path):
     rng = np.random.default_rng(0)
     root, grids = tmp_path / "multirun", {}
     for k, (revision, tokens) in enumerate((("r0", 1e6), ("r1", 1e7), ("r2", 1e8))):
-        sel = np.ones((2, 3, 6))
-        scr = screen(sel, class_thresholds(30.0), 50.0)
-        attention = np.concatenate([sel * 1e-3, np.full((2, 3, 1), 1e-3)], -1)
-        targets = np.repeat(attention[None], 4, axis=0)
-        intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
         grids[revision] = {c.name: rng.uniform(-1, 1, (2, 3)) + k for c in measures.columns()}
-        head_measures = HeadMeasures(attention, np.full((2, 3), np.nan), np.full((2, 3), np.nan), np.zeros((2, 3)),
-                                     plugin_columns=grids[revision])
-        rows = head_rows(scr, head_measures, intervals, np.zeros((2, 3)), np.zeros((2, 3), dtype=bool),
-                         np.zeros((2, 3), dtype=bool))
-        write_run(root / revision, rows, run_summary(model="m", revision=revision, tokens=tokens, n_layers=2,
-                                                     n_heads=3), {"targets": targets})
+        checkpoint = Checkpoint(revision, tokens, np.ones((2, 3, 6)), plugin_columns=grids[revision])
+        write_checkpoint(root / revision, checkpoint,
+                         {"model": "m", "revision": revision, "tokens": tokens, "step": None, "n_layers": 2,
+                          "n_heads": 3})
     out = tmp_path / "report"
     report_main([str(root), "--out", str(out)])
     findings = json.loads((out / "findings.json").read_text())
@@ -479,19 +473,11 @@ def test_f6_places_the_edge_and_the_ov_copying_against_the_milestones(tmp_path):
         if k >= 3:
             sel[1, :, 4] = 100.0  # bos: 3 of 6 heads from r3
             sel[0, 0, 4] = 100.0  # and a fourth: 67 %
-        scr = screen(sel, class_thresholds(30.0), 50.0)
-        attention = np.concatenate([sel * 1e-3, np.full((2, 3, 1), 1e-3)], -1)
-        targets = np.repeat(attention[None], 4, axis=0)
-        intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
         copying = np.zeros((2, 3))
         copying[0] = [0.9 if k >= 1 else 0.1, 0.9 if k >= 2 else 0.1, 0.9 if k >= 3 else 0.1]
         grids = {c.name: copying if c.name == "ov_copying" else np.ones((2, 3)) for c in measures.columns()}
-        head_measures = HeadMeasures(attention, np.full((2, 3), np.nan), np.full((2, 3), np.nan), np.zeros((2, 3)),
-                                     plugin_columns=grids)
-        rows = head_rows(scr, head_measures, intervals, np.zeros((2, 3)), np.zeros((2, 3), dtype=bool),
-                         np.zeros((2, 3), dtype=bool))
-        write_run(root / f"r{k}", rows, run_summary(model="m", revision=f"r{k}", tokens=t, n_layers=2, n_heads=3),
-                  {"targets": targets})
+        write_checkpoint(root / f"r{k}", Checkpoint(f"r{k}", t, sel, plugin_columns=grids),
+                         {"model": "m", "revision": f"r{k}", "tokens": t, "step": None, "n_layers": 2, "n_heads": 3})
     last = [3e6, 5e6, 6e6, 9e6, 12e6]
     r23 = [1.5, 2.0, 3.0, 1.1, 1.0]
     windows = [EdgeWindow(10 * i, 10 * i + 20, int(b - 2e6), int(b), 2, [3.0, 2.0, 1.0], 1.5, r, 1, 0.5, 0.3, 0.1)
