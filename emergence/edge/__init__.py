@@ -4,8 +4,10 @@
 * ``scopes``: which parameters each scope covers (the model, a decoder block, a head);
 * ``projection``: a checkpoint as one vector per scope, exact or a streamed random projection;
 * ``series``: the windows of a series, and the series refused;
-* ``spectrum``: one window's Gram matrix and the ratios read from it (pure maths);
 * ``stream``: the checkpoints read once each, in order, into windows;
-* ``output``: ``edge.json`` and ``edge.png``;
+* ``output``: ``edge.png``;
 * ``command``: the command line's glue.
+
+One window's spectrum (pure maths) and ``edge.json``'s records are ``emergence/recipe/edge.py``: the
+panel report reads them too (F6).
 """

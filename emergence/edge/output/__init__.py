@@ -1,1 +1,1 @@
-"""What the edge writes: ``edge.json`` (typed records that save themselves) and ``edge.png``."""
+"""What the edge draws: ``edge.png`` (its records, ``edge.json``, are ``recipe/edge.py``'s)."""
