@@ -698,9 +698,9 @@ def task_ablation_cost(n: int, repeats: int) -> dict:
     from emergence.core.config import AblateConfig, StatsConfig
     from emergence.recipe.ablation import ablating, head_mask
     from emergence.recipe.capture import Architecture, register_attention
+    from emergence.recipe.controls import heads_of
     from emergence.recipe.tasks.ablation import AblationPlan, build_conditions, task_ablation
     from emergence.recipe.tasks.batches import build_task_batch
-    from emergence.recipe.tasks.matched_random import heads_of
     from emergence.recipe.tasks.measure import TaskSubject, task_pass
     from emergence.recipe.tasks.metrics import VERDICT_METRIC, task_metrics
 

@@ -10,6 +10,7 @@ result is an ``AblationResult``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from tqdm.auto import tqdm
 from emergence.core.config import AblateConfig, StatsConfig
 from emergence.core.record import Record
 from emergence.recipe import capture, stats, verdict
+from emergence.recipe.controls import count_distinct, first_distinct, heads_of, matched_draw
 from emergence.recipe.probe import ProbeBatch
 from emergence.recipe.screen import head_name, head_of
 
@@ -109,11 +111,8 @@ def metrics_per_sequence(logits: torch.Tensor, target: torch.Tensor) -> torch.Te
                         (top5 == target[:, None]).any(-1), logits.gather(1, target[:, None])[:, 0]], dim=-1).double()
 
 
+CAUSAL = "causal"  # the induction ablation's one verdict (``AdaptiveStop``)
 MIN_CONTROLS = 3  # fewer distinct in-layer sets than this: the fallback widens the draw
-
-
-def _per_layer(circuit: list[tuple[int, int]]) -> Counter:
-    return Counter(layer for layer, _ in circuit)
 
 
 def set_aside_heads(induction_sel: np.ndarray, level: float, ablated: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -146,20 +145,22 @@ class Controls:
         return "; ".join(said)
 
 
-def _n_distinct(layout: dict[int, int], pools: dict[int, list[int]], per_layer: Counter) -> int:
-    return math.prod(math.comb(len(pools[layout[layer]]), k) for layer, k in per_layer.items())
+def _counts(layout: dict[int, int], per_layer: Counter) -> dict[int, int]:
+    """A draw's counts: circuit layer l's k heads from layer ``layout[l]`` (one circuit layer per
+    layer), the layers walked in ascending circuit order."""
+    return {layout[layer]: k for layer, k in sorted(per_layer.items())}
 
 
-def _draw(layout: dict[int, int], pools: dict[int, list[int]], per_layer: Counter, n: int,
+def _n_distinct(counts: dict[int, int], pools: dict[int, list[int]]) -> int:
+    """Distinct sets of exactly ``counts``' heads per layer: none where a pool lacks room."""
+    return count_distinct(counts, pools) if all(len(pools[layer]) >= k for layer, k in counts.items()) else 0
+
+
+def _draw(counts: dict[int, int], pools: dict[int, list[int]], n: int,
           rng: np.random.Generator) -> list[list[tuple[int, int]]]:
-    """``n`` distinct sets (no more than exist): circuit layer l's k heads from layer ``layout[l]``'s pool."""
-    sets: list[list[tuple[int, int]]] = []
-    while len(sets) < min(n, _n_distinct(layout, pools, per_layer)):
-        heads = sorted((layout[layer], int(h)) for layer, k in sorted(per_layer.items())
-                       for h in rng.choice(pools[layout[layer]], size=k, replace=False))
-        if heads not in sets:
-            sets.append(heads)
-    return sets
+    """``n`` distinct sets (no more than exist; ``controls.matched_draw``), each as sorted (layer, head) pairs."""
+    draws = ((None, matched_draw(counts, pools, rng)) for _ in itertools.count())
+    return [sorted(heads_of(control)) for _, control in first_distinct(draws, min(n, _n_distinct(counts, pools)))]
 
 
 def _fallback_layout(per_layer: Counter, pools: dict[int, list[int]], n_layers: int) -> dict[int, int] | None:
@@ -191,19 +192,20 @@ def draw_controls(circuit: list[tuple[int, int]], n_layers: int, n_heads: int, n
     no circuit head (``_fallback_layout``), and its sets fill up to ``n_sets``. Those differ from
     every in-layer set (some of their heads lie in a layer outside the circuit's). Reproducible
     from ``seed``."""
-    per_layer = _per_layer(circuit)
+    per_layer = Counter(layer for layer, _ in circuit)
     excluded = set(circuit) | set(set_aside)
     pools = {layer: [h for h in range(n_heads) if (layer, h) not in excluded] for layer in range(n_layers)}
     rng = np.random.default_rng(seed)
-    identity = {layer: layer for layer in per_layer}
-    in_layer = _draw(identity, pools, per_layer, n_sets, rng)
-    in_layer_exist = _n_distinct(identity, pools, per_layer)
-    fallback, layout = [], {}
+    in_layer_counts = _counts({layer: layer for layer in per_layer}, per_layer)
+    in_layer = _draw(in_layer_counts, pools, n_sets, rng)
+    in_layer_exist = _n_distinct(in_layer_counts, pools)
+    fallback: list[list[tuple[int, int]]] = []
+    layout: dict[int, int] = {}
     if in_layer_exist < MIN_CONTROLS:
         found = _fallback_layout(per_layer, pools, n_layers)
         if found is not None:
             layout = {c: f for c, f in found.items() if c != f}
-            fallback = _draw(found, pools, per_layer, n_sets - len(in_layer), rng)
+            fallback = _draw(_counts(found, per_layer), pools, n_sets - len(in_layer), rng)
     return Controls(in_layer + fallback, len(in_layer), layout if fallback else {}, in_layer_exist)
 
 
@@ -445,28 +447,25 @@ def run_ablation(model, arch: capture.Architecture, batch: ProbeBatch, head_sets
     return Ablated([Metrics.of(dict(zip(METRICS, m))) for m in means], torch.cat(losses, dim=1).numpy(), n)
 
 
-class AdaptiveStop:
+class AdaptiveStop(verdict.SequentialStop):
     """``run_ablation``'s ``stop`` for ``ablate.sequences=adaptive`` (head set 0 the circuit, the
-    rest its controls), over a probe of ``len(clean_loss)`` sequences: it looks on the schedule
-    ``verdict.look_sizes`` (``min_sequences``, doubling, then the last sequence), each look
-    spending its share of the error budget, and stops once a look's interval of the causal
-    criterion (``verdict``) excludes zero. ``last`` is the interval of the last look made."""
+    rest its controls), over a probe of ``len(clean_loss)`` sequences: one verdict, the causal
+    criterion's (``verdict``), watched on the schedule ``verdict.look_sizes`` (``min_sequences``,
+    doubling, then the last sequence; ``verdict.SequentialStop``); the run stops once a look's
+    interval excludes zero. ``last`` is the interval of the last look made."""
 
     def __init__(self, settings: AblateConfig, clean_loss: np.ndarray):
-        self.settings, self.clean_loss = settings, clean_loss
-        self.sizes = verdict.look_sizes(settings.min_sequences, len(clean_loss))
-        self.seen = 0  # sequences measured at the previous call
-        self.last: dict | None = None
+        super().__init__(settings.min_sequences, len(clean_loss), settings.confidence)
+        self.causal_factor, self.clean_loss = settings.causal_factor, clean_loss
 
     def __call__(self, loss: np.ndarray) -> bool:
         """``loss`` [head sets, n]: the per-sequence losses so far. True: the verdict is decided."""
-        look = verdict.due_look(self.sizes, self.seen, loss.shape[1])
-        self.seen = loss.shape[1]
-        if look is None:
-            return False
-        self.last = verdict.interval(criterion_values(self.clean_loss, loss, self.settings.causal_factor),
-                                     self.settings.confidence, look, len(self.sizes))
-        return verdict.decided(self.last)
+        criterion = {CAUSAL: lambda: criterion_values(self.clean_loss, loss, self.causal_factor)}
+        return bool(self.look(loss.shape[1], criterion))
+
+    @property
+    def last(self) -> dict | None:
+        return self.intervals.get(CAUSAL)
 
 
 def criterion_values(clean_loss: np.ndarray, loss: np.ndarray, causal_factor: float) -> np.ndarray:

@@ -26,6 +26,7 @@ Pure numpy/scipy: no model here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from scipy import stats
@@ -81,3 +82,36 @@ def interval(values: np.ndarray, confidence: float, look: int | None = None, loo
 def decided(iv: dict) -> bool:
     """The interval excludes zero: the causal verdict (criterion > 0) is settled either way."""
     return iv["low"] > 0 or iv["high"] < 0
+
+
+class SequentialStop:
+    """The looks of a sequential run over ``total`` units (``look_sizes`` from ``first``) and the
+    verdicts it watches, each by a name: at every due look (``due_look``) each verdict not yet
+    decided gets its interval (``interval``, spending the look's share of ``confidence``'s error
+    budget) and is decided once that interval excludes zero (``decided``). The induction ablation
+    watches one verdict (``ablation.AdaptiveStop``), the task ablations one per sweep
+    (``tasks.ablation.SweepStop``)."""
+
+    def __init__(self, first: int, total: int, confidence: float):
+        self.sizes = look_sizes(first, total)
+        self.confidence = confidence
+        self.seen = 0  # units measured at the previous look
+        # verdict -> the interval of its last look (its "n": the units used): the decisive look's, or the last one's
+        self.intervals: dict[str, dict] = {}
+
+    def look(self, n: int, criteria: Mapping[str, Callable[[], np.ndarray]]) -> list[str]:
+        """After ``n`` units: where a look is due, each verdict of ``criteria`` (name -> its
+        criterion's values so far, [branches, units], computed only when looked at) that is not yet
+        decided gets its interval. The verdicts decided at this look, in ``criteria``'s order."""
+        look = due_look(self.sizes, self.seen, n)
+        self.seen = n
+        if look is None:
+            return []
+        settled = []
+        for name, values in criteria.items():
+            if name in self.intervals and decided(self.intervals[name]):
+                continue
+            self.intervals[name] = interval(values(), self.confidence, look, len(self.sizes))
+            if decided(self.intervals[name]):
+                settled.append(name)
+        return settled

@@ -11,6 +11,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 # Files outside the repository that its text once cited (upper case: docs/hub.md is the repository's own).
 OUTSIDE = re.compile(r"\b(?:METHOD|TASKS|FAMILIES|HUB|HUB_LAYOUTS|DESIGN)\.md\b|\.\./shared/|farm-studio")
@@ -61,3 +63,13 @@ def test_the_check_finds_a_citation(tmp_path):
     for text in ("docs/hub.md", "[hub.md](hub.md)", "docs/tasks.md, The batches", "docs/method.md section 3",
                  "report.md"):
         assert not _citations(text), text
+
+
+def test_every_package_installs():
+    """pyproject's package list names every package folder: a wheel (``pip install .``) holds only
+    those, so one left out imports from a checkout and fails everywhere else."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(ROOT).parts) for top in ("emergence", "hydra_plugins")
+             for init in (ROOT / top).rglob("__init__.py")}
+    assert found - listed == set()

@@ -462,7 +462,7 @@ def test_adaptive_draws_are_the_full_runs_first_prompts(monkeypatch):
     model, layout, b = sweep_model()
     plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=4)
     conditions = build_conditions(plan, layout.n_layers, layout.n_heads)
-    monkeypatch.setattr("emergence.recipe.tasks.ablation.decided", lambda iv: True)
+    monkeypatch.setattr("emergence.recipe.verdict.decided", lambda iv: True)  # the one stopping engine's
     adaptive = task_ablation(TaskSubject(model, layout, b, 5), conditions, SETTINGS,
                              AblateConfig(sequences="adaptive", min_sequences=4))
     monkeypatch.undo()

@@ -43,7 +43,7 @@ passes, a union one of whose sides is empty) is not run: ``TaskAblation.not_run`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,17 +56,16 @@ from emergence.core.errors import UsageError
 from emergence.core.record import Record
 from emergence.recipe import capture
 from emergence.recipe.ablation import head_mask, stacked_logits
+from emergence.recipe.controls import HeadSpec, heads_of
 from emergence.recipe.screen import CLASSES, TIE_ORDER, head_name, parse_head_name
 from emergence.recipe.tasks.batches import TaskBatch
 from emergence.recipe.tasks.matched_random import (
     MIN_DISTINCT_DRAWS,
     MR_SEED,
     SWEEP_SEEDS,
-    HeadSpec,
     SeedSweep,
     check_heads,
     distinct_draws,
-    heads_of,
     layers_of,
     matched_random,
     possible_draws,
@@ -90,7 +89,7 @@ from emergence.recipe.tasks.metrics import (
     task_metrics,
 )
 from emergence.recipe.tasks.screens import TaskScreen
-from emergence.recipe.verdict import decided, due_look, interval, look_sizes
+from emergence.recipe.verdict import SequentialStop, interval
 
 # --- 1. the capability circuits (docs/tasks.md, Ablations) ------------------------------------------
 
@@ -297,7 +296,7 @@ class TaskAblation(Record):
     capability_absent: str | None = None  # why the baseline shows no capability (no verdicts); None: it shows one
 
 
-class SweepStop:
+class SweepStop(SequentialStop):
     """``ablate.sequences=adaptive`` for the task ablations: a sweep's draws stop once its verdict is
     decided, as the induction ablation stops (``recipe.ablation.AdaptiveStop``, docs/adaptive-ablation.md).
 
@@ -310,43 +309,30 @@ class SweepStop:
     ``MIN_DISTINCT_DRAWS`` draws gets no verdict, and runs every prompt."""
 
     def __init__(self, task: Task, sweeps: dict[str, tuple[str, list[str]]], settings: AblateConfig, total: int):
+        super().__init__(settings.min_sequences, total, settings.confidence)
         self.field = VERDICT_VALUES[task]
         self.sweeps = {name: members for name, members in sweeps.items() if len(members[1]) >= MIN_DISTINCT_DRAWS}
-        self.settings = settings
-        self.sizes = look_sizes(settings.min_sequences, total)
-        self.seen = 0  # prompts measured at the previous call
-        # sweep -> its last look's interval (its "n": the prompts used): the decisive look's, or the one at
-        # the last prompt
-        self.intervals: dict[str, dict] = {}
 
     def __call__(self, values: dict[str, list[PromptMetrics]], n: int) -> list[str]:
         """After ``n`` prompts (``values``: each running condition's minibatches so far): the draw
         conditions to stop now."""
-        look = due_look(self.sizes, self.seen, n)
-        self.seen = n
-        if look is None:
-            return []
-        stopped = []
-        for name, (ablated, draws) in self.sweeps.items():
-            if name in self.intervals and decided(self.intervals[name]):
-                continue
-            so_far = {c: concatenate(values[c]) for c in [ablated, *draws]}
-            self.intervals[name] = criterion_interval(self.field, so_far, ablated, draws, self.settings.confidence,
-                                                      look, len(self.sizes))
-            if decided(self.intervals[name]):
-                stopped += draws
-        return stopped
+        def differences(ablated: str, draws: list[str]) -> Callable[[], np.ndarray]:
+            return lambda: criterion_differences(self.field, {c: concatenate(values[c]) for c in [ablated, *draws]},
+                                                 ablated, draws)
+
+        settled = self.look(n, {name: differences(*members) for name, members in self.sweeps.items()})
+        return [draw for name in settled for draw in self.sweeps[name][1]]
 
 
-def criterion_interval(field: str, values: dict[str, PromptMetrics], ablated: str, draws: list[str],
-                       confidence: float, look: int | None = None, looks: int = 1) -> dict:
-    """``SweepStop``'s criterion and its interval over the prompts every one of ``draws`` and ``ablated``
-    has measured: per draw the per-prompt difference draw - ablated of ``field`` (prompts where it is
-    undefined, greater-than's NaN, dropped); ``look`` of ``looks``: ``recipe.verdict.interval``."""
+def criterion_differences(field: str, values: dict[str, PromptMetrics], ablated: str, draws: list[str]) -> np.ndarray:
+    """``SweepStop``'s criterion's values, [draws, prompts], over the prompts every one of ``draws``
+    and ``ablated`` has measured: per draw the per-prompt difference draw - ablated of ``field``
+    (prompts where it is undefined, greater-than's NaN, dropped). Their means' least is the criterion
+    (``recipe.verdict.interval``)."""
     per_condition = {name: getattr(values[name], field) for name in [ablated, *draws]}
     n = min(len(v) for v in per_condition.values())
     differences = np.stack([per_condition[d][:n] - per_condition[ablated][:n] for d in draws])  # [draws, n]
-    return interval(differences[:, ~np.isnan(differences).any(axis=0)], confidence, look, looks)
+    return differences[:, ~np.isnan(differences).any(axis=0)]
 
 
 def _ablated_values(model, arch: capture.Architecture, batch: TaskBatch, batch_size: int,
@@ -471,7 +457,8 @@ def _sweeps(measured: _Measured, results: dict[str, ConditionResult], members: d
         used = draws[0].metrics.n_prompts
         iv = stop.intervals.get(screen) if stop is not None else None
         if iv is None and len(draws) >= MIN_DISTINCT_DRAWS:
-            iv = criterion_interval(VERDICT_VALUES[measured.task], measured.values, ablated, draw_names, confidence)
+            iv = interval(criterion_differences(VERDICT_VALUES[measured.task], measured.values, ablated, draw_names),
+                          confidence)
         sweeps.append(screen_sweep(measured.task, measured.result(ablated, used), measured.conditions[ablated].spec,
                                    draws, n_heads, absent, SweepExtent(used, measured.n(BASELINE), iv)))
     return sweeps

@@ -20,6 +20,7 @@ sweep's spread and ratio are stated only over at least ``MIN_DISTINCT_DRAWS`` of
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,8 +29,7 @@ import numpy as np
 
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
-
-HeadSpec = dict[int, list[int]]  # layer -> heads; the dict's insertion order matters (module docstring)
+from emergence.recipe.controls import HeadSpec, count_distinct, first_distinct, heads_of, matched_draw
 
 MR_SEED = 123  # the study's seed for the one MR draw of every ablation
 SWEEP_SEEDS = tuple(range(10))  # the study's 10-seed sweep
@@ -70,9 +70,11 @@ def layers_of(spec: HeadSpec, n_heads: int) -> HeadSpec:
     return {layer: list(range(n_heads)) for layer in spec}
 
 
-def heads_of(spec: HeadSpec) -> list[tuple[int, int]]:
-    """The spec as (layer, head) pairs, in its order (``spec_from_ranking`` inverts it)."""
-    return [(layer, head) for layer, heads in spec.items() for head in heads]
+def _counts_and_pools(spec: HeadSpec, n_heads: int) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """The MR draw's counts (as many heads per layer as the spec, in its order) and pools (each
+    layer's heads outside the spec, ascending)."""
+    return ({layer: len(picks) for layer, picks in spec.items()},
+            {layer: [head for head in range(n_heads) if head not in picks] for layer, picks in spec.items()})
 
 
 def matched_random(spec: HeadSpec, n_heads: int, rng: np.random.RandomState) -> HeadSpec:
@@ -80,13 +82,9 @@ def matched_random(spec: HeadSpec, n_heads: int, rng: np.random.RandomState) -> 
 
     For each layer in the spec's insertion order: eligible = the layer's heads not in the spec,
     ascending; draw min(len(picks), len(eligible)) of them with ``rng.choice(..., replace=False)``
-    and sort them. ``rng`` is consumed across the layers (and is left advanced)."""
-    control: HeadSpec = {}
-    for layer, picks in spec.items():
-        eligible = [head for head in range(n_heads) if head not in picks]
-        n = min(len(picks), len(eligible))
-        control[layer] = sorted(int(head) for head in rng.choice(eligible, size=n, replace=False))
-    return control
+    and sort them (``controls.matched_draw``). ``rng`` is consumed across the layers (and is left
+    advanced)."""
+    return matched_draw(*_counts_and_pools(spec, n_heads), rng)
 
 
 def matched_random_seeds(spec: HeadSpec, n_heads: int, seeds: Iterable[int] = SWEEP_SEEDS) -> list[HeadSpec]:
@@ -97,7 +95,7 @@ def matched_random_seeds(spec: HeadSpec, n_heads: int, seeds: Iterable[int] = SW
 def possible_draws(spec: HeadSpec, n_heads: int) -> int:
     """How many distinct MR controls of ``spec`` a model of ``n_heads`` heads per layer allows: per
     layer, the ways to choose its drawn heads among its other heads, multiplied over the layers."""
-    return math.prod(math.comb(n_heads - len(picks), min(len(picks), n_heads - len(picks))) for picks in spec.values())
+    return count_distinct(*_counts_and_pools(spec, n_heads))
 
 
 def distinct_draws(spec: HeadSpec, n_heads: int, n: int) -> list[tuple[int, HeadSpec]]:
@@ -105,18 +103,9 @@ def distinct_draws(spec: HeadSpec, n_heads: int, n: int) -> list[tuple[int, Head
     per seed 0, 1, 2, ..., a draw whose heads an earlier seed drew skipped, until ``n`` are found or
     every distinct control the layers allow (``possible_draws``) is. Where seeds 0..n-1 draw ``n``
     distinct sets these are the study's sweep (``matched_random_seeds``)."""
-    wanted = min(n, possible_draws(spec, n_heads))
-    found: list[tuple[int, HeadSpec]] = []
-    seen: set[frozenset[tuple[int, int]]] = set()
-    seed = 0
-    while len(found) < wanted:  # ends: each draw is uniform over the ``possible_draws`` sets
-        control = matched_random(spec, n_heads, np.random.RandomState(seed))
-        heads = frozenset(heads_of(control))
-        if heads not in seen:
-            seen.add(heads)
-            found.append((seed, control))
-        seed += 1
-    return found
+    draws = ((seed, matched_random(spec, n_heads, np.random.RandomState(seed))) for seed in itertools.count())
+    # ends: each draw is uniform over the ``possible_draws`` sets
+    return first_distinct(draws, min(n, possible_draws(spec, n_heads)))
 
 
 def check_heads(spec: HeadSpec, n_layers: int, n_heads: int, what: str) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 from emergence.core.config import Config
 from emergence.core.record import Record
 from emergence.recipe.capture import Subject
+from emergence.recipe.controls import heads_of
 from emergence.recipe.screen import head_name
 from emergence.recipe.tasks.ablation import (
     AblationPlan,
@@ -20,7 +21,6 @@ from emergence.recipe.tasks.ablation import (
     task_ablation,
 )
 from emergence.recipe.tasks.batches import TaskBatch, TaskWords
-from emergence.recipe.tasks.matched_random import heads_of
 from emergence.recipe.tasks.measure import TaskSubject, task_pass
 from emergence.recipe.tasks.metrics import TaskMetrics, task_metrics
 from emergence.recipe.tasks.screens import TaskScreen
