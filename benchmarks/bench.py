@@ -883,9 +883,9 @@ def relative_error(value: np.ndarray, reference: np.ndarray) -> dict:
 
 
 def screen_of(m, class_threshold: float = 30.0, circuit_threshold: float = 50.0):
-    from emergence.recipe.screen import class_thresholds, screen, selectivity
+    from emergence.recipe.screen import class_thresholds, classify, selectivity
 
-    return screen(selectivity(m.mean_attention), class_thresholds(class_threshold), circuit_threshold)
+    return classify(selectivity(m.mean_attention), class_thresholds(class_threshold), circuit_threshold)
 
 
 def dtype_error(n: int) -> dict:

@@ -88,8 +88,8 @@ def analyse(cfg: Config, out_dir: Path, integrity_store: Path | None = None,
         uncertainty = stats.quantify_uncertainty(measured, screened, cfg.threshold.circuit, cfg.stats,
                                                  cfg.probe.seq_len)
         lap("intervals")
-        circuit = ablation.ScreenedCircuit(screened.screen.circuit_heads(),
-                                           screened.screen.sel[..., screen.CLASSES.index("induction")],
+        circuit = ablation.ScreenedCircuit(screened.classes.circuit_heads(),
+                                           screened.classes.sel[..., screen.CLASSES.index("induction")],
                                            cfg.threshold.circuit)
         ablated = ablation.ablate(cfg.ablate, cfg.stats, loaded.subject, circuit,
                                   ablation.CleanRun(measured.clean_metrics, measured.clean_loss),
@@ -98,13 +98,13 @@ def analyse(cfg: Config, out_dir: Path, integrity_store: Path | None = None,
         task = None
         if loaded.task_batch is not None:
             assert loaded.subject is not None and loaded.task_tokenizer is not None  # a task loads both
-            task = measure_task(loaded.subject, loaded.task_batch, loaded.task_tokenizer, screened.screen.sel, cfg)
+            task = measure_task(loaded.subject, loaded.task_batch, loaded.task_tokenizer, screened.classes.sel, cfg)
             lap("task")
         found = steps.Findings(screened, uncertainty, ablated, task)
         summary = steps.summarise(cfg, loaded, measured, found, lap.seconds)
         lap("summary")
         steps.write_outputs(out_dir, run, summary, loaded, measured, found)
-    for line in results.report_lines(summary, screened.screen, out_dir):
+    for line in results.report_lines(summary, screened.classes, out_dir):
         log.info(line)
     source = loaded.source
     if cfg.model.cleanup and source is not None:  # the results are written: the weights can go

@@ -23,7 +23,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROBE_KINDS = ("synthetic", "repeat", "text")  # emergence/recipe/probe.py, docs/probes.md
 PROBE_TOKENIZERS = ("auto", "bytes")  # the text probe's: the checkpoint's own, or UTF-8 bytes
 PROBE_FITS = ("auto", "off")  # probe.fit: fit the probe to a model smaller than it (run/validation.py fit_probe)
-FIRST_TOKENS = ("auto", "random", "bos")  # what position 0 of every sequence holds (recipe/probe.py FirstToken)
+FIRST_TOKENS = ("auto", "random", "bos_token")  # what position 0 of every sequence holds (recipe/probe.py FirstToken)
 # probe.task_words: the study's word lists, those restricted to the tokenizer's single tokens, or
 # the study's where it has them all (emergence/recipe/tasks/batches.py, docs/tasks.md)
 TASK_WORDS = ("auto", "study", "filtered")
@@ -165,9 +165,10 @@ class ProbeConfig:
     # to its context, the id range to its vocabulary, the thresholds scaled by the fitted T / the probe's T, as
     # threshold=toy; summary.json probe_fit) | off: such a model is refused (probe.seq_len / probe.vocab_high)
     fit: str = "auto"
-    # Position 0 of every sequence and task prompt: random (the study's: an ordinary random token) | bos (the
-    # tokenizer's BOS id, the rest drawn as for random) | auto: bos where the checkpoint's tokenizer puts its
-    # BOS before every input (the model was trained behind it), else random
+    # Position 0 of every sequence and task prompt: random (the study's: an ordinary random token) | bos_token
+    # (the tokenizer's BOS id, the rest drawn as for random) | auto: bos_token where the checkpoint's tokenizer
+    # puts its BOS before every input (the model was trained behind it), else random. (Not the class ``bos``:
+    # that is attention to position 0, whichever of these it holds.)
     first_token: str = "auto"
     # Olsson et al.'s in-context learning score: mean loss at icl_positions[1] minus at [0]
     # (0-based positions of the predicted token)

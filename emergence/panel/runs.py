@@ -234,7 +234,7 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             runs = "; ".join(f"{kind}: {', '.join(sorted(map(str, revisions)))}"
                              for kind, revisions in sorted(kinds.items()))
             raise ValueError(f"the {model} {probe} runs differ in their first token ({runs}); rerun them with one "
-                             "probe.first_token (random or bos)")
+                             "probe.first_token (random or bos_token)")
     for (model, _, probe, _), unit_of in units.items():
         if len(set(unit_of.values())) > 1:  # steps and tokens are not one axis
             without = sorted(r for r, u in unit_of.items() if u == "steps")

@@ -137,23 +137,27 @@ class FirstToken(Record):
     random token, as the study drew it for models trained without a BOS, or the BOS id the model was
     trained behind (``summary.json`` ``probe.first``)."""
 
-    kind: Literal["random", "bos"]
-    bos_id: int | None  # the id at position 0 for ``bos``; None for ``random``
+    kind: Literal["random", "bos_token"]
+    bos_id: int | None  # the id at position 0 for ``bos_token``; None for ``random``
     reason: str  # why: what was asked and what the checkpoint's tokenizer does
+
+    def __post_init__(self):
+        if self.kind == "bos":  # summary.json files of the token's old spelling read as they meant
+            object.__setattr__(self, "kind", "bos_token")
 
 
 RANDOM_FIRST = FirstToken("random", None, "probe.first_token=random")
 
 
 def with_first_token(batch: ProbeBatch, first: FirstToken) -> ProbeBatch:
-    """``batch`` with ``first.bos_id`` at position 0 of every sequence (``bos``), the rest as drawn; as it is
+    """``batch`` with ``first.bos_id`` at position 0 of every sequence (``bos_token``), the rest as drawn; as it is
     for ``random``. Position 0 is never a planted A or B (the pair starts at 20 and the generators redraw
     every other occurrence of both), so only the random token that stood there changes."""
     if first.kind == "random":
         return batch
-    assert first.bos_id is not None  # bos names its id
+    assert first.bos_id is not None  # bos_token names its id
     if bool(((batch.a == first.bos_id) | (batch.b == first.bos_id)).any()):
-        raise UsageError(f"probe.first_token=bos is invalid with this probe.vocab_low/vocab_high: the BOS id "
+        raise UsageError(f"probe.first_token=bos_token is invalid with this probe.vocab_low/vocab_high: the BOS id "
                          f"{first.bos_id} lies in that range and is drawn as a planted A or B; use a range without it")
     tokens = batch.tokens.clone()
     tokens[:, 0] = first.bos_id

@@ -5,7 +5,10 @@ key position(s) and to the baseline positions, per head. Output: selectivities,
 best class, class (best class if above its threshold), multi-label memberships,
 the induction circuit and the BOS statistics. The class ``bos`` is attention to the first
 position, whatever token it holds (no tokenizer of the panel prepends a BOS token): the
-study's "first-token (BOS)" class.
+study's "first-token (BOS)" class; the tokenizer's BOS token there is ``probe.first_token=bos_token``.
+
+Names: the step is ``screen_heads``, its record ``Screened``; ``classify`` is its maths, whose
+answer is ``HeadClasses`` (docs/glossary.md, Names kept apart).
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ def class_thresholds(default: float, overrides: dict[str, float] | None = None) 
 
 
 @dataclass(frozen=True)
-class Screen:
-    """The screen of one checkpoint. Shapes: ``sel`` and ``members`` [layers, heads, 6]."""
+class HeadClasses:
+    """``classify``'s answer for one checkpoint. Shapes: ``sel`` and ``members`` [layers, heads, 6]."""
 
     sel: np.ndarray
     best_class: np.ndarray  # [layers, heads] str: the highest-selectivity class
@@ -121,14 +124,14 @@ def near_threshold(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: f
     return near(sel, thresholds).any(axis=-1) | near(induction, circuit_threshold)
 
 
-def screen(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float) -> Screen:
-    """Classify heads from their [layers, heads, 6] selectivities."""
+def classify(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float) -> HeadClasses:
+    """Classify heads from their [layers, heads, 6] selectivities (any leading axes)."""
     best = _TIE_COLUMNS[np.argmax(sel[..., _TIE_COLUMNS], axis=-1)]  # argmax keeps the first of equal values
     best_sel = np.take_along_axis(sel, best[..., None], axis=-1)[..., 0]
     best_names = np.array(CLASSES, dtype=object)[best]
     above = best_sel >= thresholds[best]
     head_class = np.where(above, best_names, UNCLASSIFIED)
-    return Screen(
+    return HeadClasses(
         sel=sel,
         best_class=best_names,
         head_class=head_class,
@@ -142,7 +145,7 @@ class Screened:
     """Step 2's record: the screen at the run's thresholds."""
 
     thresholds: np.ndarray  # [6] class thresholds (order ``CLASSES``)
-    screen: Screen
+    classes: HeadClasses
     near_threshold: np.ndarray  # [layers, heads] bool: heads the dtype's rounding could flip
 
 
@@ -150,6 +153,7 @@ def screen_heads(thresholds, mean_attention: np.ndarray, dtype: str) -> Screened
     """Step 2: selectivities, classes, memberships and the circuit at ``thresholds`` (the run's
     ``ThresholdConfig``) from the batch-mean attention [layers, heads, 7], and the heads the run's
     ``dtype`` ("float32", ...) could flip."""
-    classes = class_thresholds(thresholds.class_default, thresholds.per_class.overrides())
-    scr = screen(selectivity(mean_attention), classes, thresholds.circuit)
-    return Screened(classes, scr, near_threshold(scr.sel, classes, thresholds.circuit, DTYPE_RELATIVE_ERROR[dtype]))
+    per_class = class_thresholds(thresholds.class_default, thresholds.per_class.overrides())
+    classes = classify(selectivity(mean_attention), per_class, thresholds.circuit)
+    return Screened(per_class, classes,
+                    near_threshold(classes.sel, per_class, thresholds.circuit, DTYPE_RELATIVE_ERROR[dtype]))

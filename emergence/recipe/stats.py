@@ -28,10 +28,10 @@ from emergence.recipe.screen import (
     CLASSES,
     MIN_BASELINE,
     UNCLASSIFIED,
-    Screen,
+    HeadClasses,
     Screened,
+    classify,
     head_name,
-    screen,
     selectivity,
 )
 
@@ -192,7 +192,8 @@ def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int, s
         set_aside={head_name(l, h): float(baseline_mean[l, h]) for l, h in np.argwhere(set_aside)})
 
 
-def below_floor(scr: Screen, class_thresholds: np.ndarray, circuit_threshold: float, floor: float | None) -> list[str]:
+def below_floor(scr: HeadClasses, class_thresholds: np.ndarray, circuit_threshold: float,
+                floor: float | None) -> list[str]:
     """The class thresholds ([6], order ``CLASSES``) and the circuit threshold below the null's
     floor that admit a head the floor would not (a member, or a circuit head, whose selectivity
     is under the floor): each named with those heads and their selectivities (a warning, not an
@@ -234,7 +235,7 @@ def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_thresh
     ci = settings.ci
     weights = resample_weights(targets.shape[0], settings.n_boot, settings.seed)
     sel = replicate_selectivity(targets, weights)  # [B, layers, heads, 6]
-    rep = screen(sel, thresholds, circuit_threshold)  # the screen is shape-agnostic over leading axes
+    rep = classify(sel, thresholds, circuit_threshold)  # the screen is shape-agnostic over leading axes
     sel_low, sel_high = percentile_interval(sel, ci)
     heads = (1, 2)
     return ScreenIntervals(
@@ -281,7 +282,7 @@ def quantify_uncertainty(measured, screened: Screened, circuit_threshold: float,
     intervals = screen_intervals(measured.targets, screened.thresholds, circuit_threshold, settings)
     null = null_calibration(measured.null_sums, measured.mean_attention[..., BASELINE], len(measured.targets),
                             seq_len, settings.null_rule)
-    low = below_floor(screened.screen, screened.thresholds, circuit_threshold, null.floor)
+    low = below_floor(screened.classes, screened.thresholds, circuit_threshold, null.floor)
     if null.floor is None:
         log.warning(f"warning: no null floor: every head's baseline attention is degenerate (under "
                     f"{null.degenerate_below:.3g} = {DEGENERATE_BASELINE_SHARE:g}/T)")

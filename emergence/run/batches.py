@@ -31,8 +31,8 @@ def first_token(cfg: Config, tokenizers: checkpoints.TokenizerLookup) -> probe.F
         return probe.FirstToken("random", None, "probe.tokenizer=bytes: ids without special tokens")
     tok, missing = _first_token_tokenizer(cfg, tokenizers)
     if tok is None:
-        if requested == "bos":
-            raise UsageError(f"probe.first_token=bos is invalid for {where}: {missing}; use random")
+        if requested == "bos_token":
+            raise UsageError(f"probe.first_token=bos_token is invalid for {where}: {missing}; use random")
         return probe.FirstToken("random", None, f"probe.first_token={requested}: {missing}")
     prepended = text.prepended_bos(tok)
     says = (f"its tokenizer puts {tok.bos_token!r} (id {prepended}) before every input" if prepended is not None
@@ -43,14 +43,14 @@ def first_token(cfg: Config, tokenizers: checkpoints.TokenizerLookup) -> probe.F
                         "every input: the model reads sequences unlike its training's (probe.first_token=auto "
                         "puts it first)")
         return probe.FirstToken("random", None, f"probe.first_token=random ({says})")
-    if requested == "bos":
+    if requested == "bos_token":
         if tok.bos_token_id is None:
-            raise UsageError(f"probe.first_token=bos is invalid for {where}: its tokenizer has no BOS token; "
+            raise UsageError(f"probe.first_token=bos_token is invalid for {where}: its tokenizer has no BOS token; "
                              "use random")
-        return probe.FirstToken("bos", tok.bos_token_id, f"probe.first_token=bos ({says})")
+        return probe.FirstToken("bos_token", tok.bos_token_id, f"probe.first_token=bos_token ({says})")
     if prepended is None:
         return probe.FirstToken("random", None, f"probe.first_token=auto: {says}")
-    return probe.FirstToken("bos", prepended, f"probe.first_token=auto: {says}")
+    return probe.FirstToken("bos_token", prepended, f"probe.first_token=auto: {says}")
 
 
 def _first_token_tokenizer(cfg: Config, tokenizers: checkpoints.TokenizerLookup):

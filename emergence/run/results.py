@@ -28,7 +28,7 @@ from emergence.recipe.ablation import AblationResult
 from emergence.recipe.icl import RepeatScores, TextScores
 from emergence.recipe.mechanism import MassiveActivation
 from emergence.recipe.probe import FirstToken
-from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, Screen, head_name
+from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, HeadClasses, head_name
 from emergence.recipe.sinks import SinkMetric
 from emergence.recipe.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 from emergence.recipe.tasks.ablation import sweep_text
@@ -180,7 +180,7 @@ class HeadMeasures:
                    measured.value_norm_ratio, measured.prefix_matching, task_scores, plugin_columns)
 
 
-def head_rows(scr: Screen, measures: HeadMeasures, intervals: ScreenIntervals, null_p99: np.ndarray,
+def head_rows(scr: HeadClasses, measures: HeadMeasures, intervals: ScreenIntervals, null_p99: np.ndarray,
               degenerate_baseline: np.ndarray, near_threshold: np.ndarray) -> list[HeadRow]:
     """One ``HeadRow`` per head; ``null_p99`` [layers, heads] is the head's 99th percentile of null
     selectivity, ``degenerate_baseline`` [layers, heads] whether its baseline attention is degenerate
@@ -458,7 +458,7 @@ def format_tokens(tokens) -> str:
     return (f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}") + unit
 
 
-def report_lines(summary: RunSummary, scr: Screen, out_dir: Path) -> list[str]:
+def report_lines(summary: RunSummary, scr: HeadClasses, out_dir: Path) -> list[str]:
     """What a run tells its user: classes per layer, BOS fraction, circuit, ablation verdict."""
     lines = [f"{summary.model} @ {summary.revision}  (step {summary.step}, "
              f"tokens {format_tokens(summary.tokens)})", "classes per layer:"]

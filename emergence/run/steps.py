@@ -247,7 +247,7 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
               timings: dict[str, float]) -> results.RunSummary:
     """The run's record, ``summary.json``."""
     screened, uncertainty, ablated = found.screened, found.uncertainty, found.ablated
-    revision, scr, null, p = loaded.revision, screened.screen, uncertainty.null, cfg.probe
+    revision, scr, null, p = loaded.revision, screened.classes, uncertainty.null, cfg.probe
     # the run's own records first, then the recipe's scores, then the settings' digest
     training_seed = results.training_seed(cfg.model)
     near = results.near_threshold_record(screened.near_threshold, loaded.dtype)
@@ -301,10 +301,10 @@ def write_outputs(out_dir: Path, run, summary: results.RunSummary, loaded: Loade
     screened, uncertainty = found.screened, found.uncertainty
     null = uncertainty.null
     out_dir.mkdir(parents=True, exist_ok=True)
-    figure = tracking.class_figure(screened.screen.head_class, loaded.name)
+    figure = tracking.class_figure(screened.classes.head_class, loaded.name)
     figure.savefig(out_dir / "classes.png", dpi=120)
     task_scores = found.task.screen.scores if found.task else None
-    rows = results.head_rows(screened.screen, results.HeadMeasures.of(measured, task_scores), uncertainty.intervals,
+    rows = results.head_rows(screened.classes, results.HeadMeasures.of(measured, task_scores), uncertainty.intervals,
                              null.per_head_p99, null.degenerate, screened.near_threshold)
     tracking.log_checkpoint(run, summary, rows, figure)
     tracking.plt.close(figure)

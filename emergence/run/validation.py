@@ -73,9 +73,12 @@ def validate(cfg: Config) -> None:
     validate_probe_kind(p)
     if p.fit not in PROBE_FITS:
         _fail("probe.fit", p.fit, f"use one of {', '.join(PROBE_FITS)}")
+    if p.first_token == "bos":  # the token's old spelling, the class's name: one line says which is meant
+        _fail("probe.first_token", p.first_token, "use bos_token (the tokenizer's BOS token at position 0; the class "
+                                                  "bos is attention to position 0, whatever it holds)")
     if p.first_token not in FIRST_TOKENS:
         _fail("probe.first_token", p.first_token, f"use one of {', '.join(FIRST_TOKENS)}")
-    if p.first_token == "bos" and p.kind == "text" and p.tokenizer == "bytes":
+    if p.first_token == "bos_token" and p.kind == "text" and p.tokenizer == "bytes":
         _fail("probe.first_token", p.first_token, "probe.tokenizer=bytes has no BOS; use random or auto")
     if cfg.model.gguf_file is not None:
         if not cfg.model.gguf_file.endswith(".gguf"):

@@ -41,7 +41,8 @@ def _run(directory, tmp_path, *overrides):
 def test_auto_puts_the_tokenizers_bos_first_and_keeps_the_rest_of_the_study_batch(bos_model_dir, tmp_path):
     summary = _run(bos_model_dir, tmp_path)
     first = summary.probe.first
-    assert (first.kind, first.bos_id) == ("bos", BOS_ID) and "puts '<s>' (id 1) before every input" in first.reason
+    assert (first.kind, first.bos_id) == ("bos_token", BOS_ID)
+    assert "puts '<s>' (id 1) before every input" in first.reason
     with np.load(tmp_path / "per_sequence.npz") as npz:
         tokens = npz["tokens"]
     study = make_probe_batch(16, 64, 10, 300, 42).tokens.numpy()
@@ -78,17 +79,17 @@ def test_a_model_without_a_tokenizer_reads_random_and_cannot_be_asked_for_bos(ti
     summary = _run(tiny_dirs["llama"], tmp_path / "auto")
     assert summary.probe.first.kind == "random" and "holds no tokenizer files" in summary.probe.first.reason
     assert summary.probe.fingerprint == make_probe_batch(16, 64, 10, 300, 42).fingerprint()
-    with pytest.raises(UsageError, match="probe.first_token=bos is invalid"):
-        _run(tiny_dirs["llama"], tmp_path / "bos", "probe.first_token=bos")
+    with pytest.raises(UsageError, match="probe.first_token=bos_token is invalid"):
+        _run(tiny_dirs["llama"], tmp_path / "bos", "probe.first_token=bos_token")
 
 
 def test_the_report_refuses_a_panel_whose_runs_differ_in_first_token(bos_model_dir, tmp_path):
-    for revision, first in (("step1", "bos"), ("step2", "random")):
+    for revision, first in (("step1", "bos_token"), ("step2", "random")):
         cfg = compose_config(["model=local", f"model.name_or_path={bos_model_dir}", *SMALL,
                               f"probe.first_token={first}", "model.key=bosmodel"])
         cfg.revision.name, cfg.revision.index = revision, None
         cfg.model.revision_pattern = r"step(?P<step>\d+)"
         cfg.model.tokens_per_step = 1000
         analyse(cfg, tmp_path / revision)
-    with pytest.raises(ValueError, match=r"differ in their first token \(bos: step1; random: step2\)"):
+    with pytest.raises(ValueError, match=r"differ in their first token \(bos_token: step1; random: step2\)"):
         load_runs([tmp_path])

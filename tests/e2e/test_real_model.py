@@ -64,9 +64,9 @@ def test_the_command_on_the_gguf_file_equals_the_eager_reference(smollm2, eager,
 
 def test_first_token_bos_puts_im_start_first_and_its_numbers_equal_eager(smollm2, eager, tmp_path):
     cfg = compose_config(["model=local", f"model.name_or_path={smollm2.hf_dir}", *QUICK, "probe.n_sequences=8",
-                          "probe.first_token=bos", "ablate.enabled=false"])
+                          "probe.first_token=bos_token", "ablate.enabled=false"])
     summary = analyse(cfg, tmp_path)
-    assert (summary.probe.first.kind, summary.probe.first.bos_id) == ("bos", IM_START)
+    assert (summary.probe.first.kind, summary.probe.first.bos_id) == ("bos_token", IM_START)
     batch = make_probe_batch(8, 256, 100, 10000, 42)
     tokens = _assert_selectivities_equal_eager(tmp_path, eager, batch.ab.numpy(), 256)
     assert (tokens[:, 0] == IM_START).all() and torch.equal(tokens[:, 1:], batch.tokens[:, 1:])

@@ -221,3 +221,12 @@ def test_every_sibling_command_ends_a_bad_argument_in_one_line(examples, tmp_pat
         assert len(lines) == 1 and lines[0].startswith("error: "), (command, argv, lines)
 
     one()
+
+
+def test_the_bos_token_is_not_the_bos_class(base_config):
+    """``probe.first_token`` names the token at position 0 (``bos_token``); ``bos`` is the class of
+    attention to position 0, and as a first token it is refused with a line naming the fix."""
+    line = checked(base_config, "probe.first_token", "bos")
+    assert line is not None and line.startswith("probe.first_token='bos' is invalid") and "use bos_token" in line
+    assert "\n" not in line
+    assert checked(base_config, "probe.first_token", "bos_token") is None

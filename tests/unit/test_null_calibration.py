@@ -12,7 +12,7 @@ from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
 from emergence.main import analyse
 from emergence.recipe.probe import baseline_positions, make_probe_batch
-from emergence.recipe.screen import CLASSES, class_thresholds, screen, selectivity
+from emergence.recipe.screen import CLASSES, class_thresholds, classify, selectivity
 from emergence.recipe.stats import below_floor, degenerate_baseline, null_calibration
 from emergence.run.results import read_run
 from emergence.run.validation import validate
@@ -74,7 +74,7 @@ def test_no_floor_when_every_head_is_degenerate():
     null_sums, baseline, n, seq_len = hand_made_null()
     calibration = null_calibration(null_sums[:, 1:], baseline[:, 1:], n, seq_len, "nondegenerate")
     assert (calibration.p95, calibration.p99, calibration.floor, calibration.pooled_heads) == (None, None, None, 0)
-    assert below_floor(screen(np.ones((1, 1, 6)), class_thresholds(1.0), 1.0), class_thresholds(1.0), 1.0, None) == []
+    assert below_floor(classify(np.ones((1, 1, 6)), class_thresholds(1.0), 1.0), class_thresholds(1.0), 1.0, None) == []
 
 
 def test_a_threshold_below_the_floor_names_the_heads_it_admits_under_the_floor():
@@ -84,7 +84,7 @@ def test_a_threshold_below_the_floor_names_the_heads_it_admits_under_the_floor()
     sel[0, 1, induction] = 10.0  # admitted, but above the floor: not named
     sel[1, 1, self_] = 4.0  # a member at 3x, under the floor
     thresholds = class_thresholds(30.0, {"induction": 2.0, "self": 3.0, "local": 1.5})  # local admits nobody
-    scr = screen(sel, thresholds, 2.5)
+    scr = classify(sel, thresholds, 2.5)
     assert below_floor(scr, thresholds, 2.5, 5.0) == [
         "induction=2x admits L0H0 (3x)", "self=3x admits L1H1 (4x)", "circuit=2.5x admits L0H0 (3x)"]
     assert below_floor(scr, thresholds, 2.5, 2.0) == []  # every threshold at or above the floor

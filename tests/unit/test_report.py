@@ -17,7 +17,7 @@ from emergence.panel.report import parse_args as report_args
 from emergence.panel.runs import REFERENCE_DATA, Checkpoint, Trajectory, load_reference, load_runs
 from emergence.panel.sensitivity import GRID, dense
 from emergence.panel.uncertainty import replicates
-from emergence.recipe.screen import CLASSES, class_thresholds, screen
+from emergence.recipe.screen import CLASSES, class_thresholds, classify
 from emergence.recipe.stats import screen_intervals
 from emergence.run.results import HeadMeasures, format_tokens, head_rows, write_run
 from tests.helpers.run_dirs import run_summary
@@ -86,7 +86,7 @@ def test_the_reference_data_ships_with_the_package_and_a_path_still_chooses_othe
 def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     """Write one checkpoint's selectivities as `python -m emergence` would (baseline attention 1e-3,
     four identical probe sequences, so the intervals are points)."""
-    scr = screen(c.sel, class_thresholds(30.0), 50.0)
+    scr = classify(c.sel, class_thresholds(30.0), 50.0)
     attention = np.concatenate([c.sel * 1e-3, np.full(c.sel.shape[:2] + (1,), 1e-3)], -1)
     targets = np.repeat(attention[None], 4, axis=0)
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
@@ -387,7 +387,7 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
         importance[:5, 0, 0] = 0.9 if r == 3 else 0.01  # a few sequences with a layer-0 sink at the end
         c.sink_importance = importance = importance.astype(np.float32)  # as the capture and the files hold it
         run_dir = root / c.revision
-        scr = screen(c.sel, class_thresholds(30.0), 50.0)
+        scr = classify(c.sel, class_thresholds(30.0), 50.0)
         intervals = screen_intervals(c.targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=50))
         zeros, degenerate = np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool)
         write_run(run_dir, head_rows(scr, HeadMeasures(c.targets.mean(0), zeros, zeros, importance.mean(0)), intervals,

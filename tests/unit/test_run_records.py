@@ -13,6 +13,7 @@ from emergence.core.config import compose_config
 from emergence.core.record import Record
 from emergence.main import analyse
 from emergence.recipe.ablation import AblationResult, ControlDraw, ControlSet, Effect, Metrics
+from emergence.recipe.probe import FirstToken
 from emergence.recipe.sinks import SinkMetric
 from emergence.recipe.stats import NullSummary
 from emergence.run.results import (
@@ -58,6 +59,12 @@ def test_a_nested_record_survives_json():
                                 "many": [{"value": 2.0}, {"value": 3.0}], "plain": {"a": [1, 2]}}
     back = Outer.from_json(json.loads(text))
     assert back == record and isinstance(back.many[1], Inner)
+
+
+def test_a_first_token_of_the_old_spelling_reads_as_the_bos_token():
+    old = {"kind": "bos", "bos_id": 1, "reason": "probe.first_token=bos (its tokenizer puts '<s>' (id 1) ...)"}
+    assert FirstToken.from_json(old) == FirstToken("bos_token", 1, old["reason"])
+    assert FirstToken.from_json(FirstToken("random", None, "r").to_json()).kind == "random"
 
 
 def test_an_ablation_result_survives_json():

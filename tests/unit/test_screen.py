@@ -1,6 +1,6 @@
 import numpy as np
 
-from emergence.recipe.screen import BASELINE, CLASSES, UNCLASSIFIED, class_thresholds, screen, selectivity
+from emergence.recipe.screen import BASELINE, CLASSES, UNCLASSIFIED, class_thresholds, classify, selectivity
 
 IND, DUP, PREV, SELF, FIRST, LOCAL = range(6)
 
@@ -34,7 +34,7 @@ def test_selectivity_is_ratio_to_floored_baseline():
 
 
 def test_classes_memberships_and_bos():
-    scr = screen(selectivity(hand_made()), class_thresholds(30.0), circuit_threshold=50.0)
+    scr = classify(selectivity(hand_made()), class_thresholds(30.0), circuit_threshold=50.0)
     assert scr.head_class.tolist() == [["previous_token", UNCLASSIFIED, "bos"],
                                        ["bos", "induction", "local"]]
     assert scr.best_class[0, 1] == "induction"  # best class even when unclassified
@@ -53,7 +53,7 @@ def test_classes_memberships_and_bos():
 def test_per_class_threshold_override():
     thresholds = class_thresholds(30.0, {"induction": 10.0})
     assert thresholds[CLASSES.index("induction")] == 10.0
-    scr = screen(selectivity(hand_made()), thresholds, circuit_threshold=15.0)
+    scr = classify(selectivity(hand_made()), thresholds, circuit_threshold=15.0)
     assert scr.head_class[0, 1] == "induction"
     assert "L0H1" in scr.circuit_names()
 
@@ -74,6 +74,6 @@ def test_an_exact_tie_goes_to_the_first_class_in_the_study_order():
     for head in range(len(order)):
         tied = order[head:]  # this head ties every class from ``order[head]`` on at 40x
         att[0, head] = attention({c: 0.04 for c in tied}, 0.001)
-    scr = screen(selectivity(att), class_thresholds(30.0), circuit_threshold=50.0)
+    scr = classify(selectivity(att), class_thresholds(30.0), circuit_threshold=50.0)
     assert scr.best_class[0].tolist() == [CLASSES[c] for c in order]
     assert scr.head_class[0].tolist() == [CLASSES[c] for c in order]

@@ -418,7 +418,7 @@ def test_the_run_builds_its_batch_from_probe_task_words_and_the_bos(tmp_path):
     overrides = ["model=local", f"model.name_or_path={tmp_path}", "probe=ioi", "probe.task_prompts=8"]
     source = Source(str(tmp_path), None, True, True)
     cfg = compose_config(overrides)
-    batch, name = task_batch(cfg, FirstToken("bos", 3, "given"), TokenizerLookup(cfg, source))
+    batch, name = task_batch(cfg, FirstToken("bos_token", 3, "given"), TokenizerLookup(cfg, source))
     assert name == f"{tmp_path}@main" and batch.words.dropped["names"] == ["Sandra"]
     assert (batch.tokens[:, 0] == 3).all() and batch.tokens.shape == (8, 15)
     study = compose_config([*overrides, "probe.task_words=study"])
