@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float
 from tqdm.auto import tqdm
 
 from emergence.core.config import AblateConfig, StatsConfig
@@ -416,7 +417,7 @@ class Ablated:
     for each head set in the order given."""
 
     scores: list[Metrics]  # per head set: mean metrics of B at T-1
-    loss: np.ndarray  # [head sets, n] per-sequence loss of B
+    loss: Float[np.ndarray, "sets n"]  # per-sequence loss of B
     n: int
 
 
@@ -480,7 +481,7 @@ class CleanRun:
     """The clean model on the probe, from the probe pass: what ablation is measured against."""
 
     metrics: dict  # the metrics of B at T-1 (``METRICS``), means over sequences
-    loss: np.ndarray  # [n] per-sequence loss of B, in probe order
+    loss: Float[np.ndarray, " n"]  # per-sequence loss of B, in probe order
 
 
 @dataclass(frozen=True)
@@ -488,7 +489,7 @@ class ScreenedCircuit:
     """The screen's induction circuit, as ablation reads it."""
 
     heads: list[tuple[int, int]]  # (layer, head) at or above the circuit threshold
-    induction_sel: np.ndarray  # [layers, heads] every head's induction selectivity
+    induction_sel: Float[np.ndarray, "layers heads"]  # every head's induction selectivity
     level: float  # the circuit threshold
 
 

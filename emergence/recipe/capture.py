@@ -70,6 +70,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float, Int
 from tqdm.auto import tqdm
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import repeat_kv
@@ -174,13 +175,13 @@ class AttentionCall:
     """One attention layer's call in a forward pass, as the pass's listener (``LISTENER``) sees it."""
 
     module: torch.nn.Module  # the attention module that called
-    query: torch.Tensor  # [b, h, T, d], as the model transformed it (RoPE, q/k norms, clipping)
-    key: torch.Tensor  # [b, h_kv, T, d]
-    value: torch.Tensor  # [b, h_kv, T, d]
-    mask: torch.Tensor | None  # [b, 1, T, T] additive
+    query: Float[torch.Tensor, "b heads T d_head"]  # as the model transformed it (RoPE, q/k norms, clipping)
+    key: Float[torch.Tensor, "b kv_heads T d_head"]
+    value: Float[torch.Tensor, "b kv_heads T d_head"]
+    mask: Float[torch.Tensor, "b 1 T T"] | None  # additive
     scaling: float
     softcap: float | None
-    out: torch.Tensor  # [b, T, h, d]: the attention output
+    out: Float[torch.Tensor, "b T heads d_head"]  # the attention output
 
     def last_query_row(self) -> torch.Tensor:
         """[b, h, T] float32: the last query's attention to every key (``last_query_row``)."""
@@ -424,8 +425,8 @@ class Unembedding:
     [V] or None), then, where the config has one, the final logit soft-cap (Gemma 2).
     ``checked_final_hidden`` checks it against the model's own logits at T-1 on every minibatch."""
 
-    weight: torch.Tensor  # [V, d]
-    bias: torch.Tensor | None  # [V]
+    weight: Float[torch.Tensor, "d_vocab d_model"]
+    bias: Float[torch.Tensor, " d_vocab"] | None
     softcap: float | None
 
     @classmethod
@@ -539,19 +540,19 @@ def check_loaded_for_capture(model) -> None:
 class Capture:
     """What one probe pass leaves: see the module docstring for shapes."""
 
-    targets: np.ndarray  # [n, layers, heads, 7] float32
-    sink_importance: np.ndarray | None  # [n, layers, heads] float32: key 0's mean attention over the queries that
+    targets: Float[np.ndarray, "n layers heads 7"]  # float32
+    sink_importance: Float[np.ndarray, "n layers heads"] | None  # float32: key 0's mean attention over the queries that
     # see it (None when not measured)
-    gram: np.ndarray  # [layers, heads, d, d] float64
-    total: np.ndarray  # [layers, heads, d] float64
+    gram: Float[np.ndarray, "layers heads d_head d_head"]  # float64
+    total: Float[np.ndarray, "layers heads d_head"]  # float64
     spectral_n: int
-    position_mean: torch.Tensor | None  # [layers, T, heads, d] head outputs averaged over the batch
-    scores: np.ndarray  # [n, metrics] float64: ``score`` of each sequence's clean logits at T-1
-    null_sums: np.ndarray  # [layers, heads, draws] float64 (draws = 0 without the null)
-    position_losses: np.ndarray | None  # [n, T-1] float32: the loss of the token at each position 1..T-1
+    position_mean: Float[torch.Tensor, "layers T heads d_head"] | None  # head outputs averaged over the batch
+    scores: Float[np.ndarray, "n metrics"]  # float64: ``score`` of each sequence's clean logits at T-1
+    null_sums: Float[np.ndarray, "layers heads draws"]  # float64 (draws = 0 without the null)
+    position_losses: Float[np.ndarray, "n T-1"] | None  # float32: the loss of the token at each position 1..T-1
     # (NaN where ``PassOptions.loss_positions`` holds no position)
-    prefix_matching: np.ndarray | None  # [layers, heads] float64: the repeat probe's prefix-matching score
-    value_norm_ratio: np.ndarray | None  # [layers, heads] float64: mean norm of v at position 0 over elsewhere
+    prefix_matching: Float[np.ndarray, "layers heads"] | None  # float64: the repeat probe's prefix-matching score
+    value_norm_ratio: Float[np.ndarray, "layers heads"] | None  # float64: mean norm of v at position 0 over elsewhere
     residual: mechanism.ResidualStats | None  # the decoder layers' outputs: massive activations
     # (both None when the pass skipped the mechanism)
 
@@ -595,14 +596,14 @@ class Subject:
 class PassOptions:
     """What one probe pass measures besides the targets, the clean scores and the spectral sums."""
 
-    baseline: np.ndarray  # [n_baseline] the baseline's key positions
+    baseline: Int[np.ndarray, " n_baseline"]  # the baseline's key positions
     spectral_n: int  # the first this many sequences enter the spectral sums
     keep_position_means: bool = False  # every head output's per-position mean, for mean ablation
-    null_positions: np.ndarray | None = None  # [draws, n] the reference null's random key positions
+    null_positions: Int[np.ndarray, "draws n"] | None = None  # the reference null's random key positions
     sink_importance: bool = True  # Gu et al.'s metric (the benchmark prices it by turning it off)
     # The positions (in 1..T-1) whose token's loss the pass computes from the final hidden states
     # (``sequence_losses``); None: none
-    loss_positions: np.ndarray | None = None
+    loss_positions: Int[np.ndarray, " positions"] | None = None
     repeat: RepeatLayout | None = None  # the repeat probe's layout: measures the prefix-matching score
     sink_mechanism: bool = True  # the massive activations and value norms (the benchmark prices them)
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from emergence.core.errors import UsageError
 
@@ -77,10 +78,10 @@ class HeadSlices:
 class LayerWeights:
     """One attention layer's weights by head (views of the model's parameters where the layout allows)."""
 
-    W_Q: torch.Tensor  # [heads, d_model, d_head]
-    W_K: torch.Tensor  # [heads, d_model, d_head]; a group's heads repeat its rows
-    W_V: torch.Tensor  # [heads, d_model, d_head]
-    W_O: torch.Tensor  # [heads, d_head, d_model]
+    W_Q: Float[torch.Tensor, "heads d_model d_head"]
+    W_K: Float[torch.Tensor, "heads d_model d_head"]  # a group's heads repeat its rows
+    W_V: Float[torch.Tensor, "heads d_model d_head"]
+    W_O: Float[torch.Tensor, "heads d_head d_model"]
 
 
 def _attention_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from jaxtyping import Float
 
 from emergence.recipe import mechanism, spectral
 from emergence.recipe.ablation import METRICS
@@ -26,18 +27,18 @@ class MeasureResult:
 class Measurements:
     """Per-head results of one probe pass. Arrays are [layers, heads, ...] unless said."""
 
-    targets: np.ndarray  # [n, layers, heads, 7] float32: per-sequence attention from T-1 to the targets
-    sink_importance: np.ndarray  # [n, layers, heads] float32: key 0's mean attention over the queries that see it
-    null_sums: np.ndarray  # [layers, heads, draws]: the reference null's attention sums
-    pr: np.ndarray  # [layers, heads]
-    entropy_rank: np.ndarray  # [layers, heads]
+    targets: Float[np.ndarray, "n layers heads 7"]  # float32: per-sequence attention from T-1 to the targets
+    sink_importance: Float[np.ndarray, "n layers heads"]  # float32: key 0's mean attention over the queries that see it
+    null_sums: Float[np.ndarray, "layers heads draws"]  # the reference null's attention sums
+    pr: Float[np.ndarray, "layers heads"]
+    entropy_rank: Float[np.ndarray, "layers heads"]
     spectral_n: int
     clean_metrics: dict  # the clean model's metrics of B at T-1 (``ablation.METRICS``), means over sequences
-    clean_loss: np.ndarray  # [n] per-sequence clean loss of B, in probe order
-    value_norm_ratio: np.ndarray  # [layers, heads]: the value drain (``mechanism``)
+    clean_loss: Float[np.ndarray, " n"]  # per-sequence clean loss of B, in probe order
+    value_norm_ratio: Float[np.ndarray, "layers heads"]  # the value drain (``mechanism``)
     residual: mechanism.ResidualStats  # [layers] each: the decoder layers' massive activations
-    position_losses: np.ndarray | None  # [n, T-1]: each token's loss (text and repeat probes; else None)
-    prefix_matching: np.ndarray | None  # [layers, heads]: the repeat probe's prefix-matching score (else None)
+    position_losses: Float[np.ndarray, "n T-1"] | None  # each token's loss (text and repeat probes; else None)
+    prefix_matching: Float[np.ndarray, "layers heads"] | None  # the repeat probe's prefix-matching score (else None)
     probe_fingerprint: str  # the probe batch's sha256 (``ProbeBatch.fingerprint``): a text probe's batch is
     # named by its dataset, whose content can change under the same name
     model_type: str

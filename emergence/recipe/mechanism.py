@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
+from jaxtyping import Float, Int
 
 from emergence.core.record import Record
 
@@ -47,11 +48,11 @@ def median_stride(seq_len: int, hidden: int) -> int:
 class ResidualStats:
     """Per decoder layer, [layers] each: the reductions of its output h over the probe pass."""
 
-    top: np.ndarray  # float64: the largest |h| over the batch
-    top_position: np.ndarray  # int64: its position
-    top_dimension: np.ndarray  # int64: its dimension of the hidden state
-    median: np.ndarray  # float64: mean over sequences of each sequence's median |h|
-    first_position_norm_ratio: np.ndarray  # float64: mean |h[0]| over mean |h[p]|, p > 0
+    top: Float[np.ndarray, " layers"]  # float64: the largest |h| over the batch
+    top_position: Int[np.ndarray, " layers"]  # int64: its position
+    top_dimension: Int[np.ndarray, " layers"]  # int64: its dimension of the hidden state
+    median: Float[np.ndarray, " layers"]  # float64: mean over sequences of each sequence's median |h|
+    first_position_norm_ratio: Float[np.ndarray, " layers"]  # float64: mean |h[0]| over mean |h[p]|, p > 0
 
     def records(self) -> list[MassiveActivation]:
         return [MassiveActivation(layer=i, top=float(self.top[i]), position=int(self.top_position[i]),

@@ -24,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from jaxtyping import Int
 
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
@@ -38,10 +39,10 @@ class ProbeBatch:
     """The probe: ``tokens`` [n, T] int64, ``ab`` [n] (position of the first A),
     ``a`` [n] and ``b`` [n] (the planted tokens; ``b`` is the target at T-1)."""
 
-    tokens: torch.Tensor
-    ab: torch.Tensor
-    a: torch.Tensor
-    b: torch.Tensor
+    tokens: Int[torch.Tensor, "n T"]
+    ab: Int[torch.Tensor, " n"]
+    a: Int[torch.Tensor, " n"]
+    b: Int[torch.Tensor, " n"]
 
     @property
     def n(self) -> int:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+from jaxtyping import Bool, Float, Shaped
 
 # The six target classes, in the order of the last axis of every per-class array.
 CLASSES = ("induction", "duplicate_token", "previous_token", "self", "bos", "local")
@@ -73,11 +74,11 @@ def class_thresholds(default: float, overrides: dict[str, float] | None = None) 
 class HeadClasses:
     """``classify``'s answer for one checkpoint. Shapes: ``sel`` and ``members`` [layers, heads, 6]."""
 
-    sel: np.ndarray
-    best_class: np.ndarray  # [layers, heads] str: the highest-selectivity class
-    head_class: np.ndarray  # [layers, heads] str: best class if >= its threshold, else unclassified
-    members: np.ndarray  # [layers, heads, 6] bool: selectivity >= the class threshold
-    induction_circuit: np.ndarray  # [layers, heads] bool: induction selectivity >= circuit threshold
+    sel: Float[np.ndarray, "layers heads 6"]
+    best_class: Shaped[np.ndarray, "layers heads"]  # str: the highest-selectivity class
+    head_class: Shaped[np.ndarray, "layers heads"]  # str: best class if >= its threshold, else unclassified
+    members: Bool[np.ndarray, "layers heads 6"]  # bool: selectivity >= the class threshold
+    induction_circuit: Bool[np.ndarray, "layers heads"]  # bool: induction selectivity >= circuit threshold
 
     @property
     def n_layers(self) -> int:
@@ -144,9 +145,9 @@ def classify(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float) 
 class Screened:
     """Step 2's record: the screen at the run's thresholds."""
 
-    thresholds: np.ndarray  # [6] class thresholds (order ``CLASSES``)
+    thresholds: Float[np.ndarray, " 6"]  # class thresholds (order ``CLASSES``)
     classes: HeadClasses
-    near_threshold: np.ndarray  # [layers, heads] bool: heads the dtype's rounding could flip
+    near_threshold: Bool[np.ndarray, "layers heads"]  # bool: heads the dtype's rounding could flip
 
 
 def screen_heads(thresholds, mean_attention: np.ndarray, dtype: str) -> Screened:

@@ -16,14 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from jaxtyping import Float
 
 
 @dataclass(frozen=True)
 class SpectralEstimates:
     """Step 3's record: both estimators for every head."""
 
-    pr: np.ndarray  # [layers, heads] participation ratio of the centred head outputs at T-1
-    entropy_rank: np.ndarray  # [layers, heads] entropy effective rank of the uncentred ones
+    pr: Float[np.ndarray, "layers heads"]  # participation ratio of the centred head outputs at T-1
+    entropy_rank: Float[np.ndarray, "layers heads"]  # entropy effective rank of the uncentred ones
     n_sequences: int  # the sequences whose outputs entered the sums
 
 

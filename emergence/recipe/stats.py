@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+from jaxtyping import Bool, Float
 
 from emergence.core.config import StatsConfig
 from emergence.core.record import Record
@@ -143,8 +144,8 @@ class NullCalibration:
     p95: float | None
     p99: float | None
     floor: float | None
-    per_head_p99: np.ndarray  # [layers, heads], whatever the rule
-    degenerate: np.ndarray  # [layers, heads] bool (``degenerate_baseline``), whatever the rule
+    per_head_p99: Float[np.ndarray, "layers heads"]  # whatever the rule
+    degenerate: Bool[np.ndarray, "layers heads"]  # bool (``degenerate_baseline``), whatever the rule
     degenerate_below: float  # the baseline attention under which a head is degenerate
     set_aside: dict[str, float]  # head name -> its baseline attention, for each head the rule set aside
 
@@ -218,9 +219,9 @@ def below_floor(scr: HeadClasses, class_thresholds: np.ndarray, circuit_threshol
 class ScreenIntervals:
     """The screen's uncertainty over sequences. Per-head arrays are [layers, heads, 6]."""
 
-    sel_low: np.ndarray
-    sel_high: np.ndarray
-    p_member: np.ndarray  # share of replicates in which the head passes its class threshold
+    sel_low: Float[np.ndarray, "layers heads 6"]
+    sel_high: Float[np.ndarray, "layers heads 6"]
+    p_member: Float[np.ndarray, "layers heads 6"]  # share of replicates in which the head passes its class threshold
     bos_fraction: list[float]  # [low, high]
     circuit_size: list[float]
     class_counts: dict[str, list[float]]  # single label, unclassified included

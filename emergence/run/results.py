@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jaxtyping import Float
 
 import emergence
 from emergence.core.atomic import atomic_write_bytes, atomic_write_text, npz_bytes
@@ -161,14 +162,17 @@ HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow) 
 
 @dataclass(frozen=True)
 class HeadMeasures:
-    """The per-head measurements a run writes beside the screen; [layers, heads] unless said."""
+    """The per-head measurements a run writes beside the screen."""
 
-    mean_attention: np.ndarray  # [layers, heads, 7] batch-mean attention to each target (``screen.CLASSES``, baseline)
-    pr: np.ndarray  # the participation ratio of the head's outputs at T-1
-    entropy_rank: np.ndarray  # their entropy effective rank
-    sink_importance: np.ndarray  # key 0's importance (``sinks``) averaged over sequences
-    value_norm_ratio: np.ndarray | None = None  # the value drain (``mechanism``); None: not measured (NaN in the file)
-    prefix_matching: np.ndarray | None = None  # the repeat probe's prefix-matching score; None: not measured
+    # batch-mean attention to each target (``screen.CLASSES``, baseline)
+    mean_attention: Float[np.ndarray, "layers heads 7"]
+    pr: Float[np.ndarray, "layers heads"]  # the participation ratio of the head's outputs at T-1
+    entropy_rank: Float[np.ndarray, "layers heads"]  # their entropy effective rank
+    sink_importance: Float[np.ndarray, "layers heads"]  # key 0's importance (``sinks``) averaged over sequences
+    # the value drain (``mechanism``); None: not measured (NaN in the file)
+    value_norm_ratio: Float[np.ndarray, "layers heads"] | None = None
+    # the repeat probe's prefix-matching score; None: not measured
+    prefix_matching: Float[np.ndarray, "layers heads"] | None = None
     task_scores: dict[str, np.ndarray] | None = None  # a task's head scores by column (``TaskScreen.scores``)
     plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the plug-in measures' columns
 

@@ -15,6 +15,7 @@ from typing import cast
 
 import numpy as np
 import torch
+from jaxtyping import Int
 from omegaconf import OmegaConf
 
 from emergence.core.atomic import atomic_write_text
@@ -50,7 +51,7 @@ class Loaded:
     download: results.Download  # bytes downloaded and the prefetch's arrival (load_seconds set by ``summarise``)
     first_token: probe.FirstToken  # what position 0 of the probe and the task prompts holds, and why
     batch: probe.ProbeBatch  # the probe (built before the weights load: the text probe's can fail)
-    baseline: np.ndarray  # [n_baseline] the baseline's key positions
+    baseline: Int[np.ndarray, " n_baseline"]  # the baseline's key positions
     tokenizer: str | None  # the text probe's tokenizer: the checkpoint's (repo@revision) or bytes
     cache_file: Path | None  # where the measurements are kept (reuse=true); None: not kept
     cached: Measurements | None  # the probe's measurements from the cache (reuse=true), if there
@@ -98,7 +99,7 @@ class Probes:
     asked: str  # the settings' digest as asked (``resume`` compares it)
     first_token: probe.FirstToken
     batch: probe.ProbeBatch
-    baseline: np.ndarray  # [n_baseline] the baseline's key positions
+    baseline: Int[np.ndarray, " n_baseline"]  # the baseline's key positions
     tokenizer: str | None  # the text probe's tokenizer
     task_batch: TaskBatch | None  # probe.task's prompts; None: no task
     task_tokenizer: str | None

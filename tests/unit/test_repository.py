@@ -73,3 +73,17 @@ def test_every_package_installs():
     found = {".".join(init.parent.relative_to(ROOT).parts) for top in ("emergence", "hydra_plugins")
              for init in (ROOT / top).rglob("__init__.py")}
     assert found - listed == set()
+
+
+SHAPE = re.compile(r'\b(?:Float|Int|Bool|Shaped)\[[\w.]+, "([^"]+)"\]')
+
+
+def test_every_dimension_a_record_names_is_in_the_glossary():
+    """The jaxtyping shapes of the records name their dimensions from docs/glossary.md's table (a
+    number is its own name; ``T-1`` is ``T``'s)."""
+    glossary = set(re.findall(r"^\| `([^`]+)` \|", (ROOT / "docs" / "glossary.md").read_text(), re.MULTILINE))
+    named = {dim: path.relative_to(ROOT) for path in (ROOT / "emergence").rglob("*.py")
+             for shape in SHAPE.findall(path.read_text()) for dim in re.split(r"[\s\-+*/]+", shape.strip())
+             if dim and not dim.isdigit()}
+    assert len(named) > 10  # the pattern finds the annotations
+    assert {dim: str(path) for dim, path in named.items() if dim not in glossary} == {}

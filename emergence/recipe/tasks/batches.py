@@ -62,6 +62,7 @@ from typing import Literal, TypeVar
 
 import numpy as np
 import torch
+from jaxtyping import Int
 
 from emergence.core.config import TASK_WORDS
 from emergence.core.errors import UsageError
@@ -295,13 +296,13 @@ class TaskBatch:
 
     task: Task
     prompts: tuple[TaskPrompt, ...]
-    tokens: torch.Tensor  # [n, T] int64
-    target: torch.Tensor  # [n] int64 token ids
-    distractor: torch.Tensor | None  # [n] int64 token ids (IOI, binding)
+    tokens: Int[torch.Tensor, "n T"]  # int64
+    target: Int[torch.Tensor, " n"]  # int64 token ids
+    distractor: Int[torch.Tensor, " n"] | None  # int64 token ids (IOI, binding)
     positions: Mapping[str, torch.Tensor]  # name -> [n] int64
     words: TaskWords
-    decade: torch.Tensor | None = None  # [n] int64, greater-than's start decade DD
-    answer_tokens: torch.Tensor | None = None  # [100] int64, greater-than: the ids of "00".."99"
+    decade: Int[torch.Tensor, " n"] | None = None  # int64, greater-than's start decade DD
+    answer_tokens: Int[torch.Tensor, " 100"] | None = None  # int64, greater-than: the ids of "00".."99"
 
     def fingerprint(self) -> str:
         """sha256 over the task's name, the batch's shape and its token ids: the same prompts

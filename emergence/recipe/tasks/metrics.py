@@ -30,6 +30,7 @@ from typing import TypeVar
 
 import numpy as np
 import torch
+from jaxtyping import Float
 
 from emergence.core.errors import UsageError
 from emergence.core.record import Record
@@ -62,28 +63,28 @@ class ChoicePrompts:
     """IOI and binding: the target (IO name / bound city) against the distractor (subject / other
     city). Every field float64 [n]; the booleans as 0.0 / 1.0."""
 
-    top1: np.ndarray  # argmax over the full vocabulary == target
-    target_gt_distractor: np.ndarray  # logit(target) > logit(distractor)
-    logit_diff: np.ndarray  # logit(target) - logit(distractor), in the logits' dtype
+    top1: Float[np.ndarray, " n"]  # argmax over the full vocabulary == target
+    target_gt_distractor: Float[np.ndarray, " n"]  # logit(target) > logit(distractor)
+    logit_diff: Float[np.ndarray, " n"]  # logit(target) - logit(distractor), in the logits' dtype
 
 
 @dataclass(frozen=True)
 class GreaterThanPrompts:
     """Greater-than, decade DD: above = answers DD+1..99, below = 00..DD. Every field float64 [n]."""
 
-    top1_above: np.ndarray  # argmax over the full vocabulary is an above answer
-    prob_above: np.ndarray  # float32 full-vocabulary softmax, summed over the above answers
-    prob_below: np.ndarray
-    logit_diff_above_below: np.ndarray  # mean logit over above - over below; NaN where DD = 99
+    top1_above: Float[np.ndarray, " n"]  # argmax over the full vocabulary is an above answer
+    prob_above: Float[np.ndarray, " n"]  # float32 full-vocabulary softmax, summed over the above answers
+    prob_below: Float[np.ndarray, " n"]
+    logit_diff_above_below: Float[np.ndarray, " n"]  # mean logit over above - over below; NaN where DD = 99
 
 
 @dataclass(frozen=True)
 class SuccessorPrompts:
     """Successor: the next item of the list. Every field float64 [n]."""
 
-    top1: np.ndarray  # argmax over the full vocabulary == target
-    target_logit: np.ndarray
-    target_rank: np.ndarray  # vocabulary entries with a logit strictly above the target's (0: the argmax)
+    top1: Float[np.ndarray, " n"]  # argmax over the full vocabulary == target
+    target_logit: Float[np.ndarray, " n"]
+    target_rank: Float[np.ndarray, " n"]  # vocabulary entries with a logit strictly above the target's (0: the argmax)
 
 
 PromptMetrics = ChoicePrompts | GreaterThanPrompts | SuccessorPrompts

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from jaxtyping import Float
 
 from emergence.core.errors import UsageError
 from emergence.recipe.tasks.metrics import TASKS, Task
@@ -65,8 +66,8 @@ class ScreenSums:
     """Attention from T-1, summed over the prompts seen so far (float64)."""
 
     task: Task
-    key_sums: np.ndarray  # [layers, heads, k]: to each key of SCREEN_KEYS[task]
-    row_sums: np.ndarray  # [layers, heads]: the whole row (1 up to rounding)
+    key_sums: Float[np.ndarray, "layers heads k"]  # to each key of SCREEN_KEYS[task]
+    row_sums: Float[np.ndarray, "layers heads"]  # the whole row (1 up to rounding)
     n_prompts: int = 0
 
     @classmethod
