@@ -8,11 +8,12 @@ config fields if it has settings, its test and its docs: the run's steps (``main
 
 from __future__ import annotations
 
-from emergence.measures import weight_circuits
+from emergence.measures import prefix_matching, value_drain, weight_circuits
 from emergence.measures.plugin import Column, Measure, MeasureInput, Trajectory
 from emergence.recipe.measurements import MeasureResult
 
-MEASURES: tuple[Measure, ...] = (weight_circuits.MEASURE,)
+# heads.csv holds their columns in this order, after the screen's
+MEASURES: tuple[Measure, ...] = (value_drain.MEASURE, prefix_matching.MEASURE, weight_circuits.MEASURE)
 
 
 def measure_all(inputs: MeasureInput) -> dict[str, MeasureResult]:

@@ -52,14 +52,19 @@ class Column:
     meaning: str  # one line, for docs/outputs.md and the W&B table's readers
 
 
+ProbeKind = Literal["synthetic", "repeat", "text"]  # ``probe.kind``
+
+
 @dataclass(frozen=True)
 class Trajectory:
     """What the panel report draws of a column over a model's checkpoints: its ``reduce`` over the heads
-    (``max``, ``min`` or ``mean``) at each checkpoint, as a panel of the token axis (docs/probes.md)."""
+    (``max``, ``min`` or ``mean``) at each checkpoint, as a panel of the token axis (docs/probes.md), for
+    the runs of the ``probes`` it is measured on."""
 
     column: str
     reduce: Reduction
     label: str  # the panel's axis label
+    probes: tuple[ProbeKind, ...] = ("synthetic", "repeat", "text")
 
     @property
     def key(self) -> str:

@@ -200,8 +200,7 @@ def trajectories(findings: PanelFindings, out: Path) -> Path:
 TASK_PANEL = "task"  # the token axis's panel of the tasks' capability
 
 MEASURE_LABELS = {"icl_score": "ICL score (nats)", "loss_drop": "repeat loss drop (nats)",
-                  "prefix_matching_max": "top prefix matching", "massive_activation_ratio": "top / median |h|",
-                  "value_norm_ratio_min": "lowest |v_0| / |v|", **{t.key: t.label for t in measures.trajectories()}}
+                  "massive_activation_ratio": "top / median |h|", **{t.key: t.label for t in measures.trajectories()}}
 
 
 def token_axis(findings: PanelFindings, out: Path) -> Path | None:

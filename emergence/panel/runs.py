@@ -53,11 +53,8 @@ class Checkpoint:
     sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
     run_dir: Path | None = None  # the run directory it was read from (run directories only)
     refined: bool = False  # analysed by ``python -m emergence.refine`` (a run under <sweep>/refine/), not the panel
-    # The sink mechanism and the repeat probe's score (run directories of this version): heads.csv's
-    # value_norm_ratio and prefix_matching [layers, heads] (NaN where not measured), and summary.json's
+    # The sink mechanism's massive activations (run directories of this version): summary.json's
     # massive_activations' ratio per layer [layers]
-    value_norm_ratio: np.ndarray | None = None
-    prefix_matching: np.ndarray | None = None
     massive_activation_ratio: np.ndarray | None = None
     # What its run recorded (run directories; the reference study's data states the dtypes only)
     dtype: str | None = None  # the dtype it was computed in
@@ -69,7 +66,8 @@ class Checkpoint:
     repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy
     task: TaskSummary | None = None  # probe.task: the task's capability, screens and ablations
     name_or_path: str | None = None  # the checkpoint's repository (run directories)
-    # the plug-in measures' heads.csv columns (``emergence.measures``), [layers, heads] each (run directories)
+    # the plug-in measures' heads.csv columns (``emergence.measures``), [layers, heads] each (run directories;
+    # NaN where not measured)
     plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -198,13 +196,12 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         n_layers, n_heads = summary.n_layers, summary.n_heads
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         spectral = np.zeros((n_layers, n_heads))
-        per_head = {name: np.full((n_layers, n_heads), np.nan) for name in ("value_norm_ratio", "prefix_matching")}
         plugin_columns = {column: np.full((n_layers, n_heads), np.nan) for column in rows[0]
                           if column not in HEAD_COLUMNS}
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
-            for name, grid in (*per_head.items(), *plugin_columns.items()):
+            for name, grid in plugin_columns.items():
                 grid[r["layer"], r["head"]] = r[name]
         massive = (None if summary.massive_activations is None
                    else np.array([m.ratio for m in summary.massive_activations]))
@@ -222,7 +219,6 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
         by_model.setdefault(panel, {})[revision] = Checkpoint(
             revision, float(position), sel, spectral, **arrays, run_dir=run_dir, refined=refined,
-            **{name: None if np.isnan(grid).all() else grid for name, grid in per_head.items()},
             massive_activation_ratio=massive, dtype=summary.dtype, reference_dtype=summary.reference_dtype,
             weights_sha256=summary.weights_sha256, copy_loss_drop=summary.copy_loss_drop, null=summary.null,
             text=summary.text, repeat=summary.repeat, task=summary.task, name_or_path=summary.name_or_path,

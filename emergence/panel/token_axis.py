@@ -38,12 +38,10 @@ def _plugin_value(trajectory: measures.Trajectory) -> Callable[[Checkpoint], flo
 MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]] = {
     "icl_score": (("text",), lambda c: None if c.text is None else c.text.icl_score),
     "loss_drop": (("repeat",), lambda c: None if c.repeat is None else c.repeat.loss_drop),
-    "prefix_matching_max": (("repeat",), lambda c: reduce_heads(c.prefix_matching, "max")),
     "massive_activation_ratio": (("synthetic", "repeat", "text"),
                                  lambda c: reduce_heads(c.massive_activation_ratio, "max")),
-    "value_norm_ratio_min": (("synthetic", "repeat", "text"), lambda c: reduce_heads(c.value_norm_ratio, "min")),
-    # the plug-in measures' trajectories (``emergence.measures``): on every probe's runs
-    **{t.key: (("synthetic", "repeat", "text"), _plugin_value(t)) for t in measures.trajectories()},
+    # the plug-in measures' trajectories (``emergence.measures``), on the probes each is measured on
+    **{t.key: (t.probes, _plugin_value(t)) for t in measures.trajectories()},
 }
 
 

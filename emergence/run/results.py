@@ -100,10 +100,6 @@ class HeadRow(Record):
     degenerate_baseline: bool  # its baseline attention is degenerate (``stats.degenerate_baseline``)
     sink_importance: float  # key 0's importance (``sinks``), the mean over sequences
     near_threshold: bool  # the run's dtype could flip its screen (``screen.near_threshold``)
-    # The sink mechanism's value drain (``mechanism``) and the repeat probe's prefix-matching score;
-    # NaN where not measured, and read as NaN from the heads.csv of runs written before them.
-    value_norm_ratio: float = float("nan")
-    prefix_matching: float = float("nan")
     # A task's head scores (``probe.task``; docs/tasks.md); NaN for the other tasks' and in runs without one.
     # IOI: attention from T-1 to the indirect object, the subject's two occurrences, the rest; the name
     # mover's selectivity and the S-inhibition scores
@@ -169,10 +165,6 @@ class HeadMeasures:
     pr: Float[np.ndarray, "layers heads"]  # the participation ratio of the head's outputs at T-1
     entropy_rank: Float[np.ndarray, "layers heads"]  # their entropy effective rank
     sink_importance: Float[np.ndarray, "layers heads"]  # key 0's importance (``sinks``) averaged over sequences
-    # the value drain (``mechanism``); None: not measured (NaN in the file)
-    value_norm_ratio: Float[np.ndarray, "layers heads"] | None = None
-    # the repeat probe's prefix-matching score; None: not measured
-    prefix_matching: Float[np.ndarray, "layers heads"] | None = None
     task_scores: dict[str, np.ndarray] | None = None  # a task's head scores by column (``TaskScreen.scores``)
     plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the plug-in measures' columns
 
@@ -181,7 +173,7 @@ class HeadMeasures:
         """From a run's ``measurements.Measurements`` (its plug-in measures' columns too) and its task's scores."""
         plugin_columns = {column: grid for r in measured.plugins.values() for column, grid in r.per_head.items()}
         return cls(measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance,
-                   measured.value_norm_ratio, measured.prefix_matching, task_scores, plugin_columns)
+                   task_scores, plugin_columns)
 
 
 def head_rows(scr: HeadClasses, measures: HeadMeasures, intervals: ScreenIntervals, null_p99: np.ndarray,
@@ -191,8 +183,7 @@ def head_rows(scr: HeadClasses, measures: HeadMeasures, intervals: ScreenInterva
     (``stats.degenerate_baseline``: its selectivities are ratios over the softmax's far tail),
     ``near_threshold`` [layers, heads] whether the run's dtype could flip it (``screen.near_threshold``)."""
     mean_attention, pr, entropy_rank = measures.mean_attention, measures.pr, measures.entropy_rank
-    sink_importance, value_norm_ratio, prefix_matching = (measures.sink_importance, measures.value_norm_ratio,
-                                                          measures.prefix_matching)
+    sink_importance = measures.sink_importance
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):
@@ -214,9 +205,8 @@ def head_rows(scr: HeadClasses, measures: HeadMeasures, intervals: ScreenInterva
             row["degenerate_baseline"] = bool(degenerate_baseline[layer, head])
             row["sink_importance"] = float(sink_importance[layer, head])
             row["near_threshold"] = bool(near_threshold[layer, head])
-            for name, values in (("value_norm_ratio", value_norm_ratio), ("prefix_matching", prefix_matching),
-                                 *(measures.task_scores or {}).items()):
-                row[name] = float("nan") if values is None else float(values[layer, head])
+            for name, values in (measures.task_scores or {}).items():
+                row[name] = float(values[layer, head])
             row["plugin_columns"] = {name: float(grid[layer, head]) for name, grid in measures.plugin_columns.items()}
             rows.append(HeadRow(**row))
     return rows

@@ -37,7 +37,7 @@ def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
     for ra, rb in zip(a, b):
         for col in ("sel_induction", "sel_bos", "pr", "pr_entropy_rank", "sel_induction_ci_low", "null_p99",
                     *(c.name for c in measures.columns())):  # the plug-in measures' too: the entry keeps them
-            assert ra[col] == rb[col]
+            np.testing.assert_equal(ra[col], rb[col])  # NaN where not measured (prefix matching: the repeat probe's)
     assert second.measures == first.measures and first.measures
     assert second.thresholds.circuit == 1e-3 and len(second.induction_circuit) > len(first.induction_circuit)
 

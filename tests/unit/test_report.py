@@ -434,8 +434,9 @@ def test_a_transition_reads_the_text_and_repeat_scores_the_runs_recorded():
 
 
 def test_the_report_draws_the_plug_in_measures_trajectories(tmp_path):
-    """A registered measure's columns in heads.csv (``measures.weight_circuits``'s here) become its
-    trajectories on the token axis: the reduction over heads it declares, at every checkpoint."""
+    """A registered measure's columns in heads.csv become its trajectories on the token axis: the
+    reduction over heads it declares, at every checkpoint, on the probes it declares (these runs are
+    the synthetic probe's: the repeat probe's prefix matching is not drawn)."""
     from emergence import measures
 
     rng = np.random.default_rng(0)
@@ -452,7 +453,11 @@ def test_the_report_draws_the_plug_in_measures_trajectories(tmp_path):
     drawn = {t["measure"]: t["values"] for t in findings["token_axis"]["m"]["transitions"]}
     reduce = {"max": np.max, "min": np.min, "mean": np.mean}
     for t in measures.trajectories():
+        if "synthetic" not in t.probes:
+            assert t.key not in drawn
+            continue
         assert drawn[t.key] == pytest.approx([reduce[t.reduce](grids[r][t.column]) for r in ("r0", "r1", "r2")])
+    assert "prefix_matching_max" not in drawn and "value_norm_ratio_min" in drawn
     assert "token_axis.png" in findings["figures"]
 
 

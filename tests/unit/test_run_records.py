@@ -132,17 +132,18 @@ def test_heads_csv_reads_back_exactly_through_head_row(tmp_path):
             assert type(row[column]) is type(value) and repr(row[column]) == repr(value), column
 
 
-def test_heads_csv_of_a_run_before_the_mechanism_columns_reads_them_as_nan(tmp_path):
+def test_heads_csv_of_a_run_before_the_task_and_plug_in_columns_reads_without_them(tmp_path):
     row = HeadRow(**{f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type] for f in fields(HeadRow)
-                     if f.name != "plugin_columns"})
+                     if f.name != "plugin_columns"}, plugin_columns={"value_norm_ratio": 0.25})
     write_run(tmp_path, [row], run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1))
     lines = (tmp_path / HEADS_FILE).read_text().splitlines()
-    cut = HEAD_COLUMNS.index("value_norm_ratio")  # the mechanism's columns, and the task's after them
+    assert lines[0].split(",")[-1] == "value_norm_ratio"  # the plug-in measures' columns follow the screen's
+    cut = HEAD_COLUMNS.index("io_attn")  # the task's columns, and the plug-in measures' after them
     old = [",".join(cells.split(",")[:cut]) for cells in lines]
     (tmp_path / HEADS_FILE).write_text("\n".join(old) + "\n")
     (read,) = read_run(tmp_path)[1]
-    assert read["sel_bos"] == 1.5 and math.isnan(read["value_norm_ratio"]) and math.isnan(read["prefix_matching"])
-    assert math.isnan(read["nm_sel"]) and math.isnan(read["other_attn"])
+    assert read["sel_bos"] == 1.5 and math.isnan(read["nm_sel"]) and math.isnan(read["other_attn"])
+    assert "value_norm_ratio" not in read  # a measure the run had not: no column (the panel draws nothing of it)
 
 
 def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_path):
@@ -167,7 +168,8 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     assert isinstance(summary.sink_metric, SinkMetric) and summary.probe.n_sequences == 16
     assert summary.thresholds.circuit == 50.0 and summary.download.prefetched is False
     assert summary.intervals.class_counts == written["intervals"]["class_counts"]
-    assert len(rows) == 2 * 4 and list(rows[0]) == HEAD_COLUMNS
+    # its value drain and prefix-matching columns read as the plug-in measures' of those names
+    assert len(rows) == 2 * 4 and list(rows[0]) == [*HEAD_COLUMNS, "value_norm_ratio", "prefix_matching"]
     assert is_done(VERSION_2_RUN, written["config_digest"], lambda: written["weights_sha256"])  # resume=true keeps it
 
     # As a toy's run: its copy loss drop under the old name reaches the report under the new one.
@@ -228,7 +230,8 @@ def test_the_toys_copy_loss_drop_reaches_w_and_b_under_its_name():
     log_checkpoint(run, toy, rows, figure)
     plt.close(figure)
     assert run.summary["copy_loss_drop"] == 1.25 and "icl_score" not in run.summary
-    assert run.logged["heads"].columns == HEAD_COLUMNS and len(run.logged["heads"].data) == len(rows)
+    heads = run.logged["heads"]  # the plug-in measures' columns after the screen's
+    assert heads.columns == [*HEAD_COLUMNS, "value_norm_ratio", "prefix_matching"] and len(heads.data) == len(rows)
 
 
 def test_a_task_sweep_reaches_w_and_b_in_its_units():
