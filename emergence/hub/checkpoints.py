@@ -31,6 +31,7 @@ from emergence.core.errors import UsageError, first_line
 from emergence.hub import gguf, revisions, text_sources, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
 from emergence.hub.integrity import MODEL_TYPE_ALIASES
+from emergence.hub.revision_names import parse_revision_name
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def _resolve(cfg: Config) -> Revision:
                          f"that name; nearest: {', '.join(e.revision for e in nearest[:2])} (list them: "
                          f"{revisions.listing_command(model)})")
     revisions.check_revision_name(rev.name, model, panel)
-    step, tokens = revisions.parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
+    step, tokens = parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
     return Revision(rev.name, step, tokens)
 
 

@@ -36,7 +36,7 @@ from typing import Literal
 
 from emergence.core.atomic import atomic_write_text
 from emergence.core.record import Record
-from emergence.hub import weights
+from emergence.hub import series, weights
 from emergence.hub.endpoint import hub_reachable
 
 log = logging.getLogger(__name__)
@@ -159,13 +159,11 @@ def _model_type(config: Path | None) -> str | None:
 def local_listing(folder: Path, step: int | None) -> BranchFiles:
     """A local checkpoint folder's weight files with their sha256 read from disk, the first one cut
     short (``series.truncated_file``), and its config's model_type."""
-    from emergence.hub.series import truncated_file
-
     files = weights.preferred(weights.formats_in(p.name for p in folder.iterdir())) if folder.is_dir() else None
     if files is None:
         return BranchFiles(step, {}, _model_type(folder / weights.CONFIG_FILE))
     return BranchFiles(step, {name: weights.file_sha256(folder / name) for name in files.shards},
-                       _model_type(folder / weights.CONFIG_FILE), truncated_file(folder, files))
+                       _model_type(folder / weights.CONFIG_FILE), series.truncated_file(folder, files))
 
 
 def list_branch(repo: str, branch: str, step: int | None) -> BranchFiles | None:

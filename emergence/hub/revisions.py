@@ -34,22 +34,9 @@ import numpy as np
 
 from emergence.core.config import ModelConfig, PanelEntry, StepRange, compose_config
 from emergence.core.errors import CommandParser, UsageError, first_line
+from emergence.hub import integrity, series
 from emergence.hub.endpoint import connection_lost, hub_endpoint, hub_reachable
-
-# What a name without a family pattern is read as: step{N} or step{N}-tokens{M}B.
-GENERIC_PATTERN = r"step(?P<step>\d+)(?:-tokens(?P<tokens>\d+)B)?"
-
-
-def parse_revision_name(name: str, pattern: str | None, tokens_per_step: int | None) -> tuple[int | None, int | None]:
-    """A branch name -> (step, tokens) by the family's pattern; (None, None) if it does not match.
-    Tokens come from the name's ``tokens`` group (billions) if it has one, else step x tokens_per_step."""
-    m = re.fullmatch(pattern or GENERIC_PATTERN, name)
-    if not m:
-        return None, None
-    step = int(m.group("step"))
-    if m.groupdict().get("tokens") is not None:
-        return step, int(m.group("tokens")) * 10**9
-    return step, step * tokens_per_step if tokens_per_step else None
+from emergence.hub.revision_names import parse_revision_name
 
 
 def published(ranges: list[StepRange]) -> list[int]:
@@ -136,8 +123,6 @@ def local_series(model: ModelConfig) -> list[PanelEntry] | None:
     """The checkpoints of a local folder that holds a training run's checkpoints (``series``), ordered by
     step; None for a Hub repo, a toy, or a folder that is one checkpoint (a UsageError for a folder that
     is neither)."""
-    from emergence.hub import series  # here: it reads the naming above
-
     path = Path(model.name_or_path).expanduser()
     if model.toy is not None or model.gguf_file or not path.is_dir() or (path / "config.json").exists():
         return None
@@ -149,9 +134,7 @@ def existing_checkpoints(cfg) -> list[PanelEntry]:
     manifest), a local series' checkpoint folders, a Hub repo's branches named in the family's
     ``revision_pattern``."""
     if cfg.model.toy is not None:
-        from emergence.hub.series import saved_checkpoints  # series imports this module
-
-        return saved_checkpoints(Path(cfg.model.name_or_path).expanduser())
+        return series.saved_checkpoints(Path(cfg.model.name_or_path).expanduser())
     found = local_series(cfg.model)
     if found is not None:
         return found
@@ -238,7 +221,6 @@ def print_panel(entries: list[PanelEntry]) -> None:
 def check_command(cfg, entries: list[PanelEntry], names: list[str], every: bool, as_json: bool) -> int:
     """``--check``: the integrity verdicts of the named branches (default: the model's panel; ``every``:
     every branch of the repo), printed; 1 if any is not ok."""
-    from emergence.hub.integrity import check
 
     repo = cfg.model.name_or_path
     step_of = {e.revision: e.step for e in entries}
@@ -249,7 +231,7 @@ def check_command(cfg, entries: list[PanelEntry], names: list[str], every: bool,
     unknown = [n for n in names if n not in step_of]
     if unknown:
         raise UsageError(f"{unknown[0]} is not a checkpoint branch of {repo}; list them: {listing_command(cfg.model)}")
-    checks = check(repo, {n: step_of[n] for n in names}, cfg.model.architecture)
+    checks = integrity.check(repo, {n: step_of[n] for n in names}, cfg.model.architecture)
     if as_json:
         print(json.dumps({"repo": repo, "branches": {b: {**c.to_json(), "line": c.line} for b, c in checks.items()}},
                          indent=1))

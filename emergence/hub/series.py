@@ -26,7 +26,7 @@ from pathlib import Path
 from emergence.core.config import PanelEntry
 from emergence.core.errors import UsageError
 from emergence.hub import weights
-from emergence.hub.revisions import parse_revision_name
+from emergence.hub.revision_names import parse_revision_name
 
 TRAINER_STATE = "trainer_state.json"
 TRAINER_FOLDER = re.compile(r"checkpoint-(?P<step>\d+)")

@@ -3,7 +3,8 @@ import pytest
 from emergence.core.config import compose_config
 from emergence.core.errors import UsageError
 from emergence.hub.checkpoints import resolve_revision
-from emergence.hub.revisions import check_revision_name, parse_revision_name
+from emergence.hub.revision_names import parse_revision_name
+from emergence.hub.revisions import check_revision_name
 
 PRESETS_WITH_PANELS = ["pythia", "olmo", "olmoe", "amber", "crfm_gpt2", "toy_neox", "toy_olmo", "toy_olmoe",
                        "toy_olmo_sinks"]
