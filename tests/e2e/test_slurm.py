@@ -37,6 +37,17 @@ def sh(*cmd: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
 
+def settled_state(job_id: str, wait_s: float = 60.0) -> str:
+    """A job's JobState once SLURM has finished ending it: a job past its limit, or one just done,
+    can read COMPLETING (its processes still being reaped) for a moment after its submitter returns."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        (state,) = re.findall(r"JobState=(\S+)", sh("scontrol", "show", "job", "-o", job_id))
+        if state not in ("COMPLETING", "RUNNING", "PENDING", "CONFIGURING") or time.monotonic() > deadline:
+            return state
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def slurm_env() -> dict:
     """The environment a SLURM sweep runs in: where the cluster keeps no accounting (no slurmdbd),
@@ -97,7 +108,7 @@ def test_the_relaunch_submits_exactly_the_cancelled_job_and_completes_the_sweep(
     first_job = cancelled.split("_")[0]
     folders = {p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name)}
     assert folders == {first_job, f"{first_job}_0", f"{first_job}_1", f"{first_job}_2", submitted}  # 3 tasks, 1 job
-    assert "JobState=COMPLETED" in sh("scontrol", "show", "job", "-o", submitted)
+    assert settled_state(submitted) == "COMPLETED"
     assert not list(sweep.rglob("FAILED"))
 
 
@@ -155,7 +166,7 @@ def test_a_job_past_its_time_limit_is_listed_as_timeout_with_the_limit_to_raise(
                   "ablate.enabled=false", f"hydra.sweep.dir={sweep}", env=env, timeout=600)
     assert res.returncode == 1, res.stderr[-3000:]
     (job_id,) = re.findall(r"submitted to SLURM: 1 job\(s\), (\S+) ", res.stdout)
-    assert "JobState=TIMEOUT" in sh("scontrol", "show", "job", "-o", job_id)
+    assert settled_state(job_id) == "TIMEOUT"
     line = (f"SLURM ended job {job_id} (TIMEOUT) before it finished: it ran past hydra.launcher.timeout_min=1 "
             "minutes: raise it (hydra.launcher.timeout_min=<minutes>) and relaunch")
     run_dir = sweep / "toy_neox" / "r0_0"
