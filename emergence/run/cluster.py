@@ -2,8 +2,9 @@
 
 ``CheckCluster`` (a Hydra callback, registered in ``conf/config.yaml`` before the branch check):
 the partition the launcher names (or the cluster's default) must exist, and one of its nodes
-must hold the GPUs, CPUs, memory and time a job asks for. A request the partition cannot give is
-one line naming the launcher field to change, and exit 2: no Hub query, nothing submitted.
+must hold the GPUs, CPUs, memory and time a job asks for, and SLURM's warning before the time
+limit must come after a job has started. A request the partition cannot give is one line naming
+the launcher field to change, and exit 2: no Hub query, nothing submitted.
 """
 
 from __future__ import annotations
@@ -101,6 +102,24 @@ def check_request(launcher: DictConfig, nodes: list[Node]) -> None:
     if limit is not None and launcher.get("timeout_min", 0) > limit:
         raise UsageError(f"hydra.launcher.timeout_min={launcher.timeout_min}: partition {name!r} allows at most "
                          f"{limit} minutes a job: lower it")
+    check_warning(launcher)
+
+
+STARTING_S = 60  # a job's first minute: Python still imports, with no answer to SLURM's warning yet
+
+
+def check_warning(launcher: DictConfig) -> None:
+    """A UsageError where SLURM's warning (USR2, ``signal_delay_s`` before ``timeout_min`` runs out)
+    would reach a job within ``STARTING_S`` of its start: before submitit answers it, USR2 ends the
+    process, and the job would be listed as FAILED instead of TIMEOUT with the limit to raise."""
+    timeout_s = (launcher.get("timeout_min") or 0) * 60
+    delay_s = launcher.get("signal_delay_s") or 0
+    if timeout_s and timeout_s - delay_s < STARTING_S:
+        fix = (f"lower it to at most {timeout_s - STARTING_S}" if timeout_s > STARTING_S else
+               f"raise hydra.launcher.timeout_min to at least {-(-(delay_s + STARTING_S) // 60)}")
+        raise UsageError(f"hydra.launcher.signal_delay_s={delay_s}: SLURM would warn a job (USR2) within its first "
+                         f"{STARTING_S} s (hydra.launcher.timeout_min={launcher.timeout_min}), while it starts, and "
+                         f"the warning would end it: {fix}")
 
 
 class CheckCluster(Callback):

@@ -130,7 +130,10 @@ def test_the_sweep_through_sbatch_equals_the_local_sweep_run_for_run(cancelled_s
      "error: hydra.launcher.partition='gpu' is not a partition of this cluster: choose one of debug"),
     (["hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=100000"],
      "error: hydra.launcher.mem_gb=100000: a node of partition 'debug' has at most"),
-], ids=["preset-gpu-on-cpu-node", "unknown-partition", "too-much-memory"])
+    (["hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=4",
+      "hydra.launcher.timeout_min=1"],
+     "error: hydra.launcher.signal_delay_s=120: SLURM would warn a job (USR2) within its first 60 s"),
+], ids=["preset-gpu-on-cpu-node", "unknown-partition", "too-much-memory", "warning-at-start"])
 def test_a_request_the_partition_cannot_give_is_one_line_exit_2_and_nothing_submitted(overrides, line, slurm_env,
                                                                                       tmp_path):
     if any(node.gpus for node in cluster_nodes()):
@@ -158,16 +161,19 @@ def test_a_sweep_started_outside_the_repository_reaches_the_launcher(slurm_env, 
 
 
 def test_a_job_past_its_time_limit_is_listed_as_timeout_with_the_limit_to_raise(slurm_env, tmp_path):
-    """A job that runs past ``timeout_min`` (1 minute: a toy of a new seed trains for about 3) is
-    ended by SLURM, not by submitit's requeue handler, and listed with the field to raise."""
+    """A job that runs past ``timeout_min`` (2 minutes: a toy of a new seed trains for about 3) is
+    ended by SLURM, not by submitit's requeue handler, and listed with the field to raise. SLURM's
+    warning (USR2) comes ``signal_delay_s`` before the limit, at the controller's next check: 30 s
+    puts it past the job's start, while Python still imports, which USR2 would end (FAILED)."""
     sweep = tmp_path / "sweep"
     env = {**slurm_env, "EMERGENCE_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
-    res = run_cli("-m", *CPU_NODE, "hydra.launcher.timeout_min=1", "model=toy_neox", "model.toy.seed=7", "revision=r0",
+    res = run_cli("-m", *CPU_NODE, "hydra.launcher.timeout_min=2",
+                  "hydra.launcher.signal_delay_s=30", "model=toy_neox", "model.toy.seed=7", "revision=r0",
                   "ablate.enabled=false", f"hydra.sweep.dir={sweep}", env=env, timeout=600)
     assert res.returncode == 1, res.stderr[-3000:]
     (job_id,) = re.findall(r"submitted to SLURM: 1 job\(s\), (\S+) ", res.stdout)
     assert settled_state(job_id) == "TIMEOUT"
-    line = (f"SLURM ended job {job_id} (TIMEOUT) before it finished: it ran past hydra.launcher.timeout_min=1 "
+    line = (f"SLURM ended job {job_id} (TIMEOUT) before it finished: it ran past hydra.launcher.timeout_min=2 "
             "minutes: raise it (hydra.launcher.timeout_min=<minutes>) and relaunch")
     run_dir = sweep / "toy_neox" / "r0_0"
     assert (run_dir / "FAILED").read_text().strip() == line
