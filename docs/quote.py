@@ -35,13 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
-BLOCK = re.compile(r"<!-- quoted (?P<kind>[\w-]+)(?P<args>(?: [^\s()]+)*) \(weights (?P<weights>[0-9a-f]{12})\) -->\n"
-                   r"(?P<text>.*?)<!-- /quoted -->", re.DOTALL)
+BLOCK = re.compile(
+    r"<!-- quoted (?P<kind>[\w-]+)(?P<args>(?: [^\s()]+)*) \(weights (?P<weights>[0-9a-f]{12})\) -->\n"
+    r"(?P<text>.*?)<!-- /quoted -->",
+    re.DOTALL,
+)
 
 
 @dataclass(frozen=True)
 class Quote:
     """One quoted block of a doc."""
+
     doc: Path
     kind: str
     args: tuple[str, ...]
@@ -63,13 +67,18 @@ class Quote:
 @dataclass
 class Runner:
     """Runs the tool in ``work`` with ``env``; ``sweeps`` maps a model to a panel sweep already run."""
+
     work: Path
     env: dict[str, str] = field(default_factory=dict)
     sweeps: dict[str, Path] = field(default_factory=dict)
 
     def cli(self, module: str, *args: str) -> None:
-        done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                              env={**os.environ, "WANDB_MODE": "disabled", **self.env})
+        done = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "WANDB_MODE": "disabled", **self.env},
+        )
         if done.returncode != 0:
             raise RuntimeError(f"python -m {module} {' '.join(args)} failed: {done.stderr.strip()[-2000:]}")
 
@@ -91,8 +100,14 @@ class Runner:
         if sweep is None:
             sweep = self.folder("panel", model)
             if not sweep.is_dir():
-                self.cli("emergence", "-m", f"model={model}", "revision=glob(r*)", "ablate.enabled=false",
-                         f"hydra.sweep.dir={sweep}")
+                self.cli(
+                    "emergence",
+                    "-m",
+                    f"model={model}",
+                    "revision=glob(r*)",
+                    "ablate.enabled=false",
+                    f"hydra.sweep.dir={sweep}",
+                )
         report = self.folder("report", model)
         if not (report / "findings.json").is_file():
             self.cli("emergence.report", str(sweep), "--out", str(report))
@@ -100,8 +115,11 @@ class Runner:
 
 
 def quotes(docs: Path = DOCS) -> list[Quote]:
-    return [Quote(doc, m["kind"], tuple(m["args"].split()), m["weights"], m["text"])
-            for doc in sorted(docs.glob("*.md")) for m in BLOCK.finditer(doc.read_text())]
+    return [
+        Quote(doc, m["kind"], tuple(m["args"].split()), m["weights"], m["text"])
+        for doc in sorted(docs.glob("*.md"))
+        for m in BLOCK.finditer(doc.read_text())
+    ]
 
 
 def signed(x: float, digits: int) -> str:
@@ -119,36 +137,50 @@ def ablation_sentence(summary: dict) -> str:
     moved = ", ".join(f"{k} -> {v}" for k, v in draw["fallback_layers"].items())
     where = f"{draw['in_layer']} in-layer, {draw['fallback']} by the fallback" + (f" ({moved})" if moved else "")
     n_probe = summary["probe"]["n_sequences"]
-    stop = (f"all {iv['n']} sequences, one 95% interval" if iv["looks"] == 1 else
-            f"stopped at look {iv['look']} of {iv['looks']}, {iv['n']} of {n_probe} sequences")
-    return (f"`{summary['model']}` at step {summary['step']}, `ablate.sequences={a['sequences']}`: "
-            f"ablating {heads} raises the loss of B by {signed(effect['circuit_loss_increase'], 3)}; "
-            f"the {len(a['controls'])} control set{'s' if len(a['controls']) != 1 else ''} ({where}) change it by "
-            f"{signed(effect['controls_loss_increase_mean'], 3)}; {stop}: g = {signed(iv['criterion'], 3)}, "
-            f"interval {interval(iv)}: {'causal' if effect['causal'] else 'not causal'}.\n")
+    stop = (
+        f"all {iv['n']} sequences, one 95% interval"
+        if iv["looks"] == 1
+        else f"stopped at look {iv['look']} of {iv['looks']}, {iv['n']} of {n_probe} sequences"
+    )
+    return (
+        f"`{summary['model']}` at step {summary['step']}, `ablate.sequences={a['sequences']}`: "
+        f"ablating {heads} raises the loss of B by {signed(effect['circuit_loss_increase'], 3)}; "
+        f"the {len(a['controls'])} control set{'s' if len(a['controls']) != 1 else ''} ({where}) change it by "
+        f"{signed(effect['controls_loss_increase_mean'], 3)}; {stop}: g = {signed(iv['criterion'], 3)}, "
+        f"interval {interval(iv)}: {'causal' if effect['causal'] else 'not causal'}.\n"
+    )
 
 
 def head_sets_table(runs: list[dict], heads: list[str]) -> str:
     by = {(s["ablation"]["heads"][0], s["ablation"]["sequences"]): s for s in runs}
-    lines = ["| `ablate.heads` | adaptive: sequences used | g's interval at the stop | `all`: rise vs controls "
-             "| verdict (adaptive / `all`) |", "|---|---|---|---|---|"]
+    lines = [
+        "| `ablate.heads` | adaptive: sequences used | g's interval at the stop | `all`: rise vs controls "
+        "| verdict (adaptive / `all`) |",
+        "|---|---|---|---|---|",
+    ]
     for head in heads:
         adaptive, full = by[head, "adaptive"]["ablation"], by[head, "all"]["ablation"]
         iv = adaptive["interval"]
         used = f"{iv['n']} ({iv['n'] / by[head, 'adaptive']['probe']['n_sequences']:.0%})"
         verdicts = " / ".join("causal" if a["effect"]["causal"] else "not causal" for a in (adaptive, full))
-        lines.append(f"| {head} | {used} | {interval(iv)} (look {iv['look']} of {iv['looks']}) | "
-                     f"{signed(full['effect']['circuit_loss_increase'], 3)} vs "
-                     f"{signed(full['effect']['controls_loss_increase_mean'], 3)} | {verdicts} |")
+        lines.append(
+            f"| {head} | {used} | {interval(iv)} (look {iv['look']} of {iv['looks']}) | "
+            f"{signed(full['effect']['circuit_loss_increase'], 3)} vs "
+            f"{signed(full['effect']['controls_loss_increase_mean'], 3)} | {verdicts} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def trajectory_table(revisions: list[dict], circuit_threshold: float) -> str:
-    lines = [f"| rev | step | induction heads (>= {circuit_threshold:g}x) | BOS % | in-context score |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"| rev | step | induction heads (>= {circuit_threshold:g}x) | BOS % | in-context score |",
+        "|---|---|---|---|---|",
+    ]
     for i, r in enumerate(revisions):
-        lines.append(f"| r{i} | {r['revision']} | {r['n_induction']} | {100 * r['bos_fraction']:.0f} | "
-                     f"{r['copy_loss_drop']:.2f} |")
+        lines.append(
+            f"| r{i} | {r['revision']} | {r['n_induction']} | {100 * r['bos_fraction']:.0f} | "
+            f"{r['copy_loss_drop']:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -160,16 +192,22 @@ def render(quote: Quote, runner: Runner) -> tuple[str, str]:
         return ablation_sentence(summary), summary["weights_sha256"][:12]
     if quote.kind == "head-sets":
         heads = opts["heads"].split(",")
-        runs = runner.summaries("head-sets", f"model={opts['model']}", f"revision={opts['revision']}",
-                                f"ablate.heads={','.join(f'[{h}]' for h in heads)}", "ablate.sequences=adaptive,all",
-                                sweep=True)
+        runs = runner.summaries(
+            "head-sets",
+            f"model={opts['model']}",
+            f"revision={opts['revision']}",
+            f"ablate.heads={','.join(f'[{h}]' for h in heads)}",
+            "ablate.sequences=adaptive,all",
+            sweep=True,
+        )
         return head_sets_table(runs, heads), runs[0]["weights_sha256"][:12]
     if quote.kind == "trajectory":
         findings = runner.findings(opts["model"])
         revisions = findings["models"][opts["model"]]["revisions"]
         return trajectory_table(revisions, findings["thresholds"]["circuit"]), revisions[-1]["weights_sha256"][:12]
-    raise ValueError(f"{quote.doc.name}: unknown quoted block kind {quote.kind!r}: "
-                     "use ablation, head-sets or trajectory")
+    raise ValueError(
+        f"{quote.doc.name}: unknown quoted block kind {quote.kind!r}: use ablation, head-sets or trajectory"
+    )
 
 
 @dataclass(frozen=True)
@@ -204,8 +242,9 @@ def write(checked: list[Checked]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python docs/quote.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python docs/quote.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a block differs")
     p.add_argument("--model", action="append", help="only the blocks of this toy model (repeatable)")
     p.add_argument("--work", type=Path, help="scratch folder for the runs (default: a new temporary one)")

@@ -52,8 +52,9 @@ class Laps:
         self._last = now
 
 
-def analyse(cfg: Config, out_dir: Path, integrity_store: Path | None = None,
-            load: Callable[[Config], steps.Loaded] = steps.load) -> results.RunSummary | results.DuplicateRun:
+def analyse(
+    cfg: Config, out_dir: Path, integrity_store: Path | None = None, load: Callable[[Config], steps.Loaded] = steps.load
+) -> results.RunSummary | results.DuplicateRun:
     """Run the recipe on the checkpoint ``cfg`` names; write and return its summary. In a sweep,
     ``integrity_store`` holds the sweep's check of its branches (``sweep.CheckBranches``): a branch
     that duplicates a later one is not analysed again. ``load`` is step 0: the checkpoint ``cfg`` names
@@ -69,8 +70,9 @@ def analyse(cfg: Config, out_dir: Path, integrity_store: Path | None = None,
     loaded = load(cfg)
     cfg = loaded.cfg  # the probe fitted to the model where it is smaller (``validation.fit_probe``)
     lap("load")
-    with tracking.tracked_run(cfg.wandb, loaded.name, steps.run_config(cfg, loaded), out_dir,
-                              tags=[cfg.model.key, loaded.revision.name]) as run:
+    with tracking.tracked_run(
+        cfg.wandb, loaded.name, steps.run_config(cfg, loaded), out_dir, tags=[cfg.model.key, loaded.revision.name]
+    ) as run:
         lap("tracker")  # starting W&B is bookkeeping, not the recipe's first step
         cap = steps.measure(cfg, loaded)  # None: the cache's measurements serve
         lap("capture")
@@ -80,20 +82,32 @@ def analyse(cfg: Config, out_dir: Path, integrity_store: Path | None = None,
             assert cap is not None and loaded.subject is not None  # no cache: the pass ran on the model
             estimates = spectral.estimates(cap.gram, cap.total, cap.spectral_n)  # step 3
             measured = Measurements.of(cap, estimates, loaded.subject.arch, loaded.batch.fingerprint())
-            measured = dataclasses.replace(measured, plugins=measures.measure_all(measures.MeasureInput(
-                loaded.subject.model, measured, loaded.batch, loaded.tokenizer)))  # the registered measures
+            measured = dataclasses.replace(
+                measured,
+                plugins=measures.measure_all(
+                    measures.MeasureInput(loaded.subject.model, measured, loaded.batch, loaded.tokenizer)
+                ),
+            )  # the registered measures
         lap("measures")
         screened = screen.screen_heads(cfg.threshold, measured.mean_attention, loaded.dtype)
         lap("screen_spectral")
-        uncertainty = stats.quantify_uncertainty(measured, screened, cfg.threshold.circuit, cfg.stats,
-                                                 cfg.probe.seq_len)
+        uncertainty = stats.quantify_uncertainty(
+            measured, screened, cfg.threshold.circuit, cfg.stats, cfg.probe.seq_len
+        )
         lap("intervals")
-        circuit = ablation.ScreenedCircuit(screened.classes.circuit_heads(),
-                                           screened.classes.sel[..., screen.CLASSES.index("induction")],
-                                           cfg.threshold.circuit)
-        ablated = ablation.ablate(cfg.ablate, cfg.stats, loaded.subject, circuit,
-                                  ablation.CleanRun(measured.clean_metrics, measured.clean_loss),
-                                  None if cap is None else cap.position_mean)
+        circuit = ablation.ScreenedCircuit(
+            screened.classes.circuit_heads(),
+            screened.classes.sel[..., screen.CLASSES.index("induction")],
+            cfg.threshold.circuit,
+        )
+        ablated = ablation.ablate(
+            cfg.ablate,
+            cfg.stats,
+            loaded.subject,
+            circuit,
+            ablation.CleanRun(measured.clean_metrics, measured.clean_loss),
+            None if cap is None else cap.position_mean,
+        )
         lap("ablate")
         task = None
         if loaded.task_batch is not None:

@@ -61,8 +61,16 @@ def toy_panel(tmp_path_factory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("toy_panel")
     env = {"EMERGENCE_CACHE": str(root / "cache"), "WANDB_MODE": "disabled"}
     sweep = root / "panel"
-    res = run_cli("-m", "model=toy_neox", "revision=glob(r*)", "model.toy.save_every=32", "ablate.enabled=false",
-                  f"hydra.sweep.dir={sweep}", env=env, timeout=1800)
+    res = run_cli(
+        "-m",
+        "model=toy_neox",
+        "revision=glob(r*)",
+        "model.toy.save_every=32",
+        "ablate.enabled=false",
+        f"hydra.sweep.dir={sweep}",
+        env=env,
+        timeout=1800,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     manifest = json.loads((root / "cache" / "toy" / "toy_neox" / "seed0" / "manifest.json").read_text())
     assert len(manifest["checkpoints"]) == 65  # step0 .. step2048, the panel's 10 among them

@@ -351,8 +351,9 @@ def refused_override(err: Exception):
 
     if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:  # a group option not there
         group, _, option = err.missing_cfg_file.rpartition("/")  # e.g. model/gpt5
-        return UsageError(f"{group}={option} is invalid: no such preset in conf/{group}; use one of "
-                          f"{', '.join(err.options)}")
+        return UsageError(
+            f"{group}={option} is invalid: no such preset in conf/{group}; use one of {', '.join(err.options)}"
+        )
     # Hydra's "Error merging override x=y" says why only in its cause (OmegaConf's)
     cause = f": {one_line(err.__cause__)}" if isinstance(err.__cause__, OmegaConfBaseException) else ""
     return UsageError(one_line(err) + cause)
@@ -361,5 +362,8 @@ def refused_override(err: Exception):
 def one_line(err: Exception) -> str:
     """Hydra's (or OmegaConf's) message on one line, without Hydra's search path and OmegaConf's types."""
     text = str(err).split("\nConfig search path:")[0]
-    return "; ".join(line.strip() for line in text.splitlines()
-                     if line.strip() and not line.strip().startswith(("object_type=", "reference_type=")))
+    return "; ".join(
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith(("object_type=", "reference_type="))
+    )

@@ -58,8 +58,9 @@ def check_edge_config(cfg: Config) -> int | None:
         return None
     dim = edge.dim if edge.dim is not None else 10 * edge.window
     if dim < edge.window:
-        raise invalid("edge.dim", dim, f"a projection must keep >= edge.window={edge.window} dimensions (default "
-                                       "10 x window)")
+        raise invalid(
+            "edge.dim", dim, f"a projection must keep >= edge.window={edge.window} dimensions (default 10 x window)"
+        )
     return dim
 
 
@@ -68,11 +69,13 @@ def sweep_series(sweep_dir: Path, overrides: list[str], model: str | None) -> tu
     checkpoint from its first panel revision to its last, as ``python -m emergence.refine`` finds them."""
     trajectories = load_runs([sweep_dir])
     if not trajectories:
-        raise UsageError(f"{sweep_dir} holds no runs of python -m emergence; give the sweep directory of a panel "
-                         "multirun")
+        raise UsageError(
+            f"{sweep_dir} holds no runs of python -m emergence; give the sweep directory of a panel multirun"
+        )
     if model is None and len(trajectories) > 1:
-        raise UsageError(f"{sweep_dir} holds {len(trajectories)} panels ({', '.join(trajectories)}); pick one with "
-                         "--model NAME")
+        raise UsageError(
+            f"{sweep_dir} holds {len(trajectories)} panels ({', '.join(trajectories)}); pick one with --model NAME"
+        )
     name = model or next(iter(trajectories))
     if name not in trajectories:
         raise UsageError(f"--model {name} is invalid: {sweep_dir} holds {', '.join(trajectories)}")
@@ -123,7 +126,7 @@ class HubDownloads:
         if self.downloader is None or src.local_only:
             return src
         at = self.order.index(src)
-        for later in self.order[at:at + 1 + self.ahead]:
+        for later in self.order[at : at + 1 + self.ahead]:
             self.downloader.ask(self.key(later))
         self.downloader.wait(self.key(src))
         return src
@@ -160,11 +163,16 @@ def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
         projection = Exact(scopes)
         need = projection.bytes_needed({n: p.shape for n, p in skeleton.named_parameters()}, cfg.edge.window)
         free = free_memory(device)
-        log.info(f"edge: exact mode keeps {cfg.edge.window + 2} float64 copies of {len(scopes)} scopes: "
-                 f"{need / 2**30:.2f} GiB" + (f" of {free / 2**30:.1f} GiB available" if free else ""))
+        log.info(
+            f"edge: exact mode keeps {cfg.edge.window + 2} float64 copies of {len(scopes)} scopes: "
+            f"{need / 2**30:.2f} GiB" + (f" of {free / 2**30:.1f} GiB available" if free else "")
+        )
         if free is not None and need > free:
-            raise invalid("edge.projection", "exact", f"it needs {need / 2**30:.1f} GiB but {free / 2**30:.1f} GiB "
-                                                       "is available; use edge.projection=jl")
+            raise invalid(
+                "edge.projection",
+                "exact",
+                f"it needs {need / 2**30:.1f} GiB but {free / 2**30:.1f} GiB is available; use edge.projection=jl",
+            )
     else:
         projection = RandomProjection(scopes, dim, cfg.edge.seed)
 
@@ -180,8 +188,14 @@ def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
 
     windows = stream_windows(entries, read, cfg.edge.window)
     downloads.finish()
-    result = Edge(cfg.model.key, cfg.edge.window, cfg.edge.projection, dim, windows,
-                  {scope: Collapse.of(w) for scope, w in windows.items()})
+    result = Edge(
+        cfg.model.key,
+        cfg.edge.window,
+        cfg.edge.projection,
+        dim,
+        windows,
+        {scope: Collapse.of(w) for scope, w in windows.items()},
+    )
     result.save(out_dir)
     figure = plot_edge(result, out_dir)
     log_edge(cfg, result, figure, out_dir)
@@ -204,10 +218,23 @@ def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
         run.define_metric(axis)
         run.define_metric("edge/*", step_metric=axis)
         for w in result.scopes[MODEL_SCOPE]:
-            run.log({axis: w.last_tokens if axis == "tokens" else w.last_step,
-                     **{f"edge/{k}": v for k, v in (("r12", w.r12), ("r23", w.r23), ("pc1_share", w.pc1_share),
-                                                    ("pc2_share", w.pc2_share), ("drift_speed", w.drift_speed),
-                                                    ("k_star", w.k_star)) if v is not None}})
+            run.log(
+                {
+                    axis: w.last_tokens if axis == "tokens" else w.last_step,
+                    **{
+                        f"edge/{k}": v
+                        for k, v in (
+                            ("r12", w.r12),
+                            ("r23", w.r23),
+                            ("pc1_share", w.pc1_share),
+                            ("pc2_share", w.pc2_share),
+                            ("drift_speed", w.drift_speed),
+                            ("k_star", w.k_star),
+                        )
+                        if v is not None
+                    },
+                }
+            )
         found = result.collapse[MODEL_SCOPE]
         run.summary.update({"edge/peak_window": found.peak, "edge/collapse_window": found.collapse})
         run.log({"edge/figure": wandb.Image(str(figure))})
@@ -215,8 +242,11 @@ def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
 
 def main(argv=None) -> None:
     p = CommandParser("python -m emergence.edge", __doc__)
-    p.add_argument("target", nargs="*", help="SWEEP_DIR (a panel multirun's directory) and/or Hydra overrides "
-                                             "(model=..., edge.window=...)")
+    p.add_argument(
+        "target",
+        nargs="*",
+        help="SWEEP_DIR (a panel multirun's directory) and/or Hydra overrides (model=..., edge.window=...)",
+    )
     p.add_argument("--model", help="the panel to read where SWEEP_DIR holds several (as the report names them)")
     p.add_argument("--out", type=Path, help="where edge.json goes without SWEEP_DIR (default outputs/edge/<model.key>)")
     args = p.parse_intermixed_args(argv)
@@ -244,6 +274,9 @@ def main(argv=None) -> None:
         sys.exit(2)
     windows = result.scopes[MODEL_SCOPE]
     found = result.collapse[MODEL_SCOPE]
-    said = ("no collapse" if found.collapse is None else
-            f"sigma_2/sigma_3 collapses (< 1.20) in the window ending at step {windows[found.collapse].last_step}")
+    said = (
+        "no collapse"
+        if found.collapse is None
+        else f"sigma_2/sigma_3 collapses (< 1.20) in the window ending at step {windows[found.collapse].last_step}"
+    )
     print(f"edge: {len(windows)} windows x {len(result.scopes)} scopes; {said}; {out_dir / 'edge.json'}")

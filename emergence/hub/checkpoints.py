@@ -48,9 +48,11 @@ def resolve_revision(cfg: Config) -> Revision:
     revision = _resolve(cfg)
     required = model.revision_required_for
     if required and re.search(required, model.name_or_path) and revision.name in (None, "main"):
-        raise UsageError(f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch "
-                         "may hold no weights; name a checkpoint (revision=r0..r9 or revision=custom "
-                         "revision.name=<branch>)")
+        raise UsageError(
+            f"revision={revision.name or 'final'} is invalid for {model.name_or_path}: its main branch "
+            "may hold no weights; name a checkpoint (revision=r0..r9 or revision=custom "
+            "revision.name=<branch>)"
+        )
     return revision
 
 
@@ -67,12 +69,14 @@ def _resolve(cfg: Config) -> Revision:
         if not panel and series is None and model.revision_pattern is None:
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "
-                "use revision=custom revision.name=<branch> or revision=final")
+                "use revision=custom revision.name=<branch> or revision=final"
+            )
         panel = panel or revisions.discovered_panel(model, cfg.cache_dir)
         if not -len(panel) <= rev.index < len(panel):
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has {len(panel)} panel "
-                f"revisions, use r0..r{len(panel) - 1} or final")
+                f"revisions, use r0..r{len(panel) - 1} or final"
+            )
         return panel_revision(panel[rev.index], model.tokens_per_step)
     if not rev.name:
         raise UsageError("revision.name=None is invalid: revision=custom needs revision.name=<branch>")
@@ -82,9 +86,11 @@ def _resolve(cfg: Config) -> Revision:
     if series is not None:
         wanted = max(map(int, re.findall(r"\d+", rev.name) or [0]))
         nearest = sorted(series, key=lambda e: abs(e.step - wanted))
-        raise UsageError(f"revision.name={rev.name!r} is invalid: {model.name_or_path} has no checkpoint folder of "
-                         f"that name; nearest: {', '.join(e.revision for e in nearest[:2])} (list them: "
-                         f"{revisions.listing_command(model)})")
+        raise UsageError(
+            f"revision.name={rev.name!r} is invalid: {model.name_or_path} has no checkpoint folder of "
+            f"that name; nearest: {', '.join(e.revision for e in nearest[:2])} (list them: "
+            f"{revisions.listing_command(model)})"
+        )
     revisions.check_revision_name(rev.name, model, panel)
     step, tokens = parse_revision_name(rev.name, model.revision_pattern, model.tokens_per_step)
     return Revision(rev.name, step, tokens)
@@ -92,19 +98,33 @@ def _resolve(cfg: Config) -> Revision:
 
 def panel_revision(entry, tokens_per_step: int | None) -> Revision:
     """A panel entry; tokens it does not state are step x model.tokens_per_step where that is set."""
-    tokens = entry.tokens if entry.tokens is not None else (
-        int(entry.step) * tokens_per_step if tokens_per_step else None)
+    tokens = (
+        entry.tokens if entry.tokens is not None else (int(entry.step) * tokens_per_step if tokens_per_step else None)
+    )
     return Revision(entry.revision, int(entry.step), None if tokens is None else int(tokens))
 
 
 # Architectures these tests run against eager attention (tests/helpers/tiny_models.py); others whose
 # class supports the attention interface are accepted too.
-TESTED_ARCHITECTURES = ("gemma2", "gpt2", "gpt_neox", "llama", "mistral", "olmo", "olmo2", "olmoe", "phi3",
-                        "qwen2", "qwen3")
+TESTED_ARCHITECTURES = (
+    "gemma2",
+    "gpt2",
+    "gpt_neox",
+    "llama",
+    "mistral",
+    "olmo",
+    "olmo2",
+    "olmoe",
+    "phi3",
+    "qwen2",
+    "qwen3",
+)
 
 
-SUPPORTED = ("supported are decoder-only causal LMs whose attention goes through transformers' AttentionInterface "
-             f"(tested: {', '.join(TESTED_ARCHITECTURES)})")
+SUPPORTED = (
+    "supported are decoder-only causal LMs whose attention goes through transformers' AttentionInterface "
+    f"(tested: {', '.join(TESTED_ARCHITECTURES)})"
+)
 
 
 def check_attention_support(hf_config, trust_remote_code: bool) -> None:
@@ -121,8 +141,10 @@ def check_attention_support(hf_config, trust_remote_code: bool) -> None:
         return
     model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config), None)
     if model_class is None or not model_class._supports_attention_backend:
-        raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
-                         f"transformers' AttentionInterface; {SUPPORTED}")
+        raise UsageError(
+            f"model architecture {model_type!r} is not supported: its attention does not go through "
+            f"transformers' AttentionInterface; {SUPPORTED}"
+        )
 
 
 def pick_device(requested: str) -> torch.device:
@@ -166,19 +188,22 @@ def source(cfg: Config, revision: Revision) -> Source:
     a branch."""
     if cfg.model.toy is not None or (revision.name is not None and revisions.local_series(cfg.model) is not None):
         assert revision.name is not None  # a toy's revisions are named folders too
-        return Source(str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True,
-                      cfg.model.weights_format)
+        return Source(
+            str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True, cfg.model.weights_format
+        )
     path = cfg.model.name_or_path
     if Path(path).expanduser().is_dir():
-        return Source(str(Path(path).expanduser()), revision.name, True, True, cfg.model.weights_format,
-                      cfg.model.gguf_file)
+        return Source(
+            str(Path(path).expanduser()), revision.name, True, True, cfg.model.weights_format, cfg.model.gguf_file
+        )
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(path)
     except HFValidationError:
-        raise UsageError(f"model.name_or_path={path!r} is invalid: it is neither a directory nor a Hub repo id "
-                         "(org/name)") from None
+        raise UsageError(
+            f"model.name_or_path={path!r} is invalid: it is neither a directory nor a Hub repo id (org/name)"
+        ) from None
     if cfg.model.gguf_file:
         from huggingface_hub import try_to_load_from_cache
 
@@ -214,9 +239,11 @@ def check_hub(src: Source) -> None:
         why = f"the Hub endpoint {hub_endpoint()} is not reachable"
     else:
         return
-    raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: it is not in the local Hugging Face "
-                     f"cache and {why}; run again when the Hub is reachable, or fetch it where there is a network: "
-                     f"{_fetch_hint(src)}")
+    raise UsageError(
+        f"model.name_or_path={_where(src)!r} cannot be loaded: it is not in the local Hugging Face "
+        f"cache and {why}; run again when the Hub is reachable, or fetch it where there is a network: "
+        f"{_fetch_hint(src)}"
+    )
 
 
 def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None:
@@ -225,9 +252,11 @@ def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None
     if src.local_only:
         return None
     if connection_lost(err) or not hub_reachable():
-        return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: the Hub endpoint {hub_endpoint()} "
-                          "stopped answering during the download; run again when it is reachable (a sweep: relaunch "
-                          "it, finished jobs are kept)")
+        return UsageError(
+            f"model.name_or_path={_where(src)!r} cannot be loaded: the Hub endpoint {hub_endpoint()} "
+            "stopped answering during the download; run again when it is reachable (a sweep: relaunch "
+            "it, finished jobs are kept)"
+        )
     from huggingface_hub.errors import RepositoryNotFoundError
 
     if not caused_by(err, (RepositoryNotFoundError,)):
@@ -235,9 +264,11 @@ def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None
     # The Hub says "repository not found" for a missing revision too (olah, gated repos): the
     # repo's branches tell which one is missing.
     branches = revisions.list_branches(src.path)  # a UsageError if the repo does not exist
-    return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {src.path} on {hub_endpoint()} has no "
-                      f"revision {src.revision!r} ({len(branches)} branches); list them: python -m emergence.revisions "
-                      f"{cfg.model.key} --repo {src.path}")
+    return UsageError(
+        f"model.name_or_path={_where(src)!r} cannot be loaded: {src.path} on {hub_endpoint()} has no "
+        f"revision {src.revision!r} ({len(branches)} branches); list them: python -m emergence.revisions "
+        f"{cfg.model.key} --repo {src.path}"
+    )
 
 
 @dataclass(frozen=True)
@@ -264,14 +295,17 @@ def load_config(cfg: Config, src: Source) -> CheckpointConfig:
             mapped_from = unknown.group(1)
             hf_config = _aliased_config(src.path, options)
         elif unknown:
-            raise UsageError(f"model architecture {unknown.group(1)!r} is not supported: transformers "
-                             f"{transformers.__version__} does not know it; {SUPPORTED}") from None
+            raise UsageError(
+                f"model architecture {unknown.group(1)!r} is not supported: transformers "
+                f"{transformers.__version__} does not know it; {SUPPORTED}"
+            ) from None
         else:
             hub_error = _download_error(cfg, src, err) if isinstance(err, OSError) else None
             if hub_error:
                 raise hub_error from None
-            raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: "
-                             f"{type(err).__name__}: {first_line(err)}") from None
+            raise UsageError(
+                f"model.name_or_path={_where(src)!r} cannot be loaded: {type(err).__name__}: {first_line(err)}"
+            ) from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)
     return CheckpointConfig(hf_config, mapped_from)
 
@@ -282,11 +316,14 @@ def _gguf_config(cfg: Config, src: Source) -> CheckpointConfig:
     path = gguf_file_path(src)
     header = gguf.read_header(path)
     try:
-        hf_config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name,
-                                               trust_remote_code=cfg.model.trust_remote_code)
+        hf_config = AutoConfig.from_pretrained(
+            path.parent, gguf_file=path.name, trust_remote_code=cfg.model.trust_remote_code
+        )
     except (ValueError, KeyError) as err:  # an architecture transformers' GGUF path does not map
-        raise UsageError(f"model.gguf_file={src.gguf_file!r} cannot be loaded: transformers {transformers.__version__} "
-                         f"does not read GGUF architecture {header.architecture!r} ({first_line(err)})") from None
+        raise UsageError(
+            f"model.gguf_file={src.gguf_file!r} cannot be loaded: transformers {transformers.__version__} "
+            f"does not read GGUF architecture {header.architecture!r} ({first_line(err)})"
+        ) from None
     check_attention_support(hf_config, cfg.model.trust_remote_code)
     return CheckpointConfig(hf_config, None, header)
 
@@ -319,12 +356,16 @@ def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFile
         files = weights.select(weights.formats_in(f.path for f in listing), src.weights_format, _where(src))
         weights.download(src.path, src.revision, files)
     except OSError as err:  # the server gone, no such revision (huggingface_hub's errors are OSErrors)
-        raise (_download_error(cfg, src, err) or
-               UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {first_line(err)}")) from None
+        raise (
+            _download_error(cfg, src, err)
+            or UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {first_line(err)}")
+        ) from None
     cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
     if cached is None:  # the server listed files it then did not serve whole
-        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its download is incomplete; "
-                         f"run again, or fetch it: {_fetch_hint(src)}")
+        raise UsageError(
+            f"model.name_or_path={_where(src)!r} cannot be loaded: its download is incomplete; "
+            f"run again, or fetch it: {_fetch_hint(src)}"
+        )
     return cached
 
 
@@ -363,8 +404,12 @@ def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
                 if isinstance(found, str):
                     return TokenizerSource(str(Path(found).parent), f"{src.path}@{revision}")
     else:
-        branches = (e.revision for e in revisions.parse_branches(revisions.list_branches(src.path),
-                                                                 cfg.model.revision_pattern, cfg.model.tokens_per_step))
+        branches = (
+            e.revision
+            for e in revisions.parse_branches(
+                revisions.list_branches(src.path), cfg.model.revision_pattern, cfg.model.tokens_per_step
+            )
+        )
         for revision in itertools.chain(candidates, branches):  # the branches are listed only if needed
             try:
                 names = {f.path for f in weights.remote_files(src.path, revision)}
@@ -374,8 +419,10 @@ def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
                 files = sorted(names & {*TOKENIZER_FILES, *TOKENIZER_COMPANIONS})
                 paths = [hf_hub_download(src.path, f, revision=revision) for f in files]
                 return TokenizerSource(str(Path(paths[0]).parent), f"{src.path}@{revision}")
-    raise UsageError(f"{_where(src)} has no tokenizer files, nor has main or any branch of {src.path}; for a model "
-                     "that reads bytes use probe.tokenizer=bytes")
+    raise UsageError(
+        f"{_where(src)} has no tokenizer files, nor has main or any branch of {src.path}; for a model "
+        "that reads bytes use probe.tokenizer=bytes"
+    )
 
 
 class TokenizerLookup:
@@ -398,8 +445,9 @@ class TokenizerLookup:
         if self.src is None:
             raise UsageError(f"the model in memory has no tokenizer: hand it to track (tokenizer=...); {fix}")
         found = self.source()
-        return text_sources.load_tokenizer(found.directory, found.name, self.cfg.model.trust_remote_code, fix,
-                                   found.gguf_file), found.name
+        return text_sources.load_tokenizer(
+            found.directory, found.name, self.cfg.model.trust_remote_code, fix, found.gguf_file
+        ), found.name
 
     @functools.cached_property
     def _found(self) -> TokenizerSource | UsageError:
@@ -502,9 +550,11 @@ def check_memory(hf_config, dtype: torch.dtype, device: torch.device) -> int:
     need = weight_bytes(hf_config, dtype)
     free = free_memory(device)
     if free is not None and need * 1.2 > free:
-        raise UsageError(f"model.dtype={str(dtype).removeprefix('torch.')!r} is invalid here: the weights need "
-                         f"{need / 2**30:.1f} GiB (+20% working memory) but {device.type} has "
-                         f"{free / 2**30:.1f} GiB free; use a larger device or a smaller dtype")
+        raise UsageError(
+            f"model.dtype={str(dtype).removeprefix('torch.')!r} is invalid here: the weights need "
+            f"{need / 2**30:.1f} GiB (+20% working memory) but {device.type} has "
+            f"{free / 2**30:.1f} GiB free; use a larger device or a smaller dtype"
+        )
     return need
 
 
@@ -521,8 +571,14 @@ def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype
     return int(max(1, min(ceiling, free_bytes // 2 // per_sequence)))
 
 
-def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: torch.device, dtype: torch.dtype,
-               attn_implementation: str):
+def load_model(
+    cfg: Config,
+    src: Source,
+    checkpoint: CheckpointConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    attn_implementation: str,
+):
     """The model, with the attention function ``attn_implementation`` names (the recipe's capturing one:
     ``capture.register_attention()``), from the weight files ``checkpoint_files`` picks: safetensors, or
     pickles through torch's restricted unpickler (``weights_only=True``, which refuses any pickle that
@@ -545,18 +601,25 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
             attn_implementation=attn_implementation,
         )
     except SafetensorError as err:  # a download cut short, a disk error
-        fix = ("replace the file" if Path(src.path).expanduser().is_dir() else
-               f"fetch it again: {_fetch_hint(src)} --force-download")
-        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: its safetensors weights are truncated "
-                         f"or corrupt ({first_line(err)}); {fix}") from None
+        fix = (
+            "replace the file"
+            if Path(src.path).expanduser().is_dir()
+            else f"fetch it again: {_fetch_hint(src)} --force-download"
+        )
+        raise UsageError(
+            f"model.name_or_path={_where(src)!r} cannot be loaded: its safetensors weights are truncated "
+            f"or corrupt ({first_line(err)}); {fix}"
+        ) from None
     except pickle.UnpicklingError as err:  # the restricted unpickler refused a pickle that calls code, or read garbage
         refused = _refused_global(err)
         if refused is None:  # no global refused: the bytes are no pickle torch can read
             broken = unreadable_shard(directory, files) or (files.shards[0], first_line(err))
             raise _broken_pickle(src, directory, broken) from None
-        raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {', '.join(files.shards)} is refused: "
-                         f"its pickle would call code ({refused}), which weights_only=True never runs; "
-                         "use a checkpoint in safetensors, or one from a source you trust") from None
+        raise UsageError(
+            f"model.name_or_path={_where(src)!r} cannot be loaded: {', '.join(files.shards)} is refused: "
+            f"its pickle would call code ({refused}), which weights_only=True never runs; "
+            "use a checkpoint in safetensors, or one from a source you trust"
+        ) from None
     except (OSError, EOFError, RuntimeError, UnicodeDecodeError) as err:  # a broken pickle; a missing shard
         # torch reports a broken pickle by whatever its reader tripped on, so it is named only once a
         # shard is seen to fail on its own; any other error (a missing shard aside) is not ours to reword
@@ -569,15 +632,26 @@ def load_model(cfg: Config, src: Source, checkpoint: CheckpointConfig, device: t
     return model.to(device).eval()
 
 
-def _load_gguf_model(cfg: Config, src: Source, checkpoint: CheckpointConfig,
-                     placement: tuple[torch.device, torch.dtype], attn_implementation: str):
+def _load_gguf_model(
+    cfg: Config,
+    src: Source,
+    checkpoint: CheckpointConfig,
+    placement: tuple[torch.device, torch.dtype],
+    attn_implementation: str,
+):
     """A GGUF file's model: transformers dequantizes every tensor to the ``placement``'s dtype (no pickle, no
     code), then moves it to its device."""
     device, dtype = placement
     path = gguf_file_path(src)
     model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, config=checkpoint.hf_config, local_files_only=True, dtype=dtype,
-        trust_remote_code=cfg.model.trust_remote_code, attn_implementation=attn_implementation)
+        path.parent,
+        gguf_file=path.name,
+        config=checkpoint.hf_config,
+        local_files_only=True,
+        dtype=dtype,
+        trust_remote_code=cfg.model.trust_remote_code,
+        attn_implementation=attn_implementation,
+    )
     return model.to(device).eval()
 
 
@@ -607,8 +681,12 @@ def _broken_pickle(src: Source, directory: Path, broken: tuple[str, str]) -> Usa
     why): which file, and how to get it whole."""
     name, why = broken
     path = Path(directory) / name
-    fix = ("replace the file" if Path(src.path).expanduser().is_dir() else
-           f"delete it from the Hugging Face cache ({path.resolve()}) and download it again: "
-           f"{_fetch_hint(src)} --force-download")
-    return UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {path} is truncated or corrupt "
-                      f"({why[:200]}); {fix}")
+    fix = (
+        "replace the file"
+        if Path(src.path).expanduser().is_dir()
+        else f"delete it from the Hugging Face cache ({path.resolve()}) and download it again: "
+        f"{_fetch_hint(src)} --force-download"
+    )
+    return UsageError(
+        f"model.name_or_path={_where(src)!r} cannot be loaded: {path} is truncated or corrupt ({why[:200]}); {fix}"
+    )

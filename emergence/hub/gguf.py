@@ -30,8 +30,10 @@ def check_installed(gguf_file: str) -> None:
     """Stop in one line where transformers' GGUF path cannot run for want of its packages."""
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if missing:
-        raise UsageError(f"model.gguf_file={gguf_file!r} cannot be read: transformers' GGUF loader needs "
-                         f"{' and '.join(missing)}; install them: {EXTRA}")
+        raise UsageError(
+            f"model.gguf_file={gguf_file!r} cannot be read: transformers' GGUF loader needs "
+            f"{' and '.join(missing)}; install them: {EXTRA}"
+        )
 
 
 def gguf_path(name_or_path: str, gguf_file: str, revision: str | None, local_only: bool) -> Path:
@@ -42,16 +44,20 @@ def gguf_path(name_or_path: str, gguf_file: str, revision: str | None, local_onl
         path = folder / gguf_file
         if not path.is_file():
             present = sorted(p.name for p in folder.glob("*.gguf"))
-            raise UsageError(f"model.gguf_file={gguf_file!r} is invalid: {folder} holds no such file "
-                             f"({'its .gguf files: ' + ', '.join(present) if present else 'it holds no .gguf file'})")
+            raise UsageError(
+                f"model.gguf_file={gguf_file!r} is invalid: {folder} holds no such file "
+                f"({'its .gguf files: ' + ', '.join(present) if present else 'it holds no .gguf file'})"
+            )
         return path
     from huggingface_hub import hf_hub_download
 
     try:
         return Path(hf_hub_download(name_or_path, gguf_file, revision=revision, local_files_only=local_only))
     except OSError as err:  # no such file or repo, no network (huggingface_hub's errors are OSErrors)
-        raise UsageError(f"model.gguf_file={gguf_file!r} cannot be fetched from {name_or_path}@{revision or 'main'}: "
-                         f"{first_line(err)}") from None
+        raise UsageError(
+            f"model.gguf_file={gguf_file!r} cannot be fetched from {name_or_path}@{revision or 'main'}: "
+            f"{first_line(err)}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ def read_header(path: Path) -> GgufHeader:
         architecture = bytes(field.parts[field.data[0]]).decode() if field is not None else "unknown"
         types = Counter(tensor.tensor_type.name for tensor in reader.tensors)
     except Exception as err:  # noqa: BLE001 (see above: every failure of the reader is a damaged file)
-        raise UsageError(f"model.gguf_file={path.name!r} cannot be read: {path} is truncated or not a GGUF file "
-                         f"({first_line(err)}); download it again") from None
+        raise UsageError(
+            f"model.gguf_file={path.name!r} cannot be read: {path} is truncated or not a GGUF file "
+            f"({first_line(err)}); download it again"
+        ) from None
     return GgufHeader(path.name, architecture, dict(sorted(types.items())))

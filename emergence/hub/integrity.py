@@ -83,9 +83,14 @@ class BranchCheck(Record):
 
     @property
     def line(self) -> str:
-        return {"ok": "ok", "duplicate": f"duplicate of {self.other}", "no_weights": "no weights",
-                "foreign_shard": f"foreign shard {self.file} from {self.other}", "truncated": f"truncated {self.file}",
-                "model_type": f"model_type {self.model_type} is not {self.expected_model_type}"}[self.verdict]
+        return {
+            "ok": "ok",
+            "duplicate": f"duplicate of {self.other}",
+            "no_weights": "no weights",
+            "foreign_shard": f"foreign shard {self.file} from {self.other}",
+            "truncated": f"truncated {self.file}",
+            "model_type": f"model_type {self.model_type} is not {self.expected_model_type}",
+        }[self.verdict]
 
     @property
     def fails(self) -> bool:
@@ -110,8 +115,11 @@ def verdicts(listings: dict[str, BranchFiles], expected_model_type: str | None) 
     checks = {}
     for branch, files in listings.items():
         fingerprint = weights.fingerprint(files.weight_sha256) if files.weight_sha256 else None
-        foreign = [(name, owner_of_file[sha]) for name, sha in sorted(files.weight_sha256.items())
-                   if owner_of_file[sha] != branch]
+        foreign = [
+            (name, owner_of_file[sha])
+            for name, sha in sorted(files.weight_sha256.items())
+            if owner_of_file[sha] != branch
+        ]
         owner = owner_of_weights.get(tuple(sorted(files.weight_sha256.values())))
         if not files.weight_sha256:
             check = BranchCheck(branch, "no_weights")
@@ -122,8 +130,9 @@ def verdicts(listings: dict[str, BranchFiles], expected_model_type: str | None) 
         elif foreign:
             check = BranchCheck(branch, "foreign_shard", other=foreign[0][1], file=foreign[0][0])
         elif expected_model_type and files.model_type and files.model_type != expected_model_type:
-            check = BranchCheck(branch, "model_type", model_type=files.model_type,
-                                expected_model_type=expected_model_type)
+            check = BranchCheck(
+                branch, "model_type", model_type=files.model_type, expected_model_type=expected_model_type
+            )
         else:
             check = BranchCheck(branch, "ok")
         checks[branch] = dataclasses.replace(check, weights_sha256=fingerprint)
@@ -148,8 +157,11 @@ def cached_listing(repo: str, branch: str, step: int | None) -> BranchFiles | No
     if cached is None:
         return None
     snapshot, files = cached
-    return BranchFiles(step, {name: weights.file_sha256(snapshot / name) for name in files.shards},
-                       _model_type(snapshot / weights.CONFIG_FILE))
+    return BranchFiles(
+        step,
+        {name: weights.file_sha256(snapshot / name) for name in files.shards},
+        _model_type(snapshot / weights.CONFIG_FILE),
+    )
 
 
 def _model_type(config: Path | None) -> str | None:
@@ -162,8 +174,12 @@ def local_listing(folder: Path, step: int | None) -> BranchFiles:
     files = weights.preferred(weights.formats_in(p.name for p in folder.iterdir())) if folder.is_dir() else None
     if files is None:
         return BranchFiles(step, {}, _model_type(folder / weights.CONFIG_FILE))
-    return BranchFiles(step, {name: weights.file_sha256(folder / name) for name in files.shards},
-                       _model_type(folder / weights.CONFIG_FILE), series.truncated_file(folder, files))
+    return BranchFiles(
+        step,
+        {name: weights.file_sha256(folder / name) for name in files.shards},
+        _model_type(folder / weights.CONFIG_FILE),
+        series.truncated_file(folder, files),
+    )
 
 
 def list_branch(repo: str, branch: str, step: int | None) -> BranchFiles | None:
@@ -182,8 +198,9 @@ def list_branch(repo: str, branch: str, step: int | None) -> BranchFiles | None:
         return None
 
 
-def check(repo: str, branches: dict[str, int | None], expected_model_type: str | None,
-          store: Path | None = None) -> dict[str, BranchCheck]:
+def check(
+    repo: str, branches: dict[str, int | None], expected_model_type: str | None, store: Path | None = None
+) -> dict[str, BranchCheck]:
     """The verdicts of ``branches`` (name -> step) of ``repo``; branches that cannot be listed
     (offline and not cached, or missing) get none. ``store``: a JSON file keeping the listings."""
     kept = read_store(store)
@@ -204,8 +221,9 @@ def check(repo: str, branches: dict[str, int | None], expected_model_type: str |
 def stored_verdicts(store: Path) -> dict[str, dict[str, BranchCheck]]:
     """Every branch's verdict among the branches of its repo that ``store`` keeps (a sweep's check):
     {repo: {branch: check}}."""
-    return {repo: verdicts(listing.branches, listing.expected_model_type)
-            for repo, listing in read_store(store).items()}
+    return {
+        repo: verdicts(listing.branches, listing.expected_model_type) for repo, listing in read_store(store).items()
+    }
 
 
 def read_store(store: Path | None) -> dict[str, RepoListing]:

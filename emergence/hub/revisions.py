@@ -69,10 +69,14 @@ def check_revision_name(name: str, model: ModelConfig, panel: list[PanelEntry]) 
         nearest = [model.revision_format.format(step=s) for s in closest]
     else:
         nearest = [e.revision for e in sorted(panel, key=lambda e: abs(int(e.step) - guess))[:2]]
-    why = (f"step {step} is not a published checkpoint of {model.key!r}" if step is not None
-           else f"{model.key!r} names its checkpoint branches like {model.revision_pattern}")
-    raise UsageError(f"revision.name={name!r} is invalid: {why}"
-                     + (f"; nearest valid: {', '.join(nearest)}" if nearest else ""))
+    why = (
+        f"step {step} is not a published checkpoint of {model.key!r}"
+        if step is not None
+        else f"{model.key!r} names its checkpoint branches like {model.revision_pattern}"
+    )
+    raise UsageError(
+        f"revision.name={name!r} is invalid: {why}" + (f"; nearest valid: {', '.join(nearest)}" if nearest else "")
+    )
 
 
 def parse_branches(names: list[str], pattern: str | None, tokens_per_step: int | None) -> list[PanelEntry]:
@@ -90,8 +94,9 @@ def training_progress(entry: PanelEntry) -> int:
     return entry.tokens if entry.tokens is not None else entry.step
 
 
-def propose_panel(entries: list[PanelEntry], n: int, low: float = 1.0, high: float = float("inf"),
-                  distinct: bool = False) -> list[PanelEntry]:
+def propose_panel(
+    entries: list[PanelEntry], n: int, low: float = 1.0, high: float = float("inf"), distinct: bool = False
+) -> list[PanelEntry]:
     """Up to ``n`` existing checkpoints nearest (in log tokens, or log steps where tokens are
     unknown) to n log-spaced targets in [low, high] (clipped to the checkpoints there are). ``distinct``:
     each target takes the nearest checkpoint no earlier target took, so that n checkpoints give n
@@ -139,14 +144,17 @@ def existing_checkpoints(cfg) -> list[PanelEntry]:
     if found is not None:
         return found
     if Path(cfg.model.name_or_path).expanduser().is_dir():
-        raise UsageError(f"model.name_or_path={cfg.model.name_or_path!r} is a local directory: one checkpoint, "
-                         "no revisions between which to refine; use a Hub repo, a toy model or the folder of a "
-                         "run's checkpoints")
+        raise UsageError(
+            f"model.name_or_path={cfg.model.name_or_path!r} is a local directory: one checkpoint, "
+            "no revisions between which to refine; use a Hub repo, a toy model or the folder of a "
+            "run's checkpoints"
+        )
     try:
         names = list_branches(cfg.model.name_or_path)
     except HubUnavailable as err:
-        raise UsageError(f"the checkpoints of {cfg.model.name_or_path} cannot be listed: {err}; run where the Hub "
-                         "is reachable") from None
+        raise UsageError(
+            f"the checkpoints of {cfg.model.name_or_path} cannot be listed: {err}; run where the Hub is reachable"
+        ) from None
     return parse_branches(names, cfg.model.revision_pattern, cfg.model.tokens_per_step)
 
 
@@ -170,8 +178,10 @@ def list_branches(repo: str) -> list[str]:
     except HfHubHTTPError as err:
         # the Hub answers an unknown repo with RepositoryNotFoundError, olah with a plain 404
         if isinstance(err, RepositoryNotFoundError) or err.response.status_code == 404:
-            raise UsageError(f"repo {repo} does not exist on {hub_endpoint()} (or is private); check the repo id "
-                             "(model.name_or_path)") from None
+            raise UsageError(
+                f"repo {repo} does not exist on {hub_endpoint()} (or is private); check the repo id "
+                "(model.name_or_path)"
+            ) from None
         raise UsageError(f"{hub_endpoint()} answered {first_line(err)}") from None
     except Exception as err:
         if connection_lost(err):  # the server went away since hub_reachable
@@ -196,16 +206,21 @@ def discovered_panel(model: ModelConfig, cache_dir: str, n: int = 10) -> list[Pa
     try:
         names = list_branches(model.name_or_path)
     except HubUnavailable as err:
-        raise UsageError(f"revision=r0..r{n - 1} is unavailable: model {model.key!r} states no panel and its branches "
-                         f"cannot be listed ({err}); run python -m emergence.revisions {model.key} --propose {n} where "
-                         "the Hub is reachable and add the panel to the preset") from None
+        raise UsageError(
+            f"revision=r0..r{n - 1} is unavailable: model {model.key!r} states no panel and its branches "
+            f"cannot be listed ({err}); run python -m emergence.revisions {model.key} --propose {n} where "
+            "the Hub is reachable and add the panel to the preset"
+        ) from None
     except UsageError as err:  # the Hub answered: a panel cannot help
-        raise UsageError(f"revision=r0..r{n - 1} is unavailable: the branches of model {model.key!r} cannot be "
-                         f"listed: {err}") from None
+        raise UsageError(
+            f"revision=r0..r{n - 1} is unavailable: the branches of model {model.key!r} cannot be listed: {err}"
+        ) from None
     panel = propose_panel(parse_branches(names, model.revision_pattern, model.tokens_per_step), n)
     if not panel:
-        raise UsageError(f"model.revision_pattern={model.revision_pattern!r} matches no branch of "
-                         f"{model.name_or_path}; fix the preset's pattern")
+        raise UsageError(
+            f"model.revision_pattern={model.revision_pattern!r} matches no branch of "
+            f"{model.name_or_path}; fix the preset's pattern"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([vars(e) for e in panel], indent=1))
     print(f"proposed panel of {model.name_or_path} ({len(names)} branches; kept in {path}):")
@@ -233,8 +248,11 @@ def check_command(cfg, entries: list[PanelEntry], names: list[str], every: bool,
         raise UsageError(f"{unknown[0]} is not a checkpoint branch of {repo}; list them: {listing_command(cfg.model)}")
     checks = integrity.check(repo, {n: step_of[n] for n in names}, cfg.model.architecture)
     if as_json:
-        print(json.dumps({"repo": repo, "branches": {b: {**c.to_json(), "line": c.line} for b, c in checks.items()}},
-                         indent=1))
+        print(
+            json.dumps(
+                {"repo": repo, "branches": {b: {**c.to_json(), "line": c.line} for b, c in checks.items()}}, indent=1
+            )
+        )
     else:
         width = max(map(len, checks), default=0)
         for branch, verdict in checks.items():
@@ -252,25 +270,39 @@ def listing_command(model: ModelConfig) -> str:
 
 def sweep_command(model: ModelConfig, names: list[str]) -> str:
     """The sweep that analyses the checkpoints ``names`` of ``model``."""
-    which = (f"model=local model.name_or_path={model.name_or_path}" if Path(model.name_or_path).expanduser().is_dir()
-             else f"model={model.key}")
+    which = (
+        f"model=local model.name_or_path={model.name_or_path}"
+        if Path(model.name_or_path).expanduser().is_dir()
+        else f"model={model.key}"
+    )
     return f"python -m emergence -m {which} revision=custom revision.name={','.join(names)}"
 
 
 def main(argv=None) -> None:
     p = CommandParser("python -m emergence.revisions", __doc__)
-    p.add_argument("model", help="a model preset (conf/model: pythia, olmo2, smollm2, ...), local with --repo, or "
-                                 "the folder of a training run's checkpoints (checkpoint-<step>/, step<N>/, ...)")
-    p.add_argument("--tokens-per-step", type=int, metavar="N",
-                   help="a folder of checkpoints: tokens = step x N where its checkpoints do not state them")
+    p.add_argument(
+        "model",
+        help="a model preset (conf/model: pythia, olmo2, smollm2, ...), local with --repo, or "
+        "the folder of a training run's checkpoints (checkpoint-<step>/, step<N>/, ...)",
+    )
+    p.add_argument(
+        "--tokens-per-step",
+        type=int,
+        metavar="N",
+        help="a folder of checkpoints: tokens = step x N where its checkpoints do not state them",
+    )
     p.add_argument("--repo", help="Hub repo id (default: the model config's name_or_path)")
     p.add_argument("--propose", type=int, metavar="N", help="propose a log-spaced panel of N revisions")
     p.add_argument("--from", dest="low", type=float, default=1.0, help="lowest token count for --propose")
     p.add_argument("--to", dest="high", type=float, default=float("inf"), help="highest token count")
     p.add_argument("--between", nargs=2, metavar=("REV_A", "REV_B"), help="list the checkpoints between two")
-    p.add_argument("--check", nargs="*", metavar="BRANCH",
-                   help="check branches before downloading them (default: the model's panel): duplicates, foreign "
-                        "shards, no weights, model_type")
+    p.add_argument(
+        "--check",
+        nargs="*",
+        metavar="BRANCH",
+        help="check branches before downloading them (default: the model's panel): duplicates, foreign "
+        "shards, no weights, model_type",
+    )
     p.add_argument("--all", action="store_true", help="with --check: every checkpoint branch of the repo")
     p.add_argument("--json", action="store_true", help="with --check: machine-readable output")
     args = p.parse_args(argv)
@@ -282,8 +314,10 @@ def main(argv=None) -> None:
         p.error(f"--from {args.low:g} --to {args.high:g} is invalid: need 0 < --from < --to (token counts)")
     folder = Path(args.model).expanduser().is_dir()
     overrides = ([f"model.tokens_per_step={args.tokens_per_step}"] if args.tokens_per_step else []) + (
-        ["model=local", f"model.name_or_path={args.model}"] if folder else
-        [f"model={args.model}"] + ([f"model.name_or_path={args.repo}"] if args.repo else []))
+        ["model=local", f"model.name_or_path={args.model}"]
+        if folder
+        else [f"model={args.model}"] + ([f"model.name_or_path={args.repo}"] if args.repo else [])
+    )
     try:
         cfg = compose_config(overrides)
         series = local_series(cfg.model) if folder else None
@@ -295,14 +329,20 @@ def main(argv=None) -> None:
     repo = cfg.model.name_or_path
     try:
         # a folder's entries are its series (None only off a folder)
-        entries = series if series is not None else parse_branches(list_branches(repo), cfg.model.revision_pattern,
-                                                                   cfg.model.tokens_per_step)
+        entries = (
+            series
+            if series is not None
+            else parse_branches(list_branches(repo), cfg.model.revision_pattern, cfg.model.tokens_per_step)
+        )
     except HubUnavailable as err:
         if args.check and not args.all:  # named branches: the check reads what the cache holds of them
             entries = parse_branches(args.check, cfg.model.revision_pattern, cfg.model.tokens_per_step)
         else:
-            print(f"error: listing the revisions of {repo} needs the Hugging Face Hub ({err}); run it where the Hub is "
-                  "reachable", file=sys.stderr)
+            print(
+                f"error: listing the revisions of {repo} needs the Hugging Face Hub ({err}); run it where the Hub is "
+                "reachable",
+                file=sys.stderr,
+            )
             sys.exit(2)
     except UsageError as err:  # the Hub answered, e.g. no such repo
         print(f"error: the revisions of {repo} cannot be listed: {err}", file=sys.stderr)
@@ -328,8 +368,11 @@ def main(argv=None) -> None:
     if folder and not args.propose:
         panel = discovered_panel(cfg.model, cfg.cache_dir)
         print(f"# its panel, revision=r0..r{len(panel) - 1}: {', '.join(e.revision for e in panel)}; analyse it with:")
-        print(f"python -m emergence -m model=local model.name_or_path={repo} 'revision=glob(r*)'" if len(panel) == 10
-              else sweep_command(cfg.model, [e.revision for e in panel]))
+        print(
+            f"python -m emergence -m model=local model.name_or_path={repo} 'revision=glob(r*)'"
+            if len(panel) == 10
+            else sweep_command(cfg.model, [e.revision for e in panel])
+        )
 
 
 if __name__ == "__main__":

@@ -33,16 +33,34 @@ TRAINER_FOLDER = re.compile(r"checkpoint-(?P<step>\d+)")
 MANIFEST = "manifest.json"  # a trained toy's (``toy.train``): each saved checkpoint's revision, step and tokens
 LAYOUTS = "checkpoint-<step>/, step<N>/ or step<N>-tokens<M>B/"
 # The config fields that fix a model's shape; checkpoints of one run agree on all of them.
-SHAPE_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "intermediate_size",
-              "head_dim", "vocab_size", "max_position_embeddings", "n_layer", "n_head", "n_embd", "n_inner",
-              "n_positions", "num_experts", "num_local_experts", "num_experts_per_tok")
+SHAPE_KEYS = (
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_size",
+    "intermediate_size",
+    "head_dim",
+    "vocab_size",
+    "max_position_embeddings",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "n_inner",
+    "n_positions",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+)
 
 
 def is_series(path: str | Path) -> bool:
     """A local folder that is no checkpoint itself (no ``config.json``) but holds checkpoint folders."""
     root = Path(path).expanduser()
-    return (root.is_dir() and not (root / weights.CONFIG_FILE).exists()
-            and any(step_of_name(p.name) is not None for p in root.iterdir() if p.is_dir()))
+    return (
+        root.is_dir()
+        and not (root / weights.CONFIG_FILE).exists()
+        and any(step_of_name(p.name) is not None for p in root.iterdir() if p.is_dir())
+    )
 
 
 def step_of_name(name: str) -> int | None:
@@ -68,8 +86,10 @@ def checkpoints(path: str | Path, tokens_per_step: int | None) -> list[PanelEntr
             assert step is not None  # _step_of_name read it
             entries.append(PanelEntry(folder.name, step, manifest.get(folder.name, tokens)))
     if not entries:
-        raise UsageError(f"model.name_or_path={str(path)!r} is invalid: it holds neither a checkpoint (config.json) "
-                         f"nor checkpoint folders ({LAYOUTS}); name a checkpoint or the output folder of a run")
+        raise UsageError(
+            f"model.name_or_path={str(path)!r} is invalid: it holds neither a checkpoint (config.json) "
+            f"nor checkpoint folders ({LAYOUTS}); name a checkpoint or the output folder of a run"
+        )
     entries.sort(key=lambda e: (e.step, e.revision))
     one_model(root, entries)
     return entries
@@ -96,8 +116,10 @@ def saved_checkpoints(root: Path) -> list[PanelEntry]:
     manifest = root / MANIFEST
     if not manifest.exists():
         return []
-    return [PanelEntry(c["revision"], c["step"], c["tokens"])
-            for c in json.loads(manifest.read_text()).get("checkpoints", [])]
+    return [
+        PanelEntry(c["revision"], c["step"], c["tokens"])
+        for c in json.loads(manifest.read_text()).get("checkpoints", [])
+    ]
 
 
 def _toy_tokens(root: Path) -> dict[str, int]:
@@ -133,8 +155,10 @@ def one_model(root: Path, entries: list[PanelEntry]) -> None:
         elif shape != first[1]:
             differ = [k for k in dict.fromkeys([*first[1], *shape]) if first[1].get(k) != shape.get(k)]
             said = ", ".join(f"{k} {first[1].get(k)} vs {shape.get(k)}" for k in differ)
-            raise UsageError(f"model.name_or_path={str(root)!r} is invalid: its checkpoints are not one model: "
-                             f"{first[0]} and {entry.revision} differ ({said}); give the folder of one run")
+            raise UsageError(
+                f"model.name_or_path={str(root)!r} is invalid: its checkpoints are not one model: "
+                f"{first[0]} and {entry.revision} differ ({said}); give the folder of one run"
+            )
 
 
 def truncated_file(folder: Path, files: weights.WeightFiles) -> str | None:

@@ -30,14 +30,17 @@ def load_tokenizer(directory: str, name: str, trust_remote_code: bool, fix: str,
     try:
         tok = _auto_tokenizer(directory, trust_remote_code, gguf_file)
     except (OSError, ValueError, TypeError) as err:
-        raise UsageError(f"{name} has no tokenizer that loads ({type(err).__name__}: "
-                         f"{first_line(err) if str(err) else ''}); {fix}") from None
+        raise UsageError(
+            f"{name} has no tokenizer that loads ({type(err).__name__}: {first_line(err) if str(err) else ''}); {fix}"
+        ) from None
     # Without tokenizer files, transformers builds the model type's tokenizer class empty (GPTNeoX,
     # GPT-2, Qwen2, Gemma): it encodes every text to nothing, and the text would be blamed for it.
     if set(tok.get_vocab().values()) <= set(tok.all_special_ids):
-        raise UsageError(f"{name} has no tokenizer (no tokenizer files: its vocabulary is only the special tokens "
-                         f"{', '.join(sorted(tok.get_vocab()))}); save the model's tokenizer beside its weights, "
-                         f"or {fix}")
+        raise UsageError(
+            f"{name} has no tokenizer (no tokenizer files: its vocabulary is only the special tokens "
+            f"{', '.join(sorted(tok.get_vocab()))}); save the model's tokenizer beside its weights, "
+            f"or {fix}"
+        )
     return tok
 
 
@@ -56,11 +59,15 @@ def documents(probe_cfg) -> Sequence[str]:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise UsageError(f"probe.text_file={str(path)!r} line {number} is not JSON ({err.msg}); a .jsonl "
-                                     "file holds one JSON object per line") from None
+                    raise UsageError(
+                        f"probe.text_file={str(path)!r} line {number} is not JSON ({err.msg}); a .jsonl "
+                        "file holds one JSON object per line"
+                    ) from None
                 if p.column not in record:
-                    raise UsageError(f"probe.column={p.column!r} is not a field of {path} line {number} (it has "
-                                     f"{', '.join(sorted(record))}); set probe.column to the text's field")
+                    raise UsageError(
+                        f"probe.column={p.column!r} is not a field of {path} line {number} (it has "
+                        f"{', '.join(sorted(record))}); set probe.column to the text's field"
+                    )
                 docs.append(record[p.column])
         return docs
     return dataset_documents(p.dataset, p.split, p.column)
@@ -70,9 +77,11 @@ def read_utf8(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise UsageError(f"probe.text_file={str(path)!r} is not UTF-8 text: byte {err.start} is "
-                         f"0x{err.object[err.start]:02x}; convert it to UTF-8 (iconv -t UTF-8) or give another "
-                         "file") from None
+        raise UsageError(
+            f"probe.text_file={str(path)!r} is not UTF-8 text: byte {err.start} is "
+            f"0x{err.object[err.start]:02x}; convert it to UTF-8 (iconv -t UTF-8) or give another "
+            "file"
+        ) from None
 
 
 def dataset_documents(name: str, split: str, column: str) -> Sequence[str]:
@@ -82,10 +91,13 @@ def dataset_documents(name: str, split: str, column: str) -> Sequence[str]:
         data = datasets.load_dataset(name, split=split)
     except Exception as err:  # datasets raises many kinds (offline, not found, no such split): all one answer
         first = first_line(err) if str(err) else ""
-        raise UsageError(f"probe.dataset={name!r} (split {split!r}) could not be loaded ({type(err).__name__}: "
-                         f"{first[:200]}); offline it must be in the datasets cache (load it once online), or use "
-                         "a local file: probe.text_file=PATH (.txt or .jsonl)") from None
+        raise UsageError(
+            f"probe.dataset={name!r} (split {split!r}) could not be loaded ({type(err).__name__}: "
+            f"{first[:200]}); offline it must be in the datasets cache (load it once online), or use "
+            "a local file: probe.text_file=PATH (.txt or .jsonl)"
+        ) from None
     if column not in data.column_names:
-        raise UsageError(f"probe.column={column!r} is not a column of {name} ({split}): it has "
-                         f"{', '.join(data.column_names)}")
+        raise UsageError(
+            f"probe.column={column!r} is not a column of {name} ({split}): it has {', '.join(data.column_names)}"
+        )
     return data[column]

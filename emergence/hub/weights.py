@@ -34,8 +34,10 @@ CONFIG_FILE = "config.json"
 SINGLE_FILE = {"safetensors": "model.safetensors", "pickle": "pytorch_model.bin"}
 INDEX_FILE = {"safetensors": "model.safetensors.index.json", "pickle": "pytorch_model.bin.index.json"}
 # Shards as transformers names them; ``training_args.bin`` (a trainer's pickle) is no weight file.
-SHARD_NAME = {"safetensors": re.compile(r"model-\d+-of-\d+\.safetensors"),
-              "pickle": re.compile(r"pytorch_model-\d+-of-\d+\.bin")}
+SHARD_NAME = {
+    "safetensors": re.compile(r"model-\d+-of-\d+\.safetensors"),
+    "pickle": re.compile(r"pytorch_model-\d+-of-\d+\.bin"),
+}
 
 
 @dataclass(frozen=True)
@@ -76,12 +78,16 @@ def select(found: dict[WeightsFormat, WeightFiles], policy: str, where: str) -> 
     ``safetensors`` refuses pickles); a UsageError where the revision holds none it may read."""
     files = preferred(found)
     if files is None:
-        raise UsageError(f"model.name_or_path={where!r} cannot be loaded: it holds no weights (no model.safetensors, "
-                         "pytorch_model.bin or shard index); name another revision")
+        raise UsageError(
+            f"model.name_or_path={where!r} cannot be loaded: it holds no weights (no model.safetensors, "
+            "pytorch_model.bin or shard index); name another revision"
+        )
     if files.format == "pickle" and policy == "safetensors":
-        raise UsageError(f"model.weights_format=safetensors refuses {where}: it holds only pickled weights "
-                         f"({', '.join(files.shards)}); use model.weights_format=auto to read them "
-                         "through torch's restricted unpickler (weights_only=True)")
+        raise UsageError(
+            f"model.weights_format=safetensors refuses {where}: it holds only pickled weights "
+            f"({', '.join(files.shards)}); use model.weights_format=auto to read them "
+            "through torch's restricted unpickler (weights_only=True)"
+        )
     return files
 
 
@@ -118,8 +124,11 @@ def remote_files(repo: str, revision: str | None) -> list[RemoteFile]:
     from huggingface_hub import HfApi
 
     entries = HfApi().list_repo_tree(repo, revision=revision)
-    return [RemoteFile(e.path, e.size, lfs.sha256 if (lfs := getattr(e, "lfs", None)) else None)
-            for e in entries if hasattr(e, "size")]  # files: a folder (RepoFolder) has no size
+    return [
+        RemoteFile(e.path, e.size, lfs.sha256 if (lfs := getattr(e, "lfs", None)) else None)
+        for e in entries
+        if hasattr(e, "size")
+    ]  # files: a folder (RepoFolder) has no size
 
 
 def download(repo: str, revision: str | None, files: WeightFiles) -> None:

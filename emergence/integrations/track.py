@@ -53,8 +53,9 @@ def live_config(out: str | Path, overrides: Sequence[str]):
     return compose_config([*LIVE_DEFAULTS, f"model.name_or_path={Path(out).expanduser()}", *overrides])
 
 
-def track(model, step: int, tokens: int | None = None, out: str | Path = ".", overrides: Sequence[str] = (),
-          tokenizer=None) -> results.RunSummary | None:
+def track(
+    model, step: int, tokens: int | None = None, out: str | Path = ".", overrides: Sequence[str] = (), tokenizer=None
+) -> results.RunSummary | None:
     """Run the recipe on ``model`` (a transformers causal LM, as it is in memory) at training step
     ``step`` after ``tokens`` tokens (None: unknown; then step x ``model.tokens_per_step`` where an
     override sets it), with the command line's ``overrides``; ``tokenizer``: the model's tokenizer, where
@@ -67,8 +68,11 @@ def track(model, step: int, tokens: int | None = None, out: str | Path = ".", ov
         revision = checkpoints.panel_revision(PanelEntry(f"step{step}", step, tokens), cfg.model.tokens_per_step)
         sweep.clear_failure(out_dir)  # an earlier call at this step failed: this one is run again
         with rng_untouched(), live(model):
-            summary = analyse(cfg, out_dir, load=functools.partial(steps.load_live, model=model, revision=revision,
-                                                                   tokenizer=tokenizer))
+            summary = analyse(
+                cfg,
+                out_dir,
+                load=functools.partial(steps.load_live, model=model, revision=revision, tokenizer=tokenizer),
+            )
         assert isinstance(summary, results.RunSummary)  # no integrity store: never a duplicate branch
         return summary
     except KeyboardInterrupt:  # the user stops the training: no half-written run directory stays
@@ -89,8 +93,10 @@ def live(model):
     """``model`` as the recipe reads it for the call (eval mode, no autograd, our attention function), and
     as the training had it afterwards: each module's train mode and the attention implementation."""
     if not hasattr(model, "set_attn_implementation"):
-        raise UsageError(f"track needs a transformers causal LM, not a {type(model).__name__} (under DDP pass "
-                         "model.module, after torch.compile model._orig_mod)")
+        raise UsageError(
+            f"track needs a transformers causal LM, not a {type(model).__name__} (under DDP pass "
+            "model.module, after torch.compile model._orig_mod)"
+        )
     modes = [(module, module.training) for module in model.modules()]
     implementation = model.config._attn_implementation
     model.eval()  # no dropout: the probe measures the model, not a draw of it

@@ -49,13 +49,21 @@ class EmergenceCallback(TrainerCallback):
         sharding = sharded(args, model)
         if sharding is not None:
             if not self.refused:
-                log.warning(f"emergence: a model sharded across ranks ({sharding}) is not supported: the recipe needs "
-                            "the whole weights on one device; training goes on without it")
+                log.warning(
+                    f"emergence: a model sharded across ranks ({sharding}) is not supported: the recipe needs "
+                    "the whole weights on one device; training goes on without it"
+                )
                 self.refused = True
             return
         # the Trainer counts tokens only with include_num_input_tokens_seen=True; 0 means it did not
-        summary = track(model, state.global_step, state.num_input_tokens_seen or None, out=args.output_dir,
-                        overrides=self.overrides, tokenizer=tokenizer_of(processing_class))
+        summary = track(
+            model,
+            state.global_step,
+            state.num_input_tokens_seen or None,
+            out=args.output_dir,
+            overrides=self.overrides,
+            tokenizer=tokenizer_of(processing_class),
+        )
         # wandb is imported by the Trainer's W&B callback, if it reports there
         run = getattr(sys.modules.get("wandb"), "run", None)
         if summary is None or run is None:
@@ -63,8 +71,10 @@ class EmergenceCallback(TrainerCallback):
         try:
             tracking.log_into_training(run, summary, run_dir(args.output_dir, state.global_step))
         except Exception as err:  # W&B is an output, not the record: the training goes on
-            log.warning(f"emergence: step {state.global_step} not logged to W&B ({type(err).__name__}: "
-                        f"{first_line(err)}); its results are in {run_dir(args.output_dir, state.global_step)}")
+            log.warning(
+                f"emergence: step {state.global_step} not logged to W&B ({type(err).__name__}: "
+                f"{first_line(err)}); its results are in {run_dir(args.output_dir, state.global_step)}"
+            )
 
 
 def tokenizer_of(processing_class):

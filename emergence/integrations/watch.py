@@ -84,8 +84,9 @@ def analyse_checkpoint(root: Path, entry: PanelEntry, overrides: list[str]) -> O
             log.info(f"{entry.revision}: already analysed ({out_dir})")
             return Outcome.DONE
         sweep.clear_failure(out_dir)
-        log.info(f"{entry.revision}: analysing (step {entry.step}, tokens {format_tokens(entry.tokens)}) into "
-                 f"{out_dir}")
+        log.info(
+            f"{entry.revision}: analysing (step {entry.step}, tokens {format_tokens(entry.tokens)}) into {out_dir}"
+        )
         analyse(cfg, out_dir)
         if interrupt.received.is_set():  # its KeyboardInterrupt was swallowed on the way
             raise KeyboardInterrupt
@@ -112,8 +113,10 @@ def watch(root: Path, overrides: list[str], once: bool, poll_seconds: float) -> 
     seen: set[str] = set()  # every folder a look listed
     failed: list[str] = []
     waiting: set[str] = set()  # folders said to be not whole yet (said once each)
-    log.info(f"watching {root}: each whole checkpoint analysed into {root / RUNS_FOLDER}"
-             + ("" if once else f", a look every {poll_seconds:g} s (Ctrl-C stops)"))
+    log.info(
+        f"watching {root}: each whole checkpoint analysed into {root / RUNS_FOLDER}"
+        + ("" if once else f", a look every {poll_seconds:g} s (Ctrl-C stops)")
+    )
     while True:
         found = look(root, tokens_per_step)
         seen |= found.folders
@@ -143,12 +146,18 @@ def watch(root: Path, overrides: list[str], once: bool, poll_seconds: float) -> 
 
 def main(argv=None) -> None:
     p = CommandParser("python -m emergence.watch", __doc__)
-    p.add_argument("dir", type=Path, help="the folder a training run saves its checkpoints in (checkpoint-<step>/, "
-                                          "step<N>/, ...)")
+    p.add_argument(
+        "dir", type=Path, help="the folder a training run saves its checkpoints in (checkpoint-<step>/, step<N>/, ...)"
+    )
     p.add_argument("overrides", nargs="*", help="the command line's overrides (probe=paper, ablate.enabled=false, ...)")
     p.add_argument("--once", action="store_true", help="analyse the whole checkpoints there now, then exit")
-    p.add_argument("--poll", type=float, default=30.0, metavar="SECONDS",
-                   help="seconds between two looks at DIR (default %(default)s)")
+    p.add_argument(
+        "--poll",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds between two looks at DIR (default %(default)s)",
+    )
     args = p.parse_intermixed_args(argv)  # overrides may come before or after the options
     if not args.poll > 0:  # also refuses nan
         p.error(f"--poll {args.poll} is invalid: seconds between looks must be > 0")
@@ -159,8 +168,10 @@ def main(argv=None) -> None:
         p.error(f"{root} is one checkpoint (it holds config.json): give the folder a run saves its checkpoints in")
     for override in args.overrides:
         if override.split("=", 1)[0].lstrip("+~") in OWN_KEYS:
-            p.error(f"{override} is invalid here: watch names each checkpoint itself (model.name_or_path={root}, "
-                    "revision=custom revision.name=<folder>)")
+            p.error(
+                f"{override} is invalid here: watch names each checkpoint itself (model.name_or_path={root}, "
+                "revision=custom revision.name=<folder>)"
+            )
     # the run's lines on the terminal, as the command line's (conf/hydra/job_logging): others only warn
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("emergence").setLevel(logging.INFO)
@@ -174,6 +185,8 @@ def main(argv=None) -> None:
         print("interrupted: the checkpoint being analysed left no run directory; run again to go on", file=sys.stderr)
         sys.exit(130)
     if failed:
-        print(f"{len(failed)} checkpoint(s) failed: {', '.join(failed)} (each run directory's {sweep.FAILED_FILE})",
-              file=sys.stderr)
+        print(
+            f"{len(failed)} checkpoint(s) failed: {', '.join(failed)} (each run directory's {sweep.FAILED_FILE})",
+            file=sys.stderr,
+        )
         sys.exit(1)

@@ -36,5 +36,15 @@ def trajectories() -> list[Trajectory]:
     return [t for m in MEASURES for t in m.trajectories]
 
 
-__all__ = ["MEASURES", "Column", "Measure", "MeasureInput", "MeasureResult", "Trajectory", "columns",
-           "measure_all", "trajectories", "versions"]
+__all__ = [
+    "MEASURES",
+    "Column",
+    "Measure",
+    "MeasureInput",
+    "MeasureResult",
+    "Trajectory",
+    "columns",
+    "measure_all",
+    "trajectories",
+    "versions",
+]

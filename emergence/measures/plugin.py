@@ -94,8 +94,10 @@ class Measure:
         shape = inputs.measured.pr.shape  # [layers, heads]
         columns = [c.name for c in self.columns]
         if sorted(result.per_head) != sorted(columns) or sorted(result.per_run) != sorted(self.run_fields):
-            raise RuntimeError(f"measure {self.name!r} returned columns {sorted(result.per_head)} and fields "
-                               f"{sorted(result.per_run)}; it declares {sorted(columns)} and {sorted(self.run_fields)}")
+            raise RuntimeError(
+                f"measure {self.name!r} returned columns {sorted(result.per_head)} and fields "
+                f"{sorted(result.per_run)}; it declares {sorted(columns)} and {sorted(self.run_fields)}"
+            )
         wrong = [name for name, grid in result.per_head.items() if grid.shape != shape]
         if wrong:
             raise RuntimeError(f"measure {self.name!r}: columns {wrong} are not [layers, heads] {shape}")

@@ -15,14 +15,20 @@ from emergence.recipe.measurements import MeasureResult
 
 def compute(inputs: MeasureInput) -> MeasureResult:
     score = inputs.measured.prefix_matching
-    return MeasureResult({"prefix_matching": np.full(inputs.measured.pr.shape, np.nan) if score is None else score},
-                         {})
+    return MeasureResult({"prefix_matching": np.full(inputs.measured.pr.shape, np.nan) if score is None else score}, {})
 
 
 MEASURE = Measure(
-    name="prefix_matching", version=1, needs=frozenset({"capture"}),
-    columns=(Column("prefix_matching", "probe=repeat: attention from the copy to the token after its first "
-                                       "occurrence; NaN on other probes"),),
+    name="prefix_matching",
+    version=1,
+    needs=frozenset({"capture"}),
+    columns=(
+        Column(
+            "prefix_matching",
+            "probe=repeat: attention from the copy to the token after its first occurrence; NaN on other probes",
+        ),
+    ),
     run_fields=(),
     trajectories=(Trajectory("prefix_matching", "max", "top prefix matching", probes=("repeat",)),),
-    compute=compute)
+    compute=compute,
+)

@@ -18,8 +18,11 @@ def compute(inputs: MeasureInput) -> MeasureResult:
 
 
 MEASURE = Measure(
-    name="value_drain", version=1, needs=frozenset({"capture"}),
+    name="value_drain",
+    version=1,
+    needs=frozenset({"capture"}),
     columns=(Column("value_norm_ratio", "mean |v| at position 0 over its mean elsewhere: below 1, a drained sink"),),
     run_fields=(),
     trajectories=(Trajectory("value_norm_ratio", "min", "lowest |v_0| / |v|"),),
-    compute=compute)
+    compute=compute,
+)

@@ -93,14 +93,21 @@ def compute(inputs: MeasureInput) -> MeasureResult:
 COLUMN_NAMES = ("ov_copying", "qk_sigma1", "qk_stable_rank", "ov_sigma1", "ov_stable_rank")
 
 MEASURE = Measure(
-    name="weight_circuits", version=1, needs=frozenset({"weights"}),
-    columns=(Column("ov_copying", "sum(lambda)/sum(|lambda|) of W_E W_V W_O W_U: 1 copies, ~0 random"),
-             Column("qk_sigma1", "top singular value of W_Q W_K^T"),
-             Column("qk_stable_rank", "sum sigma^2 / sigma_1^2 of W_Q W_K^T"),
-             Column("ov_sigma1", "top singular value of W_V W_O"),
-             Column("ov_stable_rank", "sum sigma^2 / sigma_1^2 of W_V W_O")),
+    name="weight_circuits",
+    version=1,
+    needs=frozenset({"weights"}),
+    columns=(
+        Column("ov_copying", "sum(lambda)/sum(|lambda|) of W_E W_V W_O W_U: 1 copies, ~0 random"),
+        Column("qk_sigma1", "top singular value of W_Q W_K^T"),
+        Column("qk_stable_rank", "sum sigma^2 / sigma_1^2 of W_Q W_K^T"),
+        Column("ov_sigma1", "top singular value of W_V W_O"),
+        Column("ov_stable_rank", "sum sigma^2 / sigma_1^2 of W_V W_O"),
+    ),
     run_fields=("copying_heads",),  # heads with ov_copying >= COPYING
-    trajectories=(Trajectory("ov_copying", "max", "top OV copying score"),
-                  Trajectory("qk_sigma1", "max", "top QK sigma_1"),
-                  Trajectory("ov_stable_rank", "mean", "mean OV stable rank")),
-    compute=compute)
+    trajectories=(
+        Trajectory("ov_copying", "max", "top OV copying score"),
+        Trajectory("qk_sigma1", "max", "top QK sigma_1"),
+        Trajectory("ov_stable_rank", "mean", "mean OV stable rank"),
+    ),
+    compute=compute,
+)

@@ -25,20 +25,31 @@ SWEEP_KEYS = ("model", "name_or_path", "revision")  # with the probe, class thre
 
 def _sweep_key(summary: RunSummary) -> tuple:
     ab = summary.ablation
-    return (*(getattr(summary, k) for k in SWEEP_KEYS), summary.probe.fingerprint,
-            tuple(sorted(summary.thresholds.classes.items())), ab.mode, ab.causal_factor, ab.sequences)
+    return (
+        *(getattr(summary, k) for k in SWEEP_KEYS),
+        summary.probe.fingerprint,
+        tuple(sorted(summary.thresholds.classes.items())),
+        ab.mode,
+        ab.causal_factor,
+        ab.sequences,
+    )
 
 
 def point(summary: RunSummary) -> dict:
     """One threshold of a sweep: the circuit it screened and what ablating it did."""
     ab, effect = summary.ablation, summary.ablation.effect
-    return {"threshold": summary.thresholds.circuit, "circuit": summary.induction_circuit,
-            "circuit_loss_increase": effect and effect.circuit_loss_increase,
-            "controls_loss_increase_mean": effect and effect.controls_loss_increase_mean,
-            "causal": effect and effect.causal, "n_controls": len(ab.controls),
-            # of them drawn by the fallback (``ablation.draw_controls``); runs before it drew none
-            "n_fallback": ab.control_draw.fallback if ab.control_draw else 0,
-            "sequences_used": ab.sequences_used, "note": ab.note}
+    return {
+        "threshold": summary.thresholds.circuit,
+        "circuit": summary.induction_circuit,
+        "circuit_loss_increase": effect and effect.circuit_loss_increase,
+        "controls_loss_increase_mean": effect and effect.controls_loss_increase_mean,
+        "causal": effect and effect.causal,
+        "n_controls": len(ab.controls),
+        # of them drawn by the fallback (``ablation.draw_controls``); runs before it drew none
+        "n_fallback": ab.control_draw.fallback if ab.control_draw else 0,
+        "sequences_used": ab.sequences_used,
+        "note": ab.note,
+    }
 
 
 def t_star(points: list[dict]) -> dict:
@@ -74,6 +85,14 @@ def load_sweeps(paths) -> list[dict]:
             continue
         first = next(iter(runs.values()))
         points = [point(runs[t]) for t in sorted(runs)]
-        sweeps.append({"model": first.model, "revision": first.revision, "tokens": first.tokens,
-                       "causal_factor": first.ablation.causal_factor, "points": points, **t_star(points)})
+        sweeps.append(
+            {
+                "model": first.model,
+                "revision": first.revision,
+                "tokens": first.tokens,
+                "causal_factor": first.ablation.causal_factor,
+                "points": points,
+                **t_star(points),
+            }
+        )
     return sorted(sweeps, key=lambda s: (s["model"], s["tokens"] or 0, s["revision"] or ""))

@@ -33,8 +33,9 @@ EDGE_MILESTONES = ("induction_onset", "recall_67", "bos_50")  # the activation m
 def _position(window: EdgeWindow, unit: str, end: str) -> float | None:
     """A window's first or last checkpoint (``end``) on the panel's axis: its tokens, or its step where the
     panel counts steps."""
-    tokens, step = (window.first_tokens, window.first_step) if end == "first" else (window.last_tokens,
-                                                                                     window.last_step)
+    tokens, step = (
+        (window.first_tokens, window.first_step) if end == "first" else (window.last_tokens, window.last_step)
+    )
     value = step if unit == "steps" else tokens
     return None if value is None else float(value)
 
@@ -46,8 +47,11 @@ def phases(edge: Edge, unit: str) -> list[EdgePhase]:
     for name, index in (("r23_peak", found.peak), ("r23_collapse", found.collapse)):
         if index is not None:
             w = windows[index]
-            out.append(EdgePhase(name, w.first_step, w.last_step, _position(w, unit, "first"),
-                                 _position(w, unit, "last"), w.r23))
+            out.append(
+                EdgePhase(
+                    name, w.first_step, w.last_step, _position(w, unit, "first"), _position(w, unit, "last"), w.r23
+                )
+            )
     return out
 
 
@@ -55,8 +59,11 @@ def distance(phase: EdgePhase, name: str, milestone: Milestone | None) -> EdgeDi
     """``milestone``'s tokens minus the phase's last; its range: (bracket low - phase last, milestone - phase first]."""
     if milestone is None or milestone.tokens is None or phase.last is None or phase.first is None:
         return EdgeDistance(phase.name, name, None, None)
-    low = None if milestone.bracket_tokens is None or milestone.bracket_tokens[0] is None \
+    low = (
+        None
+        if milestone.bracket_tokens is None or milestone.bracket_tokens[0] is None
         else milestone.bracket_tokens[0] - phase.last
+    )
     return EdgeDistance(phase.name, name, milestone.tokens - phase.last, [low, milestone.tokens - phase.first])
 
 
@@ -74,26 +81,45 @@ def copying_orders(traj: Trajectory, circuit_threshold: float) -> dict[str, Copy
         selectivity_cross = first_index(traj.sel[:, layer, head, INDUCTION] >= circuit_threshold)
         order = None
         if copying_cross is not None and selectivity_cross is not None:
-            order = "before" if copying_cross < selectivity_cross else "at" if copying_cross == selectivity_cross \
+            order = (
+                "before"
+                if copying_cross < selectivity_cross
+                else "at"
+                if copying_cross == selectivity_cross
                 else "after"
+            )
         heads[head_name(layer, head)] = CopyingOrder(
-            milestone_at(traj, copying_cross), milestone_at(traj, selectivity_cross), order,
-            [None if np.isnan(v) else float(v) for v in copying])
+            milestone_at(traj, copying_cross),
+            milestone_at(traj, selectivity_cross),
+            order,
+            [None if np.isnan(v) else float(v) for v in copying],
+        )
     return heads
 
 
-def f6(traj: Trajectory, milestones: dict[str, Milestone | None], circuit_threshold: float,
-       edge: tuple[str, Edge] | None) -> F6:
+def f6(
+    traj: Trajectory, milestones: dict[str, Milestone | None], circuit_threshold: float, edge: tuple[str, Edge] | None
+) -> F6:
     """F6 of one trajectory; ``edge``: (its edge.json's path, the edge) where one lies beside the runs."""
     heads = copying_orders(traj, circuit_threshold)
     if edge is None:
         return F6(None, None, [], [], [], weight_circuits.COPYING, heads)
     path, found = edge
     placed = phases(found, traj.unit)
-    series = [EdgePoint(position, w.r12, w.r23, w.drift_speed) for w in found.scopes[MODEL_SCOPE]
-              if (position := _position(w, traj.unit, "last")) is not None]
-    return F6(path, found.window, placed, [distance(p, name, milestones.get(name)) for p in placed
-                                           for name in EDGE_MILESTONES], series, weight_circuits.COPYING, heads)
+    series = [
+        EdgePoint(position, w.r12, w.r23, w.drift_speed)
+        for w in found.scopes[MODEL_SCOPE]
+        if (position := _position(w, traj.unit, "last")) is not None
+    ]
+    return F6(
+        path,
+        found.window,
+        placed,
+        [distance(p, name, milestones.get(name)) for p in placed for name in EDGE_MILESTONES],
+        series,
+        weight_circuits.COPYING,
+        heads,
+    )
 
 
 def load_edges(paths) -> dict[str, tuple[str, Edge]]:
@@ -107,8 +133,12 @@ def load_edges(paths) -> dict[str, tuple[str, Edge]]:
     return found
 
 
-def with_f6(findings: PanelFindings, trajectories: dict[str, Trajectory], circuit_threshold: float,
-            edges: dict[str, tuple[str, Edge]]) -> PanelFindings:
+def with_f6(
+    findings: PanelFindings,
+    trajectories: dict[str, Trajectory],
+    circuit_threshold: float,
+    edges: dict[str, tuple[str, Edge]],
+) -> PanelFindings:
     """Every model's F6: its ov_copying against its selectivity, and, where an edge of its model lies
     beside the runs, the edge's phases against its milestones."""
     models = {}

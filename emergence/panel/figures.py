@@ -47,7 +47,7 @@ def _tokens_axis(ax, tokens: list[float], units: set[str]):
         ax.set_xscale("symlog", linthresh=min(positive))
         # 0, then whole decades from the first count on: the locator's own ticks in the linear part crowd 0
         decades = np.arange(np.ceil(np.log10(min(positive))), np.floor(np.log10(max(positive))) + 1)
-        ax.set_xticks([0, *10.0 ** decades])
+        ax.set_xticks([0, *10.0**decades])
     elif positive:
         ax.set_xscale("log")
     if len(positive) < len(tokens):
@@ -70,7 +70,7 @@ def _line_with_band(ax, rows: list, series: Series, label: str, **style) -> str:
     Returns the line's colour."""
     value, ci, scale, refined = series.value, series.ci, series.scale, series.refined
     tokens = [r.tokens for r in rows]
-    line, = ax.plot(tokens, [scale * value(r) for r in rows], style.pop("fmt", "o-"), label=label, **style)
+    (line,) = ax.plot(tokens, [scale * value(r) for r in rows], style.pop("fmt", "o-"), label=label, **style)
     if rows and all(ci(r) is not None for r in rows):
         low, high = np.array([ci(r) for r in rows]).T * scale
         ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
@@ -89,8 +89,9 @@ def _refined_points(ax, rows: list[RevisionRow], value, colour) -> None:
     """Revisions analysed by ``python -m emergence.refine`` drawn hollow over a line of the panel's."""
     refined = [r for r in rows if r.refined]
     if refined:
-        ax.plot([r.tokens for r in refined], [value(r) for r in refined], "o", mfc="w", color=colour,
-                label="_refined")  # no legend entry of its own: the axis title says what hollow is
+        ax.plot(
+            [r.tokens for r in refined], [value(r) for r in refined], "o", mfc="w", color=colour, label="_refined"
+        )  # no legend entry of its own: the axis title says what hollow is
 
 
 def bos_vs_tokens(findings: PanelFindings, out: Path) -> Path:
@@ -98,13 +99,19 @@ def bos_vs_tokens(findings: PanelFindings, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     both = False
     for model, f in findings.models.items():
-        colour = _line_with_band(ax, f.revisions, Series(lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci, 100),
-                                 model)
+        colour = _line_with_band(
+            ax, f.revisions, Series(lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci, 100), model
+        )
         if f.sinks_gu:
             both = True
-            _line_with_band(ax, f.sinks_gu.revisions,
-                            Series(lambda s: s.sink_fraction, lambda s: s.sink_fraction_ci, 100, refined=False),
-                            f"{model}: Sink_0", fmt="s--", color=colour)
+            _line_with_band(
+                ax,
+                f.sinks_gu.revisions,
+                Series(lambda s: s.sink_fraction, lambda s: s.sink_fraction_ci, 100, refined=False),
+                f"{model}: Sink_0",
+                fmt="s--",
+                color=colour,
+            )
     _tokens_axis(ax, _all_tokens(findings), _units(findings))
     ax.set_ylabel("sinks, % (band: CI)")
     th = findings.thresholds
@@ -122,11 +129,18 @@ def bos_heatmap(model: str, f: ModelFindings, out: Path) -> Path:
     """Per layer and revision: BOS heads (and, where measured, Sink_0's share beside it)."""
     panels = [(np.array([r.bos_per_layer for r in f.revisions]).T, "BOS heads per layer", "{:d}", "BOS heads")]
     if f.sinks_gu:
-        panels.append((np.array([s.sink_per_layer for s in f.sinks_gu.revisions]).T,
-                       f"Sink_0 per layer (eps {f.sinks_gu.epsilon:g})", "{:.2f}", "Sink_0 share (heads x sequences)"))
+        panels.append(
+            (
+                np.array([s.sink_per_layer for s in f.sinks_gu.revisions]).T,
+                f"Sink_0 per layer (eps {f.sinks_gu.epsilon:g})",
+                "{:.2f}",
+                "Sink_0 share (heads x sequences)",
+            )
+        )
     n_layers, n_revs = panels[0][0].shape
-    fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * (1 + 0.7 * n_revs), 1.5 + 0.3 * n_layers),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(len(panels) * (1 + 0.7 * n_revs), 1.5 + 0.3 * n_layers), squeeze=False
+    )
     for ax, (values, title, fmt, quantity) in zip(axes[0], panels):
         im = ax.imshow(values, aspect="auto", cmap="viridis", origin="lower")
         top = values.max() or 1
@@ -166,11 +180,16 @@ def recall_vs_tokens(findings: PanelFindings, out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for model, f in findings.models.items():
         rows = [r for r in f.revisions if r.induction_recall is not None]
-        line, = ax.plot([r.tokens for r in rows], np.array([r.induction_recall for r in rows], dtype=float), "o-",
-                        label=f"{model} recall")
+        (line,) = ax.plot(
+            [r.tokens for r in rows],
+            np.array([r.induction_recall for r in rows], dtype=float),
+            "o-",
+            label=f"{model} recall",
+        )
         _refined_points(ax, rows, lambda r: r.induction_recall, line.get_color())
-        ax.plot([r.tokens for r in rows], np.array([r.topk_recall for r in rows], dtype=float), "x:",
-                label=f"{model} top-k")
+        ax.plot(
+            [r.tokens for r in rows], np.array([r.topk_recall for r in rows], dtype=float), "x:", label=f"{model} top-k"
+        )
     ax.axhline(2 / 3, color="0.6", lw=0.8)
     _tokens_axis(ax, _all_tokens(findings), _units(findings))
     ax.set_ylabel("share of the final induction circuit")
@@ -181,9 +200,10 @@ def recall_vs_tokens(findings: PanelFindings, out: Path) -> Path | None:
 
 def trajectories(findings: PanelFindings, out: Path) -> Path:
     """Per revision: induction heads, BOS fraction and (toy models) the copy loss drop."""
-    panels = [(f"induction heads (>= {findings.thresholds.circuit:g}x)", lambda r: r.n_induction,
-               lambda r: r.n_induction_ci),
-              ("BOS fraction", lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci)]
+    panels = [
+        (f"induction heads (>= {findings.thresholds.circuit:g}x)", lambda r: r.n_induction, lambda r: r.n_induction_ci),
+        ("BOS fraction", lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci),
+    ]
     if any(r.copy_loss_drop is not None for f in findings.models.values() for r in f.revisions):
         panels.append(("copy loss drop (nats)", lambda r: r.copy_loss_drop, lambda r: None))
     fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.4 * len(panels)), sharex=True)
@@ -199,8 +219,12 @@ def trajectories(findings: PanelFindings, out: Path) -> Path:
 
 TASK_PANEL = "task"  # the token axis's panel of the tasks' capability
 
-MEASURE_LABELS = {"icl_score": "ICL score (nats)", "loss_drop": "repeat loss drop (nats)",
-                  "massive_activation_ratio": "top / median |h|", **{t.key: t.label for t in measures.trajectories()}}
+MEASURE_LABELS = {
+    "icl_score": "ICL score (nats)",
+    "loss_drop": "repeat loss drop (nats)",
+    "massive_activation_ratio": "top / median |h|",
+    **{t.key: t.label for t in measures.trajectories()},
+}
 
 
 def token_axis(findings: PanelFindings, out: Path) -> Path | None:
@@ -209,17 +233,26 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
     if not findings.token_axis:
         return None
     measures = list(dict.fromkeys(t.measure for axis in findings.token_axis.values() for t in axis.transitions))
-    tasks = {model: task for model in findings.token_axis
-             if model in findings.models and (task := findings.models[model].task) is not None}
+    tasks = {
+        model: task
+        for model in findings.token_axis
+        if model in findings.models and (task := findings.models[model].task) is not None
+    }
     panels = measures + ([TASK_PANEL] if tasks else [])
     fig, axes = plt.subplots(len(panels), 1, figsize=(6.5, 2.2 * len(panels)), sharex=True, squeeze=False)
     axes = axes[:, 0]
     for model, t in tasks.items():  # each task's top-1 share (its last level: one scale for every task)
         ax, level = axes[-1], t.levels[-1]
         # the lambdas are called within this iteration, on its level
-        colour = _line_with_band(ax, t.revisions, Series(lambda r: r.metrics[level.metric].value,  # noqa: B023
-                                                         lambda r: r.metrics[level.metric].ci),  # noqa: B023
-                                 f"{model}: {level.metric}")
+        colour = _line_with_band(
+            ax,
+            t.revisions,
+            Series(
+                lambda r: r.metrics[level.metric].value,  # noqa: B023
+                lambda r: r.metrics[level.metric].ci,  # noqa: B023
+            ),
+            f"{model}: {level.metric}",
+        )
         if t.emergence is not None:
             for each in axes:
                 each.axvline(t.emergence.tokens, color=colour, lw=1.2)
@@ -231,20 +264,34 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
             if tr.half_way is not None:
                 ax.axvline(tr.half_way.tokens, color=ax.lines[-1].get_color(), lw=0.8, ls=":")
         for name, m in axis.events.items():
-            if (m is not None and m.tokens is not None
-                    and name.split(" ")[0] in ("induction_onset", "bos_50", "sink_50")):
+            if (
+                m is not None
+                and m.tokens is not None
+                and name.split(" ")[0] in ("induction_onset", "bos_50", "sink_50")
+            ):
                 for ax in axes:
-                    ax.axvline(m.tokens, color="0.5", lw=0.6, ls={"induction_onset": "-", "bos_50": "--",
-                                                                  "sink_50": "-."}[name.split(" ")[0]])
+                    ax.axvline(
+                        m.tokens,
+                        color="0.5",
+                        lw=0.6,
+                        ls={"induction_onset": "-", "bos_50": "--", "sink_50": "-."}[name.split(" ")[0]],
+                    )
     for ax, measure in zip(axes, panels):
         ax.set_ylabel(MEASURE_LABELS.get(measure, "task capability"), fontsize=8)
         if measure == "massive_activation_ratio":
             ax.set_yscale("log")
         ax.legend(fontsize=6)
-    _tokens_axis(axes[-1], [x for axis in findings.token_axis.values() for t in axis.transitions for x in t.tokens]
-                 + [r.tokens for t in tasks.values() for r in t.revisions], _units(findings))
-    axes[0].set_title("grey: induction onset (solid), BOS 50% (dashed), Sink_eps 50% (dash-dot); "
-                      "dotted: a transition" + ("; coloured: a task's emergence" if tasks else ""), fontsize=7)
+    _tokens_axis(
+        axes[-1],
+        [x for axis in findings.token_axis.values() for t in axis.transitions for x in t.tokens]
+        + [r.tokens for t in tasks.values() for r in t.revisions],
+        _units(findings),
+    )
+    axes[0].set_title(
+        "grey: induction onset (solid), BOS 50% (dashed), Sink_eps 50% (dash-dot); "
+        "dotted: a transition" + ("; coloured: a task's emergence" if tasks else ""),
+        fontsize=7,
+    )
     return _save(fig, out / "token_axis.png")
 
 
@@ -263,16 +310,17 @@ def sensitivity(grids: list, class_threshold: float, circuit_threshold: float, o
     """Per model (rows): where each conclusion holds (yellow) or not (purple) over the
     (class, circuit) threshold plane, and the F3 gap; the star marks the report's thresholds."""
     names = list(CONCLUSIONS)
-    fig, axes = plt.subplots(len(grids), len(names) + 1, figsize=(3.3 * (len(names) + 1), 3.0 * len(grids)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(grids), len(names) + 1, figsize=(3.3 * (len(names) + 1), 3.0 * len(grids)), squeeze=False
+    )
     for row, g in zip(axes, grids):
         held = g.conclusions()
         for ax, name in zip(row, names):
-            _threshold_plane(ax, g, held[name].astype(float), class_threshold, circuit_threshold,
-                             cmap="viridis", vmin=0, vmax=1)
+            _threshold_plane(
+                ax, g, held[name].astype(float), class_threshold, circuit_threshold, cmap="viridis", vmin=0, vmax=1
+            )
             ax.set_title(f"{g.model}: {CONCLUSIONS[name]}", fontsize=7)
-        mesh = _threshold_plane(row[-1], g, np.log10(g.gap_ratio()), class_threshold, circuit_threshold,
-                                cmap="magma")
+        mesh = _threshold_plane(row[-1], g, np.log10(g.gap_ratio()), class_threshold, circuit_threshold, cmap="magma")
         row[-1].set_title(f"{g.model}: gap BOS-50% / onset", fontsize=7)
         fig.colorbar(mesh, ax=row[-1], label="log10 gap")
     return _save(fig, out / "sensitivity.png")
@@ -290,16 +338,29 @@ def causal_threshold(sweeps: list[dict], out: Path) -> Path | None:
         x = [p["threshold"] for p in pts]
         ax.plot(x, [p["circuit_loss_increase"] for p in pts], "-", color="C0", label="circuit")
         for p in pts:
-            ax.plot(p["threshold"], p["circuit_loss_increase"], "o", color="C0",
-                    mfc="C0" if p["causal"] else "w")
-            ax.annotate(f"{len(p['circuit'])}h", (p["threshold"], p["circuit_loss_increase"]),
-                        textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-        controls = [(p["threshold"], p["controls_loss_increase_mean"]) for p in pts
-                    if p["controls_loss_increase_mean"] is not None]
+            ax.plot(p["threshold"], p["circuit_loss_increase"], "o", color="C0", mfc="C0" if p["causal"] else "w")
+            ax.annotate(
+                f"{len(p['circuit'])}h",
+                (p["threshold"], p["circuit_loss_increase"]),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=7,
+            )
+        controls = [
+            (p["threshold"], p["controls_loss_increase_mean"])
+            for p in pts
+            if p["controls_loss_increase_mean"] is not None
+        ]
         if controls:
             ax.plot(*zip(*controls), "s-", color="C1", label="controls (mean)")
-            ax.plot([t for t, _ in controls], [sweep["causal_factor"] * abs(c) for _, c in controls], ":",
-                    color="C1", label=f"{sweep['causal_factor']:g} x |controls|")
+            ax.plot(
+                [t for t, _ in controls],
+                [sweep["causal_factor"] * abs(c) for _, c in controls],
+                ":",
+                color="C1",
+                label=f"{sweep['causal_factor']:g} x |controls|",
+            )
         if sweep["t_star"] is not None:
             ax.axvline(sweep["t_star"], color="k", lw=0.8, ls="--", label=f"T* = {sweep['t_star']:g}x")
         ax.axhline(0, color="0.7", lw=0.6)
@@ -324,8 +385,12 @@ def task_capability(findings: PanelFindings, out: Path) -> Path | None:
     for row, (model, t) in zip(axes, tasks.items()):
         levels = {level.metric: level.level for level in t.levels}
         for ax, metric in zip(row, t.revisions[0].metrics):
-            _line_with_band(ax, t.revisions, Series(lambda r, m=metric: r.metrics[m].value,
-                                                    lambda r, m=metric: r.metrics[m].ci), model)
+            _line_with_band(
+                ax,
+                t.revisions,
+                Series(lambda r, m=metric: r.metrics[m].value, lambda r, m=metric: r.metrics[m].ci),
+                model,
+            )
             if metric in levels:
                 ax.axhline(levels[metric], color="0.4", lw=0.8, ls="--")
             if t.emergence is not None:
@@ -333,10 +398,9 @@ def task_capability(findings: PanelFindings, out: Path) -> Path | None:
             _tokens_axis(ax, [r.tokens for r in t.revisions], {findings.models[model].unit})
             ax.set_ylabel(metric, fontsize=8)
             ax.set_title(model, fontsize=8)
-        for ax in row[len(t.revisions[0].metrics):]:
+        for ax in row[len(t.revisions[0].metrics) :]:
             ax.axis("off")
-    fig.suptitle("task capability (band: interval over prompts; dashed: emergence level; solid: emergence)",
-                 fontsize=8)
+    fig.suptitle("task capability (band: interval over prompts; dashed: emergence level; solid: emergence)", fontsize=8)
     return _save(fig, out / "task_capability.png")
 
 
@@ -360,15 +424,23 @@ def edge_axis(findings: PanelFindings, out: Path) -> Path | None:
         ax.axhline(1.2, color="0.6", lw=0.6)
         for phase in f6.phases:
             if phase.first is not None and phase.last is not None:
-                ax.axvspan(phase.first, phase.last, color="tab:red" if "collapse" in phase.name else "tab:orange",
-                           alpha=0.2, label=phase.name)
+                ax.axvspan(
+                    phase.first,
+                    phase.last,
+                    color="tab:red" if "collapse" in phase.name else "tab:orange",
+                    alpha=0.2,
+                    label=phase.name,
+                )
         for name, style in EDGE_MILESTONE_STYLES.items():
             m = f.milestones().get(name)
             if m is not None and m.tokens is not None:
                 ax.axvline(m.tokens, color="0.3", lw=0.8, ls=style, label=name)
         ax.set_ylabel(f"{model}\nsingular value ratio", fontsize=8)
-        _tokens_axis(ax, x + [m.tokens for m in f.milestones().values() if m is not None and m.tokens is not None],
-                     _units(findings))
+        _tokens_axis(
+            ax,
+            x + [m.tokens for m in f.milestones().values() if m is not None and m.tokens is not None],
+            _units(findings),
+        )
         ax.legend(fontsize=6)
     axes[0, 0].set_title("F6: the spectral edge and the activation milestones", fontsize=8)
     return _save(fig, out / "edge_vs_tokens.png")

@@ -19,5 +19,8 @@ BOS_50_B = {"pythia": 299.9, "olmo": 264, "olmoe": 419}
 GAP_RATIO = {"pythia": None, "olmo": 11.5, "olmoe": 21}
 RECALL_67_B = {"pythia": 6.3, "olmo": 10, "olmoe": 41}
 F5_LEAD = {"pythia": {"L4H4": 11.7}}
-FINAL_CIRCUIT = {"pythia": ["L4H4", "L7H1", "L7H0"], "olmo": ["L2H11", "L4H12", "L12H8"],
-                 "olmoe": ["L5H10", "L7H0", "L9H8", "L12H14"]}
+FINAL_CIRCUIT = {
+    "pythia": ["L4H4", "L7H1", "L7H0"],
+    "olmo": ["L2H11", "L4H12", "L12H8"],
+    "olmoe": ["L5H10", "L7H0", "L9H8", "L12H14"],
+}

@@ -43,8 +43,9 @@ Experiment = Literal["capability", "name_movers", "s_inhibition", "task_screen",
 # circuit); matched_random: the seed-123 control in the screen's layers; full_layers: every head
 # of the screen's layers; union: capability = prev-token + induction circuits, s_inhibition = the
 # S-Inhibition + name-mover top-5s
-ConditionName = Literal["baseline", "screen", "matched_random", "full_layers", "induction_circuit",
-                        "prev_token_circuit", "union"]
+ConditionName = Literal[
+    "baseline", "screen", "matched_random", "full_layers", "induction_circuit", "prev_token_circuit", "union"
+]
 
 
 @dataclass(frozen=True)

@@ -118,8 +118,13 @@ class F3:
         return [self.bos_10, self.bos_30, self.bos_50, self.bos_70]
 
     def milestones(self) -> dict[str, Milestone | None]:
-        return {"induction_onset": self.induction_onset, "bos_10": self.bos_10, "bos_30": self.bos_30,
-                "bos_50": self.bos_50, "bos_70": self.bos_70}
+        return {
+            "induction_onset": self.induction_onset,
+            "bos_10": self.bos_10,
+            "bos_30": self.bos_30,
+            "bos_50": self.bos_50,
+            "bos_70": self.bos_70,
+        }
 
 
 @dataclass(frozen=True)
@@ -134,8 +139,12 @@ class F4:
     final_circuit: list[str]  # heads ("L4H4") at >= the circuit threshold at the last revision
 
     def milestones(self) -> dict[str, Milestone | None]:
-        return {"recall_33": self.recall_33, "recall_67": self.recall_67, "recall_100": self.recall_100,
-                "topk_recall_67": self.topk_recall_67}
+        return {
+            "recall_33": self.recall_33,
+            "recall_67": self.recall_67,
+            "recall_100": self.recall_100,
+            "topk_recall_67": self.topk_recall_67,
+        }
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,7 @@ class NullFloor:
 
 
 # --- task circuits (docs/tasks.md): a trajectory of one task's runs ---------------------------------
+
 
 @dataclass(frozen=True)
 class EmergenceLevel:
@@ -384,9 +394,12 @@ class ModelFindings:
     def milestones(self) -> dict[str, Milestone | None]:
         """Every named milestone: F3's, F4's and, where measured, Sink_0's and the task's emergence
         (``task_<task>``)."""
-        return {**self.f3.milestones(), **self.f4.milestones(),
-                **(self.sinks_gu.f3.milestones() if self.sinks_gu else {}),
-                **({f"task_{self.task.task}": self.task.emergence} if self.task else {})}
+        return {
+            **self.f3.milestones(),
+            **self.f4.milestones(),
+            **(self.sinks_gu.f3.milestones() if self.sinks_gu else {}),
+            **({f"task_{self.task.task}": self.task.emergence} if self.task else {}),
+        }
 
 
 @dataclass(frozen=True)

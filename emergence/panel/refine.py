@@ -51,13 +51,23 @@ from emergence.panel.uncertainty import replicates
 from emergence.run.results import SUMMARY_FILE
 from emergence.run.sweep import FAILED_FILE
 
-MILESTONES = ("induction_onset", *(f"bos_{p}" for p in BOS_MILESTONES), *RECALL_MILESTONES,
-              *(f"sink_{p}" for p in BOS_MILESTONES), *TASK_MILESTONES)
-DEFAULT_MILESTONES = ("induction_onset", *(f"bos_{p}" for p in BOS_MILESTONES), "recall_67",
-                      *(f"sink_{p}" for p in BOS_MILESTONES))
+MILESTONES = (
+    "induction_onset",
+    *(f"bos_{p}" for p in BOS_MILESTONES),
+    *RECALL_MILESTONES,
+    *(f"sink_{p}" for p in BOS_MILESTONES),
+    *TASK_MILESTONES,
+)
+DEFAULT_MILESTONES = (
+    "induction_onset",
+    *(f"bos_{p}" for p in BOS_MILESTONES),
+    "recall_67",
+    *(f"sink_{p}" for p in BOS_MILESTONES),
+)
 
 
 # --- the search: pure functions of names and what the analysed ones showed -------------------
+
 
 @dataclass(frozen=True)
 class Narrowing:
@@ -115,6 +125,7 @@ def monotone(values: list[bool]) -> bool:
 
 # --- one milestone's answer ----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Refinement:
     """One milestone of one model: its panel bracket and the interval the refinement narrowed it to.
@@ -167,16 +178,25 @@ def method_name(per_round: int, scan: bool) -> str:
     return "scan" if scan else "bisection" if per_round == 1 else f"{per_round} per round"
 
 
-def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[str], per_round: int, scan: bool,
-               thresholds: tuple[float, float], sink_epsilon: float) -> ModelPlan:
+def plan_model(
+    traj: Trajectory,
+    existing: list[PanelEntry],
+    milestones: list[str],
+    per_round: int,
+    scan: bool,
+    thresholds: tuple[float, float],
+    sink_epsilon: float,
+) -> ModelPlan:
     """Each milestone's search on ``traj`` (panel and refinement runs together) over the checkpoints
     that exist (``existing``, ordered by step)."""
     step_of = {e.revision: e.step for e in existing}
     panel = dataclasses.replace(traj, checkpoints=[c for c in traj.checkpoints if not c.refined])
     unknown = [c.revision for c in panel.checkpoints if c.revision not in step_of]
     if unknown:
-        raise UsageError(f"{traj.model}: panel revision {unknown[0]!r} is not among the model's existing checkpoints "
-                         f"({len(existing)} listed); refine needs the panel's revisions to exist")
+        raise UsageError(
+            f"{traj.model}: panel revision {unknown[0]!r} is not among the model's existing checkpoints "
+            f"({len(existing)} listed); refine needs the panel's revisions to exist"
+        )
     reached_panel = milestone_reached(panel, *thresholds, sink_epsilon)
     reached_all = milestone_reached(traj, *thresholds, sink_epsilon)
     index_of = {c.revision: i for i, c in enumerate(traj.checkpoints)}
@@ -190,8 +210,12 @@ def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[st
         hits = np.flatnonzero(reached_panel[name])
         if len(hits) == 0 or hits[0] == 0:
             refinements[name] = Refinement.without_bracket(
-                name, method, "not reached by the panel's last revision" if len(hits) == 0 else
-                "reached at the panel's first revision: nothing before it brackets the crossing")
+                name,
+                method,
+                "not reached by the panel's last revision"
+                if len(hits) == 0
+                else "reached at the panel's first revision: nothing before it brackets the crossing",
+            )
             continue
         lo, hi = panel.checkpoints[hits[0] - 1], panel.checkpoints[hits[0]]
         inside = [e.revision for e in existing if step_of[lo.revision] < e.step < step_of[hi.revision]]
@@ -202,21 +226,35 @@ def plan_model(traj: Trajectory, existing: list[PanelEntry], milestones: list[st
         done = not search.pending
         seen = [False, *[analysed[r] for r in inside if r in analysed], True]
         refinements[name] = Refinement(
-            name, [lo.revision, hi.revision], [lo.tokens, hi.tokens],
+            name,
+            [lo.revision, hi.revision],
+            [lo.tokens, hi.tokens],
             interval=[ends[search.low], ends[search.high]] if done else None,
             tokens=[tokens_of[ends[search.low]], tokens_of[ends[search.high]]] if done else None,
-            evaluations=len(search.evaluated), evaluated=search.evaluated, inside_bracket=len(inside),
-            rounds=search.rounds, method=method, complete=done, monotone=monotone(seen),
-            first_crossing_guaranteed=all(r in analysed for r in inside[:search.high - 1]) and done,
-            reason=None if inside else "no checkpoint exists inside the panel bracket: it is one interval already "
-                                       "(a toy saves more with model.toy.save_every=N)")
+            evaluations=len(search.evaluated),
+            evaluated=search.evaluated,
+            inside_bracket=len(inside),
+            rounds=search.rounds,
+            method=method,
+            complete=done,
+            monotone=monotone(seen),
+            first_crossing_guaranteed=all(r in analysed for r in inside[: search.high - 1]) and done,
+            reason=None
+            if inside
+            else "no checkpoint exists inside the panel bracket: it is one interval already "
+            "(a toy saves more with model.toy.save_every=N)",
+        )
         pending.update(search.pending)
-    return ModelPlan(refinements, [e.revision for e in existing if e.revision in pending],
-                     [e.revision for e in existing if e.revision in considered])
+    return ModelPlan(
+        refinements,
+        [e.revision for e in existing if e.revision in pending],
+        [e.revision for e in existing if e.revision in considered],
+    )
 
 
-def with_probabilities(traj: Trajectory, plan: ModelPlan, thresholds: tuple[float, float],
-                       sink_epsilon: float) -> ModelPlan:
+def with_probabilities(
+    traj: Trajectory, plan: ModelPlan, thresholds: tuple[float, float], sink_epsilon: float
+) -> ModelPlan:
     """The finished answers with the bootstrap probability of their interval (one shared resample
     over every analysed revision, as the report's milestone probabilities)."""
     reps = replicates(traj, *thresholds, sink_epsilon)
@@ -227,12 +265,17 @@ def with_probabilities(traj: Trajectory, plan: ModelPlan, thresholds: tuple[floa
     for name, r in plan.refinements.items():
         milestone = milestones.get(name) if r.interval else None
         probability = None if milestone is None else milestone.probability
-        out[name] = dataclasses.replace(r, probability=None if probability is None or r.interval is None
-                                        else float(probability.get(r.interval[1], 0.0)))
+        out[name] = dataclasses.replace(
+            r,
+            probability=None
+            if probability is None or r.interval is None
+            else float(probability.get(r.interval[1], 0.0)),
+        )
     return ModelPlan(out, plan.pending, plan.considered)
 
 
 # --- the rounds: multiruns of python -m emergence into the sweep directory --------------------
+
 
 def override_key(override: str) -> str:
     """The key an override sets (``ablate.enabled``, ``model``, ``hydra/launcher``), by Hydra's own parser."""
@@ -281,13 +324,16 @@ def panel_overrides(traj: Trajectory) -> tuple[list[str], list[str]]:
             found.setdefault(tuple(task), (task, launch))
     if len(found) != 1:
         settings = " | ".join(" ".join(t) for t in found)
-        raise UsageError(f"{traj.model}: the panel runs differ in their settings ({settings}); "
-                         "refine one configuration at a time: give a sweep directory of one configuration per model")
+        raise UsageError(
+            f"{traj.model}: the panel runs differ in their settings ({settings}); "
+            "refine one configuration at a time: give a sweep directory of one configuration per model"
+        )
     return next(iter(found.values()))
 
 
-def launch_round(sweep_dir: Path, model: str, panel: tuple[list[str], list[str]], revisions: list[str],
-                 extra: list[str]) -> None:
+def launch_round(
+    sweep_dir: Path, model: str, panel: tuple[list[str], list[str]], revisions: list[str], extra: list[str]
+) -> None:
     """One multirun of ``python -m emergence`` over ``revisions`` with the panel runs' configuration
     (``panel``: their task and launcher overrides, ``panel_overrides``)."""
     task, launch = panel
@@ -296,11 +342,15 @@ def launch_round(sweep_dir: Path, model: str, panel: tuple[list[str], list[str]]
     asks_for_ablation = any(override_key(o).startswith("ablate.") for o in user_task)
     overrides = merge_overrides(
         [f"wandb.group={sweep_dir.name}"],  # one W&B group with the panel's runs (unless the runs name another)
-        task, [] if asks_for_ablation else ["ablate.enabled=false"],
-        ["revision=custom", f"revision.name={','.join(revisions)}"], user_task,
-        launch, user_launch,
+        task,
+        [] if asks_for_ablation else ["ablate.enabled=false"],
+        ["revision=custom", f"revision.name={','.join(revisions)}"],
+        user_task,
+        launch,
+        user_launch,
         # The jobs' own folder (with its multirun.yaml and list of failures) inside the sweep's.
-        [f"hydra.sweep.dir={sweep_dir / REFINE_FOLDER / model}", "hydra.sweep.subdir=${revision.name}"])
+        [f"hydra.sweep.dir={sweep_dir / REFINE_FOLDER / model}", "hydra.sweep.subdir=${revision.name}"],
+    )
     subprocess.run([sys.executable, "-m", "emergence", "-m", *overrides], check=False)
 
 
@@ -321,8 +371,14 @@ def write_refined(sweep_dir: Path, plans: dict[str, ModelPlan]) -> dict:
     return refined
 
 
-def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: bool = False,
-           overrides: Sequence[str] = (), sink_epsilon: float = ThresholdConfig.sink_epsilon) -> dict:
+def refine(
+    sweep_dir: Path,
+    milestones: list[str],
+    per_round: int = 1,
+    scan: bool = False,
+    overrides: Sequence[str] = (),
+    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+) -> dict:
     """Rounds until every milestone of every model is one interval (or has no bracket); returns
     and writes ``refined.json``."""
     sweep_dir = Path(sweep_dir).resolve()
@@ -338,30 +394,40 @@ def refine(sweep_dir: Path, milestones: list[str], per_round: int = 1, scan: boo
                 task = configuration[model][0]
                 cfg = compose_config(merge_overrides(task, [o for o in overrides if not is_hydra(override_key(o))]))
                 every = existing_checkpoints(cfg)
-                considered = plan_model(traj, every, milestones, per_round, scan, thresholds_of(traj),
-                                        sink_epsilon).considered
+                considered = plan_model(
+                    traj, every, milestones, per_round, scan, thresholds_of(traj), sink_epsilon
+                ).considered
                 defective = defective_branches(cfg, every, considered, sweep_dir)
                 existing[model] = [e for e in every if e.revision not in defective]
             distinct = {e.revision for e in existing[model]}
             traj = trajectories[model] = dataclasses.replace(
-                traj, checkpoints=[c for c in traj.checkpoints if c.revision in distinct])
-            plans[model] = plan_model(traj, existing[model], milestones, per_round, scan,
-                                      thresholds_of(traj), sink_epsilon)
+                traj, checkpoints=[c for c in traj.checkpoints if c.revision in distinct]
+            )
+            plans[model] = plan_model(
+                traj, existing[model], milestones, per_round, scan, thresholds_of(traj), sink_epsilon
+            )
         if not any(plan.pending for plan in plans.values()):
             break
         write_refined(sweep_dir, plans)  # what is known so far, marked incomplete
         for model, plan in plans.items():
             if plan.pending:
                 open_milestones = [name for name, r in plan.refinements.items() if not r.complete]
-                print(f"refine round {round_number}: {model}: analysing {', '.join(plan.pending)} "
-                      f"for {', '.join(open_milestones)}", flush=True)
+                print(
+                    f"refine round {round_number}: {model}: analysing {', '.join(plan.pending)} "
+                    f"for {', '.join(open_milestones)}",
+                    flush=True,
+                )
                 launch_round(sweep_dir, model, configuration[model], plan.pending, list(overrides))
                 failed = failures(sweep_dir, model, plan.pending)
                 if failed:
-                    raise RuntimeError(f"{model}: {len(failed)} refinement job(s) failed ({'; '.join(failed)}); "
-                                       "fix the cause and run refine again (finished jobs are kept)")
-    plans = {m: with_probabilities(trajectories[m], plan, thresholds_of(trajectories[m]), sink_epsilon)
-             for m, plan in plans.items()}
+                    raise RuntimeError(
+                        f"{model}: {len(failed)} refinement job(s) failed ({'; '.join(failed)}); "
+                        "fix the cause and run refine again (finished jobs are kept)"
+                    )
+    plans = {
+        m: with_probabilities(trajectories[m], plan, thresholds_of(trajectories[m]), sink_epsilon)
+        for m, plan in plans.items()
+    }
     return write_refined(sweep_dir, plans)
 
 
@@ -372,8 +438,9 @@ def defective_branches(cfg, existing: list[PanelEntry], names: list[str], sweep_
     if cfg.model.toy is not None:
         return set()
     step_of = {e.revision: e.step for e in existing}
-    checks = check(cfg.model.name_or_path, {n: step_of[n] for n in names}, cfg.model.architecture,
-                   sweep_dir / INTEGRITY_FILE)
+    checks = check(
+        cfg.model.name_or_path, {n: step_of[n] for n in names}, cfg.model.architecture, sweep_dir / INTEGRITY_FILE
+    )
     defective = {branch for branch, c in checks.items() if c.verdict == "duplicate" or c.fails}
     for branch in sorted(defective, key=lambda b: step_of[b]):
         print(f"refine: {cfg.model.key}: stepping over {branch} ({checks[branch].line})", flush=True)
@@ -389,15 +456,31 @@ def main(argv=None) -> None:
     p = CommandParser("python -m emergence.refine", __doc__)
     p.add_argument("sweep_dir", type=Path, help="a panel sweep directory (hydra.sweep.dir of python -m emergence -m)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the refinement jobs (e.g. hydra/launcher=slurm)")
-    p.add_argument("--milestones", nargs="+", default=list(DEFAULT_MILESTONES), metavar="NAME",
-                   help=f"milestones to refine (default: {' '.join(DEFAULT_MILESTONES)}; "
-                        f"any of {' '.join(MILESTONES)})")
-    p.add_argument("--parallel", type=int, default=1, metavar="K",
-                   help="checkpoints analysed per milestone per round (default 1: bisection)")
-    p.add_argument("--scan", action="store_true",
-                   help="analyse every checkpoint of each bracket: the first crossing is then certain")
-    p.add_argument("--sink-epsilon", type=float, default=ThresholdConfig.sink_epsilon,
-                   help="Gu et al.'s sink level for the sink_* milestones (default %(default)s)")
+    p.add_argument(
+        "--milestones",
+        nargs="+",
+        default=list(DEFAULT_MILESTONES),
+        metavar="NAME",
+        help=f"milestones to refine (default: {' '.join(DEFAULT_MILESTONES)}; any of {' '.join(MILESTONES)})",
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="K",
+        help="checkpoints analysed per milestone per round (default 1: bisection)",
+    )
+    p.add_argument(
+        "--scan",
+        action="store_true",
+        help="analyse every checkpoint of each bracket: the first crossing is then certain",
+    )
+    p.add_argument(
+        "--sink-epsilon",
+        type=float,
+        default=ThresholdConfig.sink_epsilon,
+        help="Gu et al.'s sink level for the sink_* milestones (default %(default)s)",
+    )
     args = p.parse_intermixed_args(argv)  # overrides may come before or after the options
     # A Hydra override right after --milestones is read as one more milestone: give it back.
     args.overrides += [m for m in args.milestones if "=" in m]
@@ -419,10 +502,13 @@ def main(argv=None) -> None:
     for model, answers in refined.items():
         for name, r in answers.items():
             if r["interval"]:
-                print(f"{model} {name}: {r['panel_bracket'][0]}..{r['panel_bracket'][1]} -> "
-                      f"{r['interval'][0]}..{r['interval'][1]} ({r['evaluations']} of {r['inside_bracket']} "
-                      f"checkpoints inside analysed" + ("" if r["probability"] is None else
-                                                         f", P = {r['probability']:.2f}") + ")")
+                print(
+                    f"{model} {name}: {r['panel_bracket'][0]}..{r['panel_bracket'][1]} -> "
+                    f"{r['interval'][0]}..{r['interval'][1]} ({r['evaluations']} of {r['inside_bracket']} "
+                    f"checkpoints inside analysed"
+                    + ("" if r["probability"] is None else f", P = {r['probability']:.2f}")
+                    + ")"
+                )
             elif r["reason"]:
                 print(f"{model} {name}: {r['reason']}")
     print(f"refined: {args.sweep_dir / REFINED_FILE}")

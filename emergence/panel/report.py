@@ -42,20 +42,40 @@ from emergence.run.tracking import check_login, tracked_run
 def parse_args(argv=None):
     p = CommandParser("python -m emergence.report", __doc__)
     p.add_argument("runs", nargs="*", type=Path, help="run directories or folders holding them (e.g. a multirun)")
-    p.add_argument("--reference", type=Path, nargs="?", const=REFERENCE_DATA, metavar="DIR",
-                   help="the reference study's results (per_revision/, pr/); without DIR the copy shipped "
-                        "with the package")
+    p.add_argument(
+        "--reference",
+        type=Path,
+        nargs="?",
+        const=REFERENCE_DATA,
+        metavar="DIR",
+        help="the reference study's results (per_revision/, pr/); without DIR the copy shipped with the package",
+    )
     p.add_argument("--out", type=Path, required=True, help="output folder")
-    p.add_argument("--class-threshold", type=float, default=None,
-                   help="class / BOS membership threshold (default: the runs' own if they agree, else 30)")
-    p.add_argument("--circuit-threshold", type=float, default=None,
-                   help="induction circuit threshold (default: the runs' own if they agree, else 50)")
-    p.add_argument("--sink-epsilon", type=float, default=ThresholdConfig.sink_epsilon,
-                   help="Gu et al.'s sink level: key-0 importance above it counts as a sink (default %(default)s)")
-    p.add_argument("--pr-estimator", choices=("pr", "pr_entropy_rank"), default="pr_entropy_rank",
-                   help="spectral column of run directories used for F5 (the reference used pr_entropy_rank)")
-    p.add_argument("--wandb-mode", choices=WANDB_MODES, default=None,
-                   help="default: $WANDB_MODE, else offline")
+    p.add_argument(
+        "--class-threshold",
+        type=float,
+        default=None,
+        help="class / BOS membership threshold (default: the runs' own if they agree, else 30)",
+    )
+    p.add_argument(
+        "--circuit-threshold",
+        type=float,
+        default=None,
+        help="induction circuit threshold (default: the runs' own if they agree, else 50)",
+    )
+    p.add_argument(
+        "--sink-epsilon",
+        type=float,
+        default=ThresholdConfig.sink_epsilon,
+        help="Gu et al.'s sink level: key-0 importance above it counts as a sink (default %(default)s)",
+    )
+    p.add_argument(
+        "--pr-estimator",
+        choices=("pr", "pr_entropy_rank"),
+        default="pr_entropy_rank",
+        help="spectral column of run directories used for F5 (the reference used pr_entropy_rank)",
+    )
+    p.add_argument("--wandb-mode", choices=WANDB_MODES, default=None, help="default: $WANDB_MODE, else offline")
     p.add_argument("--wandb-project", default=None, help="default: $WANDB_PROJECT, else emergence")
     p.add_argument("--wandb-entity", default=None, help="default: $WANDB_ENTITY")
     args = p.parse_args(argv)
@@ -80,22 +100,40 @@ class SweepFacts:
     edges: dict | None = None
 
 
-def write_report(trajectories, out: Path, class_threshold: float, circuit_threshold: float, reference: bool,
-                 sink_epsilon: float = ThresholdConfig.sink_epsilon, facts: SweepFacts = SweepFacts()) -> PanelFindings:
+def write_report(
+    trajectories,
+    out: Path,
+    class_threshold: float,
+    circuit_threshold: float,
+    reference: bool,
+    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+    facts: SweepFacts = SweepFacts(),
+) -> PanelFindings:
     """The report of the panel's ``trajectories`` in ``out``, with the sweeps' ``facts``."""
     sweeps, refined, defective = facts.sweeps, facts.refined, facts.defective
     out.mkdir(parents=True, exist_ok=True)
-    findings = panel_findings(trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon,
-                              refined=refined)
+    findings = panel_findings(
+        trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon, refined=refined
+    )
     findings = edge_findings.with_f6(findings, trajectories, circuit_threshold, facts.edges or {})
     grids = [sensitivity.dense(t) for t in trajectories.values()]
     rows = sensitivity.rows(grids)
-    findings = dataclasses.replace(findings, causal_threshold=list(sweeps), sensitivity=sensitivity.conclusions(
-        trajectories, grids, class_threshold, circuit_threshold), defective_checkpoints=defective or {})
-    made = [figures.bos_vs_tokens(findings, out), figures.recall_vs_tokens(findings, out),
-            figures.trajectories(findings, out), figures.sensitivity(grids, class_threshold, circuit_threshold, out),
-            figures.causal_threshold(findings.causal_threshold, out), figures.token_axis(findings, out),
-            figures.task_capability(findings, out), figures.edge_axis(findings, out)]
+    findings = dataclasses.replace(
+        findings,
+        causal_threshold=list(sweeps),
+        sensitivity=sensitivity.conclusions(trajectories, grids, class_threshold, circuit_threshold),
+        defective_checkpoints=defective or {},
+    )
+    made = [
+        figures.bos_vs_tokens(findings, out),
+        figures.recall_vs_tokens(findings, out),
+        figures.trajectories(findings, out),
+        figures.sensitivity(grids, class_threshold, circuit_threshold, out),
+        figures.causal_threshold(findings.causal_threshold, out),
+        figures.token_axis(findings, out),
+        figures.task_capability(findings, out),
+        figures.edge_axis(findings, out),
+    ]
     for model, f in findings.models.items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]
     findings = dataclasses.replace(findings, figures=[p.name for p in made if p is not None])
@@ -112,9 +150,16 @@ def write_report(trajectories, out: Path, class_threshold: float, circuit_thresh
 def wandb_settings(args) -> WandbConfig:
     """The W&B settings of the panel run: the command line's, else the schema's ($WANDB_* or its defaults)."""
     given = {"mode": args.wandb_mode, "project": args.wandb_project, "entity": args.wandb_entity}
-    return cast(WandbConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(WandbConfig),
-                                                                 {k: v for k, v in given.items() if v is not None},
-                                                                 {"group": "panel", "tags": ["panel"]})))
+    return cast(
+        WandbConfig,
+        OmegaConf.to_object(
+            OmegaConf.merge(
+                OmegaConf.structured(WandbConfig),
+                {k: v for k, v in given.items() if v is not None},
+                {"group": "panel", "tags": ["panel"]},
+            )
+        ),
+    )
 
 
 def log_panel(findings: PanelFindings, out: Path, cfg: WandbConfig) -> None:
@@ -128,17 +173,32 @@ def log_panel(findings: PanelFindings, out: Path, cfg: WandbConfig) -> None:
             run.define_metric(f"{model}/*", step_metric=f"{model}/tokens")
             sinks = f.sinks_gu.revisions if f.sinks_gu else [None] * len(f.revisions)
             for r, s in zip(f.revisions, sinks):
-                run.log({f"{model}/tokens": r.tokens, f"{model}/bos_fraction": r.bos_fraction,
-                         **({} if s is None else {f"{model}/sink_fraction": s.sink_fraction}),
-                         f"{model}/n_induction": r.n_induction,
-                         **({} if r.induction_recall is None else {f"{model}/induction_recall": r.induction_recall})})
+                run.log(
+                    {
+                        f"{model}/tokens": r.tokens,
+                        f"{model}/bos_fraction": r.bos_fraction,
+                        **({} if s is None else {f"{model}/sink_fraction": s.sink_fraction}),
+                        f"{model}/n_induction": r.n_induction,
+                        **({} if r.induction_recall is None else {f"{model}/induction_recall": r.induction_recall}),
+                    }
+                )
             columns = ["revision", "tokens", "bos_fraction", "n_induction", "induction_recall", "topk_recall"]
-            run.log({f"{model}/revisions": wandb.Table(columns=[*columns], data=[[getattr(r, c) for c in columns]
-                                                                               for r in f.revisions])})
+            run.log(
+                {
+                    f"{model}/revisions": wandb.Table(
+                        columns=[*columns], data=[[getattr(r, c) for c in columns] for r in f.revisions]
+                    )
+                }
+            )
         run.log({f"figures/{Path(n).stem}": wandb.Image(str(out / n)) for n in findings.figures})
         columns = [field.name for field in dataclasses.fields(Conclusion)]
-        run.log({"sensitivity": wandb.Table(columns=[*columns], data=[[getattr(c, k) for k in columns]
-                                                                   for c in findings.sensitivity])})
+        run.log(
+            {
+                "sensitivity": wandb.Table(
+                    columns=[*columns], data=[[getattr(c, k) for k in columns] for c in findings.sensitivity]
+                )
+            }
+        )
 
 
 def _revision(milestone: Milestone | None) -> str | None:
@@ -150,8 +210,7 @@ def main(argv=None) -> None:
     try:
         wandb_cfg = wandb_settings(args)
         check_login(wandb_cfg)
-        trajectories = (load_reference(args.reference) if args.reference
-                        else load_runs(args.runs, args.pr_estimator))
+        trajectories = load_reference(args.reference) if args.reference else load_runs(args.runs, args.pr_estimator)
         sweeps = [] if args.reference else causal_threshold.load_sweeps(args.runs)
         refined = {} if args.reference else load_refined(args.runs)
         defective = {} if args.reference else defective_checkpoints(args.runs)
@@ -163,18 +222,32 @@ def main(argv=None) -> None:
     screened = shared_thresholds(trajectories) or (ThresholdConfig.class_default, ThresholdConfig.circuit)
     class_threshold = args.class_threshold if args.class_threshold is not None else screened[0]
     circuit_threshold = args.circuit_threshold if args.circuit_threshold is not None else screened[1]
-    findings = write_report(trajectories, args.out, class_threshold, circuit_threshold,
-                            reference=args.reference is not None, sink_epsilon=args.sink_epsilon,
-                            facts=SweepFacts(sweeps, refined, defective, edges))
+    findings = write_report(
+        trajectories,
+        args.out,
+        class_threshold,
+        circuit_threshold,
+        reference=args.reference is not None,
+        sink_epsilon=args.sink_epsilon,
+        facts=SweepFacts(sweeps, refined, defective, edges),
+    )
     log_panel(findings, args.out, wandb_cfg)
     for model, f in findings.models.items():
-        print(f"{model}: final BOS {100 * f.f2.final_fraction:.1f}% ({f.f2.shape}), onset "
-              f"{_revision(f.f3.induction_onset)}, BOS-50% {_revision(f.f3.bos_50)}"
-              + ("" if not f.sinks_gu else f"; Sink_0 final {100 * f.sinks_gu.f2.final_fraction:.1f}%, "
-                 f"Sink_0-50% {_revision(f.sinks_gu.f3.sink_50)}"))
+        print(
+            f"{model}: final BOS {100 * f.f2.final_fraction:.1f}% ({f.f2.shape}), onset "
+            f"{_revision(f.f3.induction_onset)}, BOS-50% {_revision(f.f3.bos_50)}"
+            + (
+                ""
+                if not f.sinks_gu
+                else f"; Sink_0 final {100 * f.sinks_gu.f2.final_fraction:.1f}%, "
+                f"Sink_0-50% {_revision(f.sinks_gu.f3.sink_50)}"
+            )
+        )
     for sweep in findings.causal_threshold:
-        print(f"{sweep['model']} @ {sweep['revision']}: causal threshold T* = "
-              f"{'none' if sweep['t_star'] is None else format(sweep['t_star'], 'g') + 'x'}")
+        print(
+            f"{sweep['model']} @ {sweep['revision']}: causal threshold T* = "
+            f"{'none' if sweep['t_star'] is None else format(sweep['t_star'], 'g') + 'x'}"
+        )
     print(f"report: {args.out / 'report.md'}")
 
 

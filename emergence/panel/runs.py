@@ -32,8 +32,11 @@ from emergence.run.results import HEAD_COLUMNS, PER_SEQUENCE_FILE, SUMMARY_FILE,
 
 # Reference file prefixes -> our model keys, and how their revision names give tokens.
 REFERENCE_PREFIXES = {"pythia1b": "pythia", "olmo": "olmo", "olmoe": "olmoe"}
-REFERENCE_PR_FILES = {"pythia": "pythia_1b_phase1_trajectory.json", "olmo": "olmo_phase1_trajectory.json",
-                      "olmoe": "olmoe_phase1_trajectory.json"}
+REFERENCE_PR_FILES = {
+    "pythia": "pythia_1b_phase1_trajectory.json",
+    "olmo": "olmo_phase1_trajectory.json",
+    "olmoe": "olmoe_phase1_trajectory.json",
+}
 REFERENCE_CLASSES = {"bos": "first-token"}  # the reference files' class names where ours differ (else _ -> -)
 REFERENCE_DATA = Path(__file__).with_name("reference_data")  # the study's results, package data (its SOURCE.md)
 REFINE_FOLDER = "refine"  # python -m emergence.refine writes its runs to <sweep>/refine/<model>/<revision>/
@@ -116,7 +119,7 @@ def reference_tokens(model: str, revision: str) -> float:
 
 
 def _head_of_key(key: str) -> tuple[int, int]:
-    """"L3_H7" -> (3, 7): a head as the reference data names it."""
+    """ "L3_H7" -> (3, 7): a head as the reference data names it."""
     found = re.fullmatch(r"L(\d+)_H(\d+)", key)
     assert found is not None, key
     return int(found.group(1)), int(found.group(2))
@@ -141,11 +144,13 @@ def load_reference(root: Path) -> dict[str, Trajectory]:
         prefix, revision = path.stem.split("_mechinterp_")
         model = REFERENCE_PREFIXES[prefix]
         data = read_json(path)
-        sel = _head_grid(data["all_head_selectivity"], lambda d: [d[REFERENCE_CLASSES.get(c, c.replace("_", "-"))]
-                                                                  for c in CLASSES])
+        sel = _head_grid(
+            data["all_head_selectivity"], lambda d: [d[REFERENCE_CLASSES.get(c, c.replace("_", "-"))] for c in CLASSES]
+        )
         dtype = preset(model).reference_dtype  # the study's own numbers: computed in the dtype it ran
-        by_model.setdefault(model, []).append(Checkpoint(revision, reference_tokens(model, revision), sel,
-                                                         dtype=dtype, reference_dtype=dtype))
+        by_model.setdefault(model, []).append(
+            Checkpoint(revision, reference_tokens(model, revision), sel, dtype=dtype, reference_dtype=dtype)
+        )
     trajectories = {}
     for model, checkpoints in by_model.items():
         checkpoints.sort(key=lambda c: c.tokens)
@@ -187,29 +192,36 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
     for run_dir, refined in find_runs(paths).items():
         summary, rows = read_run(run_dir)
         if summary.tokens is None and summary.step is None:
-            raise ValueError(f"{run_dir}: run has neither a token count nor a step (revision {summary.revision!r}); "
-                             "a panel needs revisions with a known place in training: analyse named revisions "
-                             "(revision=r0..r9 or revision=custom revision.name=<checkpoint>)")
+            raise ValueError(
+                f"{run_dir}: run has neither a token count nor a step (revision {summary.revision!r}); "
+                "a panel needs revisions with a known place in training: analyse named revisions "
+                "(revision=r0..r9 or revision=custom revision.name=<checkpoint>)"
+            )
         position = summary.tokens if summary.tokens is not None else summary.step
         assert position is not None  # one of them (above)
         revision = cast(str, summary.revision)  # a run with a place in training names its revision
         n_layers, n_heads = summary.n_layers, summary.n_heads
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         spectral = np.zeros((n_layers, n_heads))
-        plugin_columns = {column: np.full((n_layers, n_heads), np.nan) for column in rows[0]
-                          if column not in HEAD_COLUMNS}
+        plugin_columns = {
+            column: np.full((n_layers, n_heads), np.nan) for column in rows[0] if column not in HEAD_COLUMNS
+        }
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
             for name, grid in plugin_columns.items():
                 grid[r["layer"], r["head"]] = r[name]
-        massive = (None if summary.massive_activations is None
-                   else np.array([m.ratio for m in summary.massive_activations]))
+        massive = (
+            None if summary.massive_activations is None else np.array([m.ratio for m in summary.massive_activations])
+        )
         classes = set(summary.thresholds.classes.values())
-        panel = (summary.model, summary.training_seed, summary.probe.kind, None if summary.task is None else
-                 summary.task.name)
-        used.setdefault(panel, set()).add(
-            (classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
+        panel = (
+            summary.model,
+            summary.training_seed,
+            summary.probe.kind,
+            None if summary.task is None else summary.task.name,
+        )
+        used.setdefault(panel, set()).add((classes.pop(), summary.thresholds.circuit) if len(classes) == 1 else None)
         first = "random" if summary.probe.first is None else summary.probe.first.kind  # before the field: the study's
         units.setdefault(panel, {})[revision] = "tokens" if summary.tokens is not None else "steps"
         first_tokens.setdefault(panel, {}).setdefault(first, []).append(revision)
@@ -218,36 +230,62 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
                 arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
         by_model.setdefault(panel, {})[revision] = Checkpoint(
-            revision, float(position), sel, spectral, **arrays, run_dir=run_dir, refined=refined,
-            massive_activation_ratio=massive, dtype=summary.dtype, reference_dtype=summary.reference_dtype,
-            weights_sha256=summary.weights_sha256, copy_loss_drop=summary.copy_loss_drop, null=summary.null,
-            text=summary.text, repeat=summary.repeat, task=summary.task, name_or_path=summary.name_or_path,
-            plugin_columns=plugin_columns)
+            revision,
+            float(position),
+            sel,
+            spectral,
+            **arrays,
+            run_dir=run_dir,
+            refined=refined,
+            massive_activation_ratio=massive,
+            dtype=summary.dtype,
+            reference_dtype=summary.reference_dtype,
+            weights_sha256=summary.weights_sha256,
+            copy_loss_drop=summary.copy_loss_drop,
+            null=summary.null,
+            text=summary.text,
+            repeat=summary.repeat,
+            task=summary.task,
+            name_or_path=summary.name_or_path,
+            plugin_columns=plugin_columns,
+        )
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")
     for (model, _, probe, _), kinds in first_tokens.items():
         if len(kinds) > 1:  # a sink read behind a BOS and one read behind a random token are not one trajectory
-            runs = "; ".join(f"{kind}: {', '.join(sorted(map(str, revisions)))}"
-                             for kind, revisions in sorted(kinds.items()))
-            raise ValueError(f"the {model} {probe} runs differ in their first token ({runs}); rerun them with one "
-                             "probe.first_token (random or bos_token)")
+            runs = "; ".join(
+                f"{kind}: {', '.join(sorted(map(str, revisions)))}" for kind, revisions in sorted(kinds.items())
+            )
+            raise ValueError(
+                f"the {model} {probe} runs differ in their first token ({runs}); rerun them with one "
+                "probe.first_token (random or bos_token)"
+            )
     for (model, _, probe, _), unit_of in units.items():
         if len(set(unit_of.values())) > 1:  # steps and tokens are not one axis
             without = sorted(r for r, u in unit_of.items() if u == "steps")
-            raise ValueError(f"the {model} {probe} runs of {', '.join(without[:3])} have no token count while the "
-                             "others have: rerun them with model.tokens_per_step=<N>, or all without")
+            raise ValueError(
+                f"the {model} {probe} runs of {', '.join(without[:3])} have no token count while the "
+                "others have: rerun them with model.tokens_per_step=<N>, or all without"
+            )
     seeds = Counter((model, probe, task) for model, _, probe, task in by_model)
     trajectories = {}
-    for (model, seed, probe, task), cs in sorted(by_model.items(), key=lambda item: (
-            item[0][0], item[0][3] or "", item[0][1] or 0, item[0][2])):
+    for (model, seed, probe, task), cs in sorted(
+        by_model.items(), key=lambda item: (item[0][0], item[0][3] or "", item[0][1] or 0, item[0][2])
+    ):
         several = seeds[(model, probe, task)] > 1
         family = model if task is None else f"{model}-{task}"  # a task's seeds are compared among themselves
         name = (f"{family}-seed{seed}" if several else family) + ("" if probe == "synthetic" else f"-{probe}")
         thresholds = used[(model, seed, probe, task)]
-        trajectories[name] = Trajectory(name, sorted(cs.values(), key=lambda c: c.tokens), spectral_estimator,
-                                        next(iter(thresholds)) if len(thresholds) == 1 else None,
-                                        family=family if several else None, probe=probe, task=task,
-                                        unit=next(iter(units[(model, seed, probe, task)].values())))
+        trajectories[name] = Trajectory(
+            name,
+            sorted(cs.values(), key=lambda c: c.tokens),
+            spectral_estimator,
+            next(iter(thresholds)) if len(thresholds) == 1 else None,
+            family=family if several else None,
+            probe=probe,
+            task=task,
+            unit=next(iter(units[(model, seed, probe, task)].values())),
+        )
     return trajectories
 
 

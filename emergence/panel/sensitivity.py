@@ -99,8 +99,11 @@ def dense(traj: Trajectory, class_grid: ArrayLike = GRID, circuit_grid: ArrayLik
     rise = bos[:, -1]
     has_rise = (rise > 0) & (jumps.shape[1] > 0)
     jump_index = np.where(has_rise, jumps.argmax(axis=1) if jumps.shape[1] else 0, -1)
-    largest = np.take_along_axis(jumps, np.maximum(jump_index, 0)[:, None], axis=1)[:, 0] if jumps.shape[1] \
+    largest = (
+        np.take_along_axis(jumps, np.maximum(jump_index, 0)[:, None], axis=1)[:, 0]
+        if jumps.shape[1]
         else np.zeros(len(c))
+    )
     n_ind = (ind[None] >= k[:, None, None, None]).sum(axis=(2, 3))  # [circuits, revisions]
     final = ind[-1].ravel()
     circuit = final[None, :] >= k[:, None]  # [circuits, heads]
@@ -110,7 +113,10 @@ def dense(traj: Trajectory, class_grid: ArrayLike = GRID, circuit_grid: ArrayLik
     level = RECALL_MILESTONES["recall_67"]
     reached = (hits * level.denominator >= level.numerator * size) & (size > 0)  # exact, as the Fractions
     return Grid(
-        model=traj.model, class_grid=c, circuit_grid=k, tokens=traj.tokens,
+        model=traj.model,
+        class_grid=c,
+        circuit_grid=k,
+        tokens=traj.tokens,
         revisions=[cp.revision for cp in traj.checkpoints],
         zero_bos_layers=np.asarray(~bos_members.any(axis=(1, 3))),
         jump_index=jump_index,
@@ -136,17 +142,25 @@ def rows(grids: list[Grid]) -> list[dict]:
             jump = g.jump_index[i]
             shape = None if jump < 0 else ("abrupt" if g.jump_share[i] >= ABRUPT_SHARE else "gradual")
             for j, cc in enumerate(g.circuit_grid):
-                out.append({
-                    "model": g.model, "class_threshold": round(float(ct), 4), "circuit_threshold": round(float(cc), 4),
-                    "zero_bos_layers": zero, "shape": shape,
-                    "jump_share": _num(g.jump_share[i]),
-                    "largest_jump": None if jump < 0 else f"{g.revisions[jump]} -> {g.revisions[jump + 1]}",
-                    "final_bos_fraction": float(g.final_bos_fraction[i]),
-                    "onset_tokens": _num(onset[j]), "bos_50_tokens": _num(bos_50[i]),
-                    "gap_ratio": _num(gap[i, j]), "gap_lower_bound": _num(lower[i, j]),
-                    "recall_67_tokens": _num(recall[i, j]), "circuit_size": int(g.circuit_size[j]),
-                    **{name: bool(v[i, j]) for name, v in held.items()},
-                })
+                out.append(
+                    {
+                        "model": g.model,
+                        "class_threshold": round(float(ct), 4),
+                        "circuit_threshold": round(float(cc), 4),
+                        "zero_bos_layers": zero,
+                        "shape": shape,
+                        "jump_share": _num(g.jump_share[i]),
+                        "largest_jump": None if jump < 0 else f"{g.revisions[jump]} -> {g.revisions[jump + 1]}",
+                        "final_bos_fraction": float(g.final_bos_fraction[i]),
+                        "onset_tokens": _num(onset[j]),
+                        "bos_50_tokens": _num(bos_50[i]),
+                        "gap_ratio": _num(gap[i, j]),
+                        "gap_lower_bound": _num(lower[i, j]),
+                        "recall_67_tokens": _num(recall[i, j]),
+                        "circuit_size": int(g.circuit_size[j]),
+                        **{name: bool(v[i, j]) for name, v in held.items()},
+                    }
+                )
     return out
 
 
@@ -154,8 +168,9 @@ def _num(x) -> float | None:
     return None if np.isnan(x) else float(x)
 
 
-def conclusions(trajectories: dict[str, Trajectory], grids: list[Grid], class_threshold: float,
-                circuit_threshold: float) -> list[Conclusion]:
+def conclusions(
+    trajectories: dict[str, Trajectory], grids: list[Grid], class_threshold: float, circuit_threshold: float
+) -> list[Conclusion]:
     """Per model and conclusion: whether it holds at the report's thresholds, the share of the
     grid where it holds, and where it flips along each axis through the report's thresholds."""
     out = []
@@ -167,9 +182,17 @@ def conclusions(trajectories: dict[str, Trajectory], grids: list[Grid], class_th
         for name, held in g.conclusions().items():
             where = [f"class {a:.3g}x -> {b:.3g}x" for a, b in _flips(along_class[name][:, 0], g.class_grid)]
             where += [f"circuit {a:.3g}x -> {b:.3g}x" for a, b in _flips(along_circuit[name][0], g.circuit_grid)]
-            out.append(Conclusion(model=g.model, conclusion=CONCLUSIONS[name], key=name,
-                                  holds_at_report_thresholds=bool(here[name][0, 0]), share=float(held.mean()),
-                                  holds_everywhere=bool(held.all()), flips="; ".join(where) or "none"))
+            out.append(
+                Conclusion(
+                    model=g.model,
+                    conclusion=CONCLUSIONS[name],
+                    key=name,
+                    holds_at_report_thresholds=bool(here[name][0, 0]),
+                    share=float(held.mean()),
+                    holds_everywhere=bool(held.all()),
+                    flips="; ".join(where) or "none",
+                )
+            )
     return out
 
 

@@ -65,6 +65,7 @@ TASK_MILESTONES = tuple(milestone_name(task) for task in TASKS)
 
 # --- per revision (pure) -------------------------------------------------------------------------
 
+
 def clears(metrics: dict[str, MetricValue], levels: tuple[EmergenceLevel, ...]) -> bool:
     """Every level's metric has its interval's low end strictly above the level (NaN: not)."""
     return all(metrics[level.metric].ci[0] > level.level for level in levels)
@@ -82,8 +83,11 @@ def task_reached(traj: Trajectory) -> dict[str, np.ndarray]:
     if traj.task is None:
         return {}
     levels = EMERGENCE_LEVELS[traj.task]
-    return {milestone_name(traj.task): np.array([clears(_task(c).metrics.metrics, levels) for c in traj.checkpoints],
-                                                dtype=bool)}
+    return {
+        milestone_name(traj.task): np.array(
+            [clears(_task(c).metrics.metrics, levels) for c in traj.checkpoints], dtype=bool
+        )
+    }
 
 
 def sink_heads(c: Checkpoint, class_threshold: float) -> set[str]:
@@ -93,21 +97,29 @@ def sink_heads(c: Checkpoint, class_threshold: float) -> set[str]:
 
 def overlap(screen: list[str], circuits: dict[str, list[str]], sinks: set[str]) -> CircuitOverlap:
     """The screen's heads (rank order) in each capability circuit and among the sinks."""
-    return CircuitOverlap(induction=[h for h in screen if h in circuits["induction"]],
-                          previous_token=[h for h in screen if h in circuits["previous_token"]],
-                          sink=[h for h in screen if h in sinks])
+    return CircuitOverlap(
+        induction=[h for h in screen if h in circuits["induction"]],
+        previous_token=[h for h in screen if h in circuits["previous_token"]],
+        sink=[h for h in screen if h in sinks],
+    )
 
 
 def task_revision(c: Checkpoint, levels: tuple[EmergenceLevel, ...], class_threshold: float) -> TaskRevision:
     task = _task(c)
     sinks = sink_heads(c, class_threshold)
-    return TaskRevision(revision=c.revision, tokens=c.tokens, metrics=task.metrics.metrics,
-                        cleared=clears(task.metrics.metrics, levels), screens=task.screens,
-                        overlaps={name: overlap(heads, task.circuits, sinks) for name, heads in task.screens.items()},
-                        refined=c.refined)
+    return TaskRevision(
+        revision=c.revision,
+        tokens=c.tokens,
+        metrics=task.metrics.metrics,
+        cleared=clears(task.metrics.metrics, levels),
+        screens=task.screens,
+        overlaps={name: overlap(heads, task.circuits, sinks) for name, heads in task.screens.items()},
+        refined=c.refined,
+    )
 
 
 # --- over the trajectory -------------------------------------------------------------------------
+
 
 def _milestone(traj: Trajectory, index: int) -> Milestone:
     c = traj.checkpoints[index]
@@ -180,11 +192,21 @@ def published_rows(ablation: TaskAblation | None, published: Ablation) -> list[P
             if metric not in kept:
                 continue
             mine = None if ours is None else ours.metrics.metrics[metric]
-            rows.append(PublishedRow(
-                experiment=published.experiment, condition=condition.name, metric=metric, published=value,
-                published_heads=_names(condition.heads), ours=None if ours is None else ours.name,
-                value=None if mine is None else mine.value, ci=None if mine is None else mine.ci,
-                heads=None if ours is None else ours.heads, valid=condition.valid, why=condition.why))
+            rows.append(
+                PublishedRow(
+                    experiment=published.experiment,
+                    condition=condition.name,
+                    metric=metric,
+                    published=value,
+                    published_heads=_names(condition.heads),
+                    ours=None if ours is None else ours.name,
+                    value=None if mine is None else mine.value,
+                    ci=None if mine is None else mine.ci,
+                    heads=None if ours is None else ours.heads,
+                    valid=condition.valid,
+                    why=condition.why,
+                )
+            )
     return rows
 
 
@@ -204,18 +226,26 @@ def published_comparison(c: Checkpoint) -> PublishedComparison | None:
     for s in (s for s in published.sweeps if s.model == model and s.task == task.name):
         screen = EXPERIMENT_SCREEN.get(s.experiment) or task.name
         ours = ours_sweeps.get(screen)
-        sweeps.append(PublishedSweep(screen=screen, published=s,
-                                     ours=None if ours is None else ours.sweeps.get(s.top1_metric)))
+        sweeps.append(
+            PublishedSweep(screen=screen, published=s, ours=None if ours is None else ours.sweeps.get(s.top1_metric))
+        )
     heads = []
     for published_screen in screens:
         screen = EXPERIMENT_SCREEN.get(published_screen.experiment) or task.name
         shown = [head_name(h.layer, h.head) for h in published_screen.heads]
         ours_heads = task.screens.get(screen, [])
-        heads.append(PublishedScreenHeads(screen=screen, published=shown, ours=ours_heads,
-                                          shared=[h for h in ours_heads if h in shown]))
-    return PublishedComparison(study_model=model, revision=c.revision,
-                               rows=[row for a in ablations for row in published_rows(task.ablation, a)],
-                               screens=heads, sweeps=sweeps)
+        heads.append(
+            PublishedScreenHeads(
+                screen=screen, published=shown, ours=ours_heads, shared=[h for h in ours_heads if h in shown]
+            )
+        )
+    return PublishedComparison(
+        study_model=model,
+        revision=c.revision,
+        rows=[row for a in ablations for row in published_rows(task.ablation, a)],
+        screens=heads,
+        sweeps=sweeps,
+    )
 
 
 def task_findings(traj: Trajectory, class_threshold: float) -> TaskFindings | None:
@@ -227,8 +257,12 @@ def task_findings(traj: Trajectory, class_threshold: float) -> TaskFindings | No
     final_ablation = _task(final).ablation
     coverages = {_task(c).metrics.ci_level for c in traj.checkpoints}
     return TaskFindings(
-        task=traj.task, levels=list(levels), ci_level=coverages.pop() if len(coverages) == 1 else None,
+        task=traj.task,
+        levels=list(levels),
+        ci_level=coverages.pop() if len(coverages) == 1 else None,
         revisions=[task_revision(c, levels, class_threshold) for c in traj.checkpoints],
         emergence=emergence(traj),
         first_entry={screen: first_entries(traj, screen) for screen in _task(final).screens},
-        verdicts=final_ablation.sweeps if final_ablation else [], published=published_comparison(final))
+        verdicts=final_ablation.sweeps if final_ablation else [],
+        published=published_comparison(final),
+    )

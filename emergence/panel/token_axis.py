@@ -38,8 +38,10 @@ def _plugin_value(trajectory: measures.Trajectory) -> Callable[[Checkpoint], flo
 MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]] = {
     "icl_score": (("text",), lambda c: None if c.text is None else c.text.icl_score),
     "loss_drop": (("repeat",), lambda c: None if c.repeat is None else c.repeat.loss_drop),
-    "massive_activation_ratio": (("synthetic", "repeat", "text"),
-                                 lambda c: reduce_heads(c.massive_activation_ratio, "max")),
+    "massive_activation_ratio": (
+        ("synthetic", "repeat", "text"),
+        lambda c: reduce_heads(c.massive_activation_ratio, "max"),
+    ),
     # the plug-in measures' trajectories (``emergence.measures``), on the probes each is measured on
     **{t.key: (t.probes, _plugin_value(t)) for t in measures.trajectories()},
 }
@@ -63,8 +65,16 @@ def transition(traj: Trajectory, measure: str) -> Transition | None:
         if jump != 0 and past:
             k = past[0]
             half_way = Milestone(names[k], tokens[k], bracket(traj.tokens, k))
-    return Transition(measure=measure, probe=traj.probe, revisions=names, tokens=tokens, values=values,
-                      largest_jump=largest_jump, jump=jump, half_way=half_way)
+    return Transition(
+        measure=measure,
+        probe=traj.probe,
+        revisions=names,
+        tokens=tokens,
+        values=values,
+        largest_jump=largest_jump,
+        jump=jump,
+        half_way=half_way,
+    )
 
 
 def massive_onset(traj: Trajectory) -> Milestone | None:
@@ -87,9 +97,15 @@ def separation(earlier: tuple[str, Milestone], later: tuple[str, Milestone]) -> 
     low_then, high_then = then.bracket_tokens
     low_first, high_first = first.bracket_tokens
     assert high_then is not None and high_first is not None  # a bracket ends at its own revision's tokens
-    return Separation(earlier=first_name, later=then_name, gap_ratio=then.tokens / first.tokens,
-                      gap_ratio_range=[None if low_then is None else low_then / high_first,
-                                       None if not low_first else high_then / low_first])
+    return Separation(
+        earlier=first_name,
+        later=then_name,
+        gap_ratio=then.tokens / first.tokens,
+        gap_ratio_range=[
+            None if low_then is None else low_then / high_first,
+            None if not low_first else high_then / low_first,
+        ],
+    )
 
 
 def sinks_by_probe(trajectories: dict[str, Trajectory], findings: dict[str, ModelFindings]) -> list[SinkProbes]:
@@ -107,17 +123,27 @@ def sinks_by_probe(trajectories: dict[str, Trajectory], findings: dict[str, Mode
             continue
         rows = {p: at[p][c.revision] for p in at}
         sink = {p: rows[p][1].sink_fraction for p in rows}
-        out.append(SinkProbes(c.revision, c.tokens, sink_fraction={**sink},
-                              bos_fraction={p: rows[p][0].bos_fraction for p in rows},
-                              disagree=(sink["synthetic"] >= 0.5) != (sink["text"] >= 0.5)))
+        out.append(
+            SinkProbes(
+                c.revision,
+                c.tokens,
+                sink_fraction={**sink},
+                bos_fraction={p: rows[p][0].bos_fraction for p in rows},
+                disagree=(sink["synthetic"] >= 0.5) != (sink["text"] >= 0.5),
+            )
+        )
     return out
 
 
 def token_axis(trajectories: dict[str, Trajectory], findings: dict[str, ModelFindings]) -> TokenAxis | None:
     """One model's trajectories under each probe (``trajectories`` and ``findings`` by probe.kind);
     None where no run of it measured any of ``MEASURES`` nor a task (the reference data, older runs)."""
-    transitions = [t for probe, traj in trajectories.items() for measure, (probes, _) in MEASURES.items()
-                   if probe in probes and (t := transition(traj, measure)) is not None]
+    transitions = [
+        t
+        for probe, traj in trajectories.items()
+        for measure, (probes, _) in MEASURES.items()
+        if probe in probes and (t := transition(traj, measure)) is not None
+    ]
     if not transitions and not any(f.task for f in findings.values()):
         return None
     events: dict[str, Milestone | None] = {}
@@ -131,11 +157,17 @@ def token_axis(trajectories: dict[str, Trajectory], findings: dict[str, ModelFin
             events[f"task_{f.task.task} ({probe})"] = f.task.emergence
     for t in transitions:
         events[f"{t.measure} ({t.probe})"] = t.half_way
-    reached = sorted(((name, m) for name, m in events.items() if m is not None and m.tokens is not None),
-                     key=lambda item: item[1].tokens or 0.0)  # each has its tokens (above)
-    return TokenAxis(probes=list(trajectories), transitions=transitions, events=events,
-                     separations=[separation(a, b) for a, b in itertools.combinations(reached, 2)],
-                     sinks=sinks_by_probe(trajectories, findings))
+    reached = sorted(
+        ((name, m) for name, m in events.items() if m is not None and m.tokens is not None),
+        key=lambda item: item[1].tokens or 0.0,
+    )  # each has its tokens (above)
+    return TokenAxis(
+        probes=list(trajectories),
+        transitions=transitions,
+        events=events,
+        separations=[separation(a, b) for a, b in itertools.combinations(reached, 2)],
+        sinks=sinks_by_probe(trajectories, findings),
+    )
 
 
 def token_axes(trajectories: dict[str, Trajectory], models: dict[str, ModelFindings]) -> dict[str, TokenAxis]:

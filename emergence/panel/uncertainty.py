@@ -30,8 +30,9 @@ def bracket(tokens: np.ndarray, index: int) -> list:
     return [None if index == 0 else float(tokens[index - 1]), float(tokens[index])]
 
 
-def ratio_range(later: int | None, earlier: int | None, tokens_later: np.ndarray,
-                tokens_earlier: np.ndarray) -> list | None:
+def ratio_range(
+    later: int | None, earlier: int | None, tokens_later: np.ndarray, tokens_earlier: np.ndarray
+) -> list | None:
     """The range of tokens(later milestone) / tokens(earlier milestone) over their brackets;
     None where a milestone is missing, an open end where a bracket has no lower end."""
     if later is None or earlier is None:
@@ -57,9 +58,13 @@ class Replicates:
         return interval(values, self.ci)
 
 
-def replicates(traj: Trajectory, class_threshold: float, circuit_threshold: float,
-               sink_epsilon: float = ThresholdConfig.sink_epsilon, settings: StatsConfig = RUN_STATS
-               ) -> Replicates | None:
+def replicates(
+    traj: Trajectory,
+    class_threshold: float,
+    circuit_threshold: float,
+    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+    settings: StatsConfig = RUN_STATS,
+) -> Replicates | None:
     """The bootstrap of a trajectory (``settings``: n_boot, ci, seed; the runs' defaults), or None
     without per-sequence attentions at every revision (the reference data, old runs) or when
     revisions were probed with different batch sizes."""

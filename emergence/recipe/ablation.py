@@ -108,8 +108,15 @@ def metrics_per_sequence(logits: torch.Tensor, target: torch.Tensor) -> torch.Te
     if not torch.isfinite(logits).all():
         raise FloatingPointError("non-finite logits (NaN or inf): rerun with model.dtype=float32")
     top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
-    return torch.stack([F.cross_entropy(logits, target, reduction="none"), top5[:, 0] == target,
-                        (top5 == target[:, None]).any(-1), logits.gather(1, target[:, None])[:, 0]], dim=-1).double()
+    return torch.stack(
+        [
+            F.cross_entropy(logits, target, reduction="none"),
+            top5[:, 0] == target,
+            (top5 == target[:, None]).any(-1),
+            logits.gather(1, target[:, None])[:, 0],
+        ],
+        dim=-1,
+    ).double()
 
 
 CAUSAL = "causal"  # the induction ablation's one verdict (``AdaptiveStop``)
@@ -157,8 +164,9 @@ def _n_distinct(counts: dict[int, int], pools: dict[int, list[int]]) -> int:
     return count_distinct(counts, pools) if all(len(pools[layer]) >= k for layer, k in counts.items()) else 0
 
 
-def _draw(counts: dict[int, int], pools: dict[int, list[int]], n: int,
-          rng: np.random.Generator) -> list[list[tuple[int, int]]]:
+def _draw(
+    counts: dict[int, int], pools: dict[int, list[int]], n: int, rng: np.random.Generator
+) -> list[list[tuple[int, int]]]:
     """``n`` distinct sets (no more than exist; ``controls.matched_draw``), each as sorted (layer, head) pairs."""
     draws = ((None, matched_draw(counts, pools, rng)) for _ in itertools.count())
     return [sorted(heads_of(control)) for _, control in first_distinct(draws, min(n, _n_distinct(counts, pools)))]
@@ -174,16 +182,25 @@ def _fallback_layout(per_layer: Counter, pools: dict[int, list[int]], n_layers: 
     moving = [l for l, k in sorted(per_layer.items()) if math.comb(len(pools[l]), k) < MIN_CONTROLS]
     layout = {l: l for l in per_layer if l not in moving}
     for layer in moving:
-        room = [m for m in sorted(range(n_layers), key=lambda m: (abs(m - layer), -m))
-                if m not in per_layer and m not in layout.values() and len(pools[m]) >= per_layer[layer]]
+        room = [
+            m
+            for m in sorted(range(n_layers), key=lambda m: (abs(m - layer), -m))
+            if m not in per_layer and m not in layout.values() and len(pools[m]) >= per_layer[layer]
+        ]
         if not room:
             return None
         layout[layer] = room[0]
     return layout
 
 
-def draw_controls(circuit: list[tuple[int, int]], n_layers: int, n_heads: int, n_sets: int, seed: int,
-                  set_aside: Sequence[tuple[int, int]] = ()) -> Controls:
+def draw_controls(
+    circuit: list[tuple[int, int]],
+    n_layers: int,
+    n_heads: int,
+    n_sets: int,
+    seed: int,
+    set_aside: Sequence[tuple[int, int]] = (),
+) -> Controls:
     """Up to ``n_sets`` distinct control sets with as many heads per layer as the circuit, never a
     circuit head nor one of ``set_aside``.
 
@@ -221,8 +238,12 @@ def effect(clean_loss: float, circuit_loss: float, control_losses: list[float], 
     if not control_losses:
         return Effect(circuit_rise, None, None, None)
     control_rise = float(np.mean(control_losses) - clean_loss)
-    return Effect(circuit_rise, control_rise, circuit_rise / control_rise if control_rise > 0 else None,
-                  bool(circuit_rise > causal_factor * abs(control_rise)))
+    return Effect(
+        circuit_rise,
+        control_rise,
+        circuit_rise / control_rise if control_rise > 0 else None,
+        bool(circuit_rise > causal_factor * abs(control_rise)),
+    )
 
 
 def head_mask(heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> torch.Tensor:
@@ -244,8 +265,9 @@ def removed_after(handles: list):
 
 
 @contextmanager
-def ablating(arch: capture.Architecture, layer_masks: Sequence[torch.Tensor | None],
-             position_mean: torch.Tensor | None = None):
+def ablating(
+    arch: capture.Architecture, layer_masks: Sequence[torch.Tensor | None], position_mean: torch.Tensor | None = None
+):
     """Ablate heads per batch row while active.
 
     ``layer_masks[layer]`` [rows, heads] bool: which heads to ablate in each row of the batch as it
@@ -263,8 +285,11 @@ def ablating(arch: capture.Architecture, layer_masks: Sequence[torch.Tensor | No
             rows, T, _ = x.shape
             heads = x.view(rows, T, arch.n_heads, arch.head_dim)
             drop = ablated.to(x.device)[:, None, :, None]  # [rows, 1, heads, 1]
-            fill = torch.zeros((), dtype=x.dtype, device=x.device) if position_mean is None \
-                else position_mean[layer].to(x.device)  # [T, heads, d]
+            fill = (
+                torch.zeros((), dtype=x.dtype, device=x.device)
+                if position_mean is None
+                else position_mean[layer].to(x.device)
+            )  # [T, heads, d]
             return (torch.where(drop, fill, heads).view(rows, T, -1), *args[1:])
 
         return hook
@@ -321,15 +346,19 @@ class StackLayout:
         before, after = self.entering(layer), self.blocks[layer]
         if before == after:
             return None
-        return torch.cat([torch.arange(self.rows) + before.index(b if b in before else CLEAN) * self.rows
-                          for b in after])
+        return torch.cat(
+            [torch.arange(self.rows) + before.index(b if b in before else CLEAN) * self.rows for b in after]
+        )
 
     def layer_masks(self, masks: torch.Tensor) -> list[torch.Tensor]:
         """Per layer, [rows x blocks, heads]: each block's heads ablated there (``ablating``)."""
         n_heads = masks.shape[2]
-        return [torch.stack([torch.zeros(n_heads, dtype=torch.bool) if b is CLEAN else masks[b, layer]
-                             for b in blocks]).repeat_interleave(self.rows, dim=0)
-                for layer, blocks in enumerate(self.blocks)]
+        return [
+            torch.stack(
+                [torch.zeros(n_heads, dtype=torch.bool) if b is CLEAN else masks[b, layer] for b in blocks]
+            ).repeat_interleave(self.rows, dim=0)
+            for layer, blocks in enumerate(self.blocks)
+        ]
 
     def by_set(self, top: torch.Tensor) -> torch.Tensor:
         """The last layer's rows [rows x blocks, ...] -> [k, rows, ...], head set by head set."""
@@ -370,8 +399,11 @@ def joining_rows(layers: list, layout: StackLayout):
 
         return hook
 
-    handles = [layer.register_forward_pre_hook(make_hook(i), with_kwargs=True) for i, layer in enumerate(layers)
-               if layout.blocks[i] != [CLEAN]]
+    handles = [
+        layer.register_forward_pre_hook(make_hook(i), with_kwargs=True)
+        for i, layer in enumerate(layers)
+        if layout.blocks[i] != [CLEAN]
+    ]
     with removed_after(handles):
         yield
 
@@ -385,6 +417,7 @@ def last_position_only(layer, out_proj, attention):
     [rows, T, hidden], so the layer's output is exact at T-1 (the rest is never read). Enter it after
     ``ablating``: hooks run in order, and ablation needs every position (mean ablation fills each
     from its own mean)."""
+
     def last(module, args):
         return (args[0][:, -1:], *args[1:])
 
@@ -394,8 +427,13 @@ def last_position_only(layer, out_proj, attention):
         yield capture.last_query_only(attention)
 
 
-def stacked_logits(model, arch: capture.Architecture, tokens: torch.Tensor, masks: torch.Tensor,
-                   position_mean: torch.Tensor | None = None) -> torch.Tensor:
+def stacked_logits(
+    model,
+    arch: capture.Architecture,
+    tokens: torch.Tensor,
+    masks: torch.Tensor,
+    position_mean: torch.Tensor | None = None,
+) -> torch.Tensor:
     """[k, b, V] logits at T-1 of the ``b`` sequences ``tokens`` [b, T] with each of the ``k`` head
     sets ``masks`` [k, layers, heads] ablated, in one forward pass (call it under inference mode).
 
@@ -405,8 +443,11 @@ def stacked_logits(model, arch: capture.Architecture, tokens: torch.Tensor, mask
     layout = StackLayout.of(masks, tokens.shape[0])
     layers = arch.decoder_layers
     device = next(model.parameters()).device
-    with joining_rows(layers, layout), ablating(arch, layout.layer_masks(masks), position_mean), \
-            last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]) as last_only:
+    with (
+        joining_rows(layers, layout),
+        ablating(arch, layout.layer_masks(masks), position_mean),
+        last_position_only(layers[-1], arch.out_projs[-1], arch.attentions[-1]) as last_only,
+    ):
         logits = model(tokens.to(device), logits_to_keep=1, use_cache=False, **last_only).logits[:, -1]
     return layout.by_set(logits)
 
@@ -421,8 +462,15 @@ class Ablated:
     n: int
 
 
-def run_ablation(model, arch: capture.Architecture, batch: ProbeBatch, head_sets: list[list[tuple[int, int]]],
-                 batch_size: int, position_mean: torch.Tensor | None = None, stop=None) -> Ablated:
+def run_ablation(
+    model,
+    arch: capture.Architecture,
+    batch: ProbeBatch,
+    head_sets: list[list[tuple[int, int]]],
+    batch_size: int,
+    position_mean: torch.Tensor | None = None,
+    stop=None,
+) -> Ablated:
     """Metrics of B at T-1 for each head set ablated, all sets sharing each pass (``stacked_logits``);
     each minibatch holds ``batch_size`` sequences. ``stop(loss)``, given the per-sequence losses so
     far ([head sets, sequences]) after every minibatch, the last included, may end the run there
@@ -493,8 +541,14 @@ class ScreenedCircuit:
     level: float  # the circuit threshold
 
 
-def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture.Subject | None,
-           screened: ScreenedCircuit, clean: CleanRun, position_mean: torch.Tensor | None) -> AblationResult:
+def ablate(
+    settings: AblateConfig,
+    stats_settings: StatsConfig,
+    subject: capture.Subject | None,
+    screened: ScreenedCircuit,
+    clean: CleanRun,
+    position_mean: torch.Tensor | None,
+) -> AblationResult:
     """The ablation step: clean vs the ``screened`` circuit ablated vs its controls.
 
     ``settings`` is the run's ``AblateConfig``; with ``settings.heads`` set, those heads
@@ -508,8 +562,13 @@ def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture
     loss of the same sequences."""
     clean_metrics, clean_loss = clean.metrics, clean.loss
     circuit = screened.heads
-    result = AblationResult(enabled=settings.enabled, mode=settings.mode, causal_factor=settings.causal_factor,
-                            sequences=settings.sequences, clean=Metrics.of(clean_metrics))
+    result = AblationResult(
+        enabled=settings.enabled,
+        mode=settings.mode,
+        causal_factor=settings.causal_factor,
+        sequences=settings.sequences,
+        clean=Metrics.of(clean_metrics),
+    )
     if settings.heads is not None:  # the user's head set instead of the screened circuit
         circuit = [head_of(h) for h in settings.heads]  # checked before the probe pass
         result.heads = list(settings.heads)
@@ -525,21 +584,29 @@ def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture
     drawn = draw_controls(circuit, arch.n_layers, arch.n_heads, settings.n_controls, settings.seed, set_aside)
     controls = drawn.sets
     result.control_draw = ControlDraw(
-        asked=settings.n_controls, in_layer=drawn.in_layer, fallback=len(controls) - drawn.in_layer,
+        asked=settings.n_controls,
+        in_layer=drawn.in_layer,
+        fallback=len(controls) - drawn.in_layer,
         fallback_layers={f"L{c}": f"L{f}" for c, f in sorted(drawn.fallback_layers.items())},
-        set_aside_level=level, set_aside=[head_name(*h) for h in set_aside], note=drawn.note(settings.n_controls))
+        set_aside_level=level,
+        set_aside=[head_name(*h) for h in set_aside],
+        note=drawn.note(settings.n_controls),
+    )
     head_sets = [circuit, *controls]
     # Rows above the shared prefix are len(head_sets) x the sequences: as many as a clean pass of batch_size.
     per_pass = max(1, batch_size // len(head_sets))
     stop = AdaptiveStop(settings, clean_loss) if settings.sequences == "adaptive" and controls else None
     run = run_ablation(model, arch, batch, head_sets, per_pass, position_mean, stop)
     # Over the whole probe, the probe pass's own mean (today's numbers exactly); else the same sequences' mean.
-    clean_used = clean_metrics["loss"] if run.n == batch.n else float(clean_loss[:run.n].mean())
+    clean_used = clean_metrics["loss"] if run.n == batch.n else float(clean_loss[: run.n].mean())
     result.circuit = run.scores[0]
-    result.controls = [ControlSet([head_name(*h) for h in heads], scores, "in-layer" if i < drawn.in_layer
-                                  else "fallback") for i, (heads, scores) in enumerate(zip(controls, run.scores[1:]))]
-    result.effect = effect(clean_used, result.circuit.loss, [c.metrics.loss for c in result.controls],
-                           settings.causal_factor)
+    result.controls = [
+        ControlSet([head_name(*h) for h in heads], scores, "in-layer" if i < drawn.in_layer else "fallback")
+        for i, (heads, scores) in enumerate(zip(controls, run.scores[1:]))
+    ]
+    result.effect = effect(
+        clean_used, result.circuit.loss, [c.metrics.loss for c in result.controls], settings.causal_factor
+    )
     result.sequences_used = run.n
     result.stopped_early = run.n < batch.n
     result.clean_loss_used = clean_used
@@ -547,13 +614,19 @@ def ablate(settings: AblateConfig, stats_settings: StatsConfig, subject: capture
         # The effect's paired bootstrap over the sequences used; then the criterion's interval: the
         # adaptive run's last look (the decisive one, or the one at the last sequence), or one
         # interval over every sequence.
-        result.effect.intervals = stats.effect_intervals(clean_loss[:run.n], run.loss[0], run.loss[1:],
-                                                         settings.causal_factor, stats_settings)
-        result.interval = (stop.last if stop is not None else verdict.interval(
-            criterion_values(clean_loss, run.loss, settings.causal_factor), settings.confidence))
+        result.effect.intervals = stats.effect_intervals(
+            clean_loss[: run.n], run.loss[0], run.loss[1:], settings.causal_factor, stats_settings
+        )
+        result.interval = (
+            stop.last
+            if stop is not None
+            else verdict.interval(criterion_values(clean_loss, run.loss, settings.causal_factor), settings.confidence)
+        )
     if not controls:
         result.note = result.control_draw.note
     elif result.effect.ratio is None:
-        result.note = (f"the controls did not raise the loss of B "
-                       f"(mean {result.effect.controls_loss_increase_mean:+.4f}): no ratio")
+        result.note = (
+            f"the controls did not raise the loss of B "
+            f"(mean {result.effect.controls_loss_increase_mean:+.4f}): no ratio"
+        )
     return result

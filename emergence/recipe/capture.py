@@ -111,8 +111,9 @@ class Reads:
     lag: int | None = None  # each query q >= lag's attention to key q - lag (the prefix-matching score)
 
 
-def attend(query, key, value, mask, scaling: float, softcap: float | None,
-           reads: Reads = Reads()) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def attend(
+    query, key, value, mask, scaling: float, softcap: float | None, reads: Reads = Reads()
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> the attention
     output [b, T, h, d]; with ``reads.first_key``, every query's attention to key 0 [b, h, T] in float32
     (None without); with ``reads.lag``, the attention of each query q >= lag to key q - lag
@@ -136,8 +137,9 @@ def attend(query, key, value, mask, scaling: float, softcap: float | None,
         # The kernel SDPA runs on a CPU, called directly because it also returns each query's
         # log-sum-exp: attention to key 0 is then exp(score(q, k0) - lse), at no extra pass.
         key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, attn_mask=mask,
-                                                                               scale=scaling)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, attn_mask=mask, scale=scaling
+        )
         lse = lse.float()
         if first_key:  # key 0 against every query as a row-by-matrix product ([1, d] x [d, T]: BLAS's fast orientation)
             score0 = torch.matmul(key[:, :, :1].float(), query.float().transpose(2, 3))[:, :, 0] * scaling
@@ -146,15 +148,16 @@ def attend(query, key, value, mask, scaling: float, softcap: float | None,
             to_key0 = torch.exp(score0 - lse)
         if lag is not None:  # query q against key q - lag: one dot product per query
             T = query.shape[2]
-            scores = (query[:, :, lag:].float() * key[:, :, :T - lag].float()).sum(-1) * scaling
+            scores = (query[:, :, lag:].float() * key[:, :, : T - lag].float()).sum(-1) * scaling
             if mask is not None:
                 scores = scores + mask.diagonal(offset=-lag, dim1=-2, dim2=-1).float()
             to_lagged = torch.exp(scores - lse[..., lag:])
     elif query.device.type == "cpu":  # the CPU kernel takes GQA with a mask at full speed
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=n_rep > 1)
     else:  # CUDA kernels with a mask do not all take GQA: expand the KV heads, as transformers does
-        out = F.scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask,
-                                             scale=scaling)
+        out = F.scaled_dot_product_attention(
+            query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask, scale=scaling
+        )
     return out.transpose(1, 2).contiguous(), to_key0, to_lagged
 
 
@@ -202,26 +205,38 @@ class Recorder:
         null_positions, repeat = options.null_positions, options.repeat
         self.layer_of = {id(a): i for i, a in enumerate(arch.attentions)}  # id(attention module) -> layer index
         self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
-        self.sink_importance = (torch.zeros(n, n_layers, n_heads, dtype=torch.float32)
-                                if options.sink_importance else None)
+        self.sink_importance = (
+            torch.zeros(n, n_layers, n_heads, dtype=torch.float32) if options.sink_importance else None
+        )
         self.gram = torch.zeros(n_layers, n_heads, head_dim, head_dim, dtype=torch.float64, device=device)
         self.total = torch.zeros(n_layers, n_heads, head_dim, dtype=torch.float64, device=device)
         self.position_sum = (
             torch.zeros(n_layers, seq_len, n_heads, head_dim, dtype=torch.float64, device=device)
-            if options.keep_position_means else None
+            if options.keep_position_means
+            else None
         )
         self.null_positions = None if null_positions is None else torch.as_tensor(null_positions, device=device)
-        self.null_sums = torch.zeros(n_layers, n_heads, 0 if null_positions is None else len(null_positions),
-                                     dtype=torch.float64, device=device)
-        self.value_norm_sums = (torch.zeros(2, n_layers, n_heads, dtype=torch.float64, device=device)
-                                if options.sink_mechanism else None)
+        self.null_sums = torch.zeros(
+            n_layers, n_heads, 0 if null_positions is None else len(null_positions), dtype=torch.float64, device=device
+        )
+        self.value_norm_sums = (
+            torch.zeros(2, n_layers, n_heads, dtype=torch.float64, device=device) if options.sink_mechanism else None
+        )
         self.repeat = repeat
         self.prefix_sums = torch.zeros(n_layers, n_heads, dtype=torch.float64, device=device)
         self.spectral_n = min(options.spectral_n, n)
         # The key positions read off every T-1 row besides ab + 1 and ab (induction, duplicate token):
         # previous token, self, first token, then the local window and the baseline, each averaged.
-        self.fixed = torch.tensor([seq_len - 2, seq_len - 1, 0, *(seq_len - o for o in LOCAL_OFFSETS),
-                                   *np.asarray(options.baseline).tolist()], device=device)
+        self.fixed = torch.tensor(
+            [
+                seq_len - 2,
+                seq_len - 1,
+                0,
+                *(seq_len - o for o in LOCAL_OFFSETS),
+                *np.asarray(options.baseline).tolist(),
+            ],
+            device=device,
+        )
         # Columns of the gathered rows (``end_batch``): 0-4 the single positions, then the local
         # window, the baseline and the null's draws.
         self._local_cols = slice(5, 5 + len(LOCAL_OFFSETS))
@@ -240,8 +255,11 @@ class Recorder:
         self._start, self.calls = start, 0
         b = len(ab)
         self._take = max(0, min(b, self.spectral_n - start))
-        draws = (torch.empty(b, 0, dtype=torch.long, device=ab.device) if self.null_positions is None
-                 else self.null_positions[:, start:start + b].T)  # [b, draws]
+        draws = (
+            torch.empty(b, 0, dtype=torch.long, device=ab.device)
+            if self.null_positions is None
+            else self.null_positions[:, start : start + b].T
+        )  # [b, draws]
         self._read_at = torch.cat([ab[:, None] + 1, ab[:, None], self.fixed.expand(b, -1), draws], dim=1)
 
     def __call__(self, call: AttentionCall, to_key0: torch.Tensor | None, to_lagged: torch.Tensor | None) -> None:
@@ -252,18 +270,20 @@ class Recorder:
         query, value, out, attention_mask = call.query, call.value, call.out, call.mask
         if self.value_norm_sums is not None:
             norms = value.float().norm(dim=-1)  # [b, h_kv, T]
-            first_and_rest = torch.stack([norms[..., 0].sum(0, dtype=torch.float64),
-                                          norms[..., 1:].sum((0, 2), dtype=torch.float64)])  # [2, h_kv]
+            first_and_rest = torch.stack(
+                [norms[..., 0].sum(0, dtype=torch.float64), norms[..., 1:].sum((0, 2), dtype=torch.float64)]
+            )  # [2, h_kv]
             self.value_norm_sums[:, layer] += first_and_rest.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
         self._rows[layer] = call.last_query_row()
-        self._last_out[layer] = out[:self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
+        self._last_out[layer] = out[: self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
         if to_lagged is not None:  # the copy's queries: the last span of them
             assert self.repeat is not None  # the repeat probe's pass gives to_lagged
-            self.prefix_sums[layer] += to_lagged[..., -self.repeat.span:].sum((0, 2), dtype=torch.float64)
+            self.prefix_sums[layer] += to_lagged[..., -self.repeat.span :].sum((0, 2), dtype=torch.float64)
         if self.sink_importance is not None:
             assert to_key0 is not None  # a pass that measures the sink importance gives it
             self._importance[layer] = sinks.first_key_importance(
-                to_key0, None if attention_mask is None else attention_mask[..., 0])
+                to_key0, None if attention_mask is None else attention_mask[..., 0]
+            )
         if self.position_sum is not None:
             self.position_sum[layer] += out.double().sum(0)
             self.finite &= torch.isfinite(out).all()  # the mean ablation reads every position
@@ -282,14 +302,19 @@ class Recorder:
         b, _, n_heads, _ = rows.shape
         assert self._read_at is not None  # begin_batch set it
         read = rows.gather(3, self._read_at[:, None, None, :].expand(b, n_layers, n_heads, -1))
-        targets = torch.cat([read[..., :5],  # induction, duplicate token, previous token, self, first token
-                             read[..., self._local_cols].mean(-1, keepdim=True),
-                             read[..., self._baseline_cols].mean(-1, keepdim=True)], dim=-1)  # order: screen.CLASSES
-        self.targets[self._start:self._start + b] = targets.cpu()
+        targets = torch.cat(
+            [
+                read[..., :5],  # induction, duplicate token, previous token, self, first token
+                read[..., self._local_cols].mean(-1, keepdim=True),
+                read[..., self._baseline_cols].mean(-1, keepdim=True),
+            ],
+            dim=-1,
+        )  # order: screen.CLASSES
+        self.targets[self._start : self._start + b] = targets.cpu()
         self.null_sums += read[..., self._draw_cols].sum(0, dtype=torch.float64)
         if importance is not None and self.sink_importance is not None:  # both or neither
             self.finite &= torch.isfinite(importance).all()
-            self.sink_importance[self._start:self._start + b] = importance.cpu()
+            self.sink_importance[self._start : self._start + b] = importance.cpu()
         if len(last_out):
             self.gram += torch.einsum("blhd,blhe->lhde", last_out, last_out)
             self.total += last_out.sum(0)
@@ -301,23 +326,33 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, *
     listener, softcap = kwargs.get(LISTENER), kwargs.get("softcap")
     refused = [k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None]
     if refused:
-        raise UsageError(f"model architecture {type(module).__name__} passes {refused[0]!r} to its attention, "
-                         "which the capture does not compute; this model is not supported")
+        raise UsageError(
+            f"model architecture {type(module).__name__} passes {refused[0]!r} to its attention, "
+            "which the capture does not compute; this model is not supported"
+        )
     if attention_mask is None and query.shape[2] > 1 and getattr(module, "is_causal", True):
         # eager_mask gives every causal layer a mask; without one the layer would attend to the future
-        raise UsageError(f"model architecture {type(module).__name__} built no attention mask for our attention "
-                         "function (it would run non-causally); this model is not supported")
+        raise UsageError(
+            f"model architecture {type(module).__name__} built no attention mask for our attention "
+            "function (it would run non-causally); this model is not supported"
+        )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     if module in kwargs.get(LAST_QUERY_ONLY, ()):
         # Only T-1 is read: attend from it alone (its mask row keeps any sliding window) and give
         # every position its output, the shape the layer expects.
-        out, _, _ = attend(query[:, :, -1:], key, value,
-                           None if attention_mask is None else attention_mask[:, :, -1:], scale, softcap)
+        out, _, _ = attend(
+            query[:, :, -1:], key, value, None if attention_mask is None else attention_mask[:, :, -1:], scale, softcap
+        )
         return out.expand(-1, query.shape[2], -1, -1), None
     # only the probe pass measures the sink importance and the prefix-matching score
     recorder = listener if isinstance(listener, Recorder) else None
-    reads = Reads() if recorder is None else Reads(
-        first_key=recorder.sink_importance is not None, lag=None if recorder.repeat is None else recorder.repeat.lag)
+    reads = (
+        Reads()
+        if recorder is None
+        else Reads(
+            first_key=recorder.sink_importance is not None, lag=None if recorder.repeat is None else recorder.repeat.lag
+        )
+    )
     out, to_key0, to_lagged = attend(query, key, value, attention_mask, scale, softcap, reads)
     call = AttentionCall(module, query, key, value, attention_mask, scale, softcap, out)
     if recorder is not None:
@@ -387,28 +422,38 @@ def discover(model, n_tokens: int = 8) -> list[AttentionSite]:
             hook.remove()
     model_type = model.config.model_type
     if not calls:
-        raise UsageError(f"model architecture {model_type!r} is not supported: its attention does not go through "
-                         "transformers' AttentionInterface (no layer called it, or none passed the forward's keyword "
-                         "arguments on), so nothing could be captured")
+        raise UsageError(
+            f"model architecture {model_type!r} is not supported: its attention does not go through "
+            "transformers' AttentionInterface (no layer called it, or none passed the forward's keyword "
+            "arguments on), so nothing could be captured"
+        )
     if len({id(m) for m, _ in calls}) != len(calls):
-        raise UsageError(f"model architecture {model_type!r} is not supported: an attention module ran twice in "
-                         "one forward pass, so its calls cannot be told apart")
+        raise UsageError(
+            f"model architecture {model_type!r} is not supported: an attention module ran twice in "
+            "one forward pass, so its calls cannot be told apart"
+        )
     kinds, reported = {type(m) for m, _ in calls}, {id(m) for m, _ in calls}
     silent = [m for m in model.modules() if type(m) in kinds and id(m) in ran and id(m) not in reported]
     if silent:  # e.g. remote code whose layers do not all pass the forward's keyword arguments on
-        raise UsageError(f"model architecture {model_type!r} is not supported: {len(calls)} of "
-                         f"{len(calls) + len(silent)} attention layers went through the capture")
+        raise UsageError(
+            f"model architecture {model_type!r} is not supported: {len(calls)} of "
+            f"{len(calls) + len(silent)} attention layers went through the capture"
+        )
     sites = []
     for module, out in calls:
         if not torch.isfinite(out).all():  # NaN matches NaN anywhere: no projection could be told apart
             raise non_finite(model.dtype)
         flat = out.reshape(*out.shape[:2], -1)
-        proj = [child for child in module.children()
-                if id(child) in inputs and inputs[id(child)].shape == flat.shape
-                and torch.equal(inputs[id(child)], flat)]
+        proj = [
+            child
+            for child in module.children()
+            if id(child) in inputs and inputs[id(child)].shape == flat.shape and torch.equal(inputs[id(child)], flat)
+        ]
         if len(proj) != 1:
-            raise UsageError(f"model architecture {model_type!r} is not supported: no single output projection of "
-                             f"{type(module).__name__} takes the bare attention output, so heads cannot be read")
+            raise UsageError(
+                f"model architecture {model_type!r} is not supported: no single output projection of "
+                f"{type(module).__name__} takes the bare attention output, so heads cannot be read"
+            )
         sites.append(AttentionSite(module, proj[0], out.shape[2], out.shape[3]))
     return sites
 
@@ -462,8 +507,11 @@ def token_losses(unembedding: Unembedding, hidden: torch.Tensor, targets: torch.
     buffer = torch.empty(n * min(block, vocab), dtype=hidden.dtype, device=hidden.device)
     for start in range(0, vocab, block):
         width = min(block, vocab - start)
-        logits = unembedding.logits(hidden, slice(start, start + width),  # [N, width]
-                                    out=buffer[:n * width].view(n, width)).float()
+        logits = unembedding.logits(
+            hidden,
+            slice(start, start + width),  # [N, width]
+            out=buffer[: n * width].view(n, width),
+        ).float()
         inside = (targets >= start) & (targets < start + width)
         here = logits.gather(1, (targets - start).clamp(0, width - 1)[:, None])[:, 0]
         target_logit = torch.where(inside, here, target_logit)
@@ -473,8 +521,9 @@ def token_losses(unembedding: Unembedding, hidden: torch.Tensor, targets: torch.
     return running_max + running_sum.log() - target_logit
 
 
-def sequence_losses(unembedding: Unembedding, hidden: torch.Tensor, tokens: torch.Tensor,
-                    positions: torch.Tensor) -> torch.Tensor:
+def sequence_losses(
+    unembedding: Unembedding, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
     """hidden [b, T, d] final hidden states, tokens [b, T], positions [P] (in 1..T-1) -> [b, T-1]
     float32: the loss of the token at each of ``positions`` given the ones before it (column p-1 for
     position p), NaN at the other positions, which are never projected. ``token_losses`` over the
@@ -482,8 +531,9 @@ def sequence_losses(unembedding: Unembedding, hidden: torch.Tensor, tokens: torc
     ``LOSS_CHUNK_ELEMENTS`` logits."""
     b, T = tokens.shape
     block = max(1, LOSS_CHUNK_ELEMENTS // (b * len(positions)))
-    read = token_losses(unembedding, hidden[:, positions - 1].reshape(b * len(positions), -1),
-                        tokens[:, positions].reshape(-1), block)
+    read = token_losses(
+        unembedding, hidden[:, positions - 1].reshape(b * len(positions), -1), tokens[:, positions].reshape(-1), block
+    )
     losses = torch.full((b, T - 1), torch.nan, dtype=torch.float32, device=hidden.device)
     losses[:, positions - 1] = read.view(b, len(positions))
     return losses
@@ -512,11 +562,14 @@ def checked_final_hidden(model, kept: list, logits: torch.Tensor, model_type: st
     -> the final hidden states [b, T, d], once ``Unembedding`` gives those logits from them. A model
     that scales or caps its logits some other way would get wrong per-token losses; the tolerance
     only spares a GPU kernel that rounds differently between two calls."""
-    if len(kept) != 1 or not torch.allclose(Unembedding.of(model).logits(kept[0][:, -1]).float(), logits.float(),
-                                            rtol=1e-4, atol=1e-5):
-        raise UsageError(f"model architecture {model_type!r} is not supported with probe.kind=text or repeat: its "
-                         "logits are not its output embeddings of the final hidden states (with a final soft-cap), "
-                         "so the per-token losses cannot be computed in blocks")
+    if len(kept) != 1 or not torch.allclose(
+        Unembedding.of(model).logits(kept[0][:, -1]).float(), logits.float(), rtol=1e-4, atol=1e-5
+    ):
+        raise UsageError(
+            f"model architecture {model_type!r} is not supported with probe.kind=text or repeat: its "
+            "logits are not its output embeddings of the final hidden states (with a final soft-cap), "
+            "so the per-token losses cannot be computed in blocks"
+        )
     return kept[0]
 
 
@@ -574,12 +627,21 @@ class Architecture:
         sites = discover(model)
         shapes = {(s.n_heads, s.head_dim) for s in sites}
         if len(shapes) != 1:  # one [layers, heads, ...] array per measurement needs one shape
-            raise UsageError(f"model architecture {model.config.model_type!r} is not supported: its layers "
-                             f"differ in (heads, head_dim): {sorted(shapes)}")
-        (n_heads, head_dim), = shapes
+            raise UsageError(
+                f"model architecture {model.config.model_type!r} is not supported: its layers "
+                f"differ in (heads, head_dim): {sorted(shapes)}"
+            )
+        ((n_heads, head_dim),) = shapes
         attentions = [s.module for s in sites]
-        return cls(model.config.model_type, len(sites), n_heads, head_dim, attentions, [s.out_proj for s in sites],
-                   decoder_layers(model, attentions))
+        return cls(
+            model.config.model_type,
+            len(sites),
+            n_heads,
+            head_dim,
+            attentions,
+            [s.out_proj for s in sites],
+            decoder_layers(model, attentions),
+        )
 
 
 @dataclass(frozen=True)
@@ -623,8 +685,11 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
     n = batch.n
     rec = Recorder(subject, options, device)
     residual = mechanism.ResidualRecorder(arch.n_layers, device)
-    hooks = ([layer.register_forward_hook(residual.hook(i)) for i, layer in enumerate(arch.decoder_layers)]
-             if sink_mechanism else [])
+    hooks = (
+        [layer.register_forward_hook(residual.hook(i)) for i, layer in enumerate(arch.decoder_layers)]
+        if sink_mechanism
+        else []
+    )
     scores: list[torch.Tensor] = []  # per minibatch, [b, metrics]
     losses: list[torch.Tensor] = []  # per minibatch, [b, T-1] (position_losses)
     try:
@@ -637,14 +702,17 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
                 # them and projects T-1 alone; no KV cache: nothing generates after the pass.
                 keeping: AbstractContextManager[Any] = final_hidden_kept(model) if position_losses else nullcontext([])
                 with keeping as kept:
-                    logits = model(tokens, logits_to_keep=0 if position_losses else 1, use_cache=False,
-                                   **{LISTENER: rec}).logits[:, -1]
+                    logits = model(
+                        tokens, logits_to_keep=0 if position_losses else 1, use_cache=False, **{LISTENER: rec}
+                    ).logits[:, -1]
                 if loss_positions is not None:  # position_losses
                     hidden = checked_final_hidden(model, kept, logits, arch.model_type)
                     losses.append(sequence_losses(Unembedding.of(model), hidden, tokens, loss_positions).cpu())
                 if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
-                    raise UsageError(f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
-                                     f"{arch.n_layers} attention layers went through the capture")
+                    raise UsageError(
+                        f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
+                        f"{arch.n_layers} attention layers went through the capture"
+                    )
                 rec.end_batch()
                 if not rec.finite:
                     raise non_finite(model.dtype)
@@ -663,7 +731,11 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
         null_sums=rec.null_sums.cpu().numpy(),
         position_losses=torch.cat(losses).numpy() if position_losses else None,
         prefix_matching=None if repeat is None else (rec.prefix_sums / (n * repeat.span)).cpu().numpy(),
-        value_norm_ratio=(None if rec.value_norm_sums is None else  # without sink_mechanism
-                          mechanism.first_over_rest(rec.value_norm_sums[0], rec.value_norm_sums[1], n, batch.seq_len)),
+        value_norm_ratio=(
+            None
+            if rec.value_norm_sums is None
+            # without sink_mechanism
+            else mechanism.first_over_rest(rec.value_norm_sums[0], rec.value_norm_sums[1], n, batch.seq_len)
+        ),
         residual=residual.result() if sink_mechanism else None,
     )

@@ -39,8 +39,10 @@ def matched_draw(counts: Mapping[int, int], pools: Mapping[int, Sequence[int]], 
     """One control: per layer of ``counts`` (layer -> how many heads), in its order, min(count, pool
     size) heads of the layer's ``pools`` entry drawn without replacement, sorted. ``rng`` is consumed
     across the layers (and is left advanced)."""
-    return {layer: sorted(int(head) for head in rng.choice(pools[layer], size=min(k, len(pools[layer])), replace=False))
-            for layer, k in counts.items()}
+    return {
+        layer: sorted(int(head) for head in rng.choice(pools[layer], size=min(k, len(pools[layer])), replace=False))
+        for layer, k in counts.items()
+    }
 
 
 def count_distinct(counts: Mapping[int, int], pools: Mapping[int, Sequence[int]]) -> int:

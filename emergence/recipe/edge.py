@@ -26,7 +26,6 @@ EDGE_FILE = "edge.json"
 MODEL_SCOPE = "model"  # the scope of every trained parameter (the others: "L<i>", "L<i>H<j>")
 
 
-
 COLLAPSE_RATIO = 1.20  # the paper's tau: sigma_2/sigma_3 below it after its peak is the collapse
 
 
@@ -64,7 +63,8 @@ def spectrum(g: np.ndarray) -> Spectrum:
     total = float(np.maximum(lam, 0.0).sum())
     return Spectrum(
         singular_values=[float(s) for s in sigma],
-        r12=ratio(sigma[0], sigma[1]), r23=ratio(sigma[1], sigma[2]),
+        r12=ratio(sigma[0], sigma[1]),
+        r23=ratio(sigma[1], sigma[2]),
         k_star=int(np.argmax(gaps)) + 1,
         pc1_share=float(max(lam[0], 0.0) / total) if total > 0 else 0.0,
         pc2_share=float(max(lam[1], 0.0) / total) if total > 0 else 0.0,
@@ -82,6 +82,7 @@ def collapse(r23: list[float | None], tau: float = COLLAPSE_RATIO) -> tuple[int 
     peak = max(known, key=lambda vi: (vi[0], -vi[1]))[1]  # the first of equal maxima
     after = next((i for i in range(peak + 1, len(r23)) if (v := r23[i]) is not None and v < tau), None)
     return peak, after
+
 
 FIGURE_FILE = "edge.png"
 

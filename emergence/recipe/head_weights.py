@@ -34,8 +34,12 @@ from jaxtyping import Float
 from emergence.core.errors import UsageError
 
 # The attention module's projections by how they are laid out; its output projection's name.
-SEPARATE, PHI3_FUSED, NEOX_FUSED, GPT2_FUSED = ("q_proj", "k_proj", "v_proj"), ("qkv_proj",), ("query_key_value",), \
-    ("c_attn",)
+SEPARATE, PHI3_FUSED, NEOX_FUSED, GPT2_FUSED = (
+    ("q_proj", "k_proj", "v_proj"),
+    ("qkv_proj",),
+    ("query_key_value",),
+    ("c_attn",),
+)
 OUTPUT_NAMES = ("o_proj", "dense", "c_proj")
 
 
@@ -95,11 +99,19 @@ def _attention_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Modul
     return found
 
 
-def _rows(weight: str, first: int, d_head: int, count: int, stride: int, dim: int, transpose: bool,
-          ) -> list[ParameterSlice]:
+def _rows(
+    weight: str,
+    first: int,
+    d_head: int,
+    count: int,
+    stride: int,
+    dim: int,
+    transpose: bool,
+) -> list[ParameterSlice]:
     """``count`` consecutive blocks of ``d_head`` along ``dim``, the i-th at ``first + i * stride``."""
-    return [ParameterSlice(weight, dim, first + i * stride, first + i * stride + d_head, transpose)
-            for i in range(count)]
+    return [
+        ParameterSlice(weight, dim, first + i * stride, first + i * stride + d_head, transpose) for i in range(count)
+    ]
 
 
 def _grouped(per_group: list[ParameterSlice], n_heads: int) -> list[ParameterSlice]:
@@ -122,9 +134,11 @@ def layer_slices(model) -> list[HeadSlices]:
         child: dict[str, Any] = dict(attention.named_children())
         out_name = next((n for n in OUTPUT_NAMES if n in child), None)
         if out_name is None:
-            raise UsageError(f"model architecture {model.config.model_type!r}: {type(attention).__name__} has no "
-                             f"output projection named {' or '.join(OUTPUT_NAMES)}, so its heads' weights cannot be "
-                             "read")
+            raise UsageError(
+                f"model architecture {model.config.model_type!r}: {type(attention).__name__} has no "
+                f"output projection named {' or '.join(OUTPUT_NAMES)}, so its heads' weights cannot be "
+                "read"
+            )
         p = f"{prefix}." if prefix else ""
         out = child[out_name]
         is_conv1d = out_name == "c_proj"  # GPT-2's Conv1D: weight [in, out]
@@ -150,16 +164,20 @@ def layer_slices(model) -> list[HeadSlices]:
             q, k, v = (_rows(name, part * heads_times_d, d_head, n_heads, d_head, 1, False) for part in range(3))
         layers.append(HeadSlices(q, k, v, o))
     if not layers:
-        raise UsageError(f"model architecture {model.config.model_type!r}: no attention module with projections "
-                         f"named {', '.join(SEPARATE + PHI3_FUSED + NEOX_FUSED + GPT2_FUSED)}, so its heads' "
-                         "weights cannot be read")
+        raise UsageError(
+            f"model architecture {model.config.model_type!r}: no attention module with projections "
+            f"named {', '.join(SEPARATE + PHI3_FUSED + NEOX_FUSED + GPT2_FUSED)}, so its heads' "
+            "weights cannot be read"
+        )
     return layers
 
 
 def layer_weights(parameters: dict[str, torch.Tensor], slices: HeadSlices) -> LayerWeights:
     """One layer's weights by head, cut from ``parameters`` (``dict(model.named_parameters())``)."""
+
     def stack(per_head: list[ParameterSlice]) -> torch.Tensor:
         return torch.stack([s.of(parameters[s.name]) for s in per_head])
+
     return LayerWeights(stack(slices.q), stack(slices.k), stack(slices.v), stack(slices.o))
 
 

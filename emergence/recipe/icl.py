@@ -59,21 +59,26 @@ def curve_positions(seq_len: int, icl_positions: list[int], curve: str) -> np.nd
     (``curve=all``), or (``sparse``) the powers of two below T, T-1 and the ICL score's two."""
     if curve == "all":
         return np.arange(1, seq_len)
-    powers = [2 ** k for k in range(seq_len.bit_length()) if 2 ** k < seq_len]
+    powers = [2**k for k in range(seq_len.bit_length()) if 2**k < seq_len]
     return np.array(sorted({*powers, seq_len - 1, *icl_positions}))
 
 
-def text_scores(losses: np.ndarray, icl_positions: list[int], settings: StatsConfig, source: str,
-                tokenizer: str) -> TextScores:
+def text_scores(
+    losses: np.ndarray, icl_positions: list[int], settings: StatsConfig, source: str, tokenizer: str
+) -> TextScores:
     """``losses`` [n, T-1]: the loss of the token at positions 1..T-1 (``capture.sequence_losses``; NaN
     where not measured, ``curve_positions``)."""
     early, late = icl_positions
     per_sequence = losses[:, late - 1].astype(np.float64) - losses[:, early - 1]
     by_position = losses.mean(axis=0, dtype=np.float64)
-    return TextScores(loss_by_position=[None, *(None if np.isnan(v) else float(v) for v in by_position)],
-                      icl_positions=[early, late],
-                      icl_score=float(per_sequence.mean()), icl_score_ci=bootstrap_interval(per_sequence, settings),
-                      source=source, tokenizer=tokenizer)
+    return TextScores(
+        loss_by_position=[None, *(None if np.isnan(v) else float(v) for v in by_position)],
+        icl_positions=[early, late],
+        icl_score=float(per_sequence.mean()),
+        icl_score_ci=bootstrap_interval(per_sequence, settings),
+        source=source,
+        tokenizer=tokenizer,
+    )
 
 
 def repeat_scores(losses: np.ndarray, layout: RepeatLayout, settings: StatsConfig) -> RepeatScores:
@@ -84,6 +89,10 @@ def repeat_scores(losses: np.ndarray, layout: RepeatLayout, settings: StatsConfi
     first_loss = losses[:, first].mean(axis=1, dtype=np.float64)
     later_loss = losses[:, later].mean(axis=1, dtype=np.float64)
     drop = first_loss - later_loss
-    return RepeatScores(span=layout.span, first_copy_loss=float(first_loss.mean()),
-                        later_copy_loss=float(later_loss.mean()), loss_drop=float(drop.mean()),
-                        loss_drop_ci=bootstrap_interval(drop, settings))
+    return RepeatScores(
+        span=layout.span,
+        first_copy_loss=float(first_loss.mean()),
+        later_copy_loss=float(later_loss.mean()),
+        loss_drop=float(drop.mean()),
+        loss_drop_ci=bootstrap_interval(drop, settings),
+    )

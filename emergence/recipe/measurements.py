@@ -63,13 +63,25 @@ class Measurements:
         """Reduce a probe pass (``capture.Capture``, scored with ``ablation.metrics_per_sequence``) and its
         spectral estimates (step 3) to what the screen, interval and ablation steps keep."""
         clean_metrics = dict(zip(METRICS, cap.scores.mean(axis=0).tolist()))
-        return cls(targets=cap.targets, sink_importance=cap.sink_importance, null_sums=cap.null_sums,
-                   clean_loss=cap.scores[:, METRICS.index("loss")], value_norm_ratio=cap.value_norm_ratio,
-                   residual=cap.residual, position_losses=cap.position_losses,
-                   prefix_matching=cap.prefix_matching, probe_fingerprint=probe_fingerprint,
-                   pr=spectral_estimates.pr, entropy_rank=spectral_estimates.entropy_rank,
-                   spectral_n=spectral_estimates.n_sequences, clean_metrics=clean_metrics, model_type=arch.model_type,
-                   n_layers=arch.n_layers, n_heads=arch.n_heads, head_dim=arch.head_dim)
+        return cls(
+            targets=cap.targets,
+            sink_importance=cap.sink_importance,
+            null_sums=cap.null_sums,
+            clean_loss=cap.scores[:, METRICS.index("loss")],
+            value_norm_ratio=cap.value_norm_ratio,
+            residual=cap.residual,
+            position_losses=cap.position_losses,
+            prefix_matching=cap.prefix_matching,
+            probe_fingerprint=probe_fingerprint,
+            pr=spectral_estimates.pr,
+            entropy_rank=spectral_estimates.entropy_rank,
+            spectral_n=spectral_estimates.n_sequences,
+            clean_metrics=clean_metrics,
+            model_type=arch.model_type,
+            n_layers=arch.n_layers,
+            n_heads=arch.n_heads,
+            head_dim=arch.head_dim,
+        )
 
 
 def sequence_mean(per_sequence: np.ndarray) -> np.ndarray:

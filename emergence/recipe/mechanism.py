@@ -55,11 +55,18 @@ class ResidualStats:
     first_position_norm_ratio: Float[np.ndarray, " layers"]  # float64: mean |h[0]| over mean |h[p]|, p > 0
 
     def records(self) -> list[MassiveActivation]:
-        return [MassiveActivation(layer=i, top=float(self.top[i]), position=int(self.top_position[i]),
-                                  dimension=int(self.top_dimension[i]), median=float(self.median[i]),
-                                  ratio=float(self.top[i] / self.median[i]),
-                                  first_position_norm_ratio=float(self.first_position_norm_ratio[i]))
-                for i in range(len(self.top))]
+        return [
+            MassiveActivation(
+                layer=i,
+                top=float(self.top[i]),
+                position=int(self.top_position[i]),
+                dimension=int(self.top_dimension[i]),
+                median=float(self.median[i]),
+                ratio=float(self.top[i] / self.median[i]),
+                first_position_norm_ratio=float(self.first_position_norm_ratio[i]),
+            )
+            for i in range(len(self.top))
+        ]
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays by field name (the measurement cache stores them so)."""
@@ -95,6 +102,7 @@ class ResidualRecorder:
         def reduce_output(module, args, output):
             hidden = output[0] if isinstance(output, tuple) else output  # [b, T, D]
             self.add(layer, hidden)
+
         return reduce_output
 
     def add(self, layer: int, hidden: torch.Tensor) -> None:
@@ -104,8 +112,9 @@ class ResidualRecorder:
         best, where = magnitude.max(dim=1)  # per sequence
         i = best.argmax()  # tensors throughout: no wait for the device
         candidate, at = best[i].double(), where[i]
-        self.top_at[layer] = torch.where(candidate > self.top[layer], torch.stack([at // D, at % D]),
-                                         self.top_at[layer])
+        self.top_at[layer] = torch.where(
+            candidate > self.top[layer], torch.stack([at // D, at % D]), self.top_at[layer]
+        )
         self.top[layer] = torch.maximum(self.top[layer], candidate)
         stride = median_stride(T, D)
         self.median_sum[layer] += magnitude[:, ::stride].median(dim=1).values.double().sum()
@@ -118,10 +127,13 @@ class ResidualRecorder:
 
     def result(self) -> ResidualStats:
         n, T = self.sequences, self.seq_len
-        return ResidualStats(top=self.top.cpu().numpy(), top_position=self.top_at[:, 0].cpu().numpy(),
-                             top_dimension=self.top_at[:, 1].cpu().numpy(),
-                             median=(self.median_sum / n).cpu().numpy(),
-                             first_position_norm_ratio=first_over_rest(self.first_norm_sum, self.rest_norm_sum, n, T))
+        return ResidualStats(
+            top=self.top.cpu().numpy(),
+            top_position=self.top_at[:, 0].cpu().numpy(),
+            top_dimension=self.top_at[:, 1].cpu().numpy(),
+            median=(self.median_sum / n).cpu().numpy(),
+            first_position_norm_ratio=first_over_rest(self.first_norm_sum, self.rest_norm_sum, n, T),
+        )
 
 
 def first_over_rest(first_sum: torch.Tensor, rest_sum: torch.Tensor, n: int, seq_len: int) -> np.ndarray:

@@ -128,8 +128,12 @@ def make_repeat_batch(n: int, seq_len: int, vocab_low: int, vocab_high: int, see
     span = rs.randint(vocab_low, vocab_high, size=(n, layout.span))
     tokens = np.concatenate([prefix, span, span], axis=1).astype(np.int64)
     ab = np.full(n, layout.copy_start - 1, dtype=np.int64)
-    return ProbeBatch(tokens=torch.from_numpy(tokens), ab=torch.from_numpy(ab),
-                      a=torch.from_numpy(tokens[:, -1].copy()), b=torch.from_numpy(tokens[:, layout.copy_start].copy()))
+    return ProbeBatch(
+        tokens=torch.from_numpy(tokens),
+        ab=torch.from_numpy(ab),
+        a=torch.from_numpy(tokens[:, -1].copy()),
+        b=torch.from_numpy(tokens[:, layout.copy_start].copy()),
+    )
 
 
 @dataclass(frozen=True)
@@ -158,8 +162,10 @@ def with_first_token(batch: ProbeBatch, first: FirstToken) -> ProbeBatch:
         return batch
     assert first.bos_id is not None  # bos_token names its id
     if bool(((batch.a == first.bos_id) | (batch.b == first.bos_id)).any()):
-        raise UsageError(f"probe.first_token=bos_token is invalid with this probe.vocab_low/vocab_high: the BOS id "
-                         f"{first.bos_id} lies in that range and is drawn as a planted A or B; use a range without it")
+        raise UsageError(
+            f"probe.first_token=bos_token is invalid with this probe.vocab_low/vocab_high: the BOS id "
+            f"{first.bos_id} lies in that range and is drawn as a planted A or B; use a range without it"
+        )
     tokens = batch.tokens.clone()
     tokens[:, 0] = first.bos_id
     return dataclasses.replace(batch, tokens=tokens)
@@ -168,7 +174,7 @@ def with_first_token(batch: ProbeBatch, first: FirstToken) -> ProbeBatch:
 def latest_earlier_occurrence(window: np.ndarray) -> int | None:
     """The latest position in [PAIR_START, T/2) holding the window's last token (None: none does)."""
     T = len(window)
-    hits = np.flatnonzero(window[PAIR_START:T // 2] == window[-1])
+    hits = np.flatnonzero(window[PAIR_START : T // 2] == window[-1])
     return PAIR_START + int(hits[-1]) if len(hits) else None
 
 
@@ -183,7 +189,7 @@ def make_text_batch(stream: np.ndarray, n: int, seq_len: int, seed: int, bos: in
     order = np.random.RandomState(seed).permutation(n_windows)
     tokens, ab = [], []
     for w in order:
-        window = stream[w * body:(w + 1) * body]
+        window = stream[w * body : (w + 1) * body]
         if bos is not None:
             window = np.concatenate([[bos], window])
         at = latest_earlier_occurrence(window)
@@ -193,12 +199,18 @@ def make_text_batch(stream: np.ndarray, n: int, seq_len: int, seed: int, bos: in
             if len(tokens) == n:
                 break
     if len(tokens) < n:
-        raise ValueError(f"the text holds {len(tokens)} windows of {seq_len} tokens whose last token occurred "
-                         f"in [{PAIR_START}, {seq_len // 2}) (of {n_windows} windows), fewer than the {n} asked for")
+        raise ValueError(
+            f"the text holds {len(tokens)} windows of {seq_len} tokens whose last token occurred "
+            f"in [{PAIR_START}, {seq_len // 2}) (of {n_windows} windows), fewer than the {n} asked for"
+        )
     tokens_np, ab_np = np.stack(tokens).astype(np.int64), np.array(ab, dtype=np.int64)
     rows = np.arange(n)
-    return ProbeBatch(tokens=torch.from_numpy(tokens_np), ab=torch.from_numpy(ab_np),
-                      a=torch.from_numpy(tokens_np[:, -1].copy()), b=torch.from_numpy(tokens_np[rows, ab_np + 1]))
+    return ProbeBatch(
+        tokens=torch.from_numpy(tokens_np),
+        ab=torch.from_numpy(ab_np),
+        a=torch.from_numpy(tokens_np[:, -1].copy()),
+        b=torch.from_numpy(tokens_np[rows, ab_np + 1]),
+    )
 
 
 def baseline_positions(seq_len: int, n_baseline: int, seed: int = 0) -> np.ndarray:

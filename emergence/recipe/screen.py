@@ -42,13 +42,13 @@ def head_name(layer: int, head: int) -> str:
 
 
 def parse_head_name(name: str) -> tuple[int, int] | None:
-    """"L4H7" -> (4, 7); anything else -> None."""
+    """ "L4H7" -> (4, 7); anything else -> None."""
     m = re.fullmatch(r"L(\d+)H(\d+)", name)
     return None if m is None else (int(m.group(1)), int(m.group(2)))
 
 
 def head_of(name: str) -> tuple[int, int]:
-    """"L4H7" -> (4, 7), for a name already checked to be a head's (``parse_head_name``)."""
+    """ "L4H7" -> (4, 7), for a name already checked to be a head's (``parse_head_name``)."""
     head = parse_head_name(name)
     if head is None:
         raise ValueError(f"{name!r} is not a head name (L<layer>H<head>)")
@@ -113,11 +113,13 @@ class HeadClasses:
         return {c: int(self.members[..., i].sum()) for i, c in enumerate(CLASSES)}
 
 
-def near_threshold(sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float,
-                   relative_error: float) -> np.ndarray:
+def near_threshold(
+    sel: np.ndarray, thresholds: np.ndarray, circuit_threshold: float, relative_error: float
+) -> np.ndarray:
     """[..., 6] selectivities -> [...] bool: a rounding of ``relative_error`` could flip the head,
     i.e. some class's selectivity (its membership, and its class where it is the best) or the
     induction selectivity (the circuit) lies within ``relative_error`` of its threshold."""
+
     def near(values, threshold):
         return np.abs(values - threshold) <= relative_error * values
 
@@ -156,5 +158,6 @@ def screen_heads(thresholds, mean_attention: np.ndarray, dtype: str) -> Screened
     ``dtype`` ("float32", ...) could flip."""
     per_class = class_thresholds(thresholds.class_default, thresholds.per_class.overrides())
     classes = classify(selectivity(mean_attention), per_class, thresholds.circuit)
-    return Screened(per_class, classes,
-                    near_threshold(classes.sel, per_class, thresholds.circuit, DTYPE_RELATIVE_ERROR[dtype]))
+    return Screened(
+        per_class, classes, near_threshold(classes.sel, per_class, thresholds.circuit, DTYPE_RELATIVE_ERROR[dtype])
+    )

@@ -32,8 +32,10 @@ def first_key_importance(to_key0: torch.Tensor, mask_key0: torch.Tensor | None) 
     return (to_key0 * sees).sum(dim=-1) / sees.sum(dim=-1).clamp(min=1)
 
 
-SINK_DEFINITION = ("share of (sequence, layer, head) whose key-0 importance (mean attention to key 0 over "
-                   "every query that sees it) exceeds epsilon (Gu et al. 2024)")
+SINK_DEFINITION = (
+    "share of (sequence, layer, head) whose key-0 importance (mean attention to key 0 over "
+    "every query that sees it) exceeds epsilon (Gu et al. 2024)"
+)
 
 
 @dataclass
@@ -53,6 +55,10 @@ def sink_metric(importance: np.ndarray, epsilon: float, settings: StatsConfig) -
     above = importance > epsilon  # [n, layers, heads]
     per_sequence = above.mean(axis=(1, 2))  # [n]: the sequence's share of sink heads
     weights = resample_weights(importance.shape[0], settings.n_boot, settings.seed)
-    return SinkMetric(epsilon=float(epsilon), fraction=float(above.mean()),
-                      fraction_ci=interval(replicate_means(per_sequence, weights), settings.ci),
-                      per_layer=[float(x) for x in above.mean(axis=(0, 2))], definition=SINK_DEFINITION)
+    return SinkMetric(
+        epsilon=float(epsilon),
+        fraction=float(above.mean()),
+        fraction_ci=interval(replicate_means(per_sequence, weights), settings.ci),
+        per_layer=[float(x) for x in above.mean(axis=(0, 2))],
+        definition=SINK_DEFINITION,
+    )

@@ -49,11 +49,11 @@ NULL_FLOOR_MIN = 2.0  # floor = max(2, pooled null p99)
 DEGENERATE_BASELINE_SHARE = 1e-3
 NULL_RULES = {
     "nondegenerate": "floor = max(2, p99 of the null selectivities pooled over the draws of the heads whose "
-                     f"baseline attention is at least {DEGENERATE_BASELINE_SHARE:g}/T, T the probe's length (uniform "
-                     "attention is 1/T)); the heads below it are set aside, since their null selectivities are "
-                     "ratios of two near-zero attentions",
+    f"baseline attention is at least {DEGENERATE_BASELINE_SHARE:g}/T, T the probe's length (uniform "
+    "attention is 1/T)); the heads below it are set aside, since their null selectivities are "
+    "ratios of two near-zero attentions",
     "reference": "floor = max(2, p99 of the null selectivities pooled over every head x draw), the reference "
-                 "study's rule",
+    "study's rule",
 }
 
 
@@ -71,7 +71,7 @@ def replicate_means(per_sequence: np.ndarray, weights: np.ndarray, chunk: int = 
     flat = per_sequence.reshape(per_sequence.shape[0], -1).astype(np.float64)
     out = np.empty((weights.shape[0], flat.shape[1]))
     for start in range(0, weights.shape[0], chunk):
-        out[start:start + chunk] = weights[start:start + chunk] @ flat
+        out[start : start + chunk] = weights[start : start + chunk] @ flat
     return out.reshape(weights.shape[0], *per_sequence.shape[1:])
 
 
@@ -117,13 +117,13 @@ def null_positions(ab: np.ndarray, seq_len: int, n_draws: int, seed: int = NULL_
         stream = stream[~special[stream]]
         while len(stream) and filled < slots:
             k = min(len(stream), slots - filled, 2 * T)  # about 4 rejections in a window: the fastest size
-            bad = ((stream[:k] - own[filled:filled + k]) & ~1) == 0  # the difference is 0 or 1: ab or ab+1
+            bad = ((stream[:k] - own[filled : filled + k]) & ~1) == 0  # the difference is 0 or 1: ab or ab+1
             first = int(bad.argmax())
             if not bad[first]:  # no rejection in the window: keep all of it
                 first = k
-            out[filled:filled + first] = stream[:first]
+            out[filled : filled + first] = stream[:first]
             filled += first
-            stream = stream[first + (first < k):]  # drop the rejected draw itself
+            stream = stream[first + (first < k) :]  # drop the rejected draw itself
     return out.reshape(n_draws, n)
 
 
@@ -151,9 +151,17 @@ class NullCalibration:
 
     def as_summary(self) -> NullSummary:
         """``summary.json`` ``null``: the rule and what it pooled, set aside and gave."""
-        return NullSummary(rule=self.rule, definition=NULL_RULES[self.rule], draws=self.draws,
-                           pooled_heads=self.pooled_heads, p95=self.p95, p99=self.p99, floor=self.floor,
-                           degenerate_below=self.degenerate_below, set_aside=self.set_aside)
+        return NullSummary(
+            rule=self.rule,
+            definition=NULL_RULES[self.rule],
+            draws=self.draws,
+            pooled_heads=self.pooled_heads,
+            p95=self.p95,
+            p99=self.p99,
+            floor=self.floor,
+            degenerate_below=self.degenerate_below,
+            set_aside=self.set_aside,
+        )
 
 
 @dataclass
@@ -173,8 +181,9 @@ class NullSummary(Record):
     set_aside: dict[str, float]  # head name -> its baseline attention, for each head the rule set aside
 
 
-def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int, seq_len: int,
-                     rule: str) -> NullCalibration:
+def null_calibration(
+    null_sums: np.ndarray, baseline_mean: np.ndarray, n: int, seq_len: int, rule: str
+) -> NullCalibration:
     """The reference null from the capture's sums.
 
     ``null_sums`` [layers, heads, draws] (attention to each draw's positions, summed over the
@@ -186,15 +195,22 @@ def null_calibration(null_sums: np.ndarray, baseline_mean: np.ndarray, n: int, s
     pooled = null_sel[~set_aside]  # [kept heads, draws]
     p95, p99 = (float(q) for q in np.percentile(pooled, [95, 99])) if pooled.size else (None, None)
     return NullCalibration(
-        rule=rule, draws=int(null_sums.shape[-1]), pooled_heads=len(pooled), p95=p95, p99=p99,
+        rule=rule,
+        draws=int(null_sums.shape[-1]),
+        pooled_heads=len(pooled),
+        p95=p95,
+        p99=p99,
         floor=None if p99 is None else max(NULL_FLOOR_MIN, p99),
-        per_head_p99=np.percentile(null_sel, 99, axis=-1), degenerate=degenerate,
+        per_head_p99=np.percentile(null_sel, 99, axis=-1),
+        degenerate=degenerate,
         degenerate_below=DEGENERATE_BASELINE_SHARE / seq_len,
-        set_aside={head_name(l, h): float(baseline_mean[l, h]) for l, h in np.argwhere(set_aside)})
+        set_aside={head_name(l, h): float(baseline_mean[l, h]) for l, h in np.argwhere(set_aside)},
+    )
 
 
-def below_floor(scr: HeadClasses, class_thresholds: np.ndarray, circuit_threshold: float,
-                floor: float | None) -> list[str]:
+def below_floor(
+    scr: HeadClasses, class_thresholds: np.ndarray, circuit_threshold: float, floor: float | None
+) -> list[str]:
     """The class thresholds ([6], order ``CLASSES``) and the circuit threshold below the null's
     floor that admit a head the floor would not (a member, or a circuit head, whose selectivity
     is under the floor): each named with those heads and their selectivities (a warning, not an
@@ -203,8 +219,10 @@ def below_floor(scr: HeadClasses, class_thresholds: np.ndarray, circuit_threshol
     if floor is None:
         return []
     induction = CLASSES.index("induction")
-    checks = [(name, value, scr.members[..., i], scr.sel[..., i])
-              for i, (name, value) in enumerate(zip(CLASSES, class_thresholds))]
+    checks = [
+        (name, value, scr.members[..., i], scr.sel[..., i])
+        for i, (name, value) in enumerate(zip(CLASSES, class_thresholds))
+    ]
     checks.append(("circuit", circuit_threshold, scr.induction_circuit, scr.sel[..., induction]))
     out = []
     for name, value, admitted, sel in checks:
@@ -228,8 +246,9 @@ class ScreenIntervals:
     member_counts: dict[str, list[float]]
 
 
-def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_threshold: float,
-                     settings: StatsConfig) -> ScreenIntervals:
+def screen_intervals(
+    targets: np.ndarray, thresholds: np.ndarray, circuit_threshold: float, settings: StatsConfig
+) -> ScreenIntervals:
     """Bootstrap the screen: resample sequences, recompute selectivities (paired numerator and
     baseline) and the whole classification in every replicate, take percentile intervals.
     ``settings``: the run's ``StatsConfig`` (n_boot, ci, seed)."""
@@ -240,7 +259,9 @@ def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_thresh
     sel_low, sel_high = percentile_interval(sel, ci)
     heads = (1, 2)
     return ScreenIntervals(
-        sel_low=sel_low, sel_high=sel_high, p_member=rep.members.mean(axis=0),
+        sel_low=sel_low,
+        sel_high=sel_high,
+        p_member=rep.members.mean(axis=0),
         bos_fraction=interval(rep.members[..., CLASSES.index("bos")].mean(axis=heads), ci),
         circuit_size=interval(rep.induction_circuit.sum(axis=heads), ci),
         class_counts={c: interval((rep.head_class == c).sum(axis=heads), ci) for c in (*CLASSES, UNCLASSIFIED)},
@@ -248,8 +269,9 @@ def screen_intervals(targets: np.ndarray, thresholds: np.ndarray, circuit_thresh
     )
 
 
-def effect_intervals(clean: np.ndarray, circuit: np.ndarray, controls: np.ndarray, causal_factor: float,
-                     settings: StatsConfig) -> dict:
+def effect_intervals(
+    clean: np.ndarray, circuit: np.ndarray, controls: np.ndarray, causal_factor: float, settings: StatsConfig
+) -> dict:
     """Paired bootstrap intervals of the ablation effect over sequences.
 
     Per-sequence losses of B: ``clean`` [n], ``circuit`` [n] (circuit ablated), ``controls``
@@ -262,8 +284,13 @@ def effect_intervals(clean: np.ndarray, circuit: np.ndarray, controls: np.ndarra
     control = replicate_means(controls.mean(axis=0) - clean, weights)
     margin = rise - causal_factor * np.abs(control)
     ci = settings.ci
-    return {"ci": ci, "circuit_loss_increase": interval(rise, ci), "controls_loss_increase_mean": interval(control, ci),
-            "causal_margin": interval(margin, ci), "p_causal": float((margin > 0).mean())}
+    return {
+        "ci": ci,
+        "circuit_loss_increase": interval(rise, ci),
+        "controls_loss_increase_mean": interval(control, ci),
+        "causal_margin": interval(margin, ci),
+        "p_causal": float((margin > 0).mean()),
+    }
 
 
 @dataclass
@@ -275,19 +302,25 @@ class Uncertainty:
     below_floor: list[str]  # thresholds under the null floor that admit heads
 
 
-def quantify_uncertainty(measured, screened: Screened, circuit_threshold: float, settings: StatsConfig,
-                         seq_len: int) -> Uncertainty:
+def quantify_uncertainty(
+    measured, screened: Screened, circuit_threshold: float, settings: StatsConfig, seq_len: int
+) -> Uncertainty:
     """The screen's uncertainty from the probe pass's ``measured`` (``measurements.Measurements``):
     a bootstrap over sequences and the null's floor (``settings``: the run's ``StatsConfig``); a
     warning names the heads a threshold below the floor admits."""
     intervals = screen_intervals(measured.targets, screened.thresholds, circuit_threshold, settings)
-    null = null_calibration(measured.null_sums, measured.mean_attention[..., BASELINE], len(measured.targets),
-                            seq_len, settings.null_rule)
+    null = null_calibration(
+        measured.null_sums, measured.mean_attention[..., BASELINE], len(measured.targets), seq_len, settings.null_rule
+    )
     low = below_floor(screened.classes, screened.thresholds, circuit_threshold, null.floor)
     if null.floor is None:
-        log.warning(f"warning: no null floor: every head's baseline attention is degenerate (under "
-                    f"{null.degenerate_below:.3g} = {DEGENERATE_BASELINE_SHARE:g}/T)")
+        log.warning(
+            f"warning: no null floor: every head's baseline attention is degenerate (under "
+            f"{null.degenerate_below:.3g} = {DEGENERATE_BASELINE_SHARE:g}/T)"
+        )
     if low:
-        log.warning(f"warning: thresholds below the null floor {null.floor:.2f}x admit heads not told apart "
-                    f"from chance: {'; '.join(low)}")
+        log.warning(
+            f"warning: thresholds below the null floor {null.floor:.2f}x admit heads not told apart "
+            f"from chance: {'; '.join(low)}"
+        )
     return Uncertainty(intervals, null, low)

@@ -43,15 +43,19 @@ def prepended_bos(tok) -> int | None:
 def probe_tokenizer(tok, name: str) -> Tokenizer:
     """The text probe's tokenizer: a Hugging Face tokenizer (the checkpoint's own, ``load_tokenizer``), named
     ``name`` (repo@revision)."""
-    return Tokenizer(encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"], bos=prepended_bos(tok),
-                     eos=tok.eos_token_id, name=name)
+    return Tokenizer(
+        encode=lambda docs: tok(docs, add_special_tokens=False)["input_ids"],
+        bos=prepended_bos(tok),
+        eos=tok.eos_token_id,
+        name=name,
+    )
 
 
 def token_stream(docs: Sequence[str], tokenizer: Tokenizer, budget: int) -> np.ndarray:
     """The documents' ids, each followed by ``eos`` (if any), concatenated until ``budget`` ids."""
     pieces, total = [], 0
     for start in range(0, len(docs), DOCUMENTS_PER_CALL):
-        for ids in tokenizer.encode(docs[start:start + DOCUMENTS_PER_CALL]):
+        for ids in tokenizer.encode(docs[start : start + DOCUMENTS_PER_CALL]):
             ids = ids + ([tokenizer.eos] if tokenizer.eos is not None else [])
             pieces.append(np.asarray(ids, dtype=np.int64))
             total += len(ids)
@@ -66,8 +70,10 @@ def text_batch(docs: Sequence[str], probe_cfg, tokenizer: Tokenizer, vocab_size:
     p = probe_cfg
     stream = token_stream(docs, tokenizer, STREAM_PER_WINDOW * p.n_sequences * p.seq_len)
     if len(stream) and stream.max() >= vocab_size:
-        raise UsageError(f"the tokenizer ({tokenizer.name}) gives id {int(stream.max())}, beyond the model's "
-                         f"vocabulary of {vocab_size}: it is not this model's tokenizer")
+        raise UsageError(
+            f"the tokenizer ({tokenizer.name}) gives id {int(stream.max())}, beyond the model's "
+            f"vocabulary of {vocab_size}: it is not this model's tokenizer"
+        )
     try:
         return make_text_batch(stream, p.n_sequences, p.seq_len, p.seed, tokenizer.bos)
     except ValueError as err:

@@ -73,10 +73,20 @@ def interval(values: np.ndarray, confidence: float, look: int | None = None, loo
     n = values.shape[1]
     means = values.mean(axis=1)
     level = 1 - alpha_spent(confidence, looks) / len(values)
-    half = (stats.t.ppf(1 - (1 - level) / 2, df=n - 1) * values.std(axis=1, ddof=1) / math.sqrt(n) if n > 1
-            else np.full(len(values), np.inf))
-    return {"criterion": float(means.min()), "low": float((means - half).min()), "high": float((means + half).min()),
-            "branch_level": level, "look": look, "looks": looks, "n": n}
+    half = (
+        stats.t.ppf(1 - (1 - level) / 2, df=n - 1) * values.std(axis=1, ddof=1) / math.sqrt(n)
+        if n > 1
+        else np.full(len(values), np.inf)
+    )
+    return {
+        "criterion": float(means.min()),
+        "low": float((means - half).min()),
+        "high": float((means + half).min()),
+        "branch_level": level,
+        "look": look,
+        "looks": looks,
+        "n": n,
+    }
 
 
 def decided(iv: dict) -> bool:

@@ -35,18 +35,24 @@ def first_token(cfg: Config, tokenizers: checkpoints.TokenizerLookup) -> probe.F
             raise UsageError(f"probe.first_token=bos_token is invalid for {where}: {missing}; use random")
         return probe.FirstToken("random", None, f"probe.first_token={requested}: {missing}")
     prepended = text.prepended_bos(tok)
-    says = (f"its tokenizer puts {tok.bos_token!r} (id {prepended}) before every input" if prepended is not None
-            else "its tokenizer puts no BOS before an input")
+    says = (
+        f"its tokenizer puts {tok.bos_token!r} (id {prepended}) before every input"
+        if prepended is not None
+        else "its tokenizer puts no BOS before an input"
+    )
     if requested == "random":
         if prepended is not None:
-            log.warning(f"probe.first_token=random on {where}, whose tokenizer puts {tok.bos_token!r} before "
-                        "every input: the model reads sequences unlike its training's (probe.first_token=auto "
-                        "puts it first)")
+            log.warning(
+                f"probe.first_token=random on {where}, whose tokenizer puts {tok.bos_token!r} before "
+                "every input: the model reads sequences unlike its training's (probe.first_token=auto "
+                "puts it first)"
+            )
         return probe.FirstToken("random", None, f"probe.first_token=random ({says})")
     if requested == "bos_token":
         if tok.bos_token_id is None:
-            raise UsageError(f"probe.first_token=bos_token is invalid for {where}: its tokenizer has no BOS token; "
-                             "use random")
+            raise UsageError(
+                f"probe.first_token=bos_token is invalid for {where}: its tokenizer has no BOS token; use random"
+            )
         return probe.FirstToken("bos_token", tok.bos_token_id, f"probe.first_token=bos_token ({says})")
     if prepended is None:
         return probe.FirstToken("random", None, f"probe.first_token=auto: {says}")
@@ -69,8 +75,9 @@ def _first_token_tokenizer(cfg: Config, tokenizers: checkpoints.TokenizerLookup)
         return None, f"no tokenizer ({err})"
 
 
-def probe_batch(cfg: Config, vocab_size: int, first: probe.FirstToken,
-                tokenizers: checkpoints.TokenizerLookup) -> tuple[probe.ProbeBatch, str | None]:
+def probe_batch(
+    cfg: Config, vocab_size: int, first: probe.FirstToken, tokenizers: checkpoints.TokenizerLookup
+) -> tuple[probe.ProbeBatch, str | None]:
     """The probe batch ``probe.kind`` names, position 0 as ``first`` says, and the text probe's tokenizer
     (None for the others): the checkpoint's own (``checkpoints.tokenizer_source``) or bytes."""
     p = cfg.probe
@@ -90,5 +97,6 @@ def task_batch(cfg: Config, first: probe.FirstToken, tokenizers: checkpoints.Tok
     (``checkpoints.tokenizer_source``) from the words ``probe.task_words`` picks, each prompt behind ``first``'s BOS
     where it has one, and that tokenizer's name (repo@revision)."""
     tokenizer, name = tokenizers.load("probe.task needs the checkpoint's tokenizer: save it beside the weights")
-    return build_task_batch(cast(Task, cfg.probe.task), tokenizer, cfg.probe.task_prompts, words=cfg.probe.task_words,
-                            bos=first.bos_id), name
+    return build_task_batch(
+        cast(Task, cfg.probe.task), tokenizer, cfg.probe.task_prompts, words=cfg.probe.task_words, bos=first.bos_id
+    ), name

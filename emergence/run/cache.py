@@ -53,9 +53,17 @@ def checkpoint_identity(src: checkpoints.Source, hf_config) -> dict | None:
 
 def key(identity: dict, probe: dict, null_draws: int, dtype: str) -> str:
     # the plug-in measures and their versions: an entry holds each one's results (``Measurements.plugins``)
-    text = json.dumps({"checkpoint": identity, "probe": probe, "null_draws": null_draws, "dtype": dtype,
-                       "version": [MEASUREMENT_VERSION, emergence.__version__], "measures": measures.versions()},
-                      sort_keys=True)
+    text = json.dumps(
+        {
+            "checkpoint": identity,
+            "probe": probe,
+            "null_draws": null_draws,
+            "dtype": dtype,
+            "version": [MEASUREMENT_VERSION, emergence.__version__],
+            "measures": measures.versions(),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -87,8 +95,9 @@ def load(path: Path) -> Measurements | None:
         return None
     with np.load(path) as data:
         meta = json.loads(str(data["meta"]))
-        residual = mechanism.ResidualStats(**{k.removeprefix(RESIDUAL_PREFIX): data[k] for k in data.files
-                                              if k.startswith(RESIDUAL_PREFIX)})
+        residual = mechanism.ResidualStats(
+            **{k.removeprefix(RESIDUAL_PREFIX): data[k] for k in data.files if k.startswith(RESIDUAL_PREFIX)}
+        )
         optional: dict[str, Any] = {name: data[name] if name in data.files else None for name in OPTIONAL_ARRAYS}
         per_run = meta.pop("plugins")
         per_head: dict[str, dict[str, np.ndarray]] = {name: {} for name in per_run}
@@ -97,17 +106,22 @@ def load(path: Path) -> Measurements | None:
                 name, column = k.removeprefix(PLUGIN_PREFIX).split("__", 1)
                 per_head[name][column] = data[k]
         plugins = {name: MeasureResult(per_head[name], fields) for name, fields in per_run.items()}
-        return Measurements(**{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta,
-                            plugins=plugins)
+        return Measurements(
+            **{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta, plugins=plugins
+        )
 
 
 def save(path: Path, m: Measurements) -> None:
-    meta = {f.name: getattr(m, f.name) for f in fields(m)
-            if f.name not in (*ARRAYS, *OPTIONAL_ARRAYS, "residual", "plugins")}
+    meta = {
+        f.name: getattr(m, f.name)
+        for f in fields(m)
+        if f.name not in (*ARRAYS, *OPTIONAL_ARRAYS, "residual", "plugins")
+    }
     meta["plugins"] = {name: r.per_run for name, r in m.plugins.items()}
     residual = {RESIDUAL_PREFIX + name: a for name, a in m.residual.arrays().items()}
-    plugin_columns = {f"{PLUGIN_PREFIX}{name}__{column}": grid for name, r in m.plugins.items()
-                      for column, grid in r.per_head.items()}
+    plugin_columns = {
+        f"{PLUGIN_PREFIX}{name}__{column}": grid for name, r in m.plugins.items() for column, grid in r.per_head.items()
+    }
     optional = {name: getattr(m, name) for name in OPTIONAL_ARRAYS if getattr(m, name) is not None}
     # atomic: a crash leaves no half entry
     arrays = {**{name: getattr(m, name) for name in ARRAYS}, **residual, **optional, **plugin_columns}

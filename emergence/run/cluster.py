@@ -54,8 +54,7 @@ def minutes(limit: str) -> int | None:
 def cluster_nodes() -> list[Node]:
     """Every node of every partition, as ``sinfo`` lists them; RuntimeError where no cluster answers."""
     try:
-        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%P|%c|%m|%G|%l"], capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%P|%c|%m|%G|%l"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise RuntimeError(f"hydra/launcher=slurm: no SLURM cluster answers (sinfo: {err})") from None
     if done.returncode != 0:
@@ -63,8 +62,16 @@ def cluster_nodes() -> list[Node]:
     nodes = []
     for line in done.stdout.splitlines():
         partition, cpus, mem, gres, limit = line.strip().split("|")
-        nodes.append(Node(partition.rstrip("*"), partition.endswith("*"), int(cpus), int(mem.rstrip("+")),
-                          gpu_count(gres), minutes(limit)))
+        nodes.append(
+            Node(
+                partition.rstrip("*"),
+                partition.endswith("*"),
+                int(cpus),
+                int(mem.rstrip("+")),
+                gpu_count(gres),
+                minutes(limit),
+            )
+        )
     return nodes
 
 
@@ -75,33 +82,50 @@ def check_request(launcher: DictConfig, nodes: list[Node]) -> None:
     if name is None:
         name = next((n.partition for n in nodes if n.default), None)
         if name is None:
-            raise UsageError(f"the cluster has no default partition: choose one with "
-                             f"hydra.launcher.partition=<name> ({', '.join(partitions)})")
+            raise UsageError(
+                f"the cluster has no default partition: choose one with "
+                f"hydra.launcher.partition=<name> ({', '.join(partitions)})"
+            )
     elif name not in partitions:
-        raise UsageError(f"hydra.launcher.partition={name!r} is not a partition of this cluster: "
-                         f"choose one of {', '.join(partitions)}")
+        raise UsageError(
+            f"hydra.launcher.partition={name!r} is not a partition of this cluster: "
+            f"choose one of {', '.join(partitions)}"
+        )
     mine = [n for n in nodes if n.partition == name]
     gpus = launcher.get("gpus_per_node") or 0
     most_gpus = max(n.gpus for n in mine)
     if gpus > most_gpus:
-        fix = ("set hydra.launcher.gpus_per_node=0 to run on its CPUs, or choose a GPU partition with "
-               "hydra.launcher.partition=<name>") if most_gpus == 0 else f"lower it to {most_gpus}"
-        raise UsageError(f"hydra.launcher.gpus_per_node={gpus}: partition {name!r} has "
-                         f"{'no GPUs' if most_gpus == 0 else f'at most {most_gpus} a node'}: {fix}")
+        fix = (
+            (
+                "set hydra.launcher.gpus_per_node=0 to run on its CPUs, or choose a GPU partition with "
+                "hydra.launcher.partition=<name>"
+            )
+            if most_gpus == 0
+            else f"lower it to {most_gpus}"
+        )
+        raise UsageError(
+            f"hydra.launcher.gpus_per_node={gpus}: partition {name!r} has "
+            f"{'no GPUs' if most_gpus == 0 else f'at most {most_gpus} a node'}: {fix}"
+        )
     cpus = (launcher.get("cpus_per_task") or 1) * (launcher.get("tasks_per_node") or 1)
     most_cpus = max(n.cpus for n in mine)
     if cpus > most_cpus:
-        raise UsageError(f"hydra.launcher.cpus_per_task={launcher.get('cpus_per_task')}: a node of partition "
-                         f"{name!r} has at most {most_cpus} CPUs: lower it")
+        raise UsageError(
+            f"hydra.launcher.cpus_per_task={launcher.get('cpus_per_task')}: a node of partition "
+            f"{name!r} has at most {most_cpus} CPUs: lower it"
+        )
     mem_gb = launcher.get("mem_gb")
     most_mem_gb = max(n.mem_mb for n in mine) // 1024
     if mem_gb is not None and mem_gb > most_mem_gb:
-        raise UsageError(f"hydra.launcher.mem_gb={mem_gb}: a node of partition {name!r} has at most "
-                         f"{most_mem_gb} GB: lower it")
+        raise UsageError(
+            f"hydra.launcher.mem_gb={mem_gb}: a node of partition {name!r} has at most {most_mem_gb} GB: lower it"
+        )
     limit = mine[0].time_limit_min
     if limit is not None and launcher.get("timeout_min", 0) > limit:
-        raise UsageError(f"hydra.launcher.timeout_min={launcher.timeout_min}: partition {name!r} allows at most "
-                         f"{limit} minutes a job: lower it")
+        raise UsageError(
+            f"hydra.launcher.timeout_min={launcher.timeout_min}: partition {name!r} allows at most "
+            f"{limit} minutes a job: lower it"
+        )
     check_warning(launcher)
 
 
@@ -115,11 +139,16 @@ def check_warning(launcher: DictConfig) -> None:
     timeout_s = (launcher.get("timeout_min") or 0) * 60
     delay_s = launcher.get("signal_delay_s") or 0
     if timeout_s and timeout_s - delay_s < STARTING_S:
-        fix = (f"lower it to at most {timeout_s - STARTING_S}" if timeout_s > STARTING_S else
-               f"raise hydra.launcher.timeout_min to at least {-(-(delay_s + STARTING_S) // 60)}")
-        raise UsageError(f"hydra.launcher.signal_delay_s={delay_s}: SLURM would warn a job (USR2) within its first "
-                         f"{STARTING_S} s (hydra.launcher.timeout_min={launcher.timeout_min}), while it starts, and "
-                         f"the warning would end it: {fix}")
+        fix = (
+            f"lower it to at most {timeout_s - STARTING_S}"
+            if timeout_s > STARTING_S
+            else f"raise hydra.launcher.timeout_min to at least {-(-(delay_s + STARTING_S) // 60)}"
+        )
+        raise UsageError(
+            f"hydra.launcher.signal_delay_s={delay_s}: SLURM would warn a job (USR2) within its first "
+            f"{STARTING_S} s (hydra.launcher.timeout_min={launcher.timeout_min}), while it starts, and "
+            f"the warning would end it: {fix}"
+        )
 
 
 class CheckCluster(Callback):

@@ -100,8 +100,11 @@ class Downloader:
         # a failure is the job's to report: it downloads the revision itself
         if hub_reachable():
             repo, revision, weights_format = key
-            done = subprocess.run([sys.executable, "-m", __name__, repo, revision or "main", weights_format],
-                                  capture_output=True, text=True)  # its progress bars stay out of the job's output
+            done = subprocess.run(
+                [sys.executable, "-m", __name__, repo, revision or "main", weights_format],
+                capture_output=True,
+                text=True,
+            )  # its progress bars stay out of the job's output
             if done.returncode == 0 and done.stdout.strip() == "fetched":
                 self.fetched.add(key)
             else:
@@ -191,8 +194,9 @@ class Prefetch(Callback):
         if mine is not None:
             start = time.perf_counter()
             _downloader.wait(mine)
-            _started[mine] = Arrival(prefetched=ahead and mine in _downloader.fetched,
-                                     wait_seconds=round(time.perf_counter() - start, 3))
+            _started[mine] = Arrival(
+                prefetched=ahead and mine in _downloader.fetched, wait_seconds=round(time.perf_counter() - start, 3)
+            )
 
     def revision(self, num: int) -> Key | None:
         if num not in self.revisions:

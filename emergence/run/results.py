@@ -137,10 +137,10 @@ class HeadRow(Record):
         that is no field is a plug-in measure's (a float)."""
         names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls) if f.name != "plugin_columns"}
         types: dict[str, Any] = {f.name: f.type for f in fields(cls)}  # the annotations as written: "int", ...
-        known = {names[column]: _PARSE[types[names[column]]](value) for column, value in row.items()
-                 if column in names}
-        return cls(**known, plugin_columns={column: float(value) for column, value in row.items()
-                                            if column not in names})
+        known = {names[column]: _PARSE[types[names[column]]](value) for column, value in row.items() if column in names}
+        return cls(
+            **known, plugin_columns={column: float(value) for column, value in row.items() if column not in names}
+        )
 
 
 def _parse_bool(value: str) -> bool:
@@ -172,12 +172,24 @@ class HeadMeasures:
     def of(cls, measured, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
         """From a run's ``measurements.Measurements`` (its plug-in measures' columns too) and its task's scores."""
         plugin_columns = {column: grid for r in measured.plugins.values() for column, grid in r.per_head.items()}
-        return cls(measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance,
-                   task_scores, plugin_columns)
+        return cls(
+            measured.mean_attention,
+            measured.pr,
+            measured.entropy_rank,
+            measured.mean_sink_importance,
+            task_scores,
+            plugin_columns,
+        )
 
 
-def head_rows(scr: HeadClasses, measures: HeadMeasures, intervals: ScreenIntervals, null_p99: np.ndarray,
-              degenerate_baseline: np.ndarray, near_threshold: np.ndarray) -> list[HeadRow]:
+def head_rows(
+    scr: HeadClasses,
+    measures: HeadMeasures,
+    intervals: ScreenIntervals,
+    null_p99: np.ndarray,
+    degenerate_baseline: np.ndarray,
+    near_threshold: np.ndarray,
+) -> list[HeadRow]:
     """One ``HeadRow`` per head; ``null_p99`` [layers, heads] is the head's 99th percentile of null
     selectivity, ``degenerate_baseline`` [layers, heads] whether its baseline attention is degenerate
     (``stats.degenerate_baseline``: its selectivities are ratios over the softmax's far tail),
@@ -261,8 +273,10 @@ class ProbeFitted(Record):
     def line(self) -> str:
         fields = ", ".join(f"probe.{k} {a} -> {b}" for k, (a, b) in self.fitted.items())
         used = ", ".join(f"{k} {v:g}" for k, v in self.thresholds.items())
-        return (f"probe fitted to the model (context {self.context}, vocabulary {self.vocab_size}): {fields}; "
-                f"thresholds x{self.threshold_scale:g} (fitted T / asked T): {used} (probe.fit=off refuses instead)")
+        return (
+            f"probe fitted to the model (context {self.context}, vocabulary {self.vocab_size}): {fields}; "
+            f"thresholds x{self.threshold_scale:g} (fitted T / asked T): {used} (probe.fit=off refuses instead)"
+        )
 
 
 @dataclass
@@ -388,9 +402,11 @@ def read_summary_json(run_dir: Path) -> dict:
     data = read_json(run_dir / SUMMARY_FILE)
     found = data.get("schema_version", 1)
     if found not in READABLE_SCHEMAS:
-        raise ValueError(f"{run_dir}: summary.json has schema {found}, this version of emergence reads "
-                         f"schemas {', '.join(map(str, READABLE_SCHEMAS))}; rerun its job (python -m emergence "
-                         "with the same overrides) to rewrite it")
+        raise ValueError(
+            f"{run_dir}: summary.json has schema {found}, this version of emergence reads "
+            f"schemas {', '.join(map(str, READABLE_SCHEMAS))}; rerun its job (python -m emergence "
+            "with the same overrides) to rewrite it"
+        )
     return data
 
 
@@ -405,26 +421,36 @@ class SpectralSummary(Record):
     and over how many of the probe's sequences (docs/method.md section 5)."""
 
     pr: str = "participation ratio of the centred covariance, (sum l)^2 / sum l^2"
-    pr_entropy_rank: str = ("exp(entropy) of normalised squared singular values, uncentred "
-                            "(the reference code's estimator)")
+    pr_entropy_rank: str = (
+        "exp(entropy) of normalised squared singular values, uncentred (the reference code's estimator)"
+    )
     n_sequences: int = field(kw_only=True)  # the rows of each head's output matrix
 
 
 def intervals_summary(intervals: ScreenIntervals, settings: StatsConfig) -> IntervalsSummary:
     """``summary.json`` ``intervals`` of the screen's bootstrap (``settings``: the run's ``StatsConfig``)."""
-    return IntervalsSummary(ci=settings.ci, n_boot=settings.n_boot, seed=settings.seed,
-                            method="percentile bootstrap over sequences (paired numerator and baseline), the "
-                                   "classification recomputed in each replicate",
-                            circuit_size=intervals.circuit_size, class_counts=intervals.class_counts,
-                            member_counts=intervals.member_counts)
+    return IntervalsSummary(
+        ci=settings.ci,
+        n_boot=settings.n_boot,
+        seed=settings.seed,
+        method="percentile bootstrap over sequences (paired numerator and baseline), the "
+        "classification recomputed in each replicate",
+        circuit_size=intervals.circuit_size,
+        class_counts=intervals.class_counts,
+        member_counts=intervals.member_counts,
+    )
 
 
 def versions() -> dict[str, str]:
     import torch
     import transformers
 
-    return {"emergence": emergence.__version__, "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}
+    return {
+        "emergence": emergence.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def near_threshold_record(near: np.ndarray, dtype: str) -> NearThreshold:
@@ -454,31 +480,47 @@ def format_tokens(tokens) -> str:
 
 def report_lines(summary: RunSummary, scr: HeadClasses, out_dir: Path) -> list[str]:
     """What a run tells its user: classes per layer, BOS fraction, circuit, ablation verdict."""
-    lines = [f"{summary.model} @ {summary.revision}  (step {summary.step}, "
-             f"tokens {format_tokens(summary.tokens)})", "classes per layer:"]
+    lines = [
+        f"{summary.model} @ {summary.revision}  (step {summary.step}, tokens {format_tokens(summary.tokens)})",
+        "classes per layer:",
+    ]
     for layer in range(scr.n_layers):
         counts = {c: int((scr.head_class[layer] == c).sum()) for c in (*CLASSES, UNCLASSIFIED)}
         lines.append(f"  L{layer:<3}" + "  ".join(f"{c}={n}" for c, n in counts.items() if n))
     first = summary.probe.first
     if first is not None:
-        lines.append(f"first token: {first.kind}" + (f" (id {first.bos_id})" if first.bos_id is not None else "")
-                     + f": {first.reason}")
+        lines.append(
+            f"first token: {first.kind}"
+            + (f" (id {first.bos_id})" if first.bos_id is not None else "")
+            + f": {first.reason}"
+        )
     low, high = summary.bos_fraction_ci
-    lines.append(f"BOS fraction: {summary.bos_fraction:.1%} ({summary.intervals.ci:.0%} CI "
-                 f"{low:.1%}-{high:.1%})   induction circuit: {', '.join(summary.induction_circuit) or '(empty)'}")
+    lines.append(
+        f"BOS fraction: {summary.bos_fraction:.1%} ({summary.intervals.ci:.0%} CI "
+        f"{low:.1%}-{high:.1%})   induction circuit: {', '.join(summary.induction_circuit) or '(empty)'}"
+    )
     near = summary.near_threshold
-    lines.append(f"near a threshold (within {summary.dtype}'s {100 * near.relative_error:.2g}%): "
-                 f"{', '.join(near.heads) or 'none'}")
+    lines.append(
+        f"near a threshold (within {summary.dtype}'s {100 * near.relative_error:.2g}%): "
+        f"{', '.join(near.heads) or 'none'}"
+    )
     if dtype_differs(summary.dtype, summary.reference_dtype):
-        lines.append(f"dtype {summary.dtype}, the reference study's {summary.reference_dtype}: "
-                     "compare with its published numbers only up to both dtypes' rounding")
+        lines.append(
+            f"dtype {summary.dtype}, the reference study's {summary.reference_dtype}: "
+            "compare with its published numbers only up to both dtypes' rounding"
+        )
     null = summary.null
-    floor = ("none: every head set aside" if null.floor is None
-             else f"p99 {null.p99:.2f}x, floor {null.floor:.2f}x")
-    lines.append(f"null ({null.rule} rule, {null.draws} draws of {null.pooled_heads} heads): {floor}"
-                 + (f"; set aside, baseline attention under {null.degenerate_below:.3g} "
-                    f"({DEGENERATE_BASELINE_SHARE:g}/T): "
-                    f"{', '.join(null.set_aside)}" if null.set_aside else ""))
+    floor = "none: every head set aside" if null.floor is None else f"p99 {null.p99:.2f}x, floor {null.floor:.2f}x"
+    lines.append(
+        f"null ({null.rule} rule, {null.draws} draws of {null.pooled_heads} heads): {floor}"
+        + (
+            f"; set aside, baseline attention under {null.degenerate_below:.3g} "
+            f"({DEGENERATE_BASELINE_SHARE:g}/T): "
+            f"{', '.join(null.set_aside)}"
+            if null.set_aside
+            else ""
+        )
+    )
     lines += ablation_lines(summary.ablation)
     if summary.task is not None:
         lines += task_lines(summary.task)
@@ -493,31 +535,42 @@ def ablation_lines(ab: AblationResult) -> list[str]:
         return []
     e, draw = ab.effect, ab.control_draw
     assert ab.circuit is not None  # measured with the effect
-    controls = ("no control set" if e.controls_loss_increase_mean is None
-                else f"controls {e.controls_loss_increase_mean:+.3f}: "
-                     f"{'causal' if e.causal else 'not causal'} at {ab.causal_factor:g}x")
-    lines = [f"ablation ({ab.mode}, {ab.sequences_used} sequences): loss of B {ab.clean_loss_used:.3f} -> "
-             f"{ab.circuit.loss:.3f} ({e.circuit_loss_increase:+.3f}); {controls}"]
+    controls = (
+        "no control set"
+        if e.controls_loss_increase_mean is None
+        else f"controls {e.controls_loss_increase_mean:+.3f}: "
+        f"{'causal' if e.causal else 'not causal'} at {ab.causal_factor:g}x"
+    )
+    lines = [
+        f"ablation ({ab.mode}, {ab.sequences_used} sequences): loss of B {ab.clean_loss_used:.3f} -> "
+        f"{ab.circuit.loss:.3f} ({e.circuit_loss_increase:+.3f}); {controls}"
+    ]
     if draw is not None:
         moved = ", ".join(f"{c} -> {f}" for c, f in draw.fallback_layers.items())
-        lines.append(f"control sets: {draw.in_layer} in-layer, {draw.fallback} by the fallback"
-                     + (f" ({moved})" if moved else "") + f", {draw.asked} asked; never a control "
-                     f"(induction >= {draw.set_aside_level:g}x): {', '.join(draw.set_aside) or 'none'}"
-                     + (f"; {draw.note}" if draw.note else ""))
+        lines.append(
+            f"control sets: {draw.in_layer} in-layer, {draw.fallback} by the fallback"
+            + (f" ({moved})" if moved else "")
+            + f", {draw.asked} asked; never a control "
+            f"(induction >= {draw.set_aside_level:g}x): {', '.join(draw.set_aside) or 'none'}"
+            + (f"; {draw.note}" if draw.note else "")
+        )
     return lines
 
 
 def task_lines(task: TaskSummary) -> list[str]:
     """The task's capability, screens and screen-vs-random verdicts (``ablation.sweep_text``), a line each."""
-    metrics = ", ".join(f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]"
-                        for name, m in task.metrics.metrics.items())
+    metrics = ", ".join(
+        f"{name} {m.value:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]" for name, m in task.metrics.metrics.items()
+    )
     lines = [f"task {task.name}: {task.n_prompts} prompts x {task.seq_len} tokens ({task.tokenizer}): {metrics}"]
     if task.words is not None and task.words.mode == "filtered":  # not the study's prompts: say which words went
         dropped = "; ".join(f"{name} {' '.join(words)}" for name, words in task.words.dropped.items() if words)
         lines.append(f"task words: filtered to the tokenizer's single tokens, dropped {dropped or 'none'}")
     lines += [f"task screen {name}: {' '.join(heads) or '-'}" for name, heads in task.screens.items()]
-    lines += [f"task ablation {sweep.screen}: {sweep_text(sweep)}" for sweep in
-              (task.ablation.sweeps if task.ablation else [])]
+    lines += [
+        f"task ablation {sweep.screen}: {sweep_text(sweep)}"
+        for sweep in (task.ablation.sweeps if task.ablation else [])
+    ]
     return lines
 
 
@@ -531,8 +584,9 @@ def write_run(out_dir: Path, rows: list[HeadRow], run_summary: RunSummary, per_s
     ``targets`` [n, layers, heads, 7] and ``sink_importance`` [n, layers, heads] in float32, and
     the token batch ``tokens`` [n, T] as it is), then summary.json."""
     if per_sequence is not None:
-        arrays = {name: a.astype(np.float32) if np.issubdtype(a.dtype, np.floating) else a
-                  for name, a in per_sequence.items()}
+        arrays = {
+            name: a.astype(np.float32) if np.issubdtype(a.dtype, np.floating) else a for name, a in per_sequence.items()
+        }
         atomic_write_bytes(out_dir / PER_SEQUENCE_FILE, npz_bytes(**arrays))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0].columns()), lineterminator="\n")
@@ -554,8 +608,9 @@ def read_json(path: Path):
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}): it was cut short or edited; "
-                         "rewrite it (rerun its job) or remove it") from None
+        raise ValueError(
+            f"{path} is not valid JSON ({err}): it was cut short or edited; rewrite it (rerun its job) or remove it"
+        ) from None
 
 
 def is_done(run_dir: Path, config_digest: str, weights_now: Callable[[], str | None]) -> bool:

@@ -79,13 +79,24 @@ def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None
     if verdict is None or verdict.verdict == "ok":
         return None
     if verdict.fails:
-        raise UsageError(f"revision={revision.name} of {repo} is defective: {verdict.line} "
-                         f"({revisions.listing_command(cfg.model)} --check); leave it out of the sweep")
+        raise UsageError(
+            f"revision={revision.name} of {repo} is defective: {verdict.line} "
+            f"({revisions.listing_command(cfg.model)} --check); leave it out of the sweep"
+        )
     if verdict.verdict == "duplicate":
         assert verdict.other is not None  # a duplicate names the branch analysed in its place
-        return results.DuplicateRun(results.SCHEMA_VERSION, cfg.model.key, repo, training_seed, revision.name,
-                                    revision.step, revision.tokens, verdict.other, verdict.weights_sha256,
-                                    config_digest(cfg))
+        return results.DuplicateRun(
+            results.SCHEMA_VERSION,
+            cfg.model.key,
+            repo,
+            training_seed,
+            revision.name,
+            revision.step,
+            revision.tokens,
+            verdict.other,
+            verdict.weights_sha256,
+            config_digest(cfg),
+        )
     log.warning(f"{repo}@{revision.name}: {verdict.line}; read as {verdict.expected_model_type}")
     return None
 
@@ -114,16 +125,25 @@ def probes_for(cfg: Config, hf_config, tokenizers: checkpoints.TokenizerLookup) 
         log.info(fitted.line())
     first = batches.first_token(cfg, tokenizers)
     batch, tokenizer = batches.probe_batch(cfg, hf_config.vocab_size, first, tokenizers)
-    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else batches.task_batch(cfg, first,
-                                                                                                    tokenizers)
+    task_batch, task_tokenizer = (None, None) if cfg.probe.task is None else batches.task_batch(cfg, first, tokenizers)
     validate_for_model(cfg, hf_config)
     p = cfg.probe
-    return Probes(cfg, fitted, asked, first, batch, probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed),
-                  tokenizer, task_batch, task_tokenizer)
+    return Probes(
+        cfg,
+        fitted,
+        asked,
+        first,
+        batch,
+        probe.baseline_positions(p.seq_len, p.n_baseline, p.baseline_seed),
+        tokenizer,
+        task_batch,
+        task_tokenizer,
+    )
 
 
-def subject_of(cfg: Config, model, batch: probe.ProbeBatch, device: torch.device,
-               dtype: torch.dtype) -> capture.Subject:
+def subject_of(
+    cfg: Config, model, batch: probe.ProbeBatch, device: torch.device, dtype: torch.dtype
+) -> capture.Subject:
     """The model with its attention layout and the probe batch; on a GPU (``probe.auto_batch``) as many
     sequences per forward as fit the memory left beside its weights."""
     batch_size = cfg.probe.batch_size
@@ -169,14 +189,38 @@ def load(cfg: Config) -> Loaded:
     if need_model:
         model = checkpoints.load_model(cfg, src, checkpoint, device, dtype, capture.register_attention())
         subject = subject_of(cfg, model, batch, device, dtype)
-    download = results.Download(bytes_downloaded=checkpoints.downloaded_bytes(src), load_seconds=0.0,
-                                prefetched=arrival.prefetched, wait_seconds=arrival.wait_seconds)
+    download = results.Download(
+        bytes_downloaded=checkpoints.downloaded_bytes(src),
+        load_seconds=0.0,
+        prefetched=arrival.prefetched,
+        wait_seconds=arrival.wait_seconds,
+    )
     # named before the cache was asked; a Hub revision not cached then is named by the Hub's digests
     weights_sha256 = identity["weights_sha256"] if identity else checkpoints.weights_sha256(src)
-    return Loaded(f"{cfg.model.key}@{revision.name or 'as-is'}", revision, src, checkpoint.model_type_mapped_from,
-                  device, dtype_name, weight_bytes, weights_sha256, download, probes.first_token, batch,
-                  probes.baseline, probes.tokenizer, cache_file, cached, subject, probes.task_batch,
-                  probes.task_tokenizer, checkpoint.gguf, probes.fitted, cfg=cfg, config_digest=probes.asked)
+    return Loaded(
+        f"{cfg.model.key}@{revision.name or 'as-is'}",
+        revision,
+        src,
+        checkpoint.model_type_mapped_from,
+        device,
+        dtype_name,
+        weight_bytes,
+        weights_sha256,
+        download,
+        probes.first_token,
+        batch,
+        probes.baseline,
+        probes.tokenizer,
+        cache_file,
+        cached,
+        subject,
+        probes.task_batch,
+        probes.task_tokenizer,
+        checkpoint.gguf,
+        probes.fitted,
+        cfg=cfg,
+        config_digest=probes.asked,
+    )
 
 
 def load_live(cfg: Config, model, revision: checkpoints.Revision, tokenizer=None) -> Loaded:
@@ -190,18 +234,39 @@ def load_live(cfg: Config, model, revision: checkpoints.Revision, tokenizer=None
     probes = probes_for(cfg, model.config, checkpoints.TokenizerLookup(cfg, None, tokenizer))
     subject = subject_of(probes.cfg, model, probes.batch, device, dtype)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return Loaded(f"{cfg.model.key}@{revision.name}", revision, None, None, device, checkpoints.dtype_name(dtype),
-                  weight_bytes, None, results.Download(bytes_downloaded=0, load_seconds=0.0, prefetched=False,
-                                                       wait_seconds=0.0),
-                  probes.first_token, probes.batch, probes.baseline, probes.tokenizer, None, None, subject,
-                  probes.task_batch, probes.task_tokenizer, None, probes.fitted, cfg=probes.cfg,
-                  config_digest=probes.asked)
+    return Loaded(
+        f"{cfg.model.key}@{revision.name}",
+        revision,
+        None,
+        None,
+        device,
+        checkpoints.dtype_name(dtype),
+        weight_bytes,
+        None,
+        results.Download(bytes_downloaded=0, load_seconds=0.0, prefetched=False, wait_seconds=0.0),
+        probes.first_token,
+        probes.batch,
+        probes.baseline,
+        probes.tokenizer,
+        None,
+        None,
+        subject,
+        probes.task_batch,
+        probes.task_tokenizer,
+        None,
+        probes.fitted,
+        cfg=probes.cfg,
+        config_digest=probes.asked,
+    )
 
 
 def run_config(cfg: Config, loaded: Loaded) -> dict:
     """The W&B run's config: the run's settings, and the checkpoint's step and tokens."""
-    return {**cast(dict, OmegaConf.to_container(OmegaConf.structured(cfg))), "step": loaded.revision.step,
-            "tokens": loaded.revision.tokens}
+    return {
+        **cast(dict, OmegaConf.to_container(OmegaConf.structured(cfg))),
+        "step": loaded.revision.step,
+        "tokens": loaded.revision.tokens,
+    }
 
 
 def measure(cfg: Config, loaded: Loaded) -> capture.Capture | None:
@@ -213,9 +278,13 @@ def measure(cfg: Config, loaded: Loaded) -> capture.Capture | None:
         return None
     log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {loaded.name}")
     options = capture.PassOptions(
-        loaded.baseline, p.spectral_sequences or p.n_sequences, keep_position_means=mean_ablation,
+        loaded.baseline,
+        p.spectral_sequences or p.n_sequences,
+        keep_position_means=mean_ablation,
         null_positions=stats.null_positions(loaded.batch.ab.numpy(), p.seq_len, cfg.stats.n_null),
-        loss_positions=loss_positions(p), repeat=probe.RepeatLayout(p.seq_len) if p.kind == "repeat" else None)
+        loss_positions=loss_positions(p),
+        repeat=probe.RepeatLayout(p.seq_len) if p.kind == "repeat" else None,
+    )
     assert loaded.subject is not None  # the model loads where the pass runs (cache.needs_weights)
     return capture.run_probe(loaded.subject, options, ablation.metrics_per_sequence)
 
@@ -244,8 +313,9 @@ class Findings:
     task: TaskResult | None  # probe.task's step; None: no task
 
 
-def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findings,
-              timings: dict[str, float]) -> results.RunSummary:
+def summarise(
+    cfg: Config, loaded: Loaded, measured: Measurements, found: Findings, timings: dict[str, float]
+) -> results.RunSummary:
     """The run's record, ``summary.json``."""
     screened, uncertainty, ablated = found.screened, found.uncertainty, found.ablated
     revision, scr, null, p = loaded.revision, screened.classes, uncertainty.null, cfg.probe
@@ -262,41 +332,73 @@ def summarise(cfg: Config, loaded: Loaded, measured: Measurements, found: Findin
         assert losses is not None  # the text and repeat probes' passes compute them
         if p.kind == "text":
             assert loaded.tokenizer is not None  # the text probe's (``batches.probe_batch``)
-            text_scores = icl.text_scores(losses, list(p.icl_positions), cfg.stats, text.source_name(p),
-                                          loaded.tokenizer)
+            text_scores = icl.text_scores(
+                losses, list(p.icl_positions), cfg.stats, text.source_name(p), loaded.tokenizer
+            )
         else:
             repeat_scores = icl.repeat_scores(losses, probe.RepeatLayout(p.seq_len), cfg.stats)
     copy_loss_drop = toy_train.copy_loss_drop(cfg.model, revision.name)
     digest = loaded.config_digest  # the settings as asked, before any fitting
     return results.RunSummary(
-        schema_version=results.SCHEMA_VERSION, model=cfg.model.key, name_or_path=cfg.model.name_or_path,
-        training_seed=training_seed, revision=revision.name, step=revision.step,
-        tokens=revision.tokens, architecture=measured.model_type, n_layers=measured.n_layers,
-        n_heads=measured.n_heads, head_dim=measured.head_dim, dtype=loaded.dtype,
-        reference_dtype=cfg.model.reference_dtype, near_threshold=near,
-        device=str(loaded.device), weight_bytes=loaded.weight_bytes, weights_sha256=loaded.weights_sha256,
+        schema_version=results.SCHEMA_VERSION,
+        model=cfg.model.key,
+        name_or_path=cfg.model.name_or_path,
+        training_seed=training_seed,
+        revision=revision.name,
+        step=revision.step,
+        tokens=revision.tokens,
+        architecture=measured.model_type,
+        n_layers=measured.n_layers,
+        n_heads=measured.n_heads,
+        head_dim=measured.head_dim,
+        dtype=loaded.dtype,
+        reference_dtype=cfg.model.reference_dtype,
+        near_threshold=near,
+        device=str(loaded.device),
+        weight_bytes=loaded.weight_bytes,
+        weights_sha256=loaded.weights_sha256,
         download=dataclasses.replace(loaded.download, load_seconds=timings["load"]),
         batch_size=loaded.subject.batch_size if loaded.subject else p.batch_size,
-        probe=results.ProbeSummary(**asdict(p), fingerprint=loaded.batch.fingerprint(),
-                                   baseline_positions=loaded.baseline.tolist(), first=loaded.first_token),
-        thresholds=results.Thresholds(classes=dict(zip(CLASSES, screened.thresholds.tolist())),
-                                      circuit=cfg.threshold.circuit),
-        class_counts=scr.class_counts(), member_counts=scr.member_counts(), bos_fraction=scr.bos_fraction(),
-        bos_fraction_ci=uncertainty.intervals.bos_fraction, bos_per_layer=scr.bos_per_layer(),
-        sink_metric=sink_metric, induction_circuit=scr.circuit_names(), intervals=intervals,
+        probe=results.ProbeSummary(
+            **asdict(p),
+            fingerprint=loaded.batch.fingerprint(),
+            baseline_positions=loaded.baseline.tolist(),
+            first=loaded.first_token,
+        ),
+        thresholds=results.Thresholds(
+            classes=dict(zip(CLASSES, screened.thresholds.tolist())), circuit=cfg.threshold.circuit
+        ),
+        class_counts=scr.class_counts(),
+        member_counts=scr.member_counts(),
+        bos_fraction=scr.bos_fraction(),
+        bos_fraction_ci=uncertainty.intervals.bos_fraction,
+        bos_per_layer=scr.bos_per_layer(),
+        sink_metric=sink_metric,
+        induction_circuit=scr.circuit_names(),
+        intervals=intervals,
         null=null.as_summary(),
         threshold_warnings=[f"below the null floor {null.floor:.2f}x: {t}" for t in uncertainty.below_floor],
         spectral=results.SpectralSummary(n_sequences=measured.spectral_n),
-        reused_measurements=loaded.cached is not None, ablation=ablated,
-        copy_loss_drop=copy_loss_drop, config_digest=digest, timings=timings, versions=versions,
-        massive_activations=measured.residual.records(), text=text_scores, repeat=repeat_scores,
-        model_type_mapped_from=loaded.model_type_mapped_from, task=found.task.summary if found.task else None,
-        gguf=loaded.gguf, probe_fit=loaded.probe_fit,
-        measures={name: r.per_run for name, r in measured.plugins.items()})
+        reused_measurements=loaded.cached is not None,
+        ablation=ablated,
+        copy_loss_drop=copy_loss_drop,
+        config_digest=digest,
+        timings=timings,
+        versions=versions,
+        massive_activations=measured.residual.records(),
+        text=text_scores,
+        repeat=repeat_scores,
+        model_type_mapped_from=loaded.model_type_mapped_from,
+        task=found.task.summary if found.task else None,
+        gguf=loaded.gguf,
+        probe_fit=loaded.probe_fit,
+        measures={name: r.per_run for name, r in measured.plugins.items()},
+    )
 
 
-def write_outputs(out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: Measurements,
-                  found: Findings) -> None:
+def write_outputs(
+    out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: Measurements, found: Findings
+) -> None:
     """The class grid, the W&B run's log, the cache entry (reuse=true), the task's prompts.jsonl,
     then heads.csv, per_sequence.npz (with the token batch [n, T]) and summary.json (last)."""
     screened, uncertainty = found.screened, found.uncertainty
@@ -305,16 +407,25 @@ def write_outputs(out_dir: Path, run, summary: results.RunSummary, loaded: Loade
     figure = tracking.class_figure(screened.classes.head_class, loaded.name)
     figure.savefig(out_dir / "classes.png", dpi=120)
     task_scores = found.task.screen.scores if found.task else None
-    rows = results.head_rows(screened.classes, results.HeadMeasures.of(measured, task_scores), uncertainty.intervals,
-                             null.per_head_p99, null.degenerate, screened.near_threshold)
+    rows = results.head_rows(
+        screened.classes,
+        results.HeadMeasures.of(measured, task_scores),
+        uncertainty.intervals,
+        null.per_head_p99,
+        null.degenerate,
+        screened.near_threshold,
+    )
     tracking.log_checkpoint(run, summary, rows, figure)
     tracking.plt.close(figure)
     if loaded.cache_file is not None and loaded.cached is None:
         cache.save(loaded.cache_file, measured)
     if loaded.task_batch is not None:
         atomic_write_text(out_dir / results.PROMPTS_FILE, loaded.task_batch.jsonl())
-    per_sequence = {"targets": measured.targets, "sink_importance": measured.sink_importance,
-                    "tokens": loaded.batch.tokens.numpy()}
+    per_sequence = {
+        "targets": measured.targets,
+        "sink_importance": measured.sink_importance,
+        "tokens": loaded.batch.tokens.numpy(),
+    }
     if measured.position_losses is not None:
         per_sequence["position_losses"] = measured.position_losses
     results.write_run(out_dir, rows, summary, per_sequence)

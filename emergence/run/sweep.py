@@ -109,8 +109,9 @@ class CheckBranches(Callback):
         for num, overrides in enumerate(job_overrides(config)):
             try:
                 cfg, _ = compose_job(config, overrides, num)
-                if cfg.model.toy is not None or (Path(cfg.model.name_or_path).expanduser().is_dir()
-                                                 and local_series(cfg.model) is None):
+                if cfg.model.toy is not None or (
+                    Path(cfg.model.name_or_path).expanduser().is_dir() and local_series(cfg.model) is None
+                ):
                     continue  # a local checkpoint: no branches to compare (a run's folder of them: its folders)
                 revision = resolve_revision(cfg)
             except (UsageError, ValueError) as err:  # the job itself says why

@@ -27,8 +27,9 @@ from emergence.recipe.tasks import Task  # noqa: E402
 from emergence.recipe.tasks.metrics import TOP1_METRIC  # noqa: E402
 from emergence.run.results import HeadRow, RunSummary, read_run  # noqa: E402
 
-CLASS_COLOURS = dict(zip((*CLASSES, UNCLASSIFIED),
-                         ("tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:cyan", "0.85")))
+CLASS_COLOURS = dict(
+    zip((*CLASSES, UNCLASSIFIED), ("tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:cyan", "0.85"))
+)
 
 
 def class_figure(head_class: np.ndarray, title: str):
@@ -57,8 +58,10 @@ def check_login(wandb_cfg) -> None:
     import wandb
 
     if not wandb.login(verify=False, prompt=False):
-        raise UsageError("wandb.mode='online' is invalid here: no W&B API key is configured; run `wandb login` "
-                         "or set WANDB_API_KEY, or use wandb.mode=offline (sync later with `wandb sync`)")
+        raise UsageError(
+            "wandb.mode='online' is invalid here: no W&B API key is configured; run `wandb login` "
+            "or set WANDB_API_KEY, or use wandb.mode=offline (sync later with `wandb sync`)"
+        )
 
 
 def run_id(run_dir: Path) -> str:
@@ -67,8 +70,9 @@ def run_id(run_dir: Path) -> str:
 
 
 @contextmanager
-def tracked_run(wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str = "checkpoint",
-                tags: Sequence[str | None] = ()):  # None and empty tags are left out
+def tracked_run(
+    wandb_cfg, name: str, config: dict, run_dir: Path, job_type: str = "checkpoint", tags: Sequence[str | None] = ()
+):  # None and empty tags are left out
     """Yield a W&B run (None when disabled); the run is finished even if the body raises.
 
     ``tags`` join the configured ``wandb.tags``; ``wandb.dir`` (default ``$WANDB_DIR``)

@@ -57,15 +57,22 @@ def validate(cfg: Config) -> None:
     if cfg.model.reference_dtype not in (None, *DTYPES[1:]):
         _fail("model.reference_dtype", cfg.model.reference_dtype, f"use one of {', '.join(DTYPES[1:])} or null")
     if cfg.model.dtype == "float16" and cfg.model.fp16_unsafe and not cfg.model.force_dtype:
-        _fail("model.dtype", cfg.model.dtype, f"{cfg.model.key} underflows in float16 on early checkpoints; "
-              "use float32 or bfloat16 (or model.force_dtype=true)")
+        _fail(
+            "model.dtype",
+            cfg.model.dtype,
+            f"{cfg.model.key} underflows in float16 on early checkpoints; "
+            "use float32 or bfloat16 (or model.force_dtype=true)",
+        )
     for name in ("n_sequences", "batch_size", "n_baseline"):
         if getattr(p, name) < 1:
             _fail(f"probe.{name}", getattr(p, name), "must be >= 1")
     if p.seq_len < min_seq_len(p.n_baseline):
-        _fail("probe.seq_len", p.seq_len,
-              f"must be >= {min_seq_len(p.n_baseline)} to hold the pair (ab in [20, T/2)), "
-              f"the local window and {p.n_baseline} baseline positions")
+        _fail(
+            "probe.seq_len",
+            p.seq_len,
+            f"must be >= {min_seq_len(p.n_baseline)} to hold the pair (ab in [20, T/2)), "
+            f"the local window and {p.n_baseline} baseline positions",
+        )
     if not 0 <= p.vocab_low < p.vocab_high - 1:
         _fail("probe.vocab_low/vocab_high", [p.vocab_low, p.vocab_high], "need 0 <= vocab_low < vocab_high - 1")
     if p.spectral_sequences is not None and p.spectral_sequences < 2:
@@ -74,8 +81,12 @@ def validate(cfg: Config) -> None:
     if p.fit not in PROBE_FITS:
         _fail("probe.fit", p.fit, f"use one of {', '.join(PROBE_FITS)}")
     if p.first_token == "bos":  # the token's old spelling, the class's name: one line says which is meant
-        _fail("probe.first_token", p.first_token, "use bos_token (the tokenizer's BOS token at position 0; the class "
-                                                  "bos is attention to position 0, whatever it holds)")
+        _fail(
+            "probe.first_token",
+            p.first_token,
+            "use bos_token (the tokenizer's BOS token at position 0; the class "
+            "bos is attention to position 0, whatever it holds)",
+        )
     if p.first_token not in FIRST_TOKENS:
         _fail("probe.first_token", p.first_token, f"use one of {', '.join(FIRST_TOKENS)}")
     if p.first_token == "bos_token" and p.kind == "text" and p.tokenizer == "bytes":
@@ -84,9 +95,12 @@ def validate(cfg: Config) -> None:
         if not cfg.model.gguf_file.endswith(".gguf"):
             _fail("model.gguf_file", cfg.model.gguf_file, "name a .gguf file in model.name_or_path")
         gguf.check_installed(cfg.model.gguf_file)
-    thresholds = {"threshold.class_default": t.class_default, "threshold.circuit": t.circuit,
-                  "threshold.prev_token_circuit": t.prev_token_circuit,
-                  **{f"threshold.per_class.{cls}": value for cls, value in t.per_class.overrides().items()}}
+    thresholds = {
+        "threshold.class_default": t.class_default,
+        "threshold.circuit": t.circuit,
+        "threshold.prev_token_circuit": t.prev_token_circuit,
+        **{f"threshold.per_class.{cls}": value for cls, value in t.per_class.overrides().items()},
+    }
     for name, value in thresholds.items():
         if not (math.isfinite(value) and value > 0):  # NaN compares false: it would pass a bare "<= 0"
             _fail(name, value, "must be a finite number > 0")
@@ -100,8 +114,11 @@ def validate(cfg: Config) -> None:
     if a.n_controls < 5:
         _fail("ablate.n_controls", a.n_controls, "must be >= 5 control sets")
     if not 0 < a.control_exclude <= 1:
-        _fail("ablate.control_exclude", a.control_exclude,
-              "must be in (0, 1]: the share of threshold.circuit from which on a head is never a control")
+        _fail(
+            "ablate.control_exclude",
+            a.control_exclude,
+            "must be in (0, 1]: the share of threshold.circuit from which on a head is never a control",
+        )
     if not (math.isfinite(a.causal_factor) and a.causal_factor > 0):
         _fail("ablate.causal_factor", a.causal_factor, "must be a finite number > 0")
     if a.sequences not in ABLATE_SEQUENCES:
@@ -171,8 +188,11 @@ def validate_probe_kind(p: ProbeConfig) -> None:
     if p.tokenizer not in PROBE_TOKENIZERS:
         _fail("probe.tokenizer", p.tokenizer, f"use one of {', '.join(PROBE_TOKENIZERS)}")
     if p.text_file is None and not p.dataset:
-        _fail("probe.dataset", p.dataset, "the text probe needs a dataset (e.g. NeelNanda/pile-10k) or "
-              "probe.text_file=PATH")
+        _fail(
+            "probe.dataset",
+            p.dataset,
+            "the text probe needs a dataset (e.g. NeelNanda/pile-10k) or probe.text_file=PATH",
+        )
     if p.text_file is not None:
         path = Path(p.text_file).expanduser()
         if path.suffix not in TEXT_FILE_SUFFIXES:
@@ -185,8 +205,11 @@ def validate_probe_kind(p: ProbeConfig) -> None:
     if len(positions) != 2 or not 1 <= positions[0] < positions[1]:
         _fail("probe.icl_positions", positions, "give two positions [early, late] with 1 <= early < late")
     if positions[1] >= p.seq_len:
-        _fail("probe.seq_len", p.seq_len, f"must exceed the ICL score's later position {positions[1]} "
-              f"(probe.icl_positions={positions})")
+        _fail(
+            "probe.seq_len",
+            p.seq_len,
+            f"must exceed the ICL score's later position {positions[1]} (probe.icl_positions={positions})",
+        )
 
 
 def validate_revision_naming(model: ModelConfig) -> None:
@@ -200,10 +223,17 @@ def validate_revision_naming(model: ModelConfig) -> None:
         if "step" not in groups or not set(groups) <= {"step", "tokens"}:
             _fail("model.revision_pattern", pattern, "needs a named group (?P<step>...) and at most (?P<tokens>...)")
     for r in model.published_steps:
-        if (r.every is not None and r.every < 1) or (r.factor is not None and r.factor < 2) \
-                or (r.every and r.factor) or r.first > r.last:
-            _fail("model.published_steps", {"first": r.first, "last": r.last, "every": r.every, "factor": r.factor},
-                  "need first <= last and at most one of every >= 1, factor >= 2")
+        if (
+            (r.every is not None and r.every < 1)
+            or (r.factor is not None and r.factor < 2)
+            or (r.every and r.factor)
+            or r.first > r.last
+        ):
+            _fail(
+                "model.published_steps",
+                {"first": r.first, "last": r.last, "every": r.every, "factor": r.factor},
+                "need first <= last and at most one of every >= 1, factor >= 2",
+            )
 
 
 def fit_probe(cfg: Config, hf_config) -> tuple[Config, ProbeFitted | None]:
@@ -229,14 +259,20 @@ def fit_probe(cfg: Config, hf_config) -> tuple[Config, ProbeFitted | None]:
     changes: dict[str, Any] = {k: used for k, (_, used) in fitted.items()}
     probe = dataclasses.replace(p, **changes)
     thresholds = dataclasses.replace(
-        t, class_default=t.class_default * scale, circuit=t.circuit * scale,
+        t,
+        class_default=t.class_default * scale,
+        circuit=t.circuit * scale,
         prev_token_circuit=t.prev_token_circuit * scale,
-        per_class=PerClassThresholds(**{k: v * scale for k, v in t.per_class.overrides().items()}))
+        per_class=PerClassThresholds(**{k: v * scale for k, v in t.per_class.overrides().items()}),
+    )
     out = dataclasses.replace(cfg, probe=probe, threshold=thresholds)
     validate(out)  # the fitted probe's own limits (a context too short for the probe says so here)
-    used = {"class_default": thresholds.class_default, "circuit": thresholds.circuit,
-            "prev_token_circuit": thresholds.prev_token_circuit,
-            **{f"per_class.{k}": v for k, v in thresholds.per_class.overrides().items()}}
+    used = {
+        "class_default": thresholds.class_default,
+        "circuit": thresholds.circuit,
+        "prev_token_circuit": thresholds.prev_token_circuit,
+        **{f"per_class.{k}": v for k, v in thresholds.per_class.overrides().items()},
+    }
     return out, ProbeFitted(context, hf_config.vocab_size, fitted, scale, used)
 
 
@@ -255,5 +291,8 @@ def validate_for_model(cfg: Config, hf_config) -> None:
     for name in cfg.ablate.heads or []:
         layer, head = head_of(name)  # validate checked the names
         if layer >= n_layers or head >= n_heads:
-            _fail("ablate.heads", name, f"the model has {n_layers} layers x {n_heads} heads "
-                  f"(L0H0..L{n_layers - 1}H{n_heads - 1})")
+            _fail(
+                "ablate.heads",
+                name,
+                f"the model has {n_layers} layers x {n_heads} heads (L0H0..L{n_layers - 1}H{n_heads - 1})",
+            )

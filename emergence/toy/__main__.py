@@ -27,22 +27,40 @@ TOY_MODELS = (*DEFAULT_TOY_MODELS, "toy_tasks")
 
 def main(argv: list[str] | None = None) -> None:
     parser = CommandParser("python -m emergence.toy", __doc__)
-    parser.add_argument("models", nargs="*", help=f"any of {', '.join(TOY_MODELS)}, also as model=NAME (default: "
-                        f"{', '.join(DEFAULT_TOY_MODELS)})")
+    parser.add_argument(
+        "models",
+        nargs="*",
+        help=f"any of {', '.join(TOY_MODELS)}, also as model=NAME (default: {', '.join(DEFAULT_TOY_MODELS)})",
+    )
     parser.add_argument("--force", action="store_true", help="retrain even if a complete panel exists")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Hydra override for the composed config, e.g. cache_dir=/tmp/toy or model.toy.seed=1")
-    parser.add_argument("--document", action="store_true",
-                        help="record the trained panels as documented (emergence/toy/documented_panels.json)")
-    parser.add_argument("--compare", nargs=2, metavar="DIR", type=Path,
-                        help="compare two trained panels (their folders with manifest.json and losses.tsv)")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Hydra override for the composed config, e.g. cache_dir=/tmp/toy or model.toy.seed=1",
+    )
+    parser.add_argument(
+        "--document",
+        action="store_true",
+        help="record the trained panels as documented (emergence/toy/documented_panels.json)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar="DIR",
+        type=Path,
+        help="compare two trained panels (their folders with manifest.json and losses.tsv)",
+    )
     args = parser.parse_args(argv)
     if args.compare:
         for folder in args.compare:
             missing = [name for name in (MANIFEST, LOSSES) if not (folder / name).is_file()]
             if missing:
-                parser.error(f"--compare {folder}: not a trained panel (no {' or '.join(missing)}); give the "
-                             "folders a training wrote, e.g. <cache_dir>/toy/toy_neox/seed0")
+                parser.error(
+                    f"--compare {folder}: not a trained panel (no {' or '.join(missing)}); give the "
+                    "folders a training wrote, e.g. <cache_dir>/toy/toy_neox/seed0"
+                )
         print(compare_trainings(*args.compare))
         return
     models = [name.removeprefix("model=") for name in args.models]  # the Hydra spelling is accepted too

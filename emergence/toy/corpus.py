@@ -30,8 +30,16 @@ SPANS_PER_FILLER = 2
 
 
 class ToyCorpus:
-    def __init__(self, vocab_size: int, seq_len: int, seed: int, repeat_fraction: float = 0.5,
-                 skip_offsets: tuple[int, ...] = (), skip_prob: float = 0.0, trigger_fraction: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        seq_len: int,
+        seed: int,
+        repeat_fraction: float = 0.5,
+        skip_offsets: tuple[int, ...] = (),
+        skip_prob: float = 0.0,
+        trigger_fraction: float = 0.0,
+    ):
         self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
         self.skip_offsets, self.skip_prob = tuple(skip_offsets), skip_prob
         self.span_min, self.span_max, self.spans_per_filler = SPAN_MIN, SPAN_MAX, SPANS_PER_FILLER
@@ -43,7 +51,7 @@ class ToyCorpus:
         np.put_along_axis(probs, order, ranks / ranks.sum(), axis=1)
         self.bigram_cdf = np.cumsum(probs, axis=1)
         self.is_trigger = np.zeros(vocab_size, dtype=bool)  # drawn after the bigrams: they stay as they were
-        self.is_trigger[rng.permutation(vocab_size)[:round(trigger_fraction * vocab_size)]] = True
+        self.is_trigger[rng.permutation(vocab_size)[: round(trigger_fraction * vocab_size)]] = True
 
     def batch(self, step: int, size: int) -> torch.Tensor:
         """The training batch of ``step``: [size, seq_len] int64, a pure function of (seed, step)."""
@@ -73,8 +81,8 @@ class ToyCorpus:
                 length = int(rng.integers(self.span_min, self.span_max + 1))
                 first = int(rng.integers(0, self.seq_len - 2 * length))
                 second = int(rng.integers(first + length, self.seq_len - length + 1))
-                seq[first:first + length] = rng.integers(0, self.vocab_size, size=length)
-                seq[second:second + length] = seq[first:first + length]
+                seq[first : first + length] = rng.integers(0, self.vocab_size, size=length)
+                seq[second : second + length] = seq[first : first + length]
         return seqs
 
     def _repeats(self, rng, n: int) -> np.ndarray:
@@ -93,5 +101,5 @@ def copy_eval_batch(vocab_size: int, seq_len: int, n: int, span: int, seed: int)
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, vocab_size, size=(n, seq_len))
     first, second = seq_len // 4, seq_len // 4 + seq_len // 2
-    tokens[:, second:second + span] = tokens[:, first:first + span]
+    tokens[:, second : second + span] = tokens[:, first : first + span]
     return torch.from_numpy(tokens), first, second

@@ -35,9 +35,27 @@ BITS_FIELDS = ("torch", "cpu_capability", "mkl_cbwr", "threads")
 
 # oneMKL's named constants for conditional numerical reproducibility (mkl_cbwr.h).
 MKL_CBWR_ALL, MKL_CBWR_STRICT = -1, 0x10000
-MKL_BRANCHES = {0: "OFF", 1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2",
-                9: "AVX", 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512", 13: "AVX512_MIC_E1", 14: "AVX512_E1",
-                16: "AVX512_E2", 17: "AVX512_E3", 18: "AVX512_E4", 19: "AVX2_E1", 20: "AVX512_E5"}
+MKL_BRANCHES = {
+    0: "OFF",
+    1: "OFF",
+    2: "AUTO",
+    3: "COMPATIBLE",
+    4: "SSE2",
+    6: "SSSE3",
+    7: "SSE4_1",
+    8: "SSE4_2",
+    9: "AVX",
+    10: "AVX2",
+    11: "AVX512_MIC",
+    12: "AVX512",
+    13: "AVX512_MIC_E1",
+    14: "AVX512_E1",
+    16: "AVX512_E2",
+    17: "AVX512_E3",
+    18: "AVX512_E4",
+    19: "AVX2_E1",
+    20: "AVX512_E5",
+}
 
 
 @lru_cache(maxsize=1)
@@ -86,8 +104,14 @@ def cpu_name() -> str:
 
 def environment(numerics: str = "native") -> dict:
     """What determines the bits of a training run in this process (and how it was asked to run)."""
-    return {"numerics": numerics, "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": mkl_branch(), "threads": torch.get_num_threads(), "cpu": cpu_name()}
+    return {
+        "numerics": numerics,
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_cbwr": mkl_branch(),
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+    }
 
 
 def is_portable(env: dict) -> bool:
@@ -117,8 +141,11 @@ def document(manifest: dict, weights: dict, path: Path | None = None) -> Path:
     entry = documented_entry(manifest, weights)
 
     def key(p: dict) -> tuple:
-        return (p["model"], json.dumps(p["recipe"], sort_keys=True),
-                tuple(p["environment"].get(k) for k in (*BITS_FIELDS, "cpu")))
+        return (
+            p["model"],
+            json.dumps(p["recipe"], sort_keys=True),
+            tuple(p["environment"].get(k) for k in (*BITS_FIELDS, "cpu")),
+        )
 
     panels = [p for p in documented_panels(path) if key(p) != key(entry)] + [entry]
     panels.sort(key=lambda p: (p["model"], p["recipe"].get("seed", 0), p["environment"].get("numerics", "")))
@@ -128,15 +155,22 @@ def document(manifest: dict, weights: dict, path: Path | None = None) -> Path:
 
 def documented_entry(manifest: dict, weights: dict) -> dict:
     """A trained panel's manifest as an entry of documented_panels.json (``weights``: its weights recipe)."""
-    return {"model": manifest["model"], "recipe": weights, "environment": manifest["environment"],
-            "checkpoints": {c["revision"]: {"sha256": c["sha256"], "train_loss": c["train_loss"]}
-                            for c in manifest["checkpoints"]}}
+    return {
+        "model": manifest["model"],
+        "recipe": weights,
+        "environment": manifest["environment"],
+        "checkpoints": {
+            c["revision"]: {"sha256": c["sha256"], "train_loss": c["train_loss"]} for c in manifest["checkpoints"]
+        },
+    }
 
 
 def _describe(env: dict) -> str:
     threads = env.get("threads")
-    return (f"torch {env.get('torch')}, {env.get('cpu_capability')}, MKL {env.get('mkl_cbwr')}, "
-            f"{threads} thread{'s' if threads != 1 else ''}, {env.get('cpu') or 'unknown CPU'}")
+    return (
+        f"torch {env.get('torch')}, {env.get('cpu_capability')}, MKL {env.get('mkl_cbwr')}, "
+        f"{threads} thread{'s' if threads != 1 else ''}, {env.get('cpu') or 'unknown CPU'}"
+    )
 
 
 def compare_to_documented(manifest: dict, weights: dict, panels: list[dict]) -> dict:
@@ -148,8 +182,11 @@ def compare_to_documented(manifest: dict, weights: dict, panels: list[dict]) -> 
     mine = {c["revision"]: c for c in manifest["checkpoints"]}
     candidates = [p for p in panels if p["model"] == manifest["model"] and p["recipe"] == weights]
     if not candidates:
-        return {"status": "undocumented", "message": f"{manifest['model']} seed {weights.get('seed')}: no documented "
-                f"panel for this recipe ({_describe(manifest['environment'])})"}
+        return {
+            "status": "undocumented",
+            "message": f"{manifest['model']} seed {weights.get('seed')}: no documented "
+            f"panel for this recipe ({_describe(manifest['environment'])})",
+        }
     env = manifest["environment"]
 
     def compared(panel):
@@ -162,24 +199,45 @@ def compare_to_documented(manifest: dict, weights: dict, panels: list[dict]) -> 
     best = min(candidates, key=lambda p: (len(compared(p)[1]) > 0, len(compared(p)[2]), len(compared(p)[1])))
     shared, differing, fields = compared(best)
     ref = best["environment"]
-    out = {"reference": ref, "compared": shared, "differing": sorted(differing, key=lambda r: mine[r]["step"]),
-           "environment_differs": fields}
+    out = {
+        "reference": ref,
+        "compared": shared,
+        "differing": sorted(differing, key=lambda r: mine[r]["step"]),
+        "environment_differs": fields,
+    }
     if not shared:
-        return {**out, "status": "undocumented", "message": f"{manifest['model']}: none of the documented panel's "
-                "checkpoints were saved"}
+        return {
+            **out,
+            "status": "undocumented",
+            "message": f"{manifest['model']}: none of the documented panel's checkpoints were saved",
+        }
     if not differing:
-        return {**out, "status": "reproduces", "message": f"{manifest['model']} seed {weights.get('seed')}: reproduces "
-                f"the documented panel bit for bit ({len(shared)} checkpoints; {_describe(ref)})"}
+        return {
+            **out,
+            "status": "reproduces",
+            "message": f"{manifest['model']} seed {weights.get('seed')}: reproduces "
+            f"the documented panel bit for bit ({len(shared)} checkpoints; {_describe(ref)})",
+        }
     first, last = out["differing"][0], out["differing"][-1]
-    losses = f"training loss at {last}: {mine[last]['train_loss']:.4f}, documented " \
-             f"{best['checkpoints'][last]['train_loss']:.4f}" if mine[last]["train_loss"] is not None else ""
+    losses = (
+        f"training loss at {last}: {mine[last]['train_loss']:.4f}, documented "
+        f"{best['checkpoints'][last]['train_loss']:.4f}"
+        if mine[last]["train_loss"] is not None
+        else ""
+    )
     if fields:
         why = "; ".join(f"{k} {env.get(k)} (documented {ref.get(k)})" for k in fields)
     else:  # the same torch, kernels, MKL branch and threads: something else (another CPU, another library)
-        why = f"torch, CPU capability, MKL branch and threads are the documented ones; the CPU is {env.get('cpu')!r} " \
-              f"(documented {ref.get('cpu')!r})"
-    return {**out, "status": "differs", "message": f"{manifest['model']} seed {weights.get('seed')}: differs from the "
-            f"documented panel from {first} on ({len(differing)} of {len(shared)} checkpoints; {losses}): {why}"}
+        why = (
+            f"torch, CPU capability, MKL branch and threads are the documented ones; the CPU is {env.get('cpu')!r} "
+            f"(documented {ref.get('cpu')!r})"
+        )
+    return {
+        **out,
+        "status": "differs",
+        "message": f"{manifest['model']} seed {weights.get('seed')}: differs from the "
+        f"documented panel from {first} on ({len(differing)} of {len(shared)} checkpoints; {losses}): {why}",
+    }
 
 
 def read_losses(root: Path) -> list[float]:
@@ -205,12 +263,17 @@ def compare_trainings(root_a: Path, root_b: Path) -> str:
     la, lb = read_losses(root_a), read_losses(root_b)
     for tol in (0.0, 1e-6, 1e-4, 1e-2):
         step = first_divergence(la, lb, tol)
-        lines.append(f"first step with |loss difference| > {tol:g}: {step if step is not None else 'none'}"
-                     + (f" (of {min(len(la), len(lb))})" if step is None else ""))
+        lines.append(
+            f"first step with |loss difference| > {tol:g}: {step if step is not None else 'none'}"
+            + (f" (of {min(len(la), len(lb))})" if step is None else "")
+        )
     ca, cb = ({c["revision"]: c for c in m["checkpoints"]} for m in manifests)
     for rev in (r for r in ca if r in cb):
         same = ca[rev].get("sha256") == cb[rev].get("sha256")
-        loss = "" if ca[rev]["train_loss"] is None else \
-            f", training loss {ca[rev]['train_loss']:.6f} | {cb[rev]['train_loss']:.6f}"
+        loss = (
+            ""
+            if ca[rev]["train_loss"] is None
+            else f", training loss {ca[rev]['train_loss']:.6f} | {cb[rev]['train_loss']:.6f}"
+        )
         lines.append(f"{rev}: {'identical' if same else 'differs'}{loss}")
     return "\n".join(lines)

@@ -45,8 +45,10 @@ from emergence.toy.corpus import ToyCorpus
 from emergence.toy.words import CITIES, DAYS, FIRST_FILLER_ID, MONTHS, NAMES, NOUNS, NUMBERS, OBJECTS, ORDINALS, PLACES
 
 # The study's prompts (its query is the last token); a training sentence adds the answer and ".".
-IOI_PROMPTS = {"ABBA": "When {io} and {s} went to the {place}, {s} gave a {obj} to",
-               "BABA": "When {s} and {io} went to the {place}, {s} gave a {obj} to"}
+IOI_PROMPTS = {
+    "ABBA": "When {io} and {s} went to the {place}, {s} gave a {obj} to",
+    "BABA": "When {s} and {io} went to the {place}, {s} gave a {obj} to",
+}
 GREATER_THAN_PROMPT = "The {noun} lasted from the year {century}{start:02d} to the year {century}"
 BINDING_STATEMENT = " {name} lives in {city}."
 BINDING_NAMES = (2, 6)  # names in a binding story, inclusive
@@ -55,8 +57,12 @@ HOME_CITIES = tuple(CITIES[(7 * i) % len(CITIES)] for i in range(len(NAMES)))
 GREATER_THAN_CENTURIES = range(14, 20)  # 14..19, as the study's
 GREATER_THAN_START_DECADES = range(2, 89)  # 02..88, as the study's
 # The successor lists, and whether a run wraps from the last item to the first.
-SUCCESSOR_LISTS: tuple[tuple[tuple[str, ...], bool], ...] = ((DAYS, True), (MONTHS, True), (ORDINALS, False),
-                                                              (NUMBERS, False))
+SUCCESSOR_LISTS: tuple[tuple[tuple[str, ...], bool], ...] = (
+    (DAYS, True),
+    (MONTHS, True),
+    (ORDINALS, False),
+    (NUMBERS, False),
+)
 SUCCESSOR_RUN = (6, 10)  # items per run, inclusive: the study's 5 shown and the 6th, or longer
 TASK_STREAM = 1  # the task runs' random stream, apart from the synthetic sequences' (ToyCorpus: [seed, step])
 
@@ -65,8 +71,9 @@ def ioi_sentence(rng: np.random.Generator) -> str:
     """An IOI sentence: two distinct names, a place, an object, ABBA or BABA; ends with the indirect object."""
     io, s = rng.choice(len(NAMES), 2, replace=False)
     place, obj, order = rng.integers(len(PLACES)), rng.integers(len(OBJECTS)), rng.integers(2)
-    prompt = IOI_PROMPTS[("ABBA", "BABA")[order]].format(io=NAMES[io], s=NAMES[s], place=PLACES[place],
-                                                          obj=OBJECTS[obj])
+    prompt = IOI_PROMPTS[("ABBA", "BABA")[order]].format(
+        io=NAMES[io], s=NAMES[s], place=PLACES[place], obj=OBJECTS[obj]
+    )
     return f"{prompt} {NAMES[io]}."
 
 
@@ -113,8 +120,11 @@ def task_run(rng: np.random.Generator, n_sentences: int, home_city_share: float 
     ``TASK_WEIGHTS``, one after another: the first as its template starts ("When ...", "The ...",
     " Anna ..."), the others after a space."""
     draw: dict[Task, Callable[[np.random.Generator], str]] = {
-        "ioi": ioi_sentence, "greater_than": greater_than_sentence, "successor": successor_sentence,
-        "binding": partial(binding_sentence, home_city_share=home_city_share)}
+        "ioi": ioi_sentence,
+        "greater_than": greater_than_sentence,
+        "successor": successor_sentence,
+        "binding": partial(binding_sentence, home_city_share=home_city_share),
+    }
     sentences = [draw[TASKS[rng.choice(len(TASKS), p=TASK_WEIGHTS)]](rng) for _ in range(n_sentences)]
     return sentences[0] + "".join(s if s.startswith(" ") else " " + s for s in sentences[1:])
 
@@ -122,8 +132,15 @@ def task_run(rng: np.random.Generator, n_sentences: int, home_city_share: float 
 class TaskMixCorpus:
     """``ToyCorpus`` over the filler tokens, mixed with runs of task sentences (the module docstring)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerFast, seq_len: int, seed: int, task_fraction: float,
-                 synthetic_options: dict, home_city_share: float = 0.0):
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerFast,
+        seq_len: int,
+        seed: int,
+        task_fraction: float,
+        synthetic_options: dict,
+        home_city_share: float = 0.0,
+    ):
         """``synthetic_options``: ``ToyCorpus``'s keyword options (repeat_fraction, skip_offsets, ...);
         ``task_fraction`` in (0, 1] (``toy.validation``)."""
         self.tokenizer, self.seq_len, self.seed, self.task_fraction = tokenizer, seq_len, seed, task_fraction
@@ -143,5 +160,5 @@ class TaskMixCorpus:
         n_sentences = -(-self.seq_len // MIN_SENTENCE_TOKENS)  # at least seq_len tokens whatever is drawn
         backend = self.tokenizer.backend_tokenizer  # one text at a time: no tokenizer threads
         texts = [task_run(rng, n_sentences, self.home_city_share) for _ in range(n)]
-        runs = [backend.encode(text, add_special_tokens=False).ids[:self.seq_len] for text in texts]
+        runs = [backend.encode(text, add_special_tokens=False).ids[: self.seq_len] for text in texts]
         return torch.tensor(runs, dtype=torch.int64).reshape(n, self.seq_len)

@@ -60,18 +60,32 @@ COPY_EVAL_SEED = 12345
 def build_model(recipe):
     """A randomly initialised model of the recipe's architecture (seeded)."""
     torch.manual_seed(recipe.seed)
-    common = dict(vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size,
-                  num_hidden_layers=recipe.n_layers, num_attention_heads=recipe.n_heads,
-                  intermediate_size=recipe.intermediate_size, max_position_embeddings=recipe.seq_len,
-                  bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    common = dict(
+        vocab_size=recipe.vocab_size,
+        hidden_size=recipe.hidden_size,
+        num_hidden_layers=recipe.n_layers,
+        num_attention_heads=recipe.n_heads,
+        intermediate_size=recipe.intermediate_size,
+        max_position_embeddings=recipe.seq_len,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
     model: PreTrainedModel
     if recipe.architecture == "gpt_neox":
         model = GPTNeoXForCausalLM(GPTNeoXConfig(**common))
     elif recipe.architecture == "olmo":
         model = OlmoForCausalLM(OlmoConfig(**common, clip_qkv=recipe.clip_qkv))
     elif recipe.architecture == "olmoe":
-        model = OlmoeForCausalLM(OlmoeConfig(**common, clip_qkv=recipe.clip_qkv, num_experts=recipe.n_experts,
-                                             num_experts_per_tok=recipe.experts_per_token))
+        model = OlmoeForCausalLM(
+            OlmoeConfig(
+                **common,
+                clip_qkv=recipe.clip_qkv,
+                num_experts=recipe.n_experts,
+                num_experts_per_tok=recipe.experts_per_token,
+            )
+        )
     else:
         raise ValueError(f"toy architecture {recipe.architecture!r}: use gpt_neox, olmo or olmoe")
     model.config._attn_implementation = "sdpa"
@@ -86,12 +100,17 @@ def build_tokenizer(recipe):
 def build_corpus(recipe, tokenizer):
     """The recipe's training corpus: ``ToyCorpus``, or with a tokenizer ``TaskMixCorpus`` (task sentences mixed
     with ``ToyCorpus`` over the filler tokens)."""
-    synthetic = dict(repeat_fraction=recipe.repeat_fraction, skip_offsets=recipe.skip_offsets,
-                     skip_prob=recipe.skip_prob, trigger_fraction=recipe.trigger_fraction)
+    synthetic = dict(
+        repeat_fraction=recipe.repeat_fraction,
+        skip_offsets=recipe.skip_offsets,
+        skip_prob=recipe.skip_prob,
+        trigger_fraction=recipe.trigger_fraction,
+    )
     if tokenizer is None:
         return ToyCorpus(recipe.vocab_size, recipe.seq_len, recipe.seed, **synthetic)
-    return TaskMixCorpus(tokenizer, recipe.seq_len, recipe.seed, recipe.task_fraction, synthetic,
-                         recipe.home_city_share)
+    return TaskMixCorpus(
+        tokenizer, recipe.seq_len, recipe.seed, recipe.task_fraction, synthetic, recipe.home_city_share
+    )
 
 
 def measure_copy_loss_drop(model, recipe) -> float:
@@ -108,14 +127,15 @@ def measure_copy_loss_drop(model, recipe) -> float:
         # column p-1: position p
         nll = capture.sequence_losses(capture.Unembedding.of(model), hidden, tokens, positions)
     model.train(was_training)
-    return float(nll[:, first:first + COPY_SPAN - 1].mean() - nll[:, second:second + COPY_SPAN - 1].mean())
+    return float(nll[:, first : first + COPY_SPAN - 1].mean() - nll[:, second : second + COPY_SPAN - 1].mean())
 
 
 def lr_schedule(optimizer, recipe, steps: int):
     """Linear warmup, then a constant rate or transformers' cosine decay to ``min_lr_ratio`` x lr at ``steps``."""
     if recipe.lr_schedule == "cosine":
-        return get_cosine_with_min_lr_schedule_with_warmup(optimizer, recipe.warmup_steps, steps,
-                                                           min_lr_rate=recipe.min_lr_ratio)
+        return get_cosine_with_min_lr_schedule_with_warmup(
+            optimizer, recipe.warmup_steps, steps, min_lr_rate=recipe.min_lr_ratio
+        )
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup_steps))
 
 
@@ -139,8 +159,10 @@ def weights_recipe(recipe: dict) -> dict:
     """What determines the weights: a recipe (as a dict) without ``save_every``, which only adds checkpoints,
     and without the ``LATER_FIELDS`` at their earlier value (a manifest from before ``numerics`` existed
     was trained natively)."""
-    return {"numerics": "native", **{k: v for k, v in recipe.items()
-                                     if k != "save_every" and not (k in LATER_FIELDS and v == LATER_FIELDS[k])}}
+    return {
+        "numerics": "native",
+        **{k: v for k, v in recipe.items() if k != "save_every" and not (k in LATER_FIELDS and v == LATER_FIELDS[k])},
+    }
 
 
 def is_complete(root: Path, model_cfg) -> bool:
@@ -150,8 +172,9 @@ def is_complete(root: Path, model_cfg) -> bool:
     if not manifest.exists():
         return False
     saved = json.loads(manifest.read_text())
-    return weights_recipe(saved.get("recipe") or {}) == weights_recipe(asdict(model_cfg.toy)) and \
-        {e.revision for e in checkpoints_to_save(model_cfg)} <= {c["revision"] for c in saved["checkpoints"]}
+    return weights_recipe(saved.get("recipe") or {}) == weights_recipe(asdict(model_cfg.toy)) and {
+        e.revision for e in checkpoints_to_save(model_cfg)
+    } <= {c["revision"] for c in saved["checkpoints"]}
 
 
 def train(model_cfg, root: Path | None = None) -> dict:
@@ -172,19 +195,26 @@ def _train_in_portable_process(model_cfg, root: Path) -> dict:
     start (they cannot change once this process has run an operation)."""
     import emergence
 
-    env = {**os.environ, **repro.PORTABLE_ENV, "OMP_NUM_THREADS": str(repro.PORTABLE_THREADS),
-           "MKL_NUM_THREADS": str(repro.PORTABLE_THREADS)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(emergence.__file__).parent.parent),
-                                                      env.get("PYTHONPATH")]))
+    env = {
+        **os.environ,
+        **repro.PORTABLE_ENV,
+        "OMP_NUM_THREADS": str(repro.PORTABLE_THREADS),
+        "MKL_NUM_THREADS": str(repro.PORTABLE_THREADS),
+    }
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(emergence.__file__).parent.parent), env.get("PYTHONPATH")])
+    )
     with tempfile.TemporaryDirectory() as tmp:
         cfg_file = Path(tmp) / "model.yaml"
         cfg_file.write_text(OmegaConf.to_yaml(OmegaConf.structured(model_cfg)))
-        code = ("import sys; from emergence.toy.train import portable_process; "
-                "portable_process(sys.argv[1], sys.argv[2])")
+        code = (
+            "import sys; from emergence.toy.train import portable_process; portable_process(sys.argv[1], sys.argv[2])"
+        )
         done = subprocess.run([sys.executable, "-c", code, str(cfg_file), str(root)], env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"the portable training of {model_cfg.key} failed (exit status {done.returncode}; "
-                           "its error is above)")
+        raise RuntimeError(
+            f"the portable training of {model_cfg.key} failed (exit status {done.returncode}; its error is above)"
+        )
     return json.loads((root / MANIFEST).read_text())
 
 
@@ -193,10 +223,13 @@ def portable_process(cfg_file: str, root: str) -> None:
     torch.set_num_threads(repro.PORTABLE_THREADS)
     env = repro.environment("portable")
     if not repro.is_portable(env):
-        raise SystemExit(f"model.toy.numerics=portable needs {repro.PORTABLE} (ATen's AVX2 kernels, oneMKL's "
-                         f"COMPATIBLE branch, {repro.PORTABLE_THREADS} thread); this machine gives {env}")
-    _train_here(OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(cfg_file))),
-                Path(root))
+        raise SystemExit(
+            f"model.toy.numerics=portable needs {repro.PORTABLE} (ATen's AVX2 kernels, oneMKL's "
+            f"COMPATIBLE branch, {repro.PORTABLE_THREADS} thread); this machine gives {env}"
+        )
+    _train_here(
+        OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(cfg_file))), Path(root)
+    )
 
 
 def _train_here(model_cfg, root: Path) -> dict:
@@ -207,8 +240,7 @@ def _train_here(model_cfg, root: Path) -> dict:
     tokenizer = build_tokenizer(recipe)
     corpus = build_corpus(recipe, tokenizer)
     model = build_model(recipe)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
-                                  weight_decay=recipe.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95), weight_decay=recipe.weight_decay)
     schedule = lr_schedule(optimizer, recipe, steps)
     hf_logging.disable_progress_bar()  # one bar for the training, not one per saved checkpoint
     if root.exists():
@@ -224,9 +256,16 @@ def _train_here(model_cfg, root: Path) -> dict:
             if tokenizer is not None:  # AutoTokenizer.from_pretrained(checkpoint) loads it offline
                 tokenizer.save_pretrained(root / entry.revision)
             assert entry.tokens is not None  # a toy's panel states its tokens
-            checkpoints.append({"revision": entry.revision, "step": step, "tokens": int(entry.tokens),
-                                "train_loss": loss, MANIFEST_COPY_LOSS_DROP: measure_copy_loss_drop(model, recipe),
-                                "sha256": repro.sha256_file(root / entry.revision / "model.safetensors")})
+            checkpoints.append(
+                {
+                    "revision": entry.revision,
+                    "step": step,
+                    "tokens": int(entry.tokens),
+                    "train_loss": loss,
+                    MANIFEST_COPY_LOSS_DROP: measure_copy_loss_drop(model, recipe),
+                    "sha256": repro.sha256_file(root / entry.revision / "model.safetensors"),
+                }
+            )
             bar.set_postfix(copy_loss_drop=f"{checkpoints[-1][MANIFEST_COPY_LOSS_DROP]:.2f}")
         if step == steps:
             break
@@ -240,8 +279,13 @@ def _train_here(model_cfg, root: Path) -> dict:
         loss = out.loss.item()
         losses.append(loss)
     atomic_write_text(root / repro.LOSSES, "step\tloss\n" + "".join(f"{s}\t{v!r}\n" for s, v in enumerate(losses)))
-    manifest = {"model": model_cfg.key, "recipe": asdict(recipe), "checkpoints": checkpoints,
-                "environment": repro.environment(recipe.numerics), "torch": torch.__version__}
+    manifest = {
+        "model": model_cfg.key,
+        "recipe": asdict(recipe),
+        "checkpoints": checkpoints,
+        "environment": repro.environment(recipe.numerics),
+        "torch": torch.__version__,
+    }
     weights = weights_recipe(asdict(recipe))
     manifest["documented"] = repro.compare_to_documented(manifest, weights, repro.documented_panels())
     atomic_write_text(root / MANIFEST, json.dumps(manifest, indent=2) + "\n")

@@ -47,15 +47,33 @@ DAYS, MONTHS, ORDINALS, NUMBERS = (SEQUENCES[name][0] for name in ("days", "mont
 TWO_DIGITS = tuple(f"{d:02d}" for d in range(100))  # greater-than's decades and answers, no space
 # The templates' own words: the first words without a space (prompts start with them), then the rest
 # space-prefixed (a sentence inside a run starts with " When" or " The").
-TEMPLATE_WORDS = ("When", "The", " When", " The", " and", " went", " to", " the", " gave", " a", " lasted", " from",
-                  " year", " lives", " in")
+TEMPLATE_WORDS = (
+    "When",
+    "The",
+    " When",
+    " The",
+    " and",
+    " went",
+    " to",
+    " the",
+    " gave",
+    " a",
+    " lasted",
+    " from",
+    " year",
+    " lives",
+    " in",
+)
 
 UNK = "<unk>"
 # The words of the templates, in vocabulary order (space-prefixed where the templates put a space).
 TASK_TOKENS: tuple[str, ...] = (
-    ".", ",", *TEMPLATE_WORDS,
+    ".",
+    ",",
+    *TEMPLATE_WORDS,
     *(" " + word for word in (*NAMES, *PLACES, *OBJECTS, *NOUNS, *CITIES, *DAYS, *MONTHS, *ORDINALS, *NUMBERS)),
-    *TWO_DIGITS)
+    *TWO_DIGITS,
+)
 FIRST_FILLER_ID = 1 + len(TASK_TOKENS)  # after "<unk>" and the task tokens
 # A piece is a word, a digit pair or a filler token, with the space before it, or one punctuation mark;
 # a lone digit is a piece of its own (" 7"), and a longer run of digits is cut into pairs from its start.
@@ -69,8 +87,10 @@ def filler_token(index: int) -> str:
 def vocabulary(vocab_size: int) -> list[str]:
     """The tokens in id order: "<unk>", the task tokens, then fillers up to ``vocab_size``."""
     if vocab_size < FIRST_FILLER_ID + 1:
-        raise UsageError(f"model.toy.vocab_size={vocab_size} cannot hold the {FIRST_FILLER_ID} task tokens and "
-                         "a filler token: use at least 512")
+        raise UsageError(
+            f"model.toy.vocab_size={vocab_size} cannot hold the {FIRST_FILLER_ID} task tokens and "
+            "a filler token: use at least 512"
+        )
     words = [UNK, *TASK_TOKENS]
     assert len(set(words)) == len(words), "a task word is listed twice"
     return words + [filler_token(i) for i in range(vocab_size - len(words))]

@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 
 ADVICE = {  # what to change when the scheduler ended a job in this state
     "TIMEOUT": "it ran past hydra.launcher.timeout_min={timeout_min} minutes: raise it "
-               "(hydra.launcher.timeout_min=<minutes>) and relaunch",
+    "(hydra.launcher.timeout_min=<minutes>) and relaunch",
     "OUT_OF_MEMORY": "it needed more than hydra.launcher.mem_gb={mem_gb} GB: raise it "
-                     "(hydra.launcher.mem_gb=<GB>) and relaunch",
+    "(hydra.launcher.mem_gb=<GB>) and relaunch",
 }
 
 
@@ -74,9 +74,12 @@ def wait_for(job: Any) -> None:
             silent_since = time.monotonic()
         elif time.monotonic() - silent_since > CONTROLLER_GRACE_S:
             array = job.job_id.split("_")[0]
-            print(f"error: the SLURM controller stopped answering (scontrol ping) while job {job.job_id} was "
-                  f"not done: once it is back, cancel what is left (scancel {array}) and relaunch the same "
-                  "command: it submits only the jobs without a complete run", file=sys.stderr)
+            print(
+                f"error: the SLURM controller stopped answering (scontrol ping) while job {job.job_id} was "
+                f"not done: once it is back, cancel what is left (scancel {array}) and relaunch the same "
+                "command: it submits only the jobs without a complete run",
+                file=sys.stderr,
+            )
             sys.exit(1)
         time.sleep(POLL_S)
 
@@ -92,6 +95,7 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
 
         requeue = signal.getsignal(signal.SIGUSR2)
         if callable(requeue):
+
             def on_warning(signum: int, frame: Any) -> None:
                 try:
                     requeue(signum, frame)
@@ -101,8 +105,9 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             signal.signal(signal.SIGUSR2, on_warning)
         return super().__call__(*args, **kwargs)
 
-    def missing(self, job_overrides: Sequence[Sequence[str]],
-                initial_job_idx: int) -> list[tuple[list[str], int, Path]]:
+    def missing(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> list[tuple[list[str], int, Path]]:
         """(overrides, job number, run directory) of each job without a complete run."""
         todo = []
         for num, overrides in enumerate(job_overrides, start=initial_job_idx):
@@ -123,19 +128,33 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         if not todo:
             log.info("every job of the sweep is done: nothing to submit")
             return []
-        executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"],
-                                         slurm_max_num_timeout=self.params["max_num_timeout"])
+        executor = submitit.AutoExecutor(
+            cluster="slurm", folder=self.params["submitit_folder"], slurm_max_num_timeout=self.params["max_num_timeout"]
+        )
         shared = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{key if key in shared else f"slurm_{key}": value
-                                      for key, value in self.params.items()
-                                      if key not in ("submitit_folder", "max_num_timeout")})
+        executor.update_parameters(
+            **{
+                key if key in shared else f"slurm_{key}": value
+                for key, value in self.params.items()
+                if key not in ("submitit_folder", "max_num_timeout")
+            }
+        )
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         for overrides, num, _ in todo:
             log.info(f"\t#{num} : {' '.join(filter_overrides(overrides))}")
-        jobs = executor.map_array(self, *zip(*[(overrides, "hydra.sweep.dir", num, f"job_id_for_{num}",
-                                                 Singleton.get_state()) for overrides, num, _ in todo]))
-        log.info(f"submitted to SLURM: {len(jobs)} job(s), {' '.join(job.job_id for job in jobs)} "
-                 f"(one array task each where more than one; logs in {jobs[0].paths.folder.parent}/<job id>/)")
+        jobs = executor.map_array(
+            self,
+            *zip(
+                *[
+                    (overrides, "hydra.sweep.dir", num, f"job_id_for_{num}", Singleton.get_state())
+                    for overrides, num, _ in todo
+                ]
+            ),
+        )
+        log.info(
+            f"submitted to SLURM: {len(jobs)} job(s), {' '.join(job.job_id for job in jobs)} "
+            f"(one array task each where more than one; logs in {jobs[0].paths.folder.parent}/<job id>/)"
+        )
         return [self.outcome(job, overrides, out_dir) for job, (overrides, _, out_dir) in zip(jobs, todo)]
 
     def outcome(self, job: Any, overrides: list[str], out_dir: Path | None) -> JobReturn:

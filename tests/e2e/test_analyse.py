@@ -27,8 +27,16 @@ from tests.helpers.reference_impl import (
 )
 from tests.helpers.tiny_models import ARCHS
 
-SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10",
-         "probe.vocab_high=500", "probe.batch_size=8", "model.dtype=float32", "wandb.mode=disabled"]
+SMALL = [
+    "probe=paper",
+    "probe.n_sequences=32",
+    "probe.seq_len=64",
+    "probe.vocab_low=10",
+    "probe.vocab_high=500",
+    "probe.batch_size=8",
+    "model.dtype=float32",
+    "wandb.mode=disabled",
+]
 
 
 def compose_cfg(overrides):
@@ -56,8 +64,9 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
         assert r["pr_entropy_rank"] == pytest.approx(entropy_rank_svd(x[:, l, h]), rel=2e-2)
     circuits = reference_weight_circuits(model, arch)  # the weight-circuit measure (``measures.weight_circuits``)
     for name, grid in circuits.items():
-        np.testing.assert_allclose([[r[name] for r in rows if r["layer"] == l] for l in range(2)], grid, rtol=1e-7,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            [[r[name] for r in rows if r["layer"] == l] for l in range(2)], grid, rtol=1e-7, err_msg=name
+        )
     assert summary.measures["weight_circuits"] == {"copying_heads": float((circuits["ov_copying"] >= 0.5).sum())}
     assert summary.architecture == arch
     assert summary.n_layers == 2 and summary.n_heads == 4 and summary.head_dim == x.shape[-1]
@@ -73,9 +82,27 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
     # A circuit threshold of 1e-6 puts every head in the circuit: no matched control can exist.
     analyse(compose_cfg([*model, "threshold.circuit=1e-6"]), tmp_path / "all")
     summary = json.loads((tmp_path / "all" / "summary.json").read_text())
-    for key in ("model", "name_or_path", "revision", "step", "tokens", "architecture", "n_layers", "n_heads",
-                "head_dim", "dtype", "probe", "thresholds", "class_counts", "bos_fraction", "bos_per_layer",
-                "induction_circuit", "ablation", "timings", "versions"):
+    for key in (
+        "model",
+        "name_or_path",
+        "revision",
+        "step",
+        "tokens",
+        "architecture",
+        "n_layers",
+        "n_heads",
+        "head_dim",
+        "dtype",
+        "probe",
+        "thresholds",
+        "class_counts",
+        "bos_fraction",
+        "bos_per_layer",
+        "induction_circuit",
+        "ablation",
+        "timings",
+        "versions",
+    ):
         assert key in summary, key
     assert summary["schema_version"] == SCHEMA_VERSION
     assert summary["model"] == "local" and summary["step"] is None
@@ -91,15 +118,17 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
     # head of this random model is near 1x, so all would be near-circuit heads at the default
     # control_exclude (0.5): at 1 none is, and the other heads of each layer are the controls.
     third = max(sorted((r["sel_induction"] for r in rows if r["layer"] == l), reverse=True)[2] for l in range(2))
-    analyse(compose_cfg([*model, f"threshold.circuit={third * 1.0001}", "ablate.mode=mean",
-                         "ablate.control_exclude=1"]), tmp_path / "some")
+    analyse(
+        compose_cfg([*model, f"threshold.circuit={third * 1.0001}", "ablate.mode=mean", "ablate.control_exclude=1"]),
+        tmp_path / "some",
+    )
     ab = json.loads((tmp_path / "some" / "summary.json").read_text())["ablation"]
     summary = json.loads((tmp_path / "some" / "summary.json").read_text())
     per_layer = Counter(int(h[1:].split("H")[0]) for h in summary["induction_circuit"])
     distinct = math.prod(math.comb(4 - k, k) for k in per_layer.values())  # other heads of each layer
     assert ab["mode"] == "mean" and ab["control_draw"]["set_aside"] == []
     assert ab["control_draw"]["in_layer"] == min(5, distinct)
-    assert [c["drawn"] for c in ab["controls"]][:min(5, distinct)] == ["in-layer"] * min(5, distinct)
+    assert [c["drawn"] for c in ab["controls"]][: min(5, distinct)] == ["in-layer"] * min(5, distinct)
     widened = ab["control_draw"]["fallback"] if distinct < 3 else 0  # the fallback widens below 3 sets only
     assert len(ab["controls"]) == min(5, distinct) + widened
     assert len({tuple(r["heads"]) for r in ab["controls"]}) == len(ab["controls"])
@@ -124,9 +153,18 @@ def test_empty_circuit_is_reported_not_an_error(tiny_dirs, tmp_path):
 @pytest.mark.slow
 def test_cli_end_to_end_with_wandb_offline(tiny_dirs, tmp_path):
     out = tmp_path / "run"
-    res = run_cli("model=local", f"model.name_or_path={tiny_dirs['olmoe']}", "probe=quick", "probe.n_sequences=24",
-                  "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500", "wandb.mode=offline",
-                  f"hydra.run.dir={out}", env={"WANDB_DIR": str(tmp_path)})
+    res = run_cli(
+        "model=local",
+        f"model.name_or_path={tiny_dirs['olmoe']}",
+        "probe=quick",
+        "probe.n_sequences=24",
+        "probe.seq_len=64",
+        "probe.vocab_low=10",
+        "probe.vocab_high=500",
+        "wandb.mode=offline",
+        f"hydra.run.dir={out}",
+        env={"WANDB_DIR": str(tmp_path)},
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"results: {out}" in res.stderr  # the run's report lines ...
     assert f"results: {out}" in (out / "main.log").read_text()  # ... are also in Hydra's job log
@@ -156,8 +194,13 @@ BAD = [
 @pytest.mark.parametrize("overrides,field", BAD)
 def test_bad_configuration_exits_2_with_one_line(overrides, field, tiny_dirs, tmp_path):
     out = tmp_path / "run"
-    res = run_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", "wandb.mode=disabled",
-                  f"hydra.run.dir={out}", *overrides)
+    res = run_cli(
+        "model=local",
+        f"model.name_or_path={tiny_dirs['gpt_neox']}",
+        "wandb.mode=disabled",
+        f"hydra.run.dir={out}",
+        *overrides,
+    )
     assert res.returncode == 2
     last = last_line(res.stderr)
     assert last.startswith("error: ") and field in last
@@ -210,8 +253,13 @@ def test_unsupported_architecture_exits_2_before_loading_weights(tmp_path, monke
 @pytest.mark.slow
 def test_unsupported_architecture_cli_is_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "run"
-    res = run_cli("model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", "probe=quick",
-                  "wandb.mode=disabled", f"hydra.run.dir={out}")
+    res = run_cli(
+        "model=local",
+        f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}",
+        "probe=quick",
+        "wandb.mode=disabled",
+        f"hydra.run.dir={out}",
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     lines = res.stderr.strip().splitlines()
     assert len([l for l in lines if l.startswith("error:")]) == 1 and "'bloom'" in lines[-1]
@@ -227,12 +275,15 @@ def test_ablating_a_chosen_head_set(tiny_dirs, tmp_path):
     from emergence.core.errors import UsageError
 
     with pytest.raises(UsageError, match="ablate.heads='L9H0'"):
-        analyse(compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL,
-                             "ablate.heads=[L9H0]"]), tmp_path / "bad")
+        analyse(
+            compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L9H0]"]),
+            tmp_path / "bad",
+        )
 
 
-def test_a_layer_full_of_ablated_heads_gets_a_verdict_against_fallback_controls(tiny_dirs, tmp_path, caplog,
-                                                                                  monkeypatch):
+def test_a_layer_full_of_ablated_heads_gets_a_verdict_against_fallback_controls(
+    tiny_dirs, tmp_path, caplog, monkeypatch
+):
     """Every head of the last layer ablated: no control fits in that layer, so the fallback draws
     the set from the layer below (all its 4 heads: the one set there is), and the verdict is
     against it; the summary and the printed lines say so. The printed verdict line is over the
@@ -245,8 +296,16 @@ def test_a_layer_full_of_ablated_heads_gets_a_verdict_against_fallback_controls(
 
     monkeypatch.setattr(ablation.verdict, "decided", lambda interval: True)
     full = [f"L1H{h}" for h in range(4)]
-    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "probe.n_sequences=64",
-                       f"ablate.heads=[{','.join(full)}]", "ablate.min_sequences=8"])
+    cfg = compose_cfg(
+        [
+            "model=local",
+            f"model.name_or_path={tiny_dirs['olmo']}",
+            *SMALL,
+            "probe.n_sequences=64",
+            f"ablate.heads=[{','.join(full)}]",
+            "ablate.min_sequences=8",
+        ]
+    )
     with caplog.at_level(logging.INFO, logger="emergence.main"):
         analyse(cfg, tmp_path)
     data = json.loads((tmp_path / "summary.json").read_text())
@@ -260,8 +319,11 @@ def test_a_layer_full_of_ablated_heads_gets_a_verdict_against_fallback_controls(
     assert ab["sequences_used"] == 8 and round(ab["clean_loss_used"], 3) != round(ab["clean"]["loss"], 3)
     printed = [r.getMessage() for r in caplog.records]
     line = next(m for m in printed if m.startswith("ablation ("))
-    found = re.fullmatch(r"ablation \(zero, (\d+) sequences\): loss of B (\d+\.\d{3}) -> (\d+\.\d{3}) "
-                         r"\(([+-]\d+\.\d{3})\); controls ([+-]\d+\.\d{3}): (not )?causal at 3x", line)
+    found = re.fullmatch(
+        r"ablation \(zero, (\d+) sequences\): loss of B (\d+\.\d{3}) -> (\d+\.\d{3}) "
+        r"\(([+-]\d+\.\d{3})\); controls ([+-]\d+\.\d{3}): (not )?causal at 3x",
+        line,
+    )
     assert found, line
     n, clean, ablated, rise, controls = found.groups()[:5]
     assert int(n) == ab["sequences_used"]
@@ -273,8 +335,10 @@ def test_a_layer_full_of_ablated_heads_gets_a_verdict_against_fallback_controls(
     assert float(controls) == round(control_rise, 3)
     assert (found.group(6) is None) == ab["effect"]["causal"]
     draw_line = next(m for m in printed if m.startswith("control sets: "))
-    assert draw_line == ("control sets: 0 in-layer, 1 by the fallback (L1 -> L0), 5 asked; never a control "
-                         f"(induction >= 25x): {', '.join(draw['set_aside']) or 'none'}; {draw['note']}")
+    assert draw_line == (
+        "control sets: 0 in-layer, 1 by the fallback (L1 -> L0), 5 asked; never a control "
+        f"(induction >= 25x): {', '.join(draw['set_aside']) or 'none'}; {draw['note']}"
+    )
 
 
 def test_a_head_near_the_circuit_level_is_never_a_control_set_member(tiny_dirs, tmp_path):

@@ -16,8 +16,11 @@ from tests.helpers.cli import run_cli
 
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}  # no downloads, no W&B
 ERROR_LINE = re.compile(r"error: \S")
-PRESETS = sorted(p.name.removesuffix(".yaml") for p in files("emergence.conf").joinpath("model").iterdir()
-                 if p.name.endswith(".yaml"))
+PRESETS = sorted(
+    p.name.removesuffix(".yaml")
+    for p in files("emergence.conf").joinpath("model").iterdir()
+    if p.name.endswith(".yaml")
+)
 
 
 def assert_one_line(res, *words) -> str:
@@ -31,8 +34,17 @@ def assert_one_line(res, *words) -> str:
     return lines[0]
 
 
-COMMANDS = ("emergence", "emergence.refine", "emergence.report", "emergence.revisions", "emergence.toy",
-            "emergence.panel.seeds", "emergence.watch", "emergence.edge", "benchmarks.bench")
+COMMANDS = (
+    "emergence",
+    "emergence.refine",
+    "emergence.report",
+    "emergence.revisions",
+    "emergence.toy",
+    "emergence.panel.seeds",
+    "emergence.watch",
+    "emergence.edge",
+    "benchmarks.bench",
+)
 INTERNAL = ("emergence.run.prefetch",)  # a sweep's downloader child process (docs/hub.md), not a user's command
 CASES = [(module, case) for module in COMMANDS for case in ("missing path", "garbage", "unknown name")]
 
@@ -48,20 +60,35 @@ def command_cases(tmp) -> dict[tuple[str, str], tuple[list, list[str], list]]:
     no_models = tmp / "findings.json"
     no_models.write_text(json.dumps({"models": {}}))
     return {
-        ("emergence", "missing path"): (["model=local", f"model.name_or_path={missing}", f"hydra.run.dir={run}"],
-                                        [f"model.name_or_path='{missing}'"], [run]),
-        ("emergence", "garbage"): (["model=pythia", "device=banana", f"hydra.run.dir={run}"], ["device='banana'"],
-                                   [run]),
-        ("emergence", "unknown name"): (["model=pythia", "revision=custom", "revision.name=nonsense",
-                                         f"hydra.run.dir={run}"], ["revision.name='nonsense'", "step0"], [run]),
+        ("emergence", "missing path"): (
+            ["model=local", f"model.name_or_path={missing}", f"hydra.run.dir={run}"],
+            [f"model.name_or_path='{missing}'"],
+            [run],
+        ),
+        ("emergence", "garbage"): (
+            ["model=pythia", "device=banana", f"hydra.run.dir={run}"],
+            ["device='banana'"],
+            [run],
+        ),
+        ("emergence", "unknown name"): (
+            ["model=pythia", "revision=custom", "revision.name=nonsense", f"hydra.run.dir={run}"],
+            ["revision.name='nonsense'", "step0"],
+            [run],
+        ),
         ("emergence.refine", "missing path"): ([missing], [str(missing)], []),
         ("emergence.refine", "garbage"): ([tmp, "--parallel", "abc"], ["--parallel", "abc"], []),
         ("emergence.refine", "unknown name"): ([tmp, "--milestones", "nope"], ["nope", "induction_onset"], []),
         ("emergence.report", "missing path"): ([missing, "--out", report_out], [str(missing)], [report_out]),
-        ("emergence.report", "garbage"): (["--reference", "--out", report_out, "--class-threshold", "abc"],
-                                          ["--class-threshold", "abc"], [report_out]),
-        ("emergence.report", "unknown name"): (["--reference", "--out", report_out, "--pr-estimator", "nope"],
-                                               ["nope", "pr_entropy_rank"], [report_out]),
+        ("emergence.report", "garbage"): (
+            ["--reference", "--out", report_out, "--class-threshold", "abc"],
+            ["--class-threshold", "abc"],
+            [report_out],
+        ),
+        ("emergence.report", "unknown name"): (
+            ["--reference", "--out", report_out, "--pr-estimator", "nope"],
+            ["nope", "pr_entropy_rank"],
+            [report_out],
+        ),
         ("emergence.revisions", "missing path"): (["local", "--repo", missing], [str(missing), "HF_HUB_OFFLINE"], []),
         ("emergence.revisions", "garbage"): (["pythia", "--propose", "abc"], ["--propose", "abc"], []),
         ("emergence.revisions", "unknown name"): (["gpt5"], ["model=gpt5", *PRESETS], []),
@@ -75,10 +102,16 @@ def command_cases(tmp) -> dict[tuple[str, str], tuple[list, list[str], list]]:
         ("emergence.watch", "garbage"): ([tmp, "--poll", "abc"], ["--poll", "abc"], []),
         ("emergence.watch", "unknown name"): ([tmp, "--once", "probe=nope"], ["probe=nope", "quick"], []),
         ("emergence.edge", "missing path"): ([missing], [str(missing), "not a directory"], []),
-        ("emergence.edge", "garbage"): (["model=toy_neox", "edge.window=abc", "--out", tmp / "edge"],
-                                        ["edge.window=abc"], [tmp / "edge"]),
-        ("emergence.edge", "unknown name"): (["model=toy_neox", "edge.projection=nope", "--out", tmp / "edge"],
-                                             ["edge.projection='nope'", "jl, exact"], [tmp / "edge"]),
+        ("emergence.edge", "garbage"): (
+            ["model=toy_neox", "edge.window=abc", "--out", tmp / "edge"],
+            ["edge.window=abc"],
+            [tmp / "edge"],
+        ),
+        ("emergence.edge", "unknown name"): (
+            ["model=toy_neox", "edge.projection=nope", "--out", tmp / "edge"],
+            ["edge.projection='nope'", "jl, exact"],
+            [tmp / "edge"],
+        ),
         ("benchmarks.bench", "missing path"): (["--out", missing / "bench.json"], [str(missing)], [missing]),
         ("benchmarks.bench", "garbage"): (["--sequences", "abc"], ["--sequences", "abc"], []),
         ("benchmarks.bench", "unknown name"): (["--only", "nope"], ["nope"], []),
@@ -106,13 +139,23 @@ def test_every_documented_command_is_guarded(tmp_path):
 
 # The inputs that escaped: each exits 2 with one line naming the input and the fix, and writes nothing.
 
+
 @pytest.mark.slow
 def test_a_text_file_that_is_not_utf8_names_the_file_and_the_first_bad_byte(tiny_dirs, tmp_path):
     text, run = tmp_path / "book.txt", tmp_path / "run"
     text.write_bytes(b"plain words, then \xff and more")
-    res = run_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", "probe=text",
-                  f"probe.text_file={text}", "probe.tokenizer=bytes", "probe.seq_len=128", "probe.n_sequences=8",
-                  "probe.icl_positions=[10,100]", f"hydra.run.dir={run}", env=ENV)
+    res = run_cli(
+        "model=local",
+        f"model.name_or_path={tiny_dirs['gpt_neox']}",
+        "probe=text",
+        f"probe.text_file={text}",
+        "probe.tokenizer=bytes",
+        "probe.seq_len=128",
+        "probe.n_sequences=8",
+        "probe.icl_positions=[10,100]",
+        f"hydra.run.dir={run}",
+        env=ENV,
+    )
     assert_one_line(res, f"probe.text_file='{text}'", "not UTF-8", "byte 18 is 0xff")
     assert not run.exists()
 
@@ -123,9 +166,17 @@ def test_a_checkpoint_without_tokenizer_files_is_told_so_not_that_the_text_is_sh
     for it, which once made a 155 kB text "0 windows ... use a larger text"."""
     text, run = tmp_path / "book.txt", tmp_path / "run"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 3500)
-    res = run_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", "probe=text",
-                  f"probe.text_file={text}", "probe.seq_len=128", "probe.n_sequences=8",
-                  "probe.icl_positions=[10,100]", f"hydra.run.dir={run}", env=ENV)
+    res = run_cli(
+        "model=local",
+        f"model.name_or_path={tiny_dirs['gpt_neox']}",
+        "probe=text",
+        f"probe.text_file={text}",
+        "probe.seq_len=128",
+        "probe.n_sequences=8",
+        "probe.icl_positions=[10,100]",
+        f"hydra.run.dir={run}",
+        env=ENV,
+    )
     assert_one_line(res, str(tiny_dirs["gpt_neox"]), "has no tokenizer", "probe.tokenizer=bytes")
     assert not run.exists()
 
@@ -134,8 +185,12 @@ def test_a_checkpoint_without_tokenizer_files_is_told_so_not_that_the_text_is_sh
 def test_no_tokenizer_files_is_a_usage_error_whatever_transformers_builds(arch, tiny_dirs):
     """An empty tokenizer of the model type's class (gpt_neox, gpt2, qwen2, gemma2) or none (llama)."""
     with pytest.raises(UsageError, match="has no tokenizer.*probe.tokenizer=bytes"):
-        load_tokenizer(str(tiny_dirs[arch]), f"{tiny_dirs[arch]}@main", False,
-                       "for a model that reads bytes use probe.tokenizer=bytes")
+        load_tokenizer(
+            str(tiny_dirs[arch]),
+            f"{tiny_dirs[arch]}@main",
+            False,
+            "for a model that reads bytes use probe.tokenizer=bytes",
+        )
 
 
 @pytest.mark.slow
@@ -149,13 +204,16 @@ def test_an_unknown_model_key_lists_the_presets():
     assert_one_line(run_cli("gpt5", module="emergence.revisions", env=ENV), "model=gpt5", ", ".join(PRESETS))
 
 
-@pytest.mark.parametrize("override,words", [
-    ("model=gpt5", ["model=gpt5 is invalid", ", ".join(PRESETS)]),
-    ("probe=nope", ["probe=nope is invalid", "binding, greater_than, ioi, paper, quick, repeat, successor, text"]),
-    ("probe.seq_len=abc", ["probe.seq_len=abc", "could not be converted to Integer"]),
-    ("model.nope=1", ["model.nope", "not in 'ModelConfig'"]),
-    ("garbage", ["garbage", "missing EQUAL"]),
-])
+@pytest.mark.parametrize(
+    "override,words",
+    [
+        ("model=gpt5", ["model=gpt5 is invalid", ", ".join(PRESETS)]),
+        ("probe=nope", ["probe=nope is invalid", "binding, greater_than, ioi, paper, quick, repeat, successor, text"]),
+        ("probe.seq_len=abc", ["probe.seq_len=abc", "could not be converted to Integer"]),
+        ("model.nope=1", ["model.nope", "not in 'ModelConfig'"]),
+        ("garbage", ["garbage", "missing EQUAL"]),
+    ],
+)
 def test_compose_config_refuses_an_override_in_one_line(override, words):
     """What every command that composes a config (revisions, toy, refine) prints."""
     with pytest.raises(UsageError) as caught:
@@ -190,21 +248,34 @@ def pickled_checkpoint(source: Path, path: Path, shards: int) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shards,broken,cut", [
-    (1, "pytorch_model.bin", 0.5),  # torch reads an mmap past the end: OSError
-    (1, "pytorch_model.bin", 0.05),  # no zip directory left: RuntimeError (PytorchStreamReader)
-    (3, "pytorch_model-00002-of-00003.bin", 0.5),  # one shard of three cut short
-    (1, "pytorch_model.bin", None),  # not a pickle at all: UnpicklingError, not a refused global
-])
+@pytest.mark.parametrize(
+    "shards,broken,cut",
+    [
+        (1, "pytorch_model.bin", 0.5),  # torch reads an mmap past the end: OSError
+        (1, "pytorch_model.bin", 0.05),  # no zip directory left: RuntimeError (PytorchStreamReader)
+        (3, "pytorch_model-00002-of-00003.bin", 0.5),  # one shard of three cut short
+        (1, "pytorch_model.bin", None),  # not a pickle at all: UnpicklingError, not a refused global
+    ],
+)
 def test_a_truncated_or_corrupt_pickle_names_the_file_and_the_fix(shards, broken, cut, tiny_dirs, tmp_path):
     ckpt = pickled_checkpoint(tiny_dirs["gpt_neox"], tmp_path / "ckpt", shards)
     whole = (ckpt / broken).read_bytes()
     (ckpt / broken).write_bytes(b"garbage " * 64 if cut is None else whole[: int(len(whole) * cut)])
     run = tmp_path / "run"
-    res = run_cli("model=local", f"model.name_or_path={ckpt}", "probe=quick", "probe.n_sequences=8",
-                  "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500", f"hydra.run.dir={run}", env=ENV)
-    line = assert_one_line(res, f"model.name_or_path='{ckpt}'", f"{ckpt / broken} is truncated or corrupt",
-                           "replace the file")
+    res = run_cli(
+        "model=local",
+        f"model.name_or_path={ckpt}",
+        "probe=quick",
+        "probe.n_sequences=8",
+        "probe.seq_len=64",
+        "probe.vocab_low=10",
+        "probe.vocab_high=500",
+        f"hydra.run.dir={run}",
+        env=ENV,
+    )
+    line = assert_one_line(
+        res, f"model.name_or_path='{ckpt}'", f"{ckpt / broken} is truncated or corrupt", "replace the file"
+    )
     assert "would call code" not in line
     assert not run.exists()
 
@@ -224,7 +295,8 @@ def test_a_broken_pickle_in_the_hub_cache_is_deleted_and_downloaded_again(tiny_d
     assert str(err) == (
         f"model.name_or_path='EleutherAI/pythia-1b@step512' cannot be loaded: {snapshot / 'pytorch_model.bin'} is "
         f"truncated or corrupt (PytorchStreamReader failed); delete it from the Hugging Face cache ({blob}) and "
-        "download it again: hf download EleutherAI/pythia-1b --revision step512 --force-download")
+        "download it again: hf download EleutherAI/pythia-1b --revision step512 --force-download"
+    )
 
 
 @pytest.mark.slow
@@ -237,8 +309,14 @@ def test_a_gguf_file_cut_short_is_one_line(where, tmp_path):
     size = {"after its magic": 4, "inside its header": 60, "inside its tensor data": len(data) - 100}[where]
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "m.gguf").write_bytes(data[:size])
-    res = run_cli("model=local", f"model.name_or_path={tmp_path / 'model'}", "model.gguf_file=m.gguf",
-                  f"hydra.run.dir={tmp_path / 'run'}", env=ENV)
-    assert_one_line(res, "model.gguf_file='m.gguf' cannot be read", "is truncated or not a GGUF file",
-                    "download it again")
+    res = run_cli(
+        "model=local",
+        f"model.name_or_path={tmp_path / 'model'}",
+        "model.gguf_file=m.gguf",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        env=ENV,
+    )
+    assert_one_line(
+        res, "model.gguf_file='m.gguf' cannot be read", "is truncated or not a GGUF file", "download it again"
+    )
     assert not (tmp_path / "run").exists()

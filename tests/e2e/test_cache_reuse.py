@@ -16,8 +16,16 @@ from emergence.run.results import read_run
 from tests.helpers.hub_twin import Weights, write_weights
 from tests.helpers.tiny_models import tiny_model
 
-SMALL = ["probe=paper", "probe.n_sequences=24", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500",
-         "model.dtype=float32", "wandb.mode=disabled", "ablate.enabled=false"]
+SMALL = [
+    "probe=paper",
+    "probe.n_sequences=24",
+    "probe.seq_len=64",
+    "probe.vocab_low=10",
+    "probe.vocab_high=500",
+    "model.dtype=float32",
+    "wandb.mode=disabled",
+    "ablate.enabled=false",
+]
 
 
 def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
@@ -35,8 +43,15 @@ def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
     _, a = read_run(tmp_path / "paper")
     _, b = read_run(tmp_path / "lenient")
     for ra, rb in zip(a, b):
-        for col in ("sel_induction", "sel_bos", "pr", "pr_entropy_rank", "sel_induction_ci_low", "null_p99",
-                    *(c.name for c in measures.columns())):  # the plug-in measures' too: the entry keeps them
+        for col in (
+            "sel_induction",
+            "sel_bos",
+            "pr",
+            "pr_entropy_rank",
+            "sel_induction_ci_low",
+            "null_p99",
+            *(c.name for c in measures.columns()),
+        ):  # the plug-in measures' too: the entry keeps them
             np.testing.assert_equal(ra[col], rb[col])  # NaN where not measured (prefix matching: the repeat probe's)
     assert second.measures == first.measures and first.measures
     assert second.thresholds.circuit == 1e-3 and len(second.induction_circuit) > len(first.induction_circuit)
@@ -86,15 +101,17 @@ def test_weights_replaced_in_place_are_measured_again(layout, tmp_path, monkeypa
         model.config.save_pretrained(directory)
         write_weights(model.state_dict(), directory, stored[layout])
     files = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".safetensors"))
-    assert files == (["pytorch_model.bin"] if layout == "pickle" else
-                     [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)])
+    assert files == (
+        ["pytorch_model.bin"] if layout == "pickle" else [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    )
     base = ["model=local", f"model.name_or_path={folder}", f"cache_dir={tmp_path / 'cache'}", *SMALL]
     loaded = measured_afresh(monkeypatch)
 
     first = analyse(compose_config(base), tmp_path / "first")
     analyse(compose_config(base), tmp_path / "again")  # unchanged: served
-    assert loaded == [str(folder)] and columns(tmp_path / "again", "sel_induction") == \
-        columns(tmp_path / "first", "sel_induction")
+    assert loaded == [str(folder)] and columns(tmp_path / "again", "sel_induction") == columns(
+        tmp_path / "first", "sel_induction"
+    )
 
     shutil.copyfile(other / files[0], folder / files[0])  # the whole file, or its first shard
     replaced = analyse(compose_config(base), tmp_path / "replaced")
@@ -110,8 +127,11 @@ def test_a_hub_revision_is_named_by_the_digests_the_hub_lists(monkeypatch):
     (what the run will download): files changed on the Hub are another checkpoint; the same files, in
     another listing order, the same one."""
     src = checkpoints.Source("org/model", "step1000", False, False)
-    listing = [weights.RemoteFile("config.json", 10, None), weights.RemoteFile("model.safetensors", 99, "a" * 64),
-               weights.RemoteFile("pytorch_model.bin", 99, "b" * 64)]
+    listing = [
+        weights.RemoteFile("config.json", 10, None),
+        weights.RemoteFile("model.safetensors", 99, "a" * 64),
+        weights.RemoteFile("pytorch_model.bin", 99, "b" * 64),
+    ]
     monkeypatch.setattr(weights, "remote_files", lambda repo, revision: listing)
     assert checkpoints.weights_identity(src) == "a" * 64  # the safetensors a run reads, not the pickle
     listing = [listing[2], weights.RemoteFile("model.safetensors", 99, "c" * 64), listing[0]]
@@ -129,8 +149,14 @@ def test_a_hub_revision_is_named_by_the_digests_the_hub_lists(monkeypatch):
 def test_relaunched_sweep_skips_finished_jobs(tiny_dirs, tmp_path):
     from tests.helpers.cli import run_cli
 
-    args = ["-m", "model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL, "threshold=paper,strict",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    args = [
+        "-m",
+        "model=local",
+        f"model.name_or_path={tiny_dirs['gpt_neox']}",
+        *SMALL,
+        "threshold=paper,strict",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr[-2000:]
     assert len(list((tmp_path / "sweep").rglob("summary.json"))) == 2

@@ -32,8 +32,9 @@ def truncated(tiny_dirs, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["cuda_without_cuda", "truncated_safetensors", "head_outside_the_model",
-                                  "wandb_online_without_login"])
+@pytest.mark.parametrize(
+    "case", ["cuda_without_cuda", "truncated_safetensors", "head_outside_the_model", "wandb_online_without_login"]
+)
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tiny_dirs, truncated, tmp_path):
     out = tmp_path / "run"
     model = ["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, f"hydra.run.dir={out}"]
@@ -52,8 +53,11 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tiny_dirs, trunca
     else:
         home = tmp_path / "home"  # no ~/.netrc, no W&B settings
         home.mkdir()
-        res = run_cli(*model, "wandb.mode=online", env={"HOME": str(home), "WANDB_API_KEY": "",
-                                                         "WANDB_CONFIG_DIR": str(home / "wandb")})
+        res = run_cli(
+            *model,
+            "wandb.mode=online",
+            env={"HOME": str(home), "WANDB_API_KEY": "", "WANDB_CONFIG_DIR": str(home / "wandb")},
+        )
         words = ["wandb.mode='online'", "wandb login"]
     assert_clean_failure(res, out, *words)
 
@@ -61,8 +65,16 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tiny_dirs, trunca
 @pytest.mark.slow
 def test_ctrl_c_is_one_line_and_leaves_no_results(tiny_dirs, tmp_path):
     out = tmp_path / "run"
-    proc = start_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL, "probe.n_sequences=200000",
-                     "probe.batch_size=4", "wandb.mode=offline", f"hydra.run.dir={out}", env={"WANDB_DIR": ""})
+    proc = start_cli(
+        "model=local",
+        f"model.name_or_path={tiny_dirs['gpt_neox']}",
+        *SMALL,
+        "probe.n_sequences=200000",
+        "probe.batch_size=4",
+        "wandb.mode=offline",
+        f"hydra.run.dir={out}",
+        env={"WANDB_DIR": ""},
+    )
     for line in proc.stderr:  # wait until the probe pass is under way
         if line.startswith("probe: "):
             break
@@ -79,8 +91,13 @@ def test_ctrl_c_while_importing_is_one_line_too(after, tiny_dirs, tmp_path):
     """Ctrl-C in the first seconds, while torch, transformers and Hydra are still importing (seconds
     on any machine), before ``main`` handles it: exit 130, one line, no traceback, nothing left."""
     out = tmp_path / "run"
-    proc = start_cli("model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL, "wandb.mode=disabled",
-                     f"hydra.run.dir={out}")
+    proc = start_cli(
+        "model=local",
+        f"model.name_or_path={tiny_dirs['gpt_neox']}",
+        *SMALL,
+        "wandb.mode=disabled",
+        f"hydra.run.dir={out}",
+    )
     time.sleep(after)
     proc.send_signal(signal.SIGINT)
     rest = proc.stderr.read()
@@ -130,8 +147,10 @@ def test_wandb_environment_group_tags_and_resume(tiny_dirs, tmp_path):
         runs = sorted((sweep / job / "wandb").glob("offline-run-*"))
         assert len(runs) == 2, runs  # two launches ...
         assert len({r.name.rsplit("-", 1)[1] for r in runs}) == 1  # ... of one run id
-    ids = {next((sweep / j / "wandb").glob("offline-run-*")).name.rsplit("-", 1)[1]
-           for j in ("local/final_0", "local/final_1")}
+    ids = {
+        next((sweep / j / "wandb").glob("offline-run-*")).name.rsplit("-", 1)[1]
+        for j in ("local/final_0", "local/final_1")
+    }
     assert len(ids) == 2  # each job its own run
     for record in sweep.rglob("run-*.wandb"):  # W&B's run record holds the group it was given
         assert b'"group":"sweep-7f3a"' in record.read_bytes()

@@ -75,19 +75,21 @@ def test_wandb_defaults_read_the_wandb_environment_and_overrides_win(monkeypatch
 def test_the_schema_imports_no_step_and_registers_nothing_on_import():
     """config.py is the schema only: importing it loads no step of the recipe (nor torch) and puts
     nothing in Hydra's ConfigStore or OmegaConf's resolvers; ``register_configs`` does, idempotently."""
-    code = ("import sys\n"
-            "import emergence.core.config as config\n"
-            "from hydra.core.config_store import ConfigStore\n"
-            "from omegaconf import OmegaConf\n"
-            "steps = sorted(m for m in sys.modules if m.startswith('emergence.')"
-            " and m not in ('emergence.core', 'emergence.core.config'))\n"
-            "assert not steps and 'torch' not in sys.modules, steps\n"
-            "assert 'emergence_schema.yaml' not in ConfigStore.instance().repo, 'registered on import'\n"
-            "assert not OmegaConf.has_resolver('emergence_cache_dir'), 'registered on import'\n"
-            "config.register_configs()\n"
-            "config.register_configs()\n"
-            "assert 'emergence_schema.yaml' in ConfigStore.instance().repo\n"
-            "assert OmegaConf.has_resolver('emergence_cache_dir')\n")
+    code = (
+        "import sys\n"
+        "import emergence.core.config as config\n"
+        "from hydra.core.config_store import ConfigStore\n"
+        "from omegaconf import OmegaConf\n"
+        "steps = sorted(m for m in sys.modules if m.startswith('emergence.')"
+        " and m not in ('emergence.core', 'emergence.core.config'))\n"
+        "assert not steps and 'torch' not in sys.modules, steps\n"
+        "assert 'emergence_schema.yaml' not in ConfigStore.instance().repo, 'registered on import'\n"
+        "assert not OmegaConf.has_resolver('emergence_cache_dir'), 'registered on import'\n"
+        "config.register_configs()\n"
+        "config.register_configs()\n"
+        "assert 'emergence_schema.yaml' in ConfigStore.instance().repo\n"
+        "assert OmegaConf.has_resolver('emergence_cache_dir')\n"
+    )
     run_fresh(code)
 
 
@@ -148,8 +150,23 @@ def test_the_installed_package_carries_every_config_file(tmp_path):
     extra.mkdir()
     try:
         (extra / "option.yaml").write_text("value: 1\n")
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                        "-w", str(tmp_path), str(CONF.parent)], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(tmp_path),
+                str(CONF.parent),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     finally:
         (extra / "option.yaml").unlink()
         extra.rmdir()
@@ -161,12 +178,15 @@ def test_the_installed_package_carries_every_config_file(tmp_path):
     assert len(data) == 34  # the study's results: SOURCE.md, 30 per_revision/ and 3 pr/ files
 
 
-@pytest.mark.parametrize("override,message", [
-    ("ablate.sequences=some", "ablate.sequences='some' is invalid: use one of adaptive, all"),
-    ("ablate.min_sequences=1", "ablate.min_sequences=1 is invalid: must be >= 2"),
-    ("ablate.confidence=1.0", "ablate.confidence=1.0 is invalid: must be in (0, 1)"),
-    ("ablate.confidence=0", "ablate.confidence=0.0 is invalid: must be in (0, 1)"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("ablate.sequences=some", "ablate.sequences='some' is invalid: use one of adaptive, all"),
+        ("ablate.min_sequences=1", "ablate.min_sequences=1 is invalid: must be >= 2"),
+        ("ablate.confidence=1.0", "ablate.confidence=1.0 is invalid: must be in (0, 1)"),
+        ("ablate.confidence=0", "ablate.confidence=0.0 is invalid: must be in (0, 1)"),
+    ],
+)
 def test_adaptive_ablation_settings_are_validated_in_one_line(override, message):
     cfg = compose_config([override])
     with pytest.raises(UsageError) as err:
@@ -174,16 +194,19 @@ def test_adaptive_ablation_settings_are_validated_in_one_line(override, message)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("override,message", [
-    ("model.toy.lr_schedule=linear", "model.toy.lr_schedule='linear' is invalid: use one of constant, cosine"),
-    ("model.toy.min_lr_ratio=1.5", "model.toy.min_lr_ratio=1.5 is invalid: must be in [0, 1]"),
-    ("model.toy.trigger_fraction=1.0", "model.toy.trigger_fraction=1.0 is invalid: must be in [0, 1)"),
-    ("model.toy.save_every=0", "model.toy.save_every=0 is invalid: must be >= 1 step"),
-    ("model.toy.numerics=fast", "model.toy.numerics='fast' is invalid: use one of native, portable"),
-    ("model.toy.home_city_share=1.5", "model.toy.home_city_share=1.5 is invalid: must be in [0, 1]"),
-    ("model.toy.tokenizer=bpe", "model.toy.tokenizer='bpe' is invalid: use words (emergence/toy/words.py) or null"),
-    ("model.toy.task_fraction=1.5", "model.toy.task_fraction=1.5 is invalid: must be in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("model.toy.lr_schedule=linear", "model.toy.lr_schedule='linear' is invalid: use one of constant, cosine"),
+        ("model.toy.min_lr_ratio=1.5", "model.toy.min_lr_ratio=1.5 is invalid: must be in [0, 1]"),
+        ("model.toy.trigger_fraction=1.0", "model.toy.trigger_fraction=1.0 is invalid: must be in [0, 1)"),
+        ("model.toy.save_every=0", "model.toy.save_every=0 is invalid: must be >= 1 step"),
+        ("model.toy.numerics=fast", "model.toy.numerics='fast' is invalid: use one of native, portable"),
+        ("model.toy.home_city_share=1.5", "model.toy.home_city_share=1.5 is invalid: must be in [0, 1]"),
+        ("model.toy.tokenizer=bpe", "model.toy.tokenizer='bpe' is invalid: use words (emergence/toy/words.py) or null"),
+        ("model.toy.task_fraction=1.5", "model.toy.task_fraction=1.5 is invalid: must be in [0, 1]"),
+    ],
+)
 def test_toy_recipe_settings_are_validated_in_one_line(override, message):
     cfg = compose_config(["model=toy_olmo", override])
     with pytest.raises(UsageError) as err:

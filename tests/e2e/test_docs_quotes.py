@@ -32,8 +32,10 @@ def test_the_docs_quote_what_the_tool_prints(toy_panel, tmp_path):
     assert {c.quote.doc.name for c in checked} == {"adaptive-ablation.md", "toy-panel.md"}
     other = [c for c in checked if not c.comparable]
     if other:
-        pytest.skip(f"this machine trained another toy_neox (weights {other[0].weights}, the docs quote "
-                    f"{other[0].quote.weights}; python -m emergence.toy says why): its numbers are not the docs'")
+        pytest.skip(
+            f"this machine trained another toy_neox (weights {other[0].weights}, the docs quote "
+            f"{other[0].quote.weights}; python -m emergence.toy says why): its numbers are not the docs'"
+        )
     assert [(c.quote.doc.name, c.quote.args, c.text) for c in checked if c.differs] == []
 
     # The check can fail: a doc whose quoted number is changed differs, and writing it restores it.

@@ -58,8 +58,9 @@ def test_toy_jl_ratios_are_within_ten_percent_of_exact(toy_edges):
     assert jl["projection"] == "jl" and jl["dim"] == 10 * W
     for scope in SCOPES:
         for ratio in ("r12", "r23"):
-            errors = [abs(j[ratio] / e[ratio] - 1) for e, j in zip(exact["scopes"][scope], jl["scopes"][scope],
-                                                                  strict=True)]
+            errors = [
+                abs(j[ratio] / e[ratio] - 1) for e, j in zip(exact["scopes"][scope], jl["scopes"][scope], strict=True)
+            ]
             assert np.mean(errors) < 0.10, (scope, ratio, np.mean(errors))
 
 
@@ -82,8 +83,10 @@ def test_the_report_over_the_toy_panel_holds_f6_and_its_figure(toy_panel, toy_ed
     assert f6["edge"] == str(copy / "edge.json") and f6["window"] == W
     assert [p["r23"] for p in f6["series"]] == [w["r23"] for w in exact["scopes"]["model"]]
     peak = exact["collapse"]["model"]["peak"]
-    assert f6["phases"][0]["name"] == "r23_peak" and f6["phases"][0]["last_step"] == exact["scopes"]["model"][peak][
-        "last_step"]
+    assert (
+        f6["phases"][0]["name"] == "r23_peak"
+        and f6["phases"][0]["last_step"] == exact["scopes"]["model"][peak]["last_step"]
+    )
     onset = findings["models"]["toy_neox"]["f3"]["induction_onset"]
     placed = {(d["phase"], d["milestone"]): d["distance"] for d in f6["distances"]}
     window_end = exact["scopes"]["model"][peak]["last_tokens"]
@@ -113,9 +116,18 @@ def test_a_hub_series_is_fetched_ahead_and_removed_once_read(hub_server, tmp_pat
     edges, caches = {}, {}
     for name, overrides in (("plain", ["hub.prefetch=0"]), ("fetched", ["hub.prefetch=1", "model.cleanup=true"])):
         caches[name] = tmp_path / name / "hub"
-        res = run_cli("model=olmo2", f"model.name_or_path={HUB_SERIES}", "edge.window=3", "edge.projection=exact",
-                      *overrides, "--out", tmp_path / name, module="emergence.edge",
-                      env={**hub_server.env(caches[name]), "WANDB_MODE": "disabled"}, timeout=600)
+        res = run_cli(
+            "model=olmo2",
+            f"model.name_or_path={HUB_SERIES}",
+            "edge.window=3",
+            "edge.projection=exact",
+            *overrides,
+            "--out",
+            tmp_path / name,
+            module="emergence.edge",
+            env={**hub_server.env(caches[name]), "WANDB_MODE": "disabled"},
+            timeout=600,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         edges[name] = json.loads((tmp_path / name / "edge.json").read_text())
     assert edges["fetched"]["scopes"] == edges["plain"]["scopes"] and len(edges["plain"]["scopes"]["model"]) == 1

@@ -20,8 +20,17 @@ from tests.helpers.hub_twin import save_tokenizer
 from tests.helpers.reference_impl import eager_model, eager_targets
 
 BOS_ID = 1  # save_tokenizer's "<s>", which its post-processor puts before every input
-SMALL = ["probe=paper", "probe.n_sequences=16", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=300",
-         "probe.batch_size=8", "ablate.enabled=false", "wandb.mode=disabled", "reuse=false"]
+SMALL = [
+    "probe=paper",
+    "probe.n_sequences=16",
+    "probe.seq_len=64",
+    "probe.vocab_low=10",
+    "probe.vocab_high=300",
+    "probe.batch_size=8",
+    "ablate.enabled=false",
+    "wandb.mode=disabled",
+    "reuse=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +59,24 @@ def test_auto_puts_the_tokenizers_bos_first_and_keeps_the_rest_of_the_study_batc
     # the selectivities are those of an eager pass over that batch
     _, rows = read_run(tmp_path)
     study_batch = make_probe_batch(16, 64, 10, 300, 42)
-    eager = eager_targets(eager_model(bos_model_dir), torch.from_numpy(tokens), study_batch.ab.numpy(),
-                          baseline_positions(64, 50))
+    eager = eager_targets(
+        eager_model(bos_model_dir), torch.from_numpy(tokens), study_batch.ab.numpy(), baseline_positions(64, 50)
+    )
     sel = selectivity(eager.mean(0))
     for r in rows:
         np.testing.assert_allclose([r[f"sel_{c}"] for c in CLASSES], sel[r["layer"], r["head"]], rtol=2e-3)
 
 
 def test_the_repeat_probe_follows_it_too(bos_model_dir, tmp_path):
-    _run(bos_model_dir, tmp_path, "probe=repeat", "probe.n_sequences=8", "probe.seq_len=64", "probe.vocab_low=10",
-         "probe.vocab_high=300")
+    _run(
+        bos_model_dir,
+        tmp_path,
+        "probe=repeat",
+        "probe.n_sequences=8",
+        "probe.seq_len=64",
+        "probe.vocab_low=10",
+        "probe.vocab_high=300",
+    )
     with np.load(tmp_path / "per_sequence.npz") as npz:
         tokens = npz["tokens"]
     drawn = make_repeat_batch(8, 64, 10, 300, 42).tokens.numpy()
@@ -85,8 +102,15 @@ def test_a_model_without_a_tokenizer_reads_random_and_cannot_be_asked_for_bos(ti
 
 def test_the_report_refuses_a_panel_whose_runs_differ_in_first_token(bos_model_dir, tmp_path):
     for revision, first in (("step1", "bos_token"), ("step2", "random")):
-        cfg = compose_config(["model=local", f"model.name_or_path={bos_model_dir}", *SMALL,
-                              f"probe.first_token={first}", "model.key=bosmodel"])
+        cfg = compose_config(
+            [
+                "model=local",
+                f"model.name_or_path={bos_model_dir}",
+                *SMALL,
+                f"probe.first_token={first}",
+                "model.key=bosmodel",
+            ]
+        )
         cfg.revision.name, cfg.revision.index = revision, None
         cfg.model.revision_pattern = r"step(?P<step>\d+)"
         cfg.model.tokens_per_step = 1000

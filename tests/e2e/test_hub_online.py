@@ -34,8 +34,10 @@ def snapshot(hub_cache, branch, repo=OLMO2):
 
 def download(env, branch, *files):
     """``hf_hub_download`` of some files of one branch, in a process that reads HF_ENDPOINT at import."""
-    code = ("import sys, huggingface_hub\nfor f in sys.argv[3:]: huggingface_hub.hf_hub_download(sys.argv[1], f, "
-            "revision=sys.argv[2])")
+    code = (
+        "import sys, huggingface_hub\nfor f in sys.argv[3:]: huggingface_hub.hf_hub_download(sys.argv[1], f, "
+        "revision=sys.argv[2])"
+    )
     subprocess.run([sys.executable, "-c", code, OLMO2, branch, *files], env=env, check=True, timeout=120)
 
 
@@ -49,20 +51,26 @@ def ckpt(tmp_path):
 def online(hub_server, tmp_path):
     """The environment of runs against the server, sharing one Hugging Face cache and a fresh
     EMERGENCE_CACHE (where a proposed panel is kept)."""
-    return {**hub_server.env(tmp_path / "hub"), "EMERGENCE_CACHE": str(tmp_path / "emergence"),
-            "WANDB_MODE": "disabled"}
+    return {
+        **hub_server.env(tmp_path / "hub"),
+        "EMERGENCE_CACHE": str(tmp_path / "emergence"),
+        "WANDB_MODE": "disabled",
+    }
 
 
 @pytest.mark.slow
 def test_olmo2_proposes_a_panel_from_its_branches_keeps_it_and_uses_it_with_the_server_gone(
-        hub_server, online, ckpt, tmp_path):
+    hub_server, online, ckpt, tmp_path
+):
     publish(hub_server.mirrors, OLMO2, {"main": ckpt, **{b: ckpt for b in BRANCHES}})
     res = run_cli("olmo2", "--propose", "3", module="emergence.revisions", env=online, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.splitlines() == [  # log-spaced over 1B .. 1600B tokens
-        "panel:", "  - {revision: stage1-step100-tokens1B, step: 100, tokens: 1000000000}",
+        "panel:",
+        "  - {revision: stage1-step100-tokens1B, step: 100, tokens: 1000000000}",
         "  - {revision: stage1-step10000-tokens40B, step: 10000, tokens: 40000000000}",
-        "  - {revision: stage1-step400000-tokens1600B, step: 400000, tokens: 1600000000000}"]
+        "  - {revision: stage1-step400000-tokens1600B, step: 400000, tokens: 1600000000000}",
+    ]
 
     first = run_cli("model=olmo2", "revision=r0", *QUICK, f"hydra.run.dir={tmp_path / 'first'}", env=online)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -75,15 +83,17 @@ def test_olmo2_proposes_a_panel_from_its_branches_keeps_it_and_uses_it_with_the_
     assert (summary["revision"], summary["step"], summary["tokens"]) == (BRANCHES[0], 100, 10**9)
 
     hub_server.stop()  # r0 is cached, and so is the panel: nothing needs the server
-    again = run_cli("model=olmo2", "revision=r0", *QUICK, "reuse=false", f"hydra.run.dir={tmp_path / 'again'}",
-                    env=online)
+    again = run_cli(
+        "model=olmo2", "revision=r0", *QUICK, "reuse=false", f"hydra.run.dir={tmp_path / 'again'}", env=online
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "proposed panel" not in again.stdout
     summary = json.loads((tmp_path / "again" / "summary.json").read_text())
     assert (summary["revision"], summary["download"]["bytes_downloaded"]) == (BRANCHES[0], 0)
     # a revision of the kept panel that is not cached says so, naming the endpoint
-    missing = run_cli("model=olmo2", "revision=r8", *QUICK, f"hydra.run.dir={tmp_path / 'missing'}", env=online,
-                      timeout=120)
+    missing = run_cli(
+        "model=olmo2", "revision=r8", *QUICK, f"hydra.run.dir={tmp_path / 'missing'}", env=online, timeout=120
+    )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr[-3000:]
     assert f"{OLMO2}@{kept[8]['revision']}" in last_line(missing.stderr)
     assert f"the Hub endpoint {hub_server.endpoint} is not reachable" in last_line(missing.stderr)
@@ -91,15 +101,24 @@ def test_olmo2_proposes_a_panel_from_its_branches_keeps_it_and_uses_it_with_the_
 
 @pytest.mark.slow
 def test_cleanup_removes_what_the_sweep_downloaded_and_the_report_lists_a_duplicate_branch(
-        hub_server, online, ckpt, tmp_path):
+    hub_server, online, ckpt, tmp_path
+):
     save_tiny_model("olmo2", tmp_path / "other", seed=4, vocab_size=10240)
     cached, same, other = BRANCHES[2], BRANCHES[5], BRANCHES[8]  # `cached` serves the file `same` serves
     oids = publish(hub_server.mirrors, OLMO2, {cached: ckpt, same: ckpt, other: tmp_path / "other"})
     download(online, cached, "config.json", "model.safetensors")  # in the cache before the sweep
     kept_files = sorted(p.name for p in snapshot(tmp_path / "hub", cached).iterdir())
     sweep = tmp_path / "sweep"
-    res = run_cli("-m", "model=olmo2", "revision=custom", f"revision.name={cached},{same},{other}",
-                  "model.cleanup=true", *QUICK, f"hydra.sweep.dir={sweep}", env=online)
+    res = run_cli(
+        "-m",
+        "model=olmo2",
+        "revision=custom",
+        f"revision.name={cached},{same},{other}",
+        "model.cleanup=true",
+        *QUICK,
+        f"hydra.sweep.dir={sweep}",
+        env=online,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     summaries = {s["revision"]: s for s in (json.loads(p.read_text()) for p in sweep.rglob("summary.json"))}
     assert {b: s["weights_sha256"] for b, s in summaries.items()} == oids
@@ -112,8 +131,16 @@ def test_cleanup_removes_what_the_sweep_downloaded_and_the_report_lists_a_duplic
     assert not (cache_dir(tmp_path / "hub") / "refs" / same).exists()
     assert not (cache_dir(tmp_path / "hub") / "refs" / other).exists()
 
-    res = run_cli(sweep, "--out", tmp_path / "report", "--wandb-mode", "disabled", module="emergence.report",
-                  env=online, timeout=300)
+    res = run_cli(
+        sweep,
+        "--out",
+        tmp_path / "report",
+        "--wandb-mode",
+        "disabled",
+        module="emergence.report",
+        env=online,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     findings = json.loads((tmp_path / "report" / "findings.json").read_text())
     assert findings["defective_checkpoints"] == {OLMO2: {cached: f"duplicate of {same}"}}
@@ -125,12 +152,17 @@ def test_cleanup_removes_what_the_sweep_downloaded_and_the_report_lists_a_duplic
 def test_a_repo_or_a_revision_the_server_lacks_ends_in_one_line_naming_it(hub_server, online, ckpt, tmp_path):
     publish(hub_server.mirrors, OLMO2, {BRANCHES[0]: ckpt})
     cases = {  # args -> what the one line names
-        ("model.name_or_path=allenai/nope", "revision=custom", f"revision.name={BRANCHES[0]}"):
-            f"repo allenai/nope does not exist on {hub_server.endpoint}",
-        ("model.name_or_path=allenai/nope", "revision=r0"):
-            f"repo allenai/nope does not exist on {hub_server.endpoint}",
+        (
+            "model.name_or_path=allenai/nope",
+            "revision=custom",
+            f"revision.name={BRANCHES[0]}",
+        ): f"repo allenai/nope does not exist on {hub_server.endpoint}",
+        (
+            "model.name_or_path=allenai/nope",
+            "revision=r0",
+        ): f"repo allenai/nope does not exist on {hub_server.endpoint}",
         ("revision=custom", f"revision.name={BRANCHES[1]}"): f"{OLMO2} on {hub_server.endpoint} has no revision "
-                                                             f"'{BRANCHES[1]}' (1 branches)",
+        f"'{BRANCHES[1]}' (1 branches)",
     }
     for args, named in cases.items():
         run = tmp_path / "run"
@@ -140,9 +172,11 @@ def test_a_repo_or_a_revision_the_server_lacks_ends_in_one_line_naming_it(hub_se
         assert not run.exists()
     res = run_cli("olmo2", "--repo", "allenai/nope", module="emergence.revisions", env=online, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
-    assert res.stderr.strip() == ("error: the revisions of allenai/nope cannot be listed: repo allenai/nope does not "
-                                  f"exist on {hub_server.endpoint} (or is private); check the repo id "
-                                  "(model.name_or_path)")
+    assert res.stderr.strip() == (
+        "error: the revisions of allenai/nope cannot be listed: repo allenai/nope does not "
+        f"exist on {hub_server.endpoint} (or is private); check the repo id "
+        "(model.name_or_path)"
+    )
 
 
 def wait_for(path, proc, timeout=300):
@@ -155,14 +189,21 @@ def wait_for(path, proc, timeout=300):
 
 @pytest.mark.slow
 def test_a_sweep_survives_the_server_stopping_and_a_relaunch_completes_only_the_missing_jobs(
-        hub_server, online, ckpt, tmp_path):
+    hub_server, online, ckpt, tmp_path
+):
     branches = BRANCHES[:3]
     for seed in (4, 5):  # three distinct checkpoints: identical ones would be analysed once (integrity)
         save_tiny_model("olmo2", tmp_path / f"ckpt{seed}", seed=seed, vocab_size=10240)
     publish(hub_server.mirrors, OLMO2, dict(zip(branches, [ckpt, tmp_path / "ckpt4", tmp_path / "ckpt5"])))
     sweep = tmp_path / "sweep"
-    args = ["-m", "model=olmo2", "revision=custom", f"revision.name={','.join(branches)}", *QUICK,
-            f"hydra.sweep.dir={sweep}"]
+    args = [
+        "-m",
+        "model=olmo2",
+        "revision=custom",
+        f"revision.name={','.join(branches)}",
+        *QUICK,
+        f"hydra.sweep.dir={sweep}",
+    ]
     jobs = [sweep / "olmo2" / f"custom_{i}" for i in range(3)]
     proc = start_cli(*args, env=online)
     wait_for(jobs[0] / "summary.json", proc)
@@ -197,8 +238,15 @@ def test_a_branch_with_truncated_safetensors_ends_in_one_line(hub_server, online
     weights = ckpt / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     publish(hub_server.mirrors, OLMO2, {BRANCHES[0]: ckpt})
-    res = run_cli("model=olmo2", "revision=custom", f"revision.name={BRANCHES[0]}", *QUICK,
-                  f"hydra.run.dir={tmp_path / 'run'}", env=online, timeout=120)
+    res = run_cli(
+        "model=olmo2",
+        "revision=custom",
+        f"revision.name={BRANCHES[0]}",
+        *QUICK,
+        f"hydra.run.dir={tmp_path / 'run'}",
+        env=online,
+        timeout=120,
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
     last = last_line(res.stderr)
     assert f"{OLMO2}@{BRANCHES[0]}" in last and "safetensors weights are truncated or corrupt" in last, last
@@ -219,8 +267,10 @@ def test_a_download_cut_short_is_fetched_again_not_analysed(hub_server, online, 
     hub_server.stop()  # not mistaken for a cached checkpoint: it needs the server, and says so
     res = run_cli(*args, f"hydra.run.dir={tmp_path / 'offline'}", env=online, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
-    assert (f"{OLMO2}@{branch}' cannot be loaded: it is not in the local Hugging Face cache and the Hub endpoint "
-            f"{hub_server.endpoint} is not reachable") in last_line(res.stderr)
+    assert (
+        f"{OLMO2}@{branch}' cannot be loaded: it is not in the local Hugging Face cache and the Hub endpoint "
+        f"{hub_server.endpoint} is not reachable"
+    ) in last_line(res.stderr)
 
     hub_server.start()
     res = run_cli(*args, f"hydra.run.dir={tmp_path / 'run'}", env=online)

@@ -20,11 +20,21 @@ def test_one_checkpoint_reads_its_weights_never_the_optimizer_states(trainer_run
     for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
         (run / "checkpoint-50" / name).write_bytes(b"not a pickle")  # reading any of them would fail
     out = tmp_path / "out"
-    res = run_cli("model=local", f"model.name_or_path={run}", "revision=custom", "revision.name=checkpoint-50",
-                  "probe=quick", "ablate.enabled=false", "wandb.mode=disabled", f"hydra.run.dir={out}")
+    res = run_cli(
+        "model=local",
+        f"model.name_or_path={run}",
+        "revision=custom",
+        "revision.name=checkpoint-50",
+        "probe=quick",
+        "ablate.enabled=false",
+        "wandb.mode=disabled",
+        f"hydra.run.dir={out}",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
-    assert ("probe fitted to the model (context 64, vocabulary 128): probe.seq_len 256 -> 64, probe.vocab_high "
-            "10000 -> 128, probe.vocab_low 100 -> 64; thresholds x0.25") in res.stderr
+    assert (
+        "probe fitted to the model (context 64, vocabulary 128): probe.seq_len 256 -> 64, probe.vocab_high "
+        "10000 -> 128, probe.vocab_low 100 -> 64; thresholds x0.25"
+    ) in res.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["revision"], summary["step"], summary["tokens"]) == ("checkpoint-50", 50, tokens_at(50))
     assert summary["probe"]["seq_len"] == 64 and summary["thresholds"]["circuit"] == 12.5
@@ -34,12 +44,22 @@ def test_one_checkpoint_reads_its_weights_never_the_optimizer_states(trainer_run
 @pytest.mark.slow
 def test_a_glob_sweep_refinement_and_the_report_over_the_folder(trainer_run, tmp_path):
     sweep = tmp_path / "sweep"
-    res = run_cli("-m", "model=local", f"model.name_or_path={trainer_run}", "revision=glob(r*)", "probe=quick",
-                  "ablate.enabled=false", "wandb.mode=disabled", f"hydra.sweep.dir={sweep}", timeout=1200)
+    res = run_cli(
+        "-m",
+        "model=local",
+        f"model.name_or_path={trainer_run}",
+        "revision=glob(r*)",
+        "probe=quick",
+        "ablate.enabled=false",
+        "wandb.mode=disabled",
+        f"hydra.sweep.dir={sweep}",
+        timeout=1200,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     summaries = sorted((json.loads(p.read_text()) for p in sweep.glob("local/*/summary.json")), key=lambda s: s["step"])
     assert [(s["revision"], s["step"], s["tokens"]) for s in summaries] == [
-        (f"checkpoint-{s}", s, tokens_at(s)) for s in PANEL_STEPS]
+        (f"checkpoint-{s}", s, tokens_at(s)) for s in PANEL_STEPS
+    ]
     integrity = json.loads((sweep / "integrity.json").read_text())[str(trainer_run)]["branches"]
     assert sorted(integrity) == sorted(f"checkpoint-{s}" for s in PANEL_STEPS)  # checked before the jobs ran
 

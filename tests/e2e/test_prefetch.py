@@ -33,10 +33,17 @@ def sweep(hub_server, tmp_path, name, *overrides) -> tuple[list[dict], list[Path
             save_tiny_model("olmo2", checkpoints[branch], seed=seed, vocab_size=10240)
         publish(hub_server.mirrors, OLMO2, checkpoints)
     cache = tmp_path / name / "hub"
-    res = run_cli("-m", "model=olmo2", "revision=custom", f"revision.name={','.join(BRANCHES)}", *QUICK, *ANALYSIS,
-                  *overrides,
-                  f"hydra.sweep.dir={tmp_path / name / 'sweep'}",
-                  env={**hub_server.env(cache), "WANDB_MODE": "disabled"})
+    res = run_cli(
+        "-m",
+        "model=olmo2",
+        "revision=custom",
+        f"revision.name={','.join(BRANCHES)}",
+        *QUICK,
+        *ANALYSIS,
+        *overrides,
+        f"hydra.sweep.dir={tmp_path / name / 'sweep'}",
+        env={**hub_server.env(cache), "WANDB_MODE": "disabled"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = sorted((tmp_path / name / "sweep" / "olmo2").iterdir(), key=lambda d: int(d.name.rsplit("_", 1)[1]))
     return [json.loads((d / "summary.json").read_text()) for d in jobs], jobs, cache
@@ -82,8 +89,10 @@ def test_cleanup_removes_the_revisions_the_sweep_prefetched(hub_server, tmp_path
 def test_a_revision_larger_than_the_free_disk_is_not_prefetched(monkeypatch, tmp_path):
     import huggingface_hub
 
-    files = [SimpleNamespace(path="model.safetensors", size=10 * 2**30),
-             SimpleNamespace(path="optimizer.pt", size=100 * 2**30)]  # not fetched: not counted
+    files = [
+        SimpleNamespace(path="model.safetensors", size=10 * 2**30),
+        SimpleNamespace(path="optimizer.pt", size=100 * 2**30),
+    ]  # not fetched: not counted
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_tree", lambda self, *a, **k: iter(files))
     downloads = []

@@ -89,10 +89,13 @@ def test_a_metric_that_crosses_and_falls_back_misleads_bisection_not_a_scan():
 
 
 def test_later_overrides_replace_earlier_ones_of_the_same_key():
-    merged = merge_overrides(["model=toy_neox", "revision=r3", "ablate.enabled=False"], ["ablate.enabled=false"],
-                             ["+wandb.tags=[a]", "hydra/launcher=slurm"], ["wandb.tags=[b]"])
-    assert merged == ["model=toy_neox", "revision=r3", "ablate.enabled=false", "hydra/launcher=slurm",
-                      "wandb.tags=[b]"]
+    merged = merge_overrides(
+        ["model=toy_neox", "revision=r3", "ablate.enabled=False"],
+        ["ablate.enabled=false"],
+        ["+wandb.tags=[a]", "hydra/launcher=slurm"],
+        ["wandb.tags=[b]"],
+    )
+    assert merged == ["model=toy_neox", "revision=r3", "ablate.enabled=false", "hydra/launcher=slurm", "wandb.tags=[b]"]
 
 
 # --- the plan, on hand-made trajectories -----------------------------------------------------
@@ -104,7 +107,7 @@ def checkpoint(step: int, n_induction: int, bos_heads: int, refined: bool = Fals
     """4 layers x 4 heads: ``n_induction`` heads at 100x induction, ``bos_heads`` at 100x first-token."""
     sel = np.ones((4, 4, 6))
     sel.reshape(16, 6)[:n_induction, INDUCTION] = 100.0
-    sel.reshape(16, 6)[16 - bos_heads:, BOS] = 100.0
+    sel.reshape(16, 6)[16 - bos_heads :, BOS] = 100.0
     return Checkpoint(f"step{step}", float(step * TOKENS_PER_STEP), sel, refined=refined)
 
 
@@ -126,8 +129,9 @@ PANEL = (0, 10, 50, 100)
 
 
 def test_one_analysed_checkpoint_serves_every_milestone_whose_bracket_holds_it():
-    plan = plan_model(trajectory(PANEL), EXISTING, ["induction_onset", "bos_10", "recall_67"], 1, False,
-                      (30.0, 50.0), 0.3)
+    plan = plan_model(
+        trajectory(PANEL), EXISTING, ["induction_onset", "bos_10", "recall_67"], 1, False, (30.0, 50.0), 0.3
+    )
     onset, bos = plan.refinements["induction_onset"], plan.refinements["bos_10"]
     assert onset.panel_bracket == bos.panel_bracket == ["step10", "step50"]
     assert onset.inside_bracket == 39 and not onset.complete
@@ -135,8 +139,9 @@ def test_one_analysed_checkpoint_serves_every_milestone_whose_bracket_holds_it()
     done = []
     while plan.pending:
         done += [int(r.removeprefix("step")) for r in plan.pending]
-        plan = plan_model(trajectory(PANEL, done), EXISTING, ["induction_onset", "bos_10", "recall_67"], 1, False,
-                          (30.0, 50.0), 0.3)
+        plan = plan_model(
+            trajectory(PANEL, done), EXISTING, ["induction_onset", "bos_10", "recall_67"], 1, False, (30.0, 50.0), 0.3
+        )
     onset, bos = plan.refinements["induction_onset"], plan.refinements["bos_10"]
     assert onset.interval == ["step29", "step30"] and onset.tokens == [29_000.0, 30_000.0]
     assert bos.interval == ["step23", "step24"]  # 2 of 16 BOS heads (12.5%) from step 24
@@ -172,8 +177,9 @@ def test_a_finished_refinement_takes_its_probability_from_the_reports_bootstrap(
     from tests.unit.test_report import noisy_trajectory
 
     traj = noisy_trajectory([1, 20, 32, 80], noise=1.0)  # BOS-30% first at step2, but not in every replicate
-    refined = Refinement("bos_30", ["step1", "step3"], [1e7, 1e9], ["step1", "step2"], [1e7, 1e8], 1, ["step2"], 1, 1,
-                         "bisection", True)
+    refined = Refinement(
+        "bos_30", ["step1", "step3"], [1e7, 1e9], ["step1", "step2"], [1e7, 1e8], 1, ["step2"], 1, 1, "bisection", True
+    )
     plan = ModelPlan({"bos_30": refined, "bos_70": Refinement.without_bracket("bos_70", "bisection", "never")}, [])
     answers = with_probabilities(traj, plan, (30.0, 50.0), 0.3).refinements
     report = model_findings(traj, 30.0, 50.0, replicates(traj, 30.0, 50.0)).f3.bos_30.probability
@@ -204,8 +210,15 @@ def test_refinement_of_the_toy_matches_a_scan_of_every_saved_checkpoint(toy_pane
     bisected_dir, bisected, _ = refine_copy(toy_panel, tmp_path, "bisection")
     _, scanned, _ = refine_copy(toy_panel, tmp_path, "scan", "--scan")
     # Three per round, each round's jobs through another launcher (as hydra/launcher=slurm would).
-    parallel_dir, parallel, _ = refine_copy(toy_panel, tmp_path, "parallel", "--parallel", "3",
-                                            "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10")
+    parallel_dir, parallel, _ = refine_copy(
+        toy_panel,
+        tmp_path,
+        "parallel",
+        "--parallel",
+        "3",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+    )
     step = lambda name: int(name.removeprefix("step"))  # noqa: E731
     for milestone in ("induction_onset", "recall_67"):
         b, s, p = bisected[milestone], scanned[milestone], parallel[milestone]
@@ -247,8 +260,9 @@ def test_a_killed_refinement_resumes_without_analysing_anything_twice(toy_panel,
     copy = tmp_path / "killed"
     shutil.copytree(sweep, copy)
     command = [sys.executable, "-m", "emergence.refine", str(copy), *MILESTONES, "--scan"]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **env}, start_new_session=True)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env}, start_new_session=True
+    )
     deadline = time.time() + 600
     while not list(copy.glob("refine/toy_neox/*/summary.json")) and time.time() < deadline:
         time.sleep(0.05)
@@ -261,13 +275,20 @@ def test_a_killed_refinement_resumes_without_analysing_anything_twice(toy_panel,
 
     res = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env}, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
-    launched = {name for line in res.stdout.splitlines() if line.startswith("refine round")
-                for name in line.split("analysing ")[1].split(" for ")[0].split(", ")}
+    launched = {
+        name
+        for line in res.stdout.splitlines()
+        if line.startswith("refine round")
+        for name in line.split("analysing ")[1].split(" for ")[0].split(", ")
+    }
     refined = json.loads((copy / "refined.json").read_text())["toy_neox"]
     inside = {r for m in refined.values() for r in m["evaluated"]}
     assert launched and not launched & set(done) and launched | set(done) == inside
-    assert {p.parent.name: p.stat().st_mtime_ns for p in copy.glob("refine/toy_neox/*/summary.json")
-            if p.parent.name in done} == done  # the finished ones were not run again
+    assert {
+        p.parent.name: p.stat().st_mtime_ns
+        for p in copy.glob("refine/toy_neox/*/summary.json")
+        if p.parent.name in done
+    } == done  # the finished ones were not run again
     assert all(m["complete"] and m["evaluations"] == m["inside_bracket"] for m in refined.values())
 
 
@@ -275,8 +296,13 @@ def test_overrides_may_follow_the_options(monkeypatch, tmp_path):
     import emergence.panel.refine as refine
 
     seen = {}
-    monkeypatch.setattr(refine, "refine", lambda sweep, milestones, per_round, scan, overrides, eps:
-                        seen.update(milestones=milestones, per_round=per_round, overrides=sorted(overrides)) or {})
+    monkeypatch.setattr(
+        refine,
+        "refine",
+        lambda sweep, milestones, per_round, scan, overrides, eps: (
+            seen.update(milestones=milestones, per_round=per_round, overrides=sorted(overrides)) or {}
+        ),
+    )
     refine.main([str(tmp_path), "--milestones", "bos_50", "hydra/launcher=slurm", "--parallel", "3", "probe=quick"])
     assert seen == {"milestones": ["bos_50"], "per_round": 3, "overrides": ["hydra/launcher=slurm", "probe=quick"]}
     with pytest.raises(SystemExit) as exit_:
@@ -287,9 +313,17 @@ def test_overrides_may_follow_the_options(monkeypatch, tmp_path):
 # The smollm2 preset names its branches step-{N} and states no panel: revision=r0..r9 proposes
 # one from the repo's branches. Its probe and thresholds are set to the toy's below.
 HUB_REPO = "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"
-HUB_MODEL = ["model=smollm2", "model.architecture=gpt_neox", "model.tokens_per_step=4096", "threshold=toy",
-             "model.probe_fit.seq_len=128", "model.probe_fit.vocab_low=0", "model.probe_fit.vocab_high=256",
-             "model.probe_fit.n_sequences=500", "ablate.enabled=false"]
+HUB_MODEL = [
+    "model=smollm2",
+    "model.architecture=gpt_neox",
+    "model.tokens_per_step=4096",
+    "threshold=toy",
+    "model.probe_fit.seq_len=128",
+    "model.probe_fit.vocab_low=0",
+    "model.probe_fit.vocab_high=256",
+    "model.probe_fit.n_sequences=500",
+    "ablate.enabled=false",
+]
 
 
 @pytest.mark.slow
@@ -322,8 +356,10 @@ def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, hub_
     for path in hub_sweep.glob("refine/smollm2/*/summary.json"):
         summary = json.loads(path.read_text())
         assert summary["name_or_path"] == HUB_REPO and summary["download"]["bytes_downloaded"] > 0
-        assert summary["weights_sha256"] == hashlib.sha256(
-            (toy / f"step{summary['step']}" / "model.safetensors").read_bytes()).hexdigest()
+        assert (
+            summary["weights_sha256"]
+            == hashlib.sha256((toy / f"step{summary['step']}" / "model.safetensors").read_bytes()).hexdigest()
+        )
 
 
 def test_a_local_checkpoint_has_no_checkpoints_to_refine_between(tmp_path):

@@ -23,14 +23,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("toy_panel")]
 
 NO_ACCOUNTING = Path(__file__).parents[1] / "helpers" / "no_accounting"  # its sacct reads the controller's records
 # What the one CPU node lacks of the preset (1 GPU, 8 CPUs, 64 GB): two jobs at a time on its 2 cores.
-CPU_NODE = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1",
-            "hydra.launcher.mem_gb=4"]
+CPU_NODE = [
+    "hydra/launcher=slurm",
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=4",
+]
 # Three of the panel's ten revisions, to keep the tests to a few minutes: before the induction
 # heads, at their circuit's peak, and at the end (other classes too). The toy panel fixture's own
 # overrides, so that its sweep is the local twin of these runs; reuse=false: measured afresh.
 REVISIONS = ["r4", "r6", "r9"]
-PANEL = ["model=toy_neox", f"revision={','.join(REVISIONS)}", "model.toy.save_every=32", "ablate.enabled=false",
-         "reuse=false"]
+PANEL = [
+    "model=toy_neox",
+    f"revision={','.join(REVISIONS)}",
+    "model.toy.save_every=32",
+    "ablate.enabled=false",
+    "reuse=false",
+]
 
 
 def sh(*cmd: str) -> str:
@@ -124,23 +133,48 @@ def test_the_sweep_through_sbatch_equals_the_local_sweep_run_for_run(cancelled_s
             assert getattr(slurm_summary, verdict) == getattr(local_summary, verdict), (revision, verdict)
 
 
-@pytest.mark.parametrize("overrides, line", [
-    ([], "error: hydra.launcher.gpus_per_node=1: partition 'debug' has no GPUs: set hydra.launcher.gpus_per_node=0"),
-    (["hydra.launcher.gpus_per_node=0", "hydra.launcher.partition=gpu"],
-     "error: hydra.launcher.partition='gpu' is not a partition of this cluster: choose one of debug"),
-    (["hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=100000"],
-     "error: hydra.launcher.mem_gb=100000: a node of partition 'debug' has at most"),
-    (["hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=4",
-      "hydra.launcher.timeout_min=1"],
-     "error: hydra.launcher.signal_delay_s=120: SLURM would warn a job (USR2) within its first 60 s"),
-], ids=["preset-gpu-on-cpu-node", "unknown-partition", "too-much-memory", "warning-at-start"])
-def test_a_request_the_partition_cannot_give_is_one_line_exit_2_and_nothing_submitted(overrides, line, slurm_env,
-                                                                                      tmp_path):
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (
+            [],
+            "error: hydra.launcher.gpus_per_node=1: partition 'debug' has no GPUs: set hydra.launcher.gpus_per_node=0",
+        ),
+        (
+            ["hydra.launcher.gpus_per_node=0", "hydra.launcher.partition=gpu"],
+            "error: hydra.launcher.partition='gpu' is not a partition of this cluster: choose one of debug",
+        ),
+        (
+            ["hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=100000"],
+            "error: hydra.launcher.mem_gb=100000: a node of partition 'debug' has at most",
+        ),
+        (
+            [
+                "hydra.launcher.gpus_per_node=0",
+                "hydra.launcher.cpus_per_task=1",
+                "hydra.launcher.mem_gb=4",
+                "hydra.launcher.timeout_min=1",
+            ],
+            "error: hydra.launcher.signal_delay_s=120: SLURM would warn a job (USR2) within its first 60 s",
+        ),
+    ],
+    ids=["preset-gpu-on-cpu-node", "unknown-partition", "too-much-memory", "warning-at-start"],
+)
+def test_a_request_the_partition_cannot_give_is_one_line_exit_2_and_nothing_submitted(
+    overrides, line, slurm_env, tmp_path
+):
     if any(node.gpus for node in cluster_nodes()):
         pytest.skip("the cluster has GPUs: these requests are for .ci/slurm.sh's CPU-only node")
     sweep = tmp_path / "sweep"
-    res = run_cli("-m", "hydra/launcher=slurm", *overrides, "model=toy_neox", "revision=r0,r1",
-                  f"hydra.sweep.dir={sweep}", env=slurm_env)
+    res = run_cli(
+        "-m",
+        "hydra/launcher=slurm",
+        *overrides,
+        "model=toy_neox",
+        "revision=r0,r1",
+        f"hydra.sweep.dir={sweep}",
+        env=slurm_env,
+    )
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [last_line(res.stderr)]
     assert last_line(res.stderr).startswith(line)
     assert not (sweep / ".submitit").exists() and "Traceback" not in res.stderr
@@ -153,8 +187,9 @@ def test_a_sweep_started_outside_the_repository_reaches_the_launcher(slurm_env, 
     _, env = toy_panel
     env = {**env, **slurm_env, "PYTHONPATH": ""}  # the repository only where the install puts it
     sweep = tmp_path / "sweep"
-    res = run_cli("-m", *CPU_NODE, *PANEL[:1], "revision=r9", *PANEL[2:], f"hydra.sweep.dir={sweep}",
-                  cwd=tmp_path, env=env)
+    res = run_cli(
+        "-m", *CPU_NODE, *PANEL[:1], "revision=r9", *PANEL[2:], f"hydra.sweep.dir={sweep}", cwd=tmp_path, env=env
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "submitted to SLURM: 1 job(s)" in res.stdout and "Unknown plugin" not in res.stderr
     assert (sweep / "toy_neox" / "r9_0" / "heads.csv").is_file()
@@ -167,14 +202,26 @@ def test_a_job_past_its_time_limit_is_listed_as_timeout_with_the_limit_to_raise(
     puts it past the job's start, while Python still imports, which USR2 would end (FAILED)."""
     sweep = tmp_path / "sweep"
     env = {**slurm_env, "EMERGENCE_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
-    res = run_cli("-m", *CPU_NODE, "hydra.launcher.timeout_min=2",
-                  "hydra.launcher.signal_delay_s=30", "model=toy_neox", "model.toy.seed=7", "revision=r0",
-                  "ablate.enabled=false", f"hydra.sweep.dir={sweep}", env=env, timeout=600)
+    res = run_cli(
+        "-m",
+        *CPU_NODE,
+        "hydra.launcher.timeout_min=2",
+        "hydra.launcher.signal_delay_s=30",
+        "model=toy_neox",
+        "model.toy.seed=7",
+        "revision=r0",
+        "ablate.enabled=false",
+        f"hydra.sweep.dir={sweep}",
+        env=env,
+        timeout=600,
+    )
     assert res.returncode == 1, res.stderr[-3000:]
     (job_id,) = re.findall(r"submitted to SLURM: 1 job\(s\), (\S+) ", res.stdout)
     assert settled_state(job_id) == "TIMEOUT"
-    line = (f"SLURM ended job {job_id} (TIMEOUT) before it finished: it ran past hydra.launcher.timeout_min=2 "
-            "minutes: raise it (hydra.launcher.timeout_min=<minutes>) and relaunch")
+    line = (
+        f"SLURM ended job {job_id} (TIMEOUT) before it finished: it ran past hydra.launcher.timeout_min=2 "
+        "minutes: raise it (hydra.launcher.timeout_min=<minutes>) and relaunch"
+    )
     run_dir = sweep / "toy_neox" / "r0_0"
     assert (run_dir / "FAILED").read_text().strip() == line
     assert res.stderr.strip().splitlines()[-2:] == ["1 job(s) of the sweep failed:", f"  {run_dir}: {line}"]
@@ -185,7 +232,8 @@ REFINE = ["--milestones", "induction_onset", "recall_67", "--parallel", "3"]  # 
 
 
 def test_refinement_of_the_slurm_sweep_submits_its_rounds_to_slurm_and_finds_the_local_intervals(
-        cancelled_sweep, toy_panel, slurm_env, tmp_path):
+    cancelled_sweep, toy_panel, slurm_env, tmp_path
+):
     *_, slurm_sweep = cancelled_sweep
     local_panel, env = toy_panel
     slurm_copy, local_copy = tmp_path / "slurm", tmp_path / "local"
@@ -198,8 +246,10 @@ def test_refinement_of_the_slurm_sweep_submits_its_rounds_to_slurm_and_finds_the
     assert local.returncode == 0, local.stderr[-3000:]
     through_slurm = run_cli(slurm_copy, *REFINE, module="emergence.refine", env={**env, **slurm_env}, timeout=900)
     assert through_slurm.returncode == 0, through_slurm.stderr[-3000:]
-    refined = {name: json.loads((d / "refined.json").read_text())["toy_neox"] for name, d in
-               (("slurm", slurm_copy), ("local", local_copy))}
+    refined = {
+        name: json.loads((d / "refined.json").read_text())["toy_neox"]
+        for name, d in (("slurm", slurm_copy), ("local", local_copy))
+    }
     for milestone in ("induction_onset", "recall_67"):
         slurm, here = refined["slurm"][milestone], refined["local"][milestone]
         assert slurm["complete"] and slurm["panel_bracket"] == ["step512", "step768"]
@@ -211,7 +261,8 @@ def test_refinement_of_the_slurm_sweep_submits_its_rounds_to_slurm_and_finds_the
     assert sum(int(n) for n, _ in rounds) == len(analysed) == 5
     for _, job_id in rounds:
         assert set(re.findall(r"JobState=(\S+)", sh("scontrol", "show", "job", "-o", job_id.split("_")[0]))) == {
-            "COMPLETED"}
+            "COMPLETED"
+        }
     for revision in analysed:
         slurm_run, local_run = (d / "refine" / "toy_neox" / revision for d in (slurm_copy, local_copy))
         assert (slurm_run / "heads.csv").read_bytes() == (local_run / "heads.csv").read_bytes(), revision
@@ -220,13 +271,22 @@ def test_refinement_of_the_slurm_sweep_submits_its_rounds_to_slurm_and_finds_the
 # The toy's checkpoints as branches step-{N} of a Hub repo (olah on localhost), read by the
 # smollm2 preset with the toy's probe and thresholds (as tests/e2e/test_refine.py serves them).
 HUB_REPO = "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"
-HUB_MODEL = ["model=smollm2", "model.architecture=gpt_neox", "model.tokens_per_step=4096", "threshold=toy",
-             "model.probe_fit.seq_len=128", "model.probe_fit.vocab_low=0", "model.probe_fit.vocab_high=256",
-             "model.probe_fit.n_sequences=500", "ablate.enabled=false"]
+HUB_MODEL = [
+    "model=smollm2",
+    "model.architecture=gpt_neox",
+    "model.tokens_per_step=4096",
+    "threshold=toy",
+    "model.probe_fit.seq_len=128",
+    "model.probe_fit.vocab_low=0",
+    "model.probe_fit.vocab_high=256",
+    "model.probe_fit.n_sequences=500",
+    "ablate.enabled=false",
+]
 
 
 def test_the_branch_check_runs_once_in_the_submitting_process_before_any_job_is_submitted(
-        slurm_env, toy_panel, hub_server, tmp_path):
+    slurm_env, toy_panel, hub_server, tmp_path
+):
     """step-640 serves step-672's weights: the check, written to integrity.json before the array is
     submitted, calls it a duplicate, and its job reads that verdict and analyses nothing."""
     from tests.helpers.hub_server import publish
@@ -235,9 +295,16 @@ def test_the_branch_check_runs_once_in_the_submitting_process_before_any_job_is_
     toy = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"
     publish(hub_server.mirrors, HUB_REPO, {"step-640": toy / "step672", "step-672": toy / "step672"})
     sweep = tmp_path / "sweep"
-    res = run_cli("-m", *CPU_NODE, *HUB_MODEL, "revision=custom", "revision.name=step-640,step-672",
-                  f"hydra.sweep.dir={sweep}", env={**env, **hub_server.env(), **slurm_env,
-                                                   "EMERGENCE_CACHE": str(tmp_path / "cache")}, timeout=600)
+    res = run_cli(
+        "-m",
+        *CPU_NODE,
+        *HUB_MODEL,
+        "revision=custom",
+        "revision.name=step-640,step-672",
+        f"hydra.sweep.dir={sweep}",
+        env={**env, **hub_server.env(), **slurm_env, "EMERGENCE_CACHE": str(tmp_path / "cache")},
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     store = sweep / "integrity.json"
     assert set(json.loads(store.read_text())[HUB_REPO]["branches"]) == {"step-640", "step-672"}
@@ -269,13 +336,15 @@ def test_a_controller_gone_mid_sweep_is_one_line_exit_1_and_the_relaunch_complet
         subprocess.run(["pkill", "-KILL", "-f", "submitit.core._submit"])
         _, stderr = first.communicate(timeout=300)
     finally:
-        subprocess.run([str(Path(__file__).parents[2] / ".ci" / "slurm.sh"), "start"], check=True,
-                       capture_output=True)
+        subprocess.run([str(Path(__file__).parents[2] / ".ci" / "slurm.sh"), "start"], check=True, capture_output=True)
     assert first.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
     line = last_line(stderr)
-    assert re.fullmatch(r"error: the SLURM controller stopped answering \(scontrol ping\) while job (\d+)_\d was not "
-                        r"done: once it is back, cancel what is left \(scancel \1\) and relaunch the same command: it "
-                        r"submits only the jobs without a complete run", line), line
+    assert re.fullmatch(
+        r"error: the SLURM controller stopped answering \(scontrol ping\) while job (\d+)_\d was not "
+        r"done: once it is back, cancel what is left \(scancel \1\) and relaunch the same command: it "
+        r"submits only the jobs without a complete run",
+        line,
+    ), line
     subprocess.run(["scancel", re.search(r"scancel (\d+)", line).group(1)])  # its killed jobs may have ended
     relaunch = run_cli(*args, env=env, timeout=900)
     assert relaunch.returncode == 0, relaunch.stderr[-3000:]

@@ -24,9 +24,18 @@ from tests.helpers.task_reference import reference_metrics, reference_screens
 from tests.helpers.tiny_models import tiny_config
 
 ARCHS = ("gpt_neox", "olmo", "llama")
-SMALL = ["probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500",
-         "probe.batch_size=8", "model.dtype=float32", "wandb.mode=disabled", "stats.n_boot=200",
-         "ablate.sequences=all", "ablate.mr_seeds=2"]
+SMALL = [
+    "probe.n_sequences=32",
+    "probe.seq_len=64",
+    "probe.vocab_low=10",
+    "probe.vocab_high=500",
+    "probe.batch_size=8",
+    "model.dtype=float32",
+    "wandb.mode=disabled",
+    "stats.n_boot=200",
+    "ablate.sequences=all",
+    "ablate.mr_seeds=2",
+]
 N_PROMPTS = 24
 
 
@@ -43,8 +52,16 @@ def task_dirs(tiny_dirs, tmp_path_factory):
 
 
 def task_run(path, out, task: str, *extra):
-    cfg = compose_config(["model=local", f"model.name_or_path={path}", f"probe={task}", *SMALL,
-                          f"probe.task_prompts={N_PROMPTS}", *extra])
+    cfg = compose_config(
+        [
+            "model=local",
+            f"model.name_or_path={path}",
+            f"probe={task}",
+            *SMALL,
+            f"probe.task_prompts={N_PROMPTS}",
+            *extra,
+        ]
+    )
     return analyse(cfg, out)
 
 
@@ -55,17 +72,26 @@ def test_task_metrics_and_screens_equal_an_eager_reference(arch, task, task_dirs
     _, rows = read_run(tmp_path)
     batch = build_task_batch(task, word_tokenizer(512), N_PROMPTS)
     eager = AutoModelForCausalLM.from_pretrained(task_dirs[arch], attn_implementation="eager").eval()
-    per_prompt = reference_metrics(eager, task, batch.tokens, batch.target, batch.distractor, batch.decade,
-                                   batch.answer_tokens)
+    per_prompt = reference_metrics(
+        eager, task, batch.tokens, batch.target, batch.distractor, batch.decade, batch.answer_tokens
+    )
     scores, ranked = reference_screens(eager, task, batch.tokens, {k: v.numpy() for k, v in batch.positions.items()})
     ours = summary.task.metrics.metrics
-    means = {"ioi": {"top1": "top1", "frac_target_gt_distractor": "target_gt_distractor",
-                     "logit_diff_mean": "logit_diff"},
-             "binding": {"top1": "top1", "frac_target_gt_distractor": "target_gt_distractor",
-                         "logit_diff_mean": "logit_diff"},
-             "greater_than": {"top1_above": "top1_above", "prob_above": "prob_above", "prob_below": "prob_below",
-                              "logit_diff_above_below": "logit_diff_above_below"},
-             "successor": {"top1": "top1", "target_logit_mean": "target_logit", "rank_mean": "target_rank"}}[task]
+    means = {
+        "ioi": {"top1": "top1", "frac_target_gt_distractor": "target_gt_distractor", "logit_diff_mean": "logit_diff"},
+        "binding": {
+            "top1": "top1",
+            "frac_target_gt_distractor": "target_gt_distractor",
+            "logit_diff_mean": "logit_diff",
+        },
+        "greater_than": {
+            "top1_above": "top1_above",
+            "prob_above": "prob_above",
+            "prob_below": "prob_below",
+            "logit_diff_above_below": "logit_diff_above_below",
+        },
+        "successor": {"top1": "top1", "target_logit_mean": "target_logit", "rank_mean": "target_rank"},
+    }[task]
     for name, column in means.items():
         assert ours[name].value == pytest.approx(per_prompt[column].mean(), abs=1e-5), name
         assert ours[name].ci[0] <= ours[name].value <= ours[name].ci[1]
@@ -89,9 +115,11 @@ def test_prompts_file_and_ablation_conditions(task_dirs, tmp_path):
     assert first["token_ids"][first["positions"]["io"]] == first["target"]
     # the toy's tokenizer has every study word as one token: auto reads the study's words, all kept
     written = json.loads((tmp_path / "summary.json").read_text())["task"]
-    assert written["words"] == {"mode": "study", "kept": {"names": list(NAMES), "places": list(PLACES),
-                                                          "objects": list(OBJECTS)},
-                                "dropped": {"names": [], "places": [], "objects": []}}
+    assert written["words"] == {
+        "mode": "study",
+        "kept": {"names": list(NAMES), "places": list(PLACES), "objects": list(OBJECTS)},
+        "dropped": {"names": [], "places": [], "objects": []},
+    }
     conditions = {c.name: c for c in summary.task.ablation.conditions}
     screen = summary.task.screens["name_mover"]
     spec = spec_from_ranking([parse_head_name(h) for h in screen])  # layers by first appearance (docs/tasks.md)
@@ -109,7 +137,7 @@ def test_prompts_file_and_ablation_conditions(task_dirs, tmp_path):
     head_dim = eager.config.hidden_size // eager.config.num_attention_heads
     with torch.no_grad():
         for layer, head in map(parse_head_name, screen):
-            eager.gpt_neox.layers[layer].attention.dense.weight[:, head * head_dim:(head + 1) * head_dim] = 0
+            eager.gpt_neox.layers[layer].attention.dense.weight[:, head * head_dim : (head + 1) * head_dim] = 0
     batch = build_task_batch("ioi", word_tokenizer(512), N_PROMPTS)
     ablated = reference_metrics(eager, "ioi", batch.tokens, batch.target, batch.distractor)
     got = conditions["screen:name_mover"].metrics.metrics
@@ -118,11 +146,20 @@ def test_prompts_file_and_ablation_conditions(task_dirs, tmp_path):
 
 @pytest.mark.slow
 def test_a_head_outside_the_model_is_one_line_exit_2(task_dirs, tmp_path):
-    done = run_cli("model=local", f"model.name_or_path={task_dirs['gpt_neox']}", "probe=ioi", *SMALL,
-                   "ablate.heads=[L0H10]", f"hydra.run.dir={tmp_path / 'run'}")
+    done = run_cli(
+        "model=local",
+        f"model.name_or_path={task_dirs['gpt_neox']}",
+        "probe=ioi",
+        *SMALL,
+        "ablate.heads=[L0H10]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].endswith(
-        "ablate.heads='L0H10' is invalid: the model has 2 layers x 4 heads (L0H0..L1H3)")
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith("ablate.heads='L0H10' is invalid: the model has 2 layers x 4 heads (L0H0..L1H3)")
+    )
     assert not (tmp_path / "run" / "summary.json").exists()
 
 
@@ -149,9 +186,16 @@ def test_a_published_head_list_gets_the_published_control_and_an_absent_capabili
     control ({13: [2], 10: [0, 2, 7], 11: [4]}: docs/tasks.md, Re-running a published row), distinct fresh
     draws, and, with IOI's top-1 at 0, "capability absent" instead of a verdict: in summary.json and in the
     printed lines."""
-    done = run_cli("model=local", f"model.name_or_path={pythia_grid}", "probe=ioi", *SMALL,
-                   f"probe.task_prompts={N_PROMPTS}", "ablate.heads=[L13H1,L10H6,L10H5,L10H4,L11H7]",
-                   "ablate.mr_seeds=3", f"hydra.run.dir={tmp_path}")
+    done = run_cli(
+        "model=local",
+        f"model.name_or_path={pythia_grid}",
+        "probe=ioi",
+        *SMALL,
+        f"probe.task_prompts={N_PROMPTS}",
+        "ablate.heads=[L13H1,L10H6,L10H5,L10H4,L11H7]",
+        "ablate.mr_seeds=3",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     summary = RunSummary.read(tmp_path)
     ablation = summary.task.ablation
@@ -160,8 +204,9 @@ def test_a_published_head_list_gets_the_published_control_and_an_absent_capabili
     assert conditions["matched_random:user:123"].heads == ["L13H2", "L10H0", "L10H2", "L10H7", "L11H4"]
     spec = {13: [1], 10: [6, 5, 4], 11: [7]}
     for seed, control in zip(range(3), matched_random_seeds(spec, 8, range(3))):  # distinct: the study's seeds
-        assert conditions[f"matched_random_seed:user:{seed}"].heads == [f"L{l}H{h}" for l, hs in control.items()
-                                                                       for h in hs]
+        assert conditions[f"matched_random_seed:user:{seed}"].heads == [
+            f"L{l}H{h}" for l, hs in control.items() for h in hs
+        ]
     assert summary.task.metrics.metrics["top1"].value == 0.0
     assert ablation.chance_top1 == 1 / 512 and ablation.capability_absent == "baseline top1 0.000 below chance 0.00195"
     user = {s.screen: s for s in ablation.sweeps}["user"]
@@ -172,8 +217,9 @@ def test_a_published_head_list_gets_the_published_control_and_an_absent_capabili
     assert user.sweeps["logit_diff_mean"].screen_delta == conditions["user"].delta["logit_diff_mean"]
     assert all(s.verdict == "capability_absent" for s in ablation.sweeps)
     (line,) = [line for line in done.stderr.splitlines() if "task ablation user: " in line]
-    assert line.endswith("over 3 distinct draws; capability absent: no verdict (baseline top1 0.000 below chance "
-                         "0.00195)")
+    assert line.endswith(
+        "over 3 distinct draws; capability absent: no verdict (baseline top1 0.000 below chance 0.00195)"
+    )
     assert line.split("task ablation user: ")[1] == task_lines(summary.task)[-1].split("task ablation user: ")[1]
 
 
@@ -181,10 +227,16 @@ def _all_controls(heads: list[str], n_heads: int) -> set[frozenset]:
     """Every matched-random control of a head list, enumerated: per layer each choice of as many of its
     other heads (fewer where it has fewer), combined over the layers."""
     spec = spec_from_ranking([parse_head_name(h) for h in heads])
-    per_layer = [list(itertools.combinations([h for h in range(n_heads) if h not in picks],
-                                             min(len(picks), n_heads - len(picks)))) for picks in spec.values()]
-    return {frozenset((layer, h) for layer, chosen in zip(spec, combo) for h in chosen)
-            for combo in itertools.product(*per_layer)}
+    per_layer = [
+        list(
+            itertools.combinations([h for h in range(n_heads) if h not in picks], min(len(picks), n_heads - len(picks)))
+        )
+        for picks in spec.values()
+    ]
+    return {
+        frozenset((layer, h) for layer, chosen in zip(spec, combo) for h in chosen)
+        for combo in itertools.product(*per_layer)
+    }
 
 
 def test_ten_seeds_on_a_4_head_model_count_distinct_draws(task_dirs, tmp_path):
@@ -196,16 +248,21 @@ def test_ten_seeds_on_a_4_head_model_count_distinct_draws(task_dirs, tmp_path):
     (sweep,) = summary.task.ablation.sweeps
     assert len(allowed) < 3  # the case this test is about
     assert (sweep.n_distinct, sweep.all_drawn) == (len(allowed), True)
-    drawn = {frozenset(map(parse_head_name, c.heads)) for c in summary.task.ablation.conditions
-             if c.kind == "matched_random_seed"}
+    drawn = {
+        frozenset(map(parse_head_name, c.heads))
+        for c in summary.task.ablation.conditions
+        if c.kind == "matched_random_seed"
+    }
     assert drawn == allowed and len(sweep.seeds) == len(allowed)
     control_heads = len(next(iter(allowed)))
     assert (sweep.screen_heads, sweep.control_heads, sweep.smaller) == (5, control_heads, control_heads < 5)
     assert sweep.smaller  # 5 heads in 8 leave a layer too few others
     for s in sweep.sweeps.values():
         assert s.std is None and s.ratio is None
-        assert s.why == f"{len(allowed)} distinct matched-random draw{'s' if len(allowed) > 1 else ''}: no std or " \
-                        "ratio over fewer than 3"
+        assert (
+            s.why == f"{len(allowed)} distinct matched-random draw{'s' if len(allowed) > 1 else ''}: no std or "
+            "ratio over fewer than 3"
+        )
     assert sweep.verdict in ("too_few_draws", "capability_absent")
     line = next(line for line in task_lines(summary.task) if line.startswith("task ablation binding: "))
     draws = f"{len(allowed)} distinct draw{'s' if len(allowed) > 1 else ''}"

@@ -25,8 +25,9 @@ from tests.helpers.cli import run_cli
 
 def reduced(key: str, cache_dir, *overrides) -> "Config":  # noqa: F821
     """The real toy config with a 3-step panel, so training takes a second."""
-    cfg = compose_config([f"model={key}", f"cache_dir={cache_dir}", "wandb.mode=disabled", "probe.n_sequences=64",
-                          *overrides])
+    cfg = compose_config(
+        [f"model={key}", f"cache_dir={cache_dir}", "wandb.mode=disabled", "probe.n_sequences=64", *overrides]
+    )
     cfg.model.panel = [PanelEntry(f"step{s}", s, s * 32 * 128) for s in (0, 2, 4)]
     cfg.revision.index = -1
     return cfg
@@ -62,8 +63,10 @@ def test_the_token_after_a_trigger_repeats_the_token_before_it():
     assert (chain[:, 2:][~after] == chain[:, :-2][~after]).mean() < 0.4
     # No triggers: the corpus the toy panel has always been trained on, draw for draw.
     plain = ToyCorpus(256, 128, seed=0, skip_offsets=(2, 3), skip_prob=0.25)
-    assert torch.equal(plain.batch(3, 8), ToyCorpus(256, 128, seed=0, skip_offsets=(2, 3), skip_prob=0.25,
-                                                   trigger_fraction=0.0).batch(3, 8))
+    assert torch.equal(
+        plain.batch(3, 8),
+        ToyCorpus(256, 128, seed=0, skip_offsets=(2, 3), skip_prob=0.25, trigger_fraction=0.0).batch(3, 8),
+    )
     assert not plain.is_trigger.any()
 
 
@@ -82,7 +85,7 @@ def test_learning_rate_warms_up_then_holds_or_follows_a_cosine_to_its_floor(sche
         optimizer.step()
         schedule_.step()
     warmup = recipe.warmup_steps
-    assert rates[warmup] == pytest.approx(1.0) and all(a < b for a, b in zip(rates[:warmup - 1], rates[1:warmup]))
+    assert rates[warmup] == pytest.approx(1.0) and all(a < b for a, b in zip(rates[: warmup - 1], rates[1:warmup]))
     if schedule == "constant":
         assert rates[warmup:] == [1.0] * (1001 - warmup)
     else:  # half a cosine from 1 at the end of warmup to min_lr_ratio at the last step
@@ -90,12 +93,12 @@ def test_learning_rate_warms_up_then_holds_or_follows_a_cosine_to_its_floor(sche
         assert rates[1000] == pytest.approx(floor)
         expected = floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * (middle - warmup) / (1000 - warmup)))
         assert rates[middle] == pytest.approx(expected)
-        assert all(a >= b for a, b in zip(rates[warmup:], rates[warmup + 1:]))
+        assert all(a >= b for a, b in zip(rates[warmup:], rates[warmup + 1 :]))
 
 
 def test_copy_eval_batch_has_one_copied_span():
     tokens, first, second = copy_eval_batch(256, 128, 4, 16, 0)
-    assert torch.equal(tokens[:, first:first + 16], tokens[:, second:second + 16])
+    assert torch.equal(tokens[:, first : first + 16], tokens[:, second : second + 16])
 
 
 @pytest.mark.parametrize("key", ["toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks"])
@@ -166,8 +169,9 @@ def test_save_every_adds_checkpoints_without_changing_the_panel(tmp_path):
     assert [c["tokens"] for c in manifest["checkpoints"]] == [s * 32 * 128 for s in range(5)]
     dense_root, plain_root = (tmp_path / d / "toy" / "toy_neox" / "seed0" for d in ("dense", "plain"))
     for revision in ("step0", "step2", "step4"):  # the panel's checkpoints, bit for bit
-        assert (dense_root / revision / "model.safetensors").read_bytes() == \
-            (plain_root / revision / "model.safetensors").read_bytes()
+        assert (dense_root / revision / "model.safetensors").read_bytes() == (
+            plain_root / revision / "model.safetensors"
+        ).read_bytes()
     # A dense panel serves the recipe without save_every; a plain one does not serve a dense request.
     plain.model.name_or_path = str(dense_root)
     assert is_complete(dense_root, plain.model)
@@ -267,6 +271,7 @@ def test_the_real_default_finds_toy_neox_s_induction_circuit(toy_panel, tmp_path
 
 # --- what determines the bits, and the documented panels ----------------------------------------
 
+
 def test_manifest_records_the_numerical_environment_each_checkpoints_sha256_and_the_step_losses(tmp_path):
     import hashlib
 
@@ -360,11 +365,13 @@ def test_numerics_is_part_of_the_recipe_and_old_manifests_were_native(tmp_path):
 
 @pytest.mark.parametrize("model", ["toy_neox", "model=toy_tasks"])  # a toy named bare, or as Hydra names it
 def test_a_bad_toy_recipe_is_one_line_exit_2_and_trains_nothing(tmp_path, model):
-    done = run_cli(model, "--override", f"cache_dir={tmp_path}", "--override", "model.toy.numerics=fast",
-                   module="emergence.toy")
+    done = run_cli(
+        model, "--override", f"cache_dir={tmp_path}", "--override", "model.toy.numerics=fast", module="emergence.toy"
+    )
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "error: model.toy.numerics='fast' is invalid: use one of native, portable (portable: the same bits on any "
-        "x86 CPU with AVX2)"]
+        "x86 CPU with AVX2)"
+    ]
     assert not (tmp_path / "toy").exists()
 
 
@@ -394,8 +401,9 @@ def test_documented_panels_are_of_the_current_recipes_and_panels():
     assert panels, "emergence/toy/documented_panels.json documents no panel"
     for panel in panels:
         recipe = panel["recipe"]
-        cfg = compose_config([f"model={panel['model']}", f"model.toy.seed={recipe['seed']}",
-                              f"model.toy.numerics={recipe['numerics']}"])
+        cfg = compose_config(
+            [f"model={panel['model']}", f"model.toy.seed={recipe['seed']}", f"model.toy.numerics={recipe['numerics']}"]
+        )
         assert weights_recipe(asdict(cfg.model.toy)) == recipe, panel["model"]
         assert {e.revision for e in checkpoints_to_save(cfg.model)} <= set(panel["checkpoints"])
         assert all(len(c["sha256"]) == 64 for c in panel["checkpoints"].values())
@@ -407,17 +415,32 @@ def test_the_per_seed_sink_summary_reads_the_panel_report():
     from emergence.panel.seeds import seed_rows, seeds_markdown
 
     def model(bos_per_layer, onset, bos_10, sink0):
-        revs = [{"revision": f"step{s}", "tokens": s, "bos_fraction": sum(layers) / 16, "bos_per_layer": layers,
-                 "n_induction": 3 * (s >= 2)} for s, layers in zip(range(4), bos_per_layer)]
-        return {"revisions": revs, "f3": {"induction_onset": onset and {"revision": onset},
-                                          "bos_10": bos_10 and {"revision": bos_10}},
-                "sinks_gu": {"revisions": [{"sink_fraction": 0.0}] * 3 + [{"sink_fraction": sink0}]}}
+        revs = [
+            {
+                "revision": f"step{s}",
+                "tokens": s,
+                "bos_fraction": sum(layers) / 16,
+                "bos_per_layer": layers,
+                "n_induction": 3 * (s >= 2),
+            }
+            for s, layers in zip(range(4), bos_per_layer)
+        ]
+        return {
+            "revisions": revs,
+            "f3": {"induction_onset": onset and {"revision": onset}, "bos_10": bos_10 and {"revision": bos_10}},
+            "sinks_gu": {"revisions": [{"sink_fraction": 0.0}] * 3 + [{"sink_fraction": sink0}]},
+        }
 
-    findings = PanelFindings.from_json({"models": {
-        "toy_olmo_sinks-seed10": model([[0] * 4, [0] * 4, [1, 0, 0, 0], [1, 0, 0, 0]], "step2", None, 0.01),
-        "toy_olmo_sinks-seed2": model([[0] * 4, [0] * 4, [0, 0, 1, 1], [0, 0, 1, 2]], "step2", "step2", 0.02),
-        "toy_olmo_sinks-seed1": model([[0] * 4, [0, 0, 0, 1], [0] * 4, [0, 0, 1, 1]], "step2", "step3", 0.03),
-        "toy_neox": model([[0] * 4] * 4, None, None, 0.0)}})
+    findings = PanelFindings.from_json(
+        {
+            "models": {
+                "toy_olmo_sinks-seed10": model([[0] * 4, [0] * 4, [1, 0, 0, 0], [1, 0, 0, 0]], "step2", None, 0.01),
+                "toy_olmo_sinks-seed2": model([[0] * 4, [0] * 4, [0, 0, 1, 1], [0, 0, 1, 2]], "step2", "step2", 0.02),
+                "toy_olmo_sinks-seed1": model([[0] * 4, [0, 0, 0, 1], [0] * 4, [0, 0, 1, 1]], "step2", "step3", 0.03),
+                "toy_neox": model([[0] * 4] * 4, None, None, 0.0),
+            }
+        }
+    )
     rows = seed_rows(findings, "toy_olmo_sinks")
     assert [r.seed for r in rows] == [1, 2, 10]  # by seed, not by name
     assert [r.final_bos for r in rows] == [12.5, 18.75, 6.25]

@@ -61,9 +61,17 @@ def assert_same_numbers(ours, theirs):
 def test_every_number_the_callback_wrote_is_the_command_lines_on_the_saved_checkpoint(tracked, tmp_path):
     out, _ = tracked
     sweep = tmp_path / "sweep"
-    res = run_cli("-m", "model=local", f"model.name_or_path={out}", "revision=custom",
-                  f"revision.name={','.join(f'checkpoint-{s}' for s in SAVED)}", *OVERRIDES, "wandb.mode=disabled",
-                  f"hydra.sweep.dir={sweep}", timeout=900)
+    res = run_cli(
+        "-m",
+        "model=local",
+        f"model.name_or_path={out}",
+        "revision=custom",
+        f"revision.name={','.join(f'checkpoint-{s}' for s in SAVED)}",
+        *OVERRIDES,
+        "wandb.mode=disabled",
+        f"hydra.sweep.dir={sweep}",
+        timeout=900,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     command = {RunSummary.read(p.parent).step: p.parent for p in sweep.glob("local/*/summary.json")}
     assert sorted(command) == list(SAVED)
@@ -117,8 +125,9 @@ def test_the_trainers_wandb_run_holds_the_loss_and_the_emergence_metrics(tracked
 @pytest.mark.slow
 def test_the_report_reads_the_callbacks_runs_as_a_panel_with_tokens_on_the_axis(tracked, tmp_path):
     out, _ = tracked
-    res = run_cli(out / "emergence", "--out", tmp_path / "report", module="emergence.report",
-                  env={"WANDB_MODE": "disabled"})
+    res = run_cli(
+        out / "emergence", "--out", tmp_path / "report", module="emergence.report", env={"WANDB_MODE": "disabled"}
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     findings = json.loads((tmp_path / "report" / "findings.json").read_text())["models"]["local"]
     assert [r["tokens"] for r in findings["revisions"]] == [tokens_at(s) for s in SAVED]
@@ -134,8 +143,11 @@ def test_a_recipe_error_inside_training_is_one_warning_line_and_the_training_goe
     with caplog.at_level(logging.WARNING, logger="emergence"):
         out = train_run(tmp_path / "out", steps=20, save_steps=20, callbacks=[EmergenceCallback(every_steps=10)])
     said = [r.getMessage() for r in caplog.records if r.name.startswith("emergence")]
-    assert said == [f"emergence: step {s} not analysed (RuntimeError: the capture broke); training goes on "
-                    f"({out / 'emergence' / f'step{s}' / FAILED_FILE})" for s in (10, 20)]
+    assert said == [
+        f"emergence: step {s} not analysed (RuntimeError: the capture broke); training goes on "
+        f"({out / 'emergence' / f'step{s}' / FAILED_FILE})"
+        for s in (10, 20)
+    ]
     assert json.loads((out / "checkpoint-20" / "trainer_state.json").read_text())["global_step"] == 20
     for step in (10, 20):
         assert (out / "emergence" / f"step{step}" / FAILED_FILE).read_text().startswith("RuntimeError: the capture")
@@ -162,7 +174,7 @@ def crashed(source, folder):
     folder.mkdir()
     shutil.copy(source / "config.json", folder)
     weights = (source / "model.safetensors").read_bytes()
-    (folder / "model.safetensors").write_bytes(weights[:len(weights) // 3])
+    (folder / "model.safetensors").write_bytes(weights[: len(weights) // 3])
     state = json.loads((source / "trainer_state.json").read_text())
     (folder / "trainer_state.json").write_text(json.dumps({**state, "global_step": 160}))
 
@@ -187,8 +199,9 @@ def test_watch_analyses_each_whole_checkpoint_once_never_a_half_written_one(trai
             shutil.rmtree(run / "checkpoint-80")
             crashed(trainer_run / "checkpoint-120", run / "checkpoint-160")
         elif f"results: {run / 'emergence' / 'step40'}" in line:
-            writer = threading.Thread(target=write_slowly,
-                                      args=(trainer_run / "checkpoint-120", run / "checkpoint-120"))
+            writer = threading.Thread(
+                target=write_slowly, args=(trainer_run / "checkpoint-120", run / "checkpoint-120")
+            )
             writer.start()
         elif "checkpoint-120: analysing" in line:
             watcher.send_signal(signal.SIGINT)
@@ -198,7 +211,8 @@ def test_watch_analyses_each_whole_checkpoint_once_never_a_half_written_one(trai
     said = "".join(lines)
     assert "missed checkpoint-80: deleted before it was analysed" in said
     assert "checkpoint-120: not whole yet (" in said and said.index("checkpoint-120: not whole yet") < said.index(
-        "checkpoint-120: analysing")
+        "checkpoint-120: analysing"
+    )
     assert "checkpoint-160: not whole yet (model.safetensors is shorter than its header declares)" in said
     assert "interrupted: the checkpoint being analysed left no run directory" in said
     assert sorted(p.name for p in (run / "emergence").iterdir()) == ["step40"]  # -120's half-written run is gone
@@ -210,7 +224,8 @@ def test_watch_analyses_each_whole_checkpoint_once_never_a_half_written_one(trai
     assert "checkpoint-40: already analysed" in again.stderr and step40.stat().st_mtime_ns == written
     assert again.stderr.count(": analysing") == 1 and "checkpoint-120: analysing" in again.stderr
     assert "not analysed: checkpoint-160 is not whole (model.safetensors is shorter than its header declares)" in (
-        again.stderr)
+        again.stderr
+    )
     assert sorted(p.name for p in (run / "emergence").iterdir()) == ["step120", "step40"]
     out, _ = tracked  # the same weights (the training is the callback's, to the bit): the same numbers
     for step in (40, 120):

@@ -5,11 +5,18 @@ import subprocess
 import sys
 
 
-def run_cli(*args, module: str = "emergence", env: dict | None = None, timeout: float = 600,
-            **popen) -> subprocess.CompletedProcess:
+def run_cli(
+    *args, module: str = "emergence", env: dict | None = None, timeout: float = 600, **popen
+) -> subprocess.CompletedProcess:
     """``python -m <module> <args>`` in a fresh process; text output captured."""
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout, **popen)
+    return subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        **popen,
+    )
 
 
 def run_fresh(code: str) -> None:
@@ -20,8 +27,13 @@ def run_fresh(code: str) -> None:
 
 def start_cli(*args, module: str = "emergence", env: dict | None = None) -> subprocess.Popen:
     """The same, started in the background with stderr (where the run's lines go) as a text pipe."""
-    return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def last_line(text: str) -> str:

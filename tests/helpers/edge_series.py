@@ -67,4 +67,4 @@ def independent_ratios(folders: list[Path], window: int, scope: str, n_heads: in
     """Each rolling window's singular values of ``scope``: an SVD of its stacked updates, float64."""
     vectors = [scope_vector(load_file(f / "model.safetensors"), scope, n_heads) for f in folders]
     deltas = np.stack([b - a for a, b in zip(vectors, vectors[1:])])
-    return [np.linalg.svd(deltas[i:i + window], compute_uv=False) for i in range(len(deltas) - window + 1)]
+    return [np.linalg.svd(deltas[i : i + window], compute_uv=False) for i in range(len(deltas) - window + 1)]

@@ -31,15 +31,22 @@ from urllib.parse import urlparse
 import pytest
 
 # Fixed identity and dates: publishing the same files gives the same commit ids on every run.
-GIT_ENV = {"GIT_AUTHOR_NAME": "emergence tests", "GIT_AUTHOR_EMAIL": "tests@emergence.invalid",
-           "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z", "GIT_COMMITTER_NAME": "emergence tests",
-           "GIT_COMMITTER_EMAIL": "tests@emergence.invalid", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}  # no user config (hooks, signing)
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "emergence tests",
+    "GIT_AUTHOR_EMAIL": "tests@emergence.invalid",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
+    "GIT_COMMITTER_NAME": "emergence tests",
+    "GIT_COMMITTER_EMAIL": "tests@emergence.invalid",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}  # no user config (hooks, signing)
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True, check=True,
-                          env={**os.environ, **GIT_ENV})
+    done = subprocess.run(
+        ["git", *args], cwd=repo, input=input, capture_output=True, check=True, env={**os.environ, **GIT_ENV}
+    )
     return done.stdout.decode().strip()
 
 
@@ -103,8 +110,10 @@ def _write_tree(repo: Path, directory: Path, lfs: dict[str, str]) -> str:
         blobs = dict(zip(files, _git(repo, "hash-object", "-w", "--no-filters", "--stdin-paths", input=paths).split()))
 
     def tree(folder: Path) -> str:
-        entries = [f"040000 tree {tree(p)}\t{p.name}\n" if p.is_dir() else f"100644 blob {blobs[p]}\t{p.name}\n"
-                   for p in sorted(folder.iterdir())]
+        entries = [
+            f"040000 tree {tree(p)}\t{p.name}\n" if p.is_dir() else f"100644 blob {blobs[p]}\t{p.name}\n"
+            for p in sorted(folder.iterdir())
+        ]
         return _git(repo, "mktree", input="".join(entries).encode())
 
     return tree(directory)
@@ -130,21 +139,37 @@ class HubServer:
         HF_HUB_OFFLINE=0 overrides the HF_HUB_OFFLINE=1 that .ci/run sets for the suite; no
         telemetry requests in the server's log, which tests read to count downloads."""
         cache = cache or Path(tempfile.mkdtemp(prefix="hub-cache-", dir=self.root))
-        return {"HF_ENDPOINT": self.endpoint, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache),
-                "HF_HUB_DISABLE_TELEMETRY": "1"}
+        return {
+            "HF_ENDPOINT": self.endpoint,
+            "HF_HUB_OFFLINE": "0",
+            "HF_HUB_CACHE": str(cache),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+        }
 
     def log_tail(self, lines: int = 30) -> str:
         logs = [self.root / "olah.out", self.root / "logs" / "olah.log"]
-        return "\n".join(f"--- {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
-                         for p in logs if p.exists())
+        return "\n".join(
+            f"--- {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) for p in logs if p.exists()
+        )
 
     def start(self) -> None:
         """Start olah on the endpoint's port (again, after ``stop``: the same port and mirrors,
         as a mirror that comes back after an outage) and wait until it accepts connections."""
         with open(self.root / "olah.out", "ab") as out:  # appended: a restart keeps the earlier access log
-            self.proc = subprocess.Popen([sys.executable, "-m", "olah.server", "-c", str(self.root / "olah.toml"),
-                                          "--log-path", str(self.root / "logs")], cwd=self.root, stdout=out,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "olah.server",
+                    "-c",
+                    str(self.root / "olah.toml"),
+                    "--log-path",
+                    str(self.root / "logs"),
+                ],
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         _wait_until_listening(self, timeout=60)
 
     def stop(self, kill: bool = False) -> None:
@@ -182,8 +207,9 @@ def _wait_until_listening(server: HubServer, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
-            pytest.fail(f"olah exited with code {server.proc.returncode} before serving {server.endpoint}:\n"
-                        f"{server.log_tail()}")
+            pytest.fail(
+                f"olah exited with code {server.proc.returncode} before serving {server.endpoint}:\n{server.log_tail()}"
+            )
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             return

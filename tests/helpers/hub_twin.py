@@ -56,6 +56,7 @@ class TwinRepo:
 @dataclass(frozen=True)
 class Weights:
     """How a checkpoint stores its weights."""
+
     format: str  # "bin" (a pickle by torch.save, zipfile format) or "safetensors"
     dtype: torch.dtype
     shards: int = 1
@@ -75,7 +76,7 @@ def write_weights(state: dict[str, torch.Tensor], directory: Path, weights: Weig
     state = {k: v.to(weights.dtype).contiguous() for k, v in state.items()}
     stem, ext = ("model", "safetensors") if weights.format == "safetensors" else ("pytorch_model", "bin")
     keys, n = list(state), weights.shards
-    groups = [keys[i * len(keys) // n:(i + 1) * len(keys) // n] for i in range(n)]
+    groups = [keys[i * len(keys) // n : (i + 1) * len(keys) // n] for i in range(n)]
     names = [f"{stem}.{ext}"] if n == 1 else [f"{stem}-{i + 1:05d}-of-{n:05d}.{ext}" for i in range(n)]
     for name, group in zip(names, groups):
         part = {k: state[k] for k in group}
@@ -84,8 +85,10 @@ def write_weights(state: dict[str, torch.Tensor], directory: Path, weights: Weig
         else:
             torch.save(part, directory / name)
     if n > 1:
-        index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())},
-                 "weight_map": {k: name for name, group in zip(names, groups) for k in group}}
+        index = {
+            "metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())},
+            "weight_map": {k: name for name, group in zip(names, groups) for k in group},
+        }
         (directory / f"{stem}.{ext}.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
@@ -160,17 +163,30 @@ class Layout:
     def publish_to(self, mirrors: Path) -> TwinRepo:
         publish(mirrors, self.repo_id, self.dirs)
         branches = sorted((b for b in self.dirs if b != "main"), key=self.step)
-        files = {b: {p.relative_to(self.dirs[b]).as_posix(): p.stat().st_size
-                     for p in sorted(self.dirs[b].rglob("*")) if p.is_file()} for b in [*branches, "main"]}
+        files = {
+            b: {
+                p.relative_to(self.dirs[b]).as_posix(): p.stat().st_size
+                for p in sorted(self.dirs[b].rglob("*"))
+                if p.is_file()
+            }
+            for b in [*branches, "main"]
+        }
         tokenizer_files = {p.name for p in self.tokenizer.iterdir()}
         # the LFS oid publish stored each weight file under: the sha256 of its content
-        sha256 = {b: {p: hashlib.sha256((self.dirs[b] / p).read_bytes()).hexdigest() for p in f if is_weight_file(p)}
-                  for b, f in files.items()}
+        sha256 = {
+            b: {p: hashlib.sha256((self.dirs[b] / p).read_bytes()).hexdigest() for p in f if is_weight_file(p)}
+            for b, f in files.items()
+        }
         return TwinRepo(
-            family=self.family, repo_id=self.repo_id, model_type=self.model_type, branches=branches, files=files,
+            family=self.family,
+            repo_id=self.repo_id,
+            model_type=self.model_type,
+            branches=branches,
+            files=files,
             weight_sha256=sha256,
             planted=dict(self.planted),
-            tokenizer_branches=[b for b, f in files.items() if tokenizer_files <= f.keys()])
+            tokenizer_branches=[b for b, f in files.items() if tokenizer_files <= f.keys()],
+        )
 
 
 def pythia(repo: Layout) -> None:
@@ -211,9 +227,16 @@ def olmoe(repo: Layout) -> None:
 
 
 # stage1-step{N}-tokens{M}B: 2,097,152 tokens a step, M rounded up (stage1-step1000000-tokens2098B)
-OLMO2_BRANCHES = ["stage1-step1000-tokens3B", "stage1-step3000-tokens7B", "stage1-step10000-tokens21B",
-                  "stage1-step30000-tokens63B", "stage1-step100000-tokens210B", "stage1-step300000-tokens630B",
-                  "stage1-step1000000-tokens2098B", "stage1-step1900000-tokens3985B"]
+OLMO2_BRANCHES = [
+    "stage1-step1000-tokens3B",
+    "stage1-step3000-tokens7B",
+    "stage1-step10000-tokens21B",
+    "stage1-step30000-tokens63B",
+    "stage1-step100000-tokens210B",
+    "stage1-step300000-tokens630B",
+    "stage1-step1000000-tokens2098B",
+    "stage1-step1900000-tokens3985B",
+]
 OLMO1124 = "stage1-step3000-tokens7B"
 
 
@@ -245,8 +268,16 @@ def amber(repo: Layout) -> None:
     repo.checkpoint("main", Weights("safetensors", torch.bfloat16, shards=3), tokenizer=True)
 
 
-SMOLLM2_BRANCHES = ["step-20000", "step-40000", "step-80000", "step-160000", "step-320000", "step-640000",
-                    "step-1280000", "step-2000000"]
+SMOLLM2_BRANCHES = [
+    "step-20000",
+    "step-40000",
+    "step-80000",
+    "step-160000",
+    "step-320000",
+    "step-640000",
+    "step-1280000",
+    "step-2000000",
+]
 
 
 def smollm2(repo: Layout) -> None:
@@ -275,8 +306,10 @@ def crfm_gpt2(repo: Layout) -> None:
         torch.save({"module": state, "global_steps": step}, deepspeed / "mp_rank_00_model_states.pt")
         flat = torch.cat([v.float().flatten() for v in state.values()])
         for rank, part in enumerate(flat.chunk(2)):
-            torch.save({"optimizer_state_dict": {"single_partition_of_fp32_groups": [part.clone()]}},
-                       deepspeed / f"zero_pp_rank_{rank}_mp_rank_00optim_states.pt")
+            torch.save(
+                {"optimizer_state_dict": {"single_partition_of_fp32_groups": [part.clone()]}},
+                deepspeed / f"zero_pp_rank_{rank}_mp_rank_00optim_states.pt",
+            )
         (directory / "latest").write_text(f"global_step{step}")
         (directory / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}, indent=2))
         torch.save({"output_dir": "alias-gpt2-small-x21", "seed": 21, "fp16": True}, directory / "training_args.bin")
@@ -285,8 +318,15 @@ def crfm_gpt2(repo: Layout) -> None:
     repo.add_tokenizer("main")
 
 
-FAMILIES = {"pythia": pythia, "olmo": olmo, "olmoe": olmoe, "olmo2": olmo2, "amber": amber, "smollm2": smollm2,
-            "crfm_gpt2": crfm_gpt2}
+FAMILIES = {
+    "pythia": pythia,
+    "olmo": olmo,
+    "olmoe": olmoe,
+    "olmo2": olmo2,
+    "amber": amber,
+    "smollm2": smollm2,
+    "crfm_gpt2": crfm_gpt2,
+}
 
 
 def build_twin(mirrors: Path, work: Path) -> dict[str, TwinRepo]:

@@ -10,13 +10,19 @@ from transformers import AutoModelForCausalLM
 
 # Written out per family from the transformers source, independently of ``capture.discover``.
 _LLAMA_LIKE = lambda m: [l.self_attn.o_proj for l in m.model.layers]  # noqa: E731
-OUT_PROJ = {"gpt_neox": lambda m: [l.attention.dense for l in m.gpt_neox.layers],
-            "gpt2": lambda m: [b.attn.c_proj for b in m.transformer.h],  # Conv1D: its input is [b, T, heads*d] too
-            **dict.fromkeys(("olmo", "olmoe", "olmo2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"),
-                            _LLAMA_LIKE)}
-DECODER_LAYERS = {"gpt_neox": lambda m: list(m.gpt_neox.layers), "gpt2": lambda m: list(m.transformer.h),
-                  **dict.fromkeys(("olmo", "olmoe", "olmo2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"),
-                                  lambda m: list(m.model.layers))}
+OUT_PROJ = {
+    "gpt_neox": lambda m: [l.attention.dense for l in m.gpt_neox.layers],
+    "gpt2": lambda m: [b.attn.c_proj for b in m.transformer.h],  # Conv1D: its input is [b, T, heads*d] too
+    **dict.fromkeys(("olmo", "olmoe", "olmo2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"), _LLAMA_LIKE),
+}
+DECODER_LAYERS = {
+    "gpt_neox": lambda m: list(m.gpt_neox.layers),
+    "gpt2": lambda m: list(m.transformer.h),
+    **dict.fromkeys(
+        ("olmo", "olmoe", "olmo2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"),
+        lambda m: list(m.model.layers),
+    ),
+}
 
 
 def eager_model(path):
@@ -58,8 +64,10 @@ def eager_sink_importance(model, tokens: torch.Tensor) -> np.ndarray:
 def head_outputs_at_last(model, arch: str, tokens: torch.Tensor, n_heads: int) -> np.ndarray:
     """[n, layers, heads, d]: each head's slice of the output projection's input at T-1."""
     grabbed = []
-    hooks = [p.register_forward_pre_hook(lambda m, args: grabbed.append(args[0][:, -1].double().clone()))
-             for p in OUT_PROJ[arch](model)]
+    hooks = [
+        p.register_forward_pre_hook(lambda m, args: grabbed.append(args[0][:, -1].double().clone()))
+        for p in OUT_PROJ[arch](model)
+    ]
     with torch.no_grad():
         model(tokens)
     for h in hooks:
@@ -103,9 +111,12 @@ def eager_residual_and_values(path, arch: str, tokens: torch.Tensor) -> tuple[li
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     model.set_attn_implementation("test_keep_values")
     hidden: list[np.ndarray] = []
-    hooks = [layer.register_forward_hook(
-        lambda m, args, out: hidden.append((out[0] if isinstance(out, tuple) else out).double().numpy().copy()))
-        for layer in DECODER_LAYERS[arch](model)]
+    hooks = [
+        layer.register_forward_hook(
+            lambda m, args, out: hidden.append((out[0] if isinstance(out, tuple) else out).double().numpy().copy())
+        )
+        for layer in DECODER_LAYERS[arch](model)
+    ]
     try:
         with torch.no_grad():
             model(tokens)
@@ -127,15 +138,22 @@ def reference_head_weights(model, arch: str) -> list[dict[str, torch.Tensor]]:
         for block in model.transformer.h:
             q, k, v = block.attn.c_attn.weight.split(d, dim=1)  # Conv1D [d_model, 3 d_model]
             cut = lambda w: w.reshape(d, heads, -1).permute(1, 0, 2)  # noqa: E731
-            out.append({"W_Q": cut(q), "W_K": cut(k), "W_V": cut(v),
-                        "W_O": block.attn.c_proj.weight.reshape(heads, -1, d)})
+            out.append(
+                {"W_Q": cut(q), "W_K": cut(k), "W_V": cut(v), "W_O": block.attn.c_proj.weight.reshape(heads, -1, d)}
+            )
         return out
     if arch == "gpt_neox":
         d = cfg.hidden_size
         for layer in model.gpt_neox.layers:
             w = layer.attention.query_key_value.weight.reshape(heads, 3, -1, d)  # [heads, (q, k, v), d_head, d_model]
-            out.append({"W_Q": w[:, 0].transpose(1, 2), "W_K": w[:, 1].transpose(1, 2), "W_V": w[:, 2].transpose(1, 2),
-                        "W_O": layer.attention.dense.weight.reshape(d, heads, -1).permute(1, 2, 0)})
+            out.append(
+                {
+                    "W_Q": w[:, 0].transpose(1, 2),
+                    "W_K": w[:, 1].transpose(1, 2),
+                    "W_V": w[:, 2].transpose(1, 2),
+                    "W_O": layer.attention.dense.weight.reshape(d, heads, -1).permute(1, 2, 0),
+                }
+            )
         return out
     d = cfg.hidden_size
     kv = getattr(cfg, "num_key_value_heads", None) or heads
@@ -146,10 +164,18 @@ def reference_head_weights(model, arch: str) -> list[dict[str, torch.Tensor]]:
             q, k, v = attn.qkv_proj.weight.split([heads * d_head, kv * d_head, kv * d_head], dim=0)
         else:
             q, k, v = attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight
+
         def per_head(w, n, d_head=d_head):
             return w.reshape(n, d_head, d).transpose(1, 2).repeat_interleave(heads // n, 0)
-        out.append({"W_Q": per_head(q, heads), "W_K": per_head(k, kv), "W_V": per_head(v, kv),
-                    "W_O": attn.o_proj.weight.reshape(d, heads, d_head).permute(1, 2, 0)})
+
+        out.append(
+            {
+                "W_Q": per_head(q, heads),
+                "W_K": per_head(k, kv),
+                "W_V": per_head(v, kv),
+                "W_O": attn.o_proj.weight.reshape(d, heads, d_head).permute(1, 2, 0),
+            }
+        )
     return out
 
 
@@ -159,8 +185,9 @@ def reference_weight_circuits(model, arch: str) -> dict[str, np.ndarray]:
     W_E W_V W_O W_U, and the SVDs of the whole [d_model, d_model] W_Q W_K^T and W_V W_O."""
     W_E = model.get_input_embeddings().weight.detach().double().numpy()
     W_U = model.lm_head.weight.detach().double().numpy().T  # every tested family names it so
-    columns: dict[str, list] = {name: [] for name in ("ov_copying", "qk_sigma1", "qk_stable_rank", "ov_sigma1",
-                                                      "ov_stable_rank")}
+    columns: dict[str, list] = {
+        name: [] for name in ("ov_copying", "qk_sigma1", "qk_stable_rank", "ov_sigma1", "ov_stable_rank")
+    }
     for layer in reference_head_weights(model, arch):
         W_Q, W_K, W_V, W_O = (layer[name].detach().double().numpy() for name in ("W_Q", "W_K", "W_V", "W_O"))
         row: dict[str, list] = {name: [] for name in columns}

@@ -23,11 +23,12 @@ def _last_position_outputs(model, tokens, output_attentions: bool):
     tokens = torch.as_tensor(np.asarray(tokens), dtype=torch.long, device=model.device)
     with torch.no_grad():
         for start in range(0, len(tokens), BATCH):
-            yield start, model(tokens[start:start + BATCH], output_attentions=output_attentions)
+            yield start, model(tokens[start : start + BATCH], output_attentions=output_attentions)
 
 
-def reference_metrics(model, task: str, tokens, target=None, distractor=None, decade_value=None,
-                      answer_ids=None) -> dict[str, np.ndarray]:
+def reference_metrics(
+    model, task: str, tokens, target=None, distractor=None, decade_value=None, answer_ids=None
+) -> dict[str, np.ndarray]:
     """Per-prompt metrics (name -> float64 [n]) of ``task`` for ``tokens`` [n, T]: IOI / binding
     ``top1``, ``target_gt_distractor``, ``logit_diff``; greater-than ``top1_above``, ``prob_above``,
     ``prob_below``, ``logit_diff_above_below``; successor ``top1``, ``target_logit``, ``target_rank``."""
@@ -65,8 +66,9 @@ def reference_metrics(model, task: str, tokens, target=None, distractor=None, de
     return {name: np.array(v, dtype=np.float64) for name, v in values.items()}
 
 
-def reference_screens(model, task: str, tokens, positions: dict[str, np.ndarray],
-                      k: int = 5) -> tuple[dict[str, np.ndarray], dict[str, list[tuple[int, int]]]]:
+def reference_screens(
+    model, task: str, tokens, positions: dict[str, np.ndarray], k: int = 5
+) -> tuple[dict[str, np.ndarray], dict[str, list[tuple[int, int]]]]:
     """Per-head scores (name -> [layers, heads]) and ranked top-``k`` heads (screen -> [(layer, head)])
     of ``task`` for ``tokens`` [n, T] with the batch's named ``positions`` (name -> [n])."""
     n, T = np.asarray(tokens).shape
@@ -78,8 +80,11 @@ def reference_screens(model, task: str, tokens, positions: dict[str, np.ndarray]
     elif task == "successor":  # the study's fixed positions: 4 (itself) and 3 at T = 5
         keys = {"self": np.full(n, T - 1), "prev": np.full(n, T - 2)}
     elif task == "binding":
-        keys = {"binding": positions["binding"], "distractor": positions["distractor"],
-                "query_name": positions["query_name"]}
+        keys = {
+            "binding": positions["binding"],
+            "distractor": positions["distractor"],
+            "query_name": positions["query_name"],
+        }
     else:
         raise ValueError(task)
     sums = {name: np.zeros((layers, heads)) for name in (*keys, "row")}
@@ -108,21 +113,32 @@ def reference_screens(model, task: str, tokens, positions: dict[str, np.ndarray]
         ratio = per_head(lambda l, h: subj_max[l, h] / max(io[l, h], 1e-6))
         nm_sel = per_head(lambda l, h: io[l, h] / max(max(s1[l, h], s2[l, h]), 1e-6))
         s_inhibition = [lh for lh in all_heads if ratio[lh] >= 2.0 and subj_max[lh] >= 0.1]
-        scores = {"io_attn": io, "s1_attn": s1, "s2_attn": s2, "other_attn": other, "nm_sel": nm_sel,
-                  "subj_max": subj_max, "subj_ratio": ratio}
+        scores = {
+            "io_attn": io,
+            "s1_attn": s1,
+            "s2_attn": s2,
+            "other_attn": other,
+            "nm_sel": nm_sel,
+            "subj_max": subj_max,
+            "subj_ratio": ratio,
+        }
         return scores, {"name_mover": top(nm_sel), "s_inhibition": top(subj_max, s_inhibition)}
     if task == "greater_than":
         gt_sel = per_head(lambda l, h: mean["decade"][l, h] / max(other[l, h] / (T - 2), 1e-8))
-        scores = {"decade_attn": mean["decade"], "century_attn": mean["century"], "other_attn": other,
-                  "gt_sel": gt_sel}
+        scores = {"decade_attn": mean["decade"], "century_attn": mean["century"], "other_attn": other, "gt_sel": gt_sel}
         return scores, {"greater_than": top(gt_sel)}
     if task == "successor":
         succ_sel = per_head(lambda l, h: mean["self"][l, h] / max(other[l, h] / (T - 2), 1e-8))
         scores = {"self_attn": mean["self"], "prev_attn": mean["prev"], "other_attn": other, "succ_sel": succ_sel}
         return scores, {"successor": top(succ_sel)}
     vb_sel = per_head(lambda l, h: mean["binding"][l, h] / max(other[l, h] / (T - 3), 1e-8))
-    scores = {"binding_attn": mean["binding"], "distractor_attn": mean["distractor"],
-              "query_name_attn": mean["query_name"], "other_attn": other, "vb_sel": vb_sel}
+    scores = {
+        "binding_attn": mean["binding"],
+        "distractor_attn": mean["distractor"],
+        "query_name_attn": mean["query_name"],
+        "other_attn": other,
+        "vb_sel": vb_sel,
+    }
     return scores, {"binding": top(vb_sel)}
 
 
@@ -136,9 +152,17 @@ def tiny_task_model(arch: str, seed: int = 0):
     """A random-init eager model: hidden 32, 2 layers, 4 heads (head_dim 8), vocabulary 128."""
     from transformers import AutoModelForCausalLM, GPTNeoXConfig, LlamaConfig, OlmoConfig
 
-    common = dict(vocab_size=TINY_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=64, max_position_embeddings=64, bos_token_id=None, eos_token_id=None,
-                  pad_token_id=None)
+    common = dict(
+        vocab_size=TINY_VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     config = {"gpt_neox": GPTNeoXConfig, "olmo": OlmoConfig, "llama": LlamaConfig}[arch](**common)
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()

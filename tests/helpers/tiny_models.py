@@ -31,14 +31,31 @@ WINDOW = 16  # sliding window, shorter than the test probe
 
 
 def tiny_config(arch: str, vocab_size: int = VOCAB):
-    common = dict(vocab_size=vocab_size, bos_token_id=None, eos_token_id=None, pad_token_id=None, hidden_size=32,
-                  num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=CONTEXT)
+    common = dict(
+        vocab_size=vocab_size,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=CONTEXT,
+    )
     gqa = dict(common, num_key_value_heads=2)
     if arch == "gpt_neox":
         return GPTNeoXConfig(**common, rotary_pct=0.25)
     if arch == "gpt2":
-        return GPT2Config(vocab_size=vocab_size, bos_token_id=None, eos_token_id=None, n_embd=32, n_layer=2,
-                          n_head=4, n_inner=64, n_positions=CONTEXT)
+        return GPT2Config(
+            vocab_size=vocab_size,
+            bos_token_id=None,
+            eos_token_id=None,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_inner=64,
+            n_positions=CONTEXT,
+        )
     if arch == "olmo":
         return OlmoConfig(**common, clip_qkv=0.5)  # small enough that the clip really bites
     if arch == "olmoe":
@@ -56,8 +73,15 @@ def tiny_config(arch: str, vocab_size: int = VOCAB):
     if arch == "phi3":
         return Phi3Config(**gqa, sliding_window=WINDOW)
     if arch == "gemma2":  # alternating sliding / global layers; with a wider init, a cap of 2 clips many logits
-        return Gemma2Config(**gqa, head_dim=16, query_pre_attn_scalar=24, sliding_window=WINDOW,
-                            attn_logit_softcapping=2.0, final_logit_softcapping=30.0, initializer_range=0.1)
+        return Gemma2Config(
+            **gqa,
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            sliding_window=WINDOW,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=30.0,
+            initializer_range=0.1,
+        )
     raise ValueError(arch)
 
 
@@ -94,8 +118,8 @@ def save_tiny_model_with_a_sink_head(path, layer: int = 0, head: int = 1, sharpn
         q = slice(head * head_dim, (head + 1) * head_dim)
         k = slice(n_embd + head * head_dim, n_embd + (head + 1) * head_dim)
         c_attn.weight[:, q] = 0.0
-        c_attn.bias[q] = sharpness / head_dim ** 0.5
-        c_attn.weight[:, k] = torch.outer(direction, torch.ones(head_dim)) / head_dim ** 0.5
+        c_attn.bias[q] = sharpness / head_dim**0.5
+        c_attn.weight[:, k] = torch.outer(direction, torch.ones(head_dim)) / head_dim**0.5
         c_attn.bias[k] = 0.0
         model.transformer.wpe.weight[0] += 50.0 * direction
     model.save_pretrained(path, safe_serialization=True)

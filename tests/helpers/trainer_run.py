@@ -13,8 +13,9 @@ def tokens_at(step: int) -> int:
     return step * BATCH * SEQ_LEN
 
 
-def train_run(out: Path, count_tokens: bool = True, steps: int = STEPS, save_steps: int = SAVE_STEPS,
-              callbacks=(), report_to=()) -> Path:
+def train_run(
+    out: Path, count_tokens: bool = True, steps: int = STEPS, save_steps: int = SAVE_STEPS, callbacks=(), report_to=()
+) -> Path:
     """The run, saved under ``out``; ``callbacks`` join the ``Trainer``'s, ``report_to`` its loggers. Every
     step's loss is logged (``trainer_state.json`` ``log_history``), unrounded."""
     import torch
@@ -33,12 +34,29 @@ def train_run(out: Path, count_tokens: bool = True, steps: int = STEPS, save_ste
             return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=4,
-                                         max_position_embeddings=SEQ_LEN))
-    args = TrainingArguments(output_dir=str(out), max_steps=steps, save_steps=save_steps,
-                             per_device_train_batch_size=BATCH, learning_rate=3e-3, report_to=list(report_to),
-                             use_cpu=True, include_num_input_tokens_seen=count_tokens, seed=0, disable_tqdm=True,
-                             logging_steps=1)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=SEQ_LEN,
+        )
+    )
+    args = TrainingArguments(
+        output_dir=str(out),
+        max_steps=steps,
+        save_steps=save_steps,
+        per_device_train_batch_size=BATCH,
+        learning_rate=3e-3,
+        report_to=list(report_to),
+        use_cpu=True,
+        include_num_input_tokens_seen=count_tokens,
+        seed=0,
+        disable_tqdm=True,
+        logging_steps=1,
+    )
     Trainer(model=model, args=args, train_dataset=Repeats(steps * BATCH), callbacks=list(callbacks)).train()
     return out

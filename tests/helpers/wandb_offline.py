@@ -17,14 +17,14 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 def records(path: Path) -> list[bytes]:
     data = path.read_bytes()
-    assert HEADER.unpack(data[:HEADER.size]) == (b":W&B", 0xBEE1, 0), f"{path} is no W&B run file"
+    assert HEADER.unpack(data[: HEADER.size]) == (b":W&B", 0xBEE1, 0), f"{path} is no W&B run file"
     found, pending, pos = [], b"", HEADER.size
     while pos + CHUNK.size <= len(data):
         if BLOCK - pos % BLOCK < CHUNK.size:  # a block's tail too short for a chunk header is padding
             pos += BLOCK - pos % BLOCK
             continue
-        _, length, kind = CHUNK.unpack(data[pos:pos + CHUNK.size])
-        chunk = data[pos + CHUNK.size:pos + CHUNK.size + length]
+        _, length, kind = CHUNK.unpack(data[pos : pos + CHUNK.size])
+        chunk = data[pos + CHUNK.size : pos + CHUNK.size + length]
         pos += CHUNK.size + length
         if kind == FULL:
             found.append(chunk)
@@ -48,6 +48,7 @@ def history(run_dir: Path) -> list[dict]:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
         if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                         for item in record.history.item})
+            rows.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
     return rows

@@ -71,8 +71,11 @@ def test_mean_ablation_with_a_heads_own_values_changes_nothing(tiny_dirs, batch)
     model = capture_model(tiny_dirs["olmo"])
     info = Architecture.of(model)
     one = make_probe_batch(1, T, 10, VOCAB, 3)
-    cap = run_probe(Subject(model, info, one, 1),
-                    PassOptions(baseline_positions(T, 50), 1, keep_position_means=True), metrics_per_sequence)
+    cap = run_probe(
+        Subject(model, info, one, 1),
+        PassOptions(baseline_positions(T, 50), 1, keep_position_means=True),
+        metrics_per_sequence,
+    )
     masks = torch.ones(1, info.n_layers, info.n_heads, dtype=torch.bool)  # every head, every layer
     with ablating(info, masks.unbind(1), cap.position_mean):  # the batch mean of a batch of one is itself
         same = last_logits(model, one.tokens)
@@ -91,11 +94,14 @@ def separate_pass_scores(model, info, batch, heads):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("head_sets", [
-    [[(0, 1), (1, 2)], [(0, 3), (1, 0)], []],  # layer 0 ablated: nothing to share
-    [[(1, 2)], [(1, 0), (1, 3)], [(1, 1)]],  # layer 0 runs once per minibatch
-    [[(1, 2)], [], [(0, 3)], [(1, 0), (0, 1)]],  # sets join at layers 1, 0, 0; the empty one keeps clean rows
-])
+@pytest.mark.parametrize(
+    "head_sets",
+    [
+        [[(0, 1), (1, 2)], [(0, 3), (1, 0)], []],  # layer 0 ablated: nothing to share
+        [[(1, 2)], [(1, 0), (1, 3)], [(1, 1)]],  # layer 0 runs once per minibatch
+        [[(1, 2)], [], [(0, 3)], [(1, 0), (0, 1)]],  # sets join at layers 1, 0, 0; the empty one keeps clean rows
+    ],
+)
 @pytest.mark.parametrize("per_pass", [1, 4, 6])
 def test_stacked_head_sets_over_a_shared_prefix_equal_separate_passes(arch, head_sets, per_pass, tiny_dirs, batch):
     model = capture_model(tiny_dirs[arch])
@@ -133,9 +139,11 @@ def test_the_layers_below_the_first_ablated_one_run_once_per_minibatch(tiny_dirs
     info = Architecture.of(model)
     rows = {}
     layers = info.decoder_layers
+
     def output_rows(i):
         def hook(module, args, out):
             rows.setdefault(i, []).append((out[0] if isinstance(out, tuple) else out).shape[0])
+
         return hook
 
     hooks = [layer.register_forward_hook(output_rows(i)) for i, layer in enumerate(layers)]
@@ -162,8 +170,10 @@ def test_the_last_layer_attends_from_its_last_query_alone(arch, tiny_dirs, batch
     real_attend = capture.attend
     monkeypatch.setattr(capture, "attend", attend)
     layers = info.decoder_layers
-    with torch.inference_mode(), \
-            ablation.last_position_only(layers[-1], info.out_projs[-1], info.attentions[-1]) as last_only:
+    with (
+        torch.inference_mode(),
+        ablation.last_position_only(layers[-1], info.out_projs[-1], info.attentions[-1]) as last_only,
+    ):
         logits = model(batch.tokens, logits_to_keep=1, use_cache=False, **last_only).logits[:, -1]
     assert queries == [T] * (info.n_layers - 1) + [1]
     torch.testing.assert_close(logits, clean, rtol=1e-5, atol=1e-5)
@@ -173,8 +183,14 @@ def test_a_stop_rule_ends_the_run_after_a_minibatch(tiny_dirs, batch):
     model = capture_model(tiny_dirs["gpt_neox"])
     info = Architecture.of(model)
     seen = []
-    run = run_ablation(model, info, batch, [[(1, 2)], [(1, 0)]], batch_size=2,
-                       stop=lambda loss: seen.append(loss.shape[1]) or loss.shape[1] >= 4)
+    run = run_ablation(
+        model,
+        info,
+        batch,
+        [[(1, 2)], [(1, 0)]],
+        batch_size=2,
+        stop=lambda loss: seen.append(loss.shape[1]) or loss.shape[1] >= 4,
+    )
     assert seen == [2, 4] and run.n == 4 and run.loss.shape == (2, 4)
     full = run_ablation(model, info, batch, [[(1, 2)], [(1, 0)]], batch_size=2)
     np.testing.assert_allclose(run.loss, full.loss[:, :4], rtol=1e-6)
@@ -215,7 +231,9 @@ def test_a_layer_full_of_circuit_heads_draws_from_the_nearest_layer_with_room():
     # ties go to the higher layer (not the previous-token heads below); a layer without room is passed over
     assert draw_controls([(2, h) for h in range(4)], 5, 4, 5, 0).fallback_layers == {2: 3}
     assert draw_controls([(2, h) for h in range(4)] + [(3, 0), (3, 1), (3, 2)], 5, 4, 5, 0).fallback_layers == {
-        2: 1, 3: 4}
+        2: 1,
+        3: 4,
+    }
     assert draw_controls([(2, h) for h in range(4)] + [(1, 0), (1, 1)], 5, 4, 5, 0).fallback_layers == {1: 0, 2: 3}
     # every layer full: no control set at all, and the note says why
     nothing = draw_controls([(l, h) for l in range(2) for h in range(4)], 2, 4, 5, 0)
@@ -223,8 +241,9 @@ def test_a_layer_full_of_circuit_heads_draws_from_the_nearest_layer_with_room():
     # two circuit layers never trade places: that would draw the in-layer set (the only one) again
     swap = draw_controls([(0, 0), (0, 1), (1, 0), (1, 1)], 2, 4, 5, 0)
     assert swap.sets == [[(0, 2), (0, 3), (1, 2), (1, 3)]] and swap.fallback_layers == {}
-    assert swap.note(5) == ("1 distinct in-layer sets exist; no layer has room for the fallback; "
-                            "the verdict rests on 1 (fewer than 3)")
+    assert swap.note(5) == (
+        "1 distinct in-layer sets exist; no layer has room for the fallback; the verdict rests on 1 (fewer than 3)"
+    )
     one = draw_controls([(0, h) for h in range(4)], 2, 4, 5, 0)  # layer 1's four heads: one set
     assert one.sets == [[(1, 0), (1, 1), (1, 2), (1, 3)]]
     assert one.note(5).endswith("the verdict rests on 1 (fewer than 3)")
@@ -248,7 +267,8 @@ def test_a_head_near_the_circuit_level_is_never_a_control():
 def test_effect_ratio_only_over_a_positive_control_rise():
     rise = ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=3.0)
     assert (rise.circuit_loss_increase, rise.controls_loss_increase_mean, rise.ratio, rise.causal) == pytest.approx(
-        (3.0, 0.8 / 3, 3.0 / (0.8 / 3), True))
+        (3.0, 0.8 / 3, 3.0 / (0.8 / 3), True)
+    )
     assert ablation.effect(2.0, 5.0, [2.5, 2.0, 2.3], causal_factor=12.0).causal is False  # 11.25x
     fall = ablation.effect(2.0, 5.0, [1.9, 2.0], causal_factor=3.0)
     assert fall.controls_loss_increase_mean == pytest.approx(-0.05) and fall.ratio is None

@@ -41,12 +41,24 @@ def leaf_fields(cls, prefix: str = "") -> list[tuple[str, object]]:
 
 
 # model.key names the preset chosen; model.panel and published_steps are lists of records a preset writes
-FIELDS = [(name, kind) for name, kind in leaf_fields(Config)
-          if name not in ("model.key", "model.panel", "model.published_steps")]
-NUMBERS = st.one_of(st.integers(-10**30, 10**30), st.sampled_from([0, -1, 1, 2, 10**6]),
-                    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([math.nan, math.inf, -math.inf]))
-TEXTS = st.one_of(st.just(""), st.text(max_size=20), st.just("x" * 5000), st.just("\udcff\udcfe not utf-8"),
-                  st.sampled_from(["/nonexistent/path", "/root/..", "null", "banana", "L99H99", "[1, 2]"]))
+FIELDS = [
+    (name, kind)
+    for name, kind in leaf_fields(Config)
+    if name not in ("model.key", "model.panel", "model.published_steps")
+]
+NUMBERS = st.one_of(
+    st.integers(-(10**30), 10**30),
+    st.sampled_from([0, -1, 1, 2, 10**6]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+)
+TEXTS = st.one_of(
+    st.just(""),
+    st.text(max_size=20),
+    st.just("x" * 5000),
+    st.just("\udcff\udcfe not utf-8"),
+    st.sampled_from(["/nonexistent/path", "/root/..", "null", "banana", "L99H99", "[1, 2]"]),
+)
 VALUES = st.one_of(NUMBERS, TEXTS, st.booleans(), st.none(), st.lists(st.one_of(NUMBERS, TEXTS), max_size=3))
 
 
@@ -80,8 +92,9 @@ def checked(base, name: str, value) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("examples", [pytest.param(300, id="fast"),
-                                      pytest.param(3000, id="thousands", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "examples", [pytest.param(300, id="fast"), pytest.param(3000, id="thousands", marks=pytest.mark.slow)]
+)
 def test_every_field_takes_a_bad_value_or_names_it_in_one_line(examples, base_config):
     @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
     @given(field=st.sampled_from(FIELDS), value=VALUES)
@@ -99,16 +112,25 @@ def test_every_field_takes_a_bad_value_or_names_it_in_one_line(examples, base_co
 
 
 def test_non_finite_and_non_positive_thresholds_are_refused(base_config):
-    for name in ("threshold.class_default", "threshold.circuit", "threshold.prev_token_circuit",
-                 "threshold.per_class.induction"):
+    for name in (
+        "threshold.class_default",
+        "threshold.circuit",
+        "threshold.prev_token_circuit",
+        "threshold.per_class.induction",
+    ):
         for value in (math.nan, math.inf, -math.inf, 0.0, -1.0):
             line = checked(base_config, name, value)
             assert line is not None and line.startswith(f"{name}="), (name, value, line)
         assert checked(base_config, name, 12.5) is None
 
 
-RAW = st.one_of(TEXTS, NUMBERS.map(str), st.sampled_from(["[1,2]", "{a: 1}", "'quoted'", "${oc.env:NOPE}", "1e999",
-                                                          "-0", "true", "null", "=", "a=b", "[", "'unclosed"]))
+RAW = st.one_of(
+    TEXTS,
+    NUMBERS.map(str),
+    st.sampled_from(
+        ["[1,2]", "{a: 1}", "'quoted'", "${oc.env:NOPE}", "1e999", "-0", "true", "null", "=", "a=b", "[", "'unclosed"]
+    ),
+)
 
 
 def composed(name: str, raw: str) -> str | None:
@@ -138,9 +160,16 @@ def test_refused_overrides_are_one_line_and_exit_2_from_the_command(tmp_path):
     from tests.e2e.test_bad_input import ENV, assert_one_line
     from tests.helpers.cli import run_cli
 
-    cases = [("threshold.circuit", "nan"), ("threshold.class_default", "inf"), ("probe.seq_len", "banana"),
-             ("ablate.confidence", "1e999"), ("stats.n_boot", "-5"), ("probe.first_token", "'unclosed"),
-             ("ablate.heads", "[L99]"), ("hub.prefetch", "[1,2]")]
+    cases = [
+        ("threshold.circuit", "nan"),
+        ("threshold.class_default", "inf"),
+        ("probe.seq_len", "banana"),
+        ("ablate.confidence", "1e999"),
+        ("stats.n_boot", "-5"),
+        ("probe.first_token", "'unclosed"),
+        ("ablate.heads", "[L99]"),
+        ("hub.prefetch", "[1,2]"),
+    ]
     for name, raw in cases:
         line = composed(name, raw)
         assert line is not None, (name, raw)
@@ -157,8 +186,13 @@ def sibling_commands():
     from emergence.panel import refine, report, seeds
     from emergence.toy import __main__ as toy
 
-    return {"report": report.main, "revisions": revisions.main, "refine": refine.main, "toy": toy.main,
-            "seeds": seeds.main}
+    return {
+        "report": report.main,
+        "revisions": revisions.main,
+        "refine": refine.main,
+        "toy": toy.main,
+        "seeds": seeds.main,
+    }
 
 
 ARG_TEXT = st.one_of(TEXTS, NUMBERS.map(str), st.sampled_from(["nan", "inf", "-inf", "0", "-1", "1e999", "--", "-x"]))
@@ -168,8 +202,16 @@ def sibling_argv(empty: str) -> st.SearchStrategy:
     paths = st.sampled_from(["/nonexistent/path", empty, "", "no_such_preset"])
     value = st.one_of(ARG_TEXT, paths)
     options = {
-        "report": ["--out", "--class-threshold", "--circuit-threshold", "--sink-epsilon", "--pr-estimator",
-                   "--wandb-mode", "--wandb-project", "--wandb-entity"],
+        "report": [
+            "--out",
+            "--class-threshold",
+            "--circuit-threshold",
+            "--sink-epsilon",
+            "--pr-estimator",
+            "--wandb-mode",
+            "--wandb-project",
+            "--wandb-entity",
+        ],
         "revisions": ["--tokens-per-step", "--repo", "--propose", "--from", "--to", "--between", "--check"],
         "refine": ["--milestones", "--parallel", "--sink-epsilon"],
         "toy": ["--override", "--compare"],
@@ -195,8 +237,9 @@ def sibling_argv(empty: str) -> st.SearchStrategy:
     return draw()
 
 
-@pytest.mark.parametrize("examples", [pytest.param(150, id="fast"),
-                                      pytest.param(1500, id="thousands", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "examples", [pytest.param(150, id="fast"), pytest.param(1500, id="thousands", marks=pytest.mark.slow)]
+)
 def test_every_sibling_command_ends_a_bad_argument_in_one_line(examples, tmp_path, monkeypatch):
     """``python -m emergence.report | revisions | refine | toy | panel.seeds`` on drawn arguments: each
     either runs or exits 2 (refine: 1 for a failed job) with one line on stderr; nothing escapes."""

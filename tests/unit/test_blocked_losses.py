@@ -84,8 +84,13 @@ def test_probe_pass_losses_and_scores_equal_the_full_logits_of_every_architectur
     subject = Subject(model, Architecture.of(model), batch, BATCH)
     held = []
     logits_of = Unembedding.logits
-    monkeypatch.setattr(Unembedding, "logits", lambda self, h, rows=slice(None), out=None: held.append(
-        (len(h), len(range(*rows.indices(len(self.weight)))))) or logits_of(self, h, rows, out))
+    monkeypatch.setattr(
+        Unembedding,
+        "logits",
+        lambda self, h, rows=slice(None), out=None: (
+            held.append((len(h), len(range(*rows.indices(len(self.weight)))))) or logits_of(self, h, rows, out)
+        ),
+    )
     options = PassOptions(baseline_positions(T, 20), N, loss_positions=np.arange(1, T))
     cap = run_probe(subject, options, metrics_per_sequence)
     blocks = [shape for shape in held if shape[0] > BATCH]  # the rest: the T-1 check
@@ -100,8 +105,11 @@ def test_probe_pass_losses_and_scores_equal_the_full_logits_of_every_architectur
 
 def test_the_tested_architectures_cover_tied_and_untied_embeddings_and_a_final_soft_cap():
     models = {arch: tiny_model(arch) for arch in ARCHS}
-    tied = {arch for arch, m in models.items()
-            if m.get_output_embeddings().weight.data_ptr() == m.get_input_embeddings().weight.data_ptr()}
+    tied = {
+        arch
+        for arch, m in models.items()
+        if m.get_output_embeddings().weight.data_ptr() == m.get_input_embeddings().weight.data_ptr()
+    }
     assert tied and tied != set(ARCHS)
     assert Unembedding.of(models["gemma2"]).softcap == 30.0
 
@@ -122,8 +130,11 @@ def test_a_model_whose_logits_are_not_its_output_embeddings_is_refused():
     with pytest.raises(UsageError, match="logits are not its output embeddings"):
         run_probe(Subject(model, Architecture.of(model), batch, BATCH), options, metrics_per_sequence)
     # the paper probe reads the model's own logits at T-1 alone: it runs
-    run_probe(Subject(model, Architecture.of(model), batch, BATCH), PassOptions(baseline_positions(T, 20), BATCH),
-              metrics_per_sequence)
+    run_probe(
+        Subject(model, Architecture.of(model), batch, BATCH),
+        PassOptions(baseline_positions(T, 20), BATCH),
+        metrics_per_sequence,
+    )
 
 
 def test_the_text_curve_projects_only_its_positions_and_the_icl_score_is_unchanged(monkeypatch):
@@ -139,14 +150,21 @@ def test_the_text_curve_projects_only_its_positions_and_the_icl_score_is_unchang
     subject = Subject(model, Architecture.of(model), batch, N)
     held = []
     logits_of = Unembedding.logits
-    monkeypatch.setattr(Unembedding, "logits", lambda self, h, rows=slice(None), out=None: held.append(
-        (len(h), len(range(*rows.indices(len(self.weight)))))) or logits_of(self, h, rows, out))
-    sparse = run_probe(subject, PassOptions(baseline_positions(T, 20), N, loss_positions=positions),
-                       metrics_per_sequence).position_losses
+    monkeypatch.setattr(
+        Unembedding,
+        "logits",
+        lambda self, h, rows=slice(None), out=None: (
+            held.append((len(h), len(range(*rows.indices(len(self.weight)))))) or logits_of(self, h, rows, out)
+        ),
+    )
+    sparse = run_probe(
+        subject, PassOptions(baseline_positions(T, 20), N, loss_positions=positions), metrics_per_sequence
+    ).position_losses
     assert {shape[0] for shape in held} == {N, N * len(positions)}  # the T-1 check, then the curve's positions
     monkeypatch.undo()
-    every = run_probe(subject, PassOptions(baseline_positions(T, 20), N, loss_positions=np.arange(1, T)),
-                      metrics_per_sequence).position_losses
+    every = run_probe(
+        subject, PassOptions(baseline_positions(T, 20), N, loss_positions=np.arange(1, T)), metrics_per_sequence
+    ).position_losses
     measured = np.isin(np.arange(1, T), positions)
     np.testing.assert_allclose(sparse[:, measured], every[:, measured], rtol=1e-6, atol=1e-6)
     assert np.isnan(sparse[:, ~measured]).all() and not np.isnan(every).any()
@@ -154,8 +172,10 @@ def test_the_text_curve_projects_only_its_positions_and_the_icl_score_is_unchang
     class Stats:
         n_boot, seed, ci = 200, 0, 0.95
 
-    scores = {name: text_scores(losses, icl, Stats, "file", "bytes") for name, losses in
-              (("sparse", sparse), ("every", every))}
+    scores = {
+        name: text_scores(losses, icl, Stats, "file", "bytes")
+        for name, losses in (("sparse", sparse), ("every", every))
+    }
     assert scores["sparse"].icl_score == pytest.approx(scores["every"].icl_score, rel=1e-6)
     curve = scores["sparse"].loss_by_position
     assert [p for p, v in enumerate(curve) if v is not None] == positions.tolist()
@@ -176,5 +196,5 @@ def test_the_toys_copy_loss_drop_equals_the_full_log_softmax(arch):
     tokens, first, second = copy_eval_batch(recipe.vocab_size, recipe.seq_len, 64, COPY_SPAN, COPY_EVAL_SEED)
     with torch.no_grad():
         nll = full_log_softmax_losses(model(tokens).logits[:, :-1], tokens[:, 1:])  # column t: token t+1
-    expected = nll[:, first:first + COPY_SPAN - 1].mean() - nll[:, second:second + COPY_SPAN - 1].mean()
+    expected = nll[:, first : first + COPY_SPAN - 1].mean() - nll[:, second : second + COPY_SPAN - 1].mean()
     assert measure_copy_loss_drop(model, recipe) == pytest.approx(float(expected), abs=1e-5)

@@ -32,8 +32,9 @@ T = 64
 
 
 def capture_model(path):
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                attn_implementation=register_attention()).eval()
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation=register_attention()
+    ).eval()
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +96,9 @@ def test_spectral_sums_equal_head_outputs_from_hooks(arch, tiny_dirs, probe_batc
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
     arch_info = Architecture.of(model)
-    cap = run_probe(Subject(model, arch_info, batch, 5),
-                    PassOptions(baseline, 7, keep_position_means=True), metrics_per_sequence)
+    cap = run_probe(
+        Subject(model, arch_info, batch, 5), PassOptions(baseline, 7, keep_position_means=True), metrics_per_sequence
+    )
     x = head_outputs_at_last(eager_model(tiny_dirs[arch]), arch, batch.tokens, arch_info.n_heads)[:7]
     gram = np.einsum("nlhd,nlhe->lhde", x, x)
     # SDPA and eager kernels differ in float32 rounding only: tolerance relative to the scale.
@@ -134,25 +136,35 @@ def test_discovered_projection_reassembles_the_attention_output_from_head_output
     proj = arch_info.out_projs[1]
     with torch.no_grad():  # affine: proj(x) = sum over heads of (proj(that head only) - proj(0)), + proj(0)
         zero = proj(torch.zeros_like(x.flatten(1)))
-        per_head = [proj((x * (torch.arange(arch_info.n_heads) == h)[:, None]).flatten(1)) - zero
-                    for h in range(arch_info.n_heads)]
+        per_head = [
+            proj((x * (torch.arange(arch_info.n_heads) == h)[:, None]).flatten(1)) - zero
+            for h in range(arch_info.n_heads)
+        ]
     torch.testing.assert_close(sum(per_head) + zero, outputs[0], rtol=1e-4, atol=1e-5)
 
 
 # Each family's own twist, switched off in a copy: the captured row must change with it and
 # still equal eager attention with it on (so we really see the clipped / windowed / capped one).
-TWISTS = [("olmo", {"clip_qkv": None}), ("olmoe", {"clip_qkv": None}), ("mistral", {"sliding_window": None}),
-          ("qwen2", {"layer_types": ["full_attention"] * 2}), ("phi3", {"sliding_window": None}),
-          ("gemma2", {"attn_logit_softcapping": None}), ("gemma2", {"query_pre_attn_scalar": 8})]
+TWISTS = [
+    ("olmo", {"clip_qkv": None}),
+    ("olmoe", {"clip_qkv": None}),
+    ("mistral", {"sliding_window": None}),
+    ("qwen2", {"layer_types": ["full_attention"] * 2}),
+    ("phi3", {"sliding_window": None}),
+    ("gemma2", {"attn_logit_softcapping": None}),
+    ("gemma2", {"query_pre_attn_scalar": 8}),
+]
 
 
 @pytest.mark.parametrize("arch,off", TWISTS)
 def test_family_twists_stay_in_effect(arch, off, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
-    plain = AutoModelForCausalLM.from_pretrained(tiny_dirs[arch], dtype=torch.float32,
-                                                 attn_implementation=register_attention(), **off).eval()
-    cap_plain = run_probe(Subject(plain, Architecture.of(plain), batch, 12),
-                          PassOptions(baseline, 12), metrics_per_sequence)
+    plain = AutoModelForCausalLM.from_pretrained(
+        tiny_dirs[arch], dtype=torch.float32, attn_implementation=register_attention(), **off
+    ).eval()
+    cap_plain = run_probe(
+        Subject(plain, Architecture.of(plain), batch, 12), PassOptions(baseline, 12), metrics_per_sequence
+    )
     model = capture_model(tiny_dirs[arch])
     cap = run_probe(Subject(model, Architecture.of(model), batch, 12), PassOptions(baseline, 12), metrics_per_sequence)
     assert np.abs(cap.targets - cap_plain.targets).max() > 1e-3
@@ -245,13 +257,15 @@ def test_a_layer_that_does_not_pass_the_forwards_keyword_arguments_on_is_refused
 
 def test_the_capture_registers_nothing_on_import():
     """transformers knows our attention only once a loader asks for it (``register_attention``)."""
-    code = ("import emergence.recipe.capture, emergence.hub.checkpoints\n"
-            "from transformers import AttentionInterface\n"
-            "from transformers.masking_utils import AttentionMaskInterface\n"
-            "name = emergence.recipe.capture.ATTN_IMPLEMENTATION\n"
-            "assert name not in AttentionInterface._global_mapping, 'registered on import'\n"
-            "assert name not in AttentionMaskInterface._global_mapping, 'registered on import'\n"
-            "register = emergence.recipe.capture.register_attention\n"
-            "assert register() == register() == name\n"
-            "assert AttentionInterface._global_mapping[name] is emergence.recipe.capture.capture_attention\n")
+    code = (
+        "import emergence.recipe.capture, emergence.hub.checkpoints\n"
+        "from transformers import AttentionInterface\n"
+        "from transformers.masking_utils import AttentionMaskInterface\n"
+        "name = emergence.recipe.capture.ATTN_IMPLEMENTATION\n"
+        "assert name not in AttentionInterface._global_mapping, 'registered on import'\n"
+        "assert name not in AttentionMaskInterface._global_mapping, 'registered on import'\n"
+        "register = emergence.recipe.capture.register_attention\n"
+        "assert register() == register() == name\n"
+        "assert AttentionInterface._global_mapping[name] is emergence.recipe.capture.capture_attention\n"
+    )
     run_fresh(code)

@@ -6,17 +6,29 @@ from emergence.hub.checkpoints import resolve_revision
 from emergence.hub.revision_names import parse_revision_name
 from emergence.hub.revisions import check_revision_name
 
-PRESETS_WITH_PANELS = ["pythia", "olmo", "olmoe", "amber", "crfm_gpt2", "toy_neox", "toy_olmo", "toy_olmoe",
-                       "toy_olmo_sinks"]
+PRESETS_WITH_PANELS = [
+    "pythia",
+    "olmo",
+    "olmoe",
+    "amber",
+    "crfm_gpt2",
+    "toy_neox",
+    "toy_olmo",
+    "toy_olmoe",
+    "toy_olmo_sinks",
+]
 
 
-@pytest.mark.parametrize("model,revision,step,tokens", [
-    ("pythia", "r3", 64, 64 * 2_097_152),
-    ("olmo", "r3", 11000, 23 * 10**9),
-    ("olmoe", "r3", 50000, 209 * 10**9),
-    ("pythia", "final", 143000, 143000 * 2_097_152),
-    ("olmoe", "r0", 5000, 20 * 10**9),
-])
+@pytest.mark.parametrize(
+    "model,revision,step,tokens",
+    [
+        ("pythia", "r3", 64, 64 * 2_097_152),
+        ("olmo", "r3", 11000, 23 * 10**9),
+        ("olmoe", "r3", 50000, 209 * 10**9),
+        ("pythia", "final", 143000, 143000 * 2_097_152),
+        ("olmoe", "r0", 5000, 20 * 10**9),
+    ],
+)
 def test_panel_revisions_resolve_to_branch_step_and_tokens(model, revision, step, tokens):
     rev = resolve_revision(compose_config([f"model={model}", f"revision={revision}"]))
     assert (rev.step, rev.tokens) == (step, tokens)
@@ -46,18 +58,21 @@ def test_custom_revisions_parse_tokens():
     assert parse_revision_name("main", None, None) == (None, None)
 
 
-@pytest.mark.parametrize("model,name,nearest", [
-    ("pythia", "step999", "step512, step1000"),
-    ("pythia", "step144000", "step142000, step143000"),
-    ("olmo", "step11000", "step11000-tokens23B"),
-    ("olmoe", "main-ish", "step5000-tokens20B"),
-    ("amber", "ckpt_360", "ckpt_357, ckpt_358"),
-    ("amber", "ckpt_12", "ckpt_(?P<step>"),
-    ("crfm_gpt2", "checkpoint-95", "checkpoint-90, checkpoint-100"),
-    ("crfm_gpt2", "checkpoint-20500", "checkpoint-20000, checkpoint-21000"),
-    ("smollm2", "step1000", "step-(?P<step>"),
-    ("olmo2", "step1000-tokens3B", "stage1-step(?P<step>"),
-])
+@pytest.mark.parametrize(
+    "model,name,nearest",
+    [
+        ("pythia", "step999", "step512, step1000"),
+        ("pythia", "step144000", "step142000, step143000"),
+        ("olmo", "step11000", "step11000-tokens23B"),
+        ("olmoe", "main-ish", "step5000-tokens20B"),
+        ("amber", "ckpt_360", "ckpt_357, ckpt_358"),
+        ("amber", "ckpt_12", "ckpt_(?P<step>"),
+        ("crfm_gpt2", "checkpoint-95", "checkpoint-90, checkpoint-100"),
+        ("crfm_gpt2", "checkpoint-20500", "checkpoint-20000, checkpoint-21000"),
+        ("smollm2", "step1000", "step-(?P<step>"),
+        ("olmo2", "step1000-tokens3B", "stage1-step(?P<step>"),
+    ],
+)
 def test_malformed_custom_revisions_name_the_nearest_valid_ones(model, name, nearest):
     cfg = compose_config([f"model={model}", "revision=custom", f"revision.name={name}"])
     with pytest.raises(UsageError) as err:
@@ -76,11 +91,14 @@ def test_pythia_names_accept_exactly_the_published_branches():
             check_revision_name(name, pythia, [])
 
 
-@pytest.mark.parametrize("model,revision,name,step,tokens", [
-    ("amber", "r9", "ckpt_358", 358, 358 * 3_500_000_000),
-    ("crfm_gpt2", "r0", "checkpoint-10", 10, None),
-    ("crfm_gpt2", "final", "checkpoint-400000", 400000, None),
-])
+@pytest.mark.parametrize(
+    "model,revision,name,step,tokens",
+    [
+        ("amber", "r9", "ckpt_358", 358, 358 * 3_500_000_000),
+        ("crfm_gpt2", "r0", "checkpoint-10", 10, None),
+        ("crfm_gpt2", "final", "checkpoint-400000", 400000, None),
+    ],
+)
 def test_new_preset_panels(model, revision, name, step, tokens):
     rev = resolve_revision(compose_config([f"model={model}", f"revision={revision}"]))
     assert (rev.name, rev.step, rev.tokens) == (name, step, tokens)
@@ -125,8 +143,9 @@ def test_auto_batch_size_scales_with_free_memory():
 
     from emergence.hub.checkpoints import auto_batch_size
 
-    cfg = GPTNeoXConfig(vocab_size=50304, hidden_size=2048, num_hidden_layers=16, num_attention_heads=8,
-                        intermediate_size=8192)
+    cfg = GPTNeoXConfig(
+        vocab_size=50304, hidden_size=2048, num_hidden_layers=16, num_attention_heads=8, intermediate_size=8192
+    )
     small = auto_batch_size(2 * 2**30, 256, cfg, torch.bfloat16)
     large = auto_batch_size(80 * 2**30, 256, cfg, torch.bfloat16)
     assert 1 <= small < large <= 512
@@ -152,12 +171,15 @@ def test_attention_support_is_decided_by_the_model_class_capability():
         check_attention_support(remote, trust_remote_code=False)
 
 
-@pytest.mark.parametrize("override,field", [
-    ("model.revision_pattern='step(\\d+'", "model.revision_pattern"),
-    ("model.revision_pattern='step\\d+'", "model.revision_pattern"),  # no step group
-    ("model.published_steps=[{first: 1, last: 512, factor: 1}]", "model.published_steps"),
-    ("model.published_steps=[{first: 10, last: 5, every: 1}]", "model.published_steps"),
-])
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("model.revision_pattern='step(\\d+'", "model.revision_pattern"),
+        ("model.revision_pattern='step\\d+'", "model.revision_pattern"),  # no step group
+        ("model.published_steps=[{first: 1, last: 512, factor: 1}]", "model.published_steps"),
+        ("model.published_steps=[{first: 10, last: 5, every: 1}]", "model.published_steps"),
+    ],
+)
 def test_bad_revision_naming_in_a_preset_is_one_line(override, field):
     from emergence.run.validation import validate
 

@@ -21,15 +21,20 @@ def test_a_matched_draw_takes_each_layer_from_its_pool_in_the_counts_order(make_
     assert len(drawn[3]) == 2 and len(drawn[0]) == 1 and drawn[1] == [0, 4]  # a pool short of room: all of it
     assert all(set(heads) <= set(pools[layer]) and heads == sorted(heads) for layer, heads in drawn.items())
     rng = make_rng(7)  # the same generator walked by hand, layer by layer
-    assert drawn == {layer: sorted(rng.choice(pools[layer], size=min(k, len(pools[layer])), replace=False).tolist())
-                     for layer, k in counts.items()}
+    assert drawn == {
+        layer: sorted(rng.choice(pools[layer], size=min(k, len(pools[layer])), replace=False).tolist())
+        for layer, k in counts.items()
+    }
 
 
 def test_count_distinct_counts_every_draw_there_is():
     counts, pools = {0: 2, 2: 1, 5: 3}, {0: [0, 1, 2, 3], 2: [4, 6], 5: [1, 2]}
-    every = {frozenset((layer, h) for layer, picks in zip(counts, choice) for h in picks) for choice in
-             itertools.product(*(itertools.combinations(pools[layer], min(k, len(pools[layer])))
-                                 for layer, k in counts.items()))}
+    every = {
+        frozenset((layer, h) for layer, picks in zip(counts, choice) for h in picks)
+        for choice in itertools.product(
+            *(itertools.combinations(pools[layer], min(k, len(pools[layer]))) for layer, k in counts.items())
+        )
+    }
     assert count_distinct(counts, pools) == len(every) == math.comb(4, 2) * 2 * 1
 
 
@@ -57,6 +62,7 @@ def test_the_sequential_stop_looks_on_its_schedule_and_closes_a_decided_verdict(
         def compute():
             asked.append(name)
             return np.array([centre + np.linspace(-0.1, 0.1, stop.seen)])
+
         return compute
 
     criteria = {"clear": values("clear", 5.0), "null": values("null", 0.0)}

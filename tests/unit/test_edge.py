@@ -29,6 +29,7 @@ def entries(steps: list[int]) -> list[PanelEntry]:
 
 # --- one window's maths --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", range(5))
 def test_window_spectrum_is_the_svd_of_the_stacked_updates(seed):
     rng = np.random.default_rng(seed)
@@ -61,6 +62,7 @@ def test_collapse_is_the_first_window_below_1_20_after_the_peak():
 
 # --- the series: windows at one spacing, and what is refused ---------------------------------------
 
+
 def test_windows_stay_within_one_spacing():
     pythia_like = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, *range(1000, 9001, 1000)]
     starts = window_starts(entries(pythia_like), W)
@@ -87,6 +89,7 @@ def test_a_step_named_twice_and_a_missing_checkpoint_are_refused():
 
 
 # --- scopes and projections ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_scopes_cover_every_trained_parameter_once_and_each_layer(arch):
@@ -154,6 +157,7 @@ def test_jl_keeps_inner_products_nearly():
 
 
 # --- the command on a tiny saved series ------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def series(tmp_path_factory):
@@ -225,8 +229,10 @@ def test_broken_series_end_in_one_line(series, tmp_path, capsys):
     shutil.rmtree(duplicated / "step70")
     shutil.copytree(duplicated / "step60", duplicated / "step70")
     line = one_line_error(capsys, duplicated, tmp_path / "o2")
-    assert line == ("error: step60 and step70 hold identical weights: one is a copy of the other, not a checkpoint of "
-                    "its own step; remove the duplicate")
+    assert line == (
+        "error: step60 and step70 hold identical weights: one is a copy of the other, not a checkpoint of "
+        "its own step; remove the duplicate"
+    )
     named_twice = tmp_path / "twice"
     shutil.copytree(root, named_twice)
     shutil.copytree(root / "step70", named_twice / "checkpoint-70")

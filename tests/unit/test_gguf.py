@@ -15,8 +15,9 @@ from tests.helpers.tiny_models import save_tiny_gguf
 def test_missing_packages_name_the_extra(monkeypatch):
     for missing, words in ((("accelerate",), "accelerate"), (("gguf", "accelerate"), "gguf and accelerate")):
         # a package is found where find_spec returns anything but None: the test needs neither installed
-        monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a, missing=missing: None if name in missing else object())
+        monkeypatch.setattr(
+            importlib.util, "find_spec", lambda name, *a, missing=missing: None if name in missing else object()
+        )
         with pytest.raises(UsageError, match=rf"needs {words}; install them: pip install 'emergence\[gguf\]'"):
             gguf.check_installed("m.gguf")
 
@@ -37,8 +38,11 @@ def test_a_foreign_file_is_one_line(tmp_path):
     pytest.importorskip("gguf", reason="needs the [gguf] extra: pip install -e '.[gguf]'")
     path = tmp_path / "m.gguf"
     path.write_text("not a model at all\n")
-    with pytest.raises(UsageError, match=r"m.gguf is truncated or not a GGUF file \(GGUF magic invalid\); "
-                                         "download it again"):
+    with pytest.raises(
+        UsageError,
+        match=r"m.gguf is truncated or not a GGUF file \(GGUF magic invalid\); "
+        "download it again",
+    ):
         gguf.read_header(path)
 
 

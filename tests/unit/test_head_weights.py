@@ -75,13 +75,17 @@ def test_weights_do_what_the_forward_pass_does(arch):
     for s in slices:
         attention = modules[s.q[0].name.rsplit(".", 2)[0]]
         out_proj = modules[s.o[0].name.rsplit(".", 1)[0]]
-        hooks.append(attention.register_forward_pre_hook(
-            lambda m, args, kwargs: inputs.append((args[0] if args else kwargs["hidden_states"]).detach()),
-            with_kwargs=True))
+        hooks.append(
+            attention.register_forward_pre_hook(
+                lambda m, args, kwargs: inputs.append((args[0] if args else kwargs["hidden_states"]).detach()),
+                with_kwargs=True,
+            )
+        )
         hooks.append(out_proj.register_forward_hook(lambda m, args, out: outputs.append((args[0], out))))
     logits_io: list[tuple[torch.Tensor, torch.Tensor]] = []
-    hooks.append(model.get_output_embeddings().register_forward_hook(
-        lambda m, args, out: logits_io.append((args[0], out))))
+    hooks.append(
+        model.get_output_embeddings().register_forward_hook(lambda m, args, out: logits_io.append((args[0], out)))
+    )
     tokens = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         model(tokens)
@@ -98,8 +102,7 @@ def test_weights_do_what_the_forward_pass_does(arch):
                 g = h // group
                 torch.testing.assert_close(value[0, g] - value[1, g], dx @ w.W_V[h], rtol=1e-4, atol=1e-5)
                 if arch not in QK_NORMED:
-                    torch.testing.assert_close(query[0, h, 0] - query[1, h, 0], dx[0] @ w.W_Q[h], rtol=1e-4,
-                                               atol=1e-5)
+                    torch.testing.assert_close(query[0, h, 0] - query[1, h, 0], dx[0] @ w.W_Q[h], rtol=1e-4, atol=1e-5)
                     torch.testing.assert_close(key[0, g, 0] - key[1, g, 0], dx[0] @ w.W_K[h], rtol=1e-4, atol=1e-5)
             dz = (z[0] - z[1]).reshape(z.shape[1], heads, -1)  # [T, heads, d_head]
             torch.testing.assert_close(o[0] - o[1], torch.einsum("thd,hdm->tm", dz, w.W_O), rtol=1e-4, atol=1e-5)

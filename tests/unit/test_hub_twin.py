@@ -50,11 +50,14 @@ def loaded(repo: TwinRepo) -> dict[str, bool]:
 
 @pytest.fixture(scope="module")
 def seen(hub_twin, tmp_path_factory) -> dict[str, dict]:
-    ask = {r.repo_id: {"configs": [OLMO1124] if r.family == "olmo2" else [], "load": loaded(r)}
-           for r in hub_twin.repos.values()}
+    ask = {
+        r.repo_id: {"configs": [OLMO1124] if r.family == "olmo2" else [], "load": loaded(r)}
+        for r in hub_twin.repos.values()
+    }
     env = {**os.environ, **hub_twin.env(tmp_path_factory.mktemp("twin-cache")), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    res = subprocess.run([sys.executable, "-c", SEE], input=json.dumps(ask), capture_output=True, text=True,
-                         timeout=600, env=env)
+    res = subprocess.run(
+        [sys.executable, "-c", SEE], input=json.dumps(ask), capture_output=True, text=True, timeout=600, env=env
+    )
     assert res.returncode == 0, res.stderr[-3000:] + hub_twin.server.log_tail()
     return json.loads(res.stdout.splitlines()[-1])
 
@@ -92,7 +95,8 @@ def test_identical_weights_are_the_planted_defects_only(hub_twin):
         "pythia": {"step0": "duplicate of step1", "step2000": "no weights"},
         "olmo2": {"stage1-step3000-tokens7B": "model_type olmo_1124 is not olmo2"},
         "amber": {"ckpt_128": "foreign shard pytorch_model-00001-of-00003.bin from ckpt_358"},
-        "crfm_gpt2": {"checkpoint-300": "duplicate of checkpoint-1000"}}
+        "crfm_gpt2": {"checkpoint-300": "duplicate of checkpoint-1000"},
+    }
 
 
 def test_refs_are_the_branches_and_main(hub_twin, seen):
@@ -111,8 +115,10 @@ def test_every_branch_serves_its_files_with_weights_in_lfs(hub_twin, seen):
 
 def test_the_planted_defects_as_served(hub_twin, seen):
     trees = {family: seen[repo.repo_id]["trees"] for family, repo in hub_twin.repos.items()}
-    sha = {family: {ref: {p: f["sha256"] for p, f in tree.items()} for ref, tree in t.items()}
-           for family, t in trees.items()}
+    sha = {
+        family: {ref: {p: f["sha256"] for p, f in tree.items()} for ref, tree in t.items()}
+        for family, t in trees.items()
+    }
     assert sha["pythia"]["step0"]["pytorch_model.bin"] == sha["pythia"]["step1"]["pytorch_model.bin"]
     assert {"config.json", "tokenizer.json"} <= trees["pythia"]["step2000"].keys()
     assert not any(is_weight_file(p) for p in trees["pythia"]["step2000"])

@@ -11,12 +11,21 @@ def listing(step, files, model_type="gpt_neox"):
 
 
 def test_identical_weights_belong_to_the_latest_branch_holding_them():
-    listings = {"step0": listing(0, {"pytorch_model.bin": "a"}), "step1": listing(1, {"pytorch_model.bin": "a"}),
-                "step2": listing(2, {"pytorch_model.bin": "b"}), "step9": listing(9, {"pytorch_model.bin": "b"}),
-                "step5": listing(5, {"pytorch_model.bin": "c"})}
+    listings = {
+        "step0": listing(0, {"pytorch_model.bin": "a"}),
+        "step1": listing(1, {"pytorch_model.bin": "a"}),
+        "step2": listing(2, {"pytorch_model.bin": "b"}),
+        "step9": listing(9, {"pytorch_model.bin": "b"}),
+        "step5": listing(5, {"pytorch_model.bin": "c"}),
+    }
     lines = {b: c.line for b, c in verdicts(listings, "gpt_neox").items()}
-    assert lines == {"step0": "duplicate of step1", "step1": "ok", "step2": "duplicate of step9", "step5": "ok",
-                     "step9": "ok"}
+    assert lines == {
+        "step0": "duplicate of step1",
+        "step1": "ok",
+        "step2": "duplicate of step9",
+        "step5": "ok",
+        "step9": "ok",
+    }
     assert list(verdicts(listings, "gpt_neox")) == ["step0", "step1", "step2", "step5", "step9"]  # in step order
     assert not any(c.fails for c in verdicts(listings, "gpt_neox").values())
 
@@ -24,10 +33,14 @@ def test_identical_weights_belong_to_the_latest_branch_holding_them():
 def test_a_shared_shard_no_weights_and_a_model_type_other_than_the_familys():
     shards = lambda *shas: {f"pytorch_model-0000{i}-of-00003.bin": s for i, s in enumerate(shas, 1)}  # noqa: E731
     olmo2 = lambda step, files: listing(step, files, "olmo2")  # noqa: E731
-    listings = {"ckpt_128": olmo2(128, shards("final1", "x2", "x3")), "ckpt_256": olmo2(256, shards("y1", "y2", "y3")),
-                "ckpt_358": olmo2(358, shards("final1", "f2", "f3")), "ckpt_300": olmo2(300, {}),
-                "ckpt_002": listing(2, shards("z1", "z2", "z3"), model_type="olmo_1124"),
-                "ckpt_004": listing(4, shards("w1", "w2", "w3"), model_type="llama")}
+    listings = {
+        "ckpt_128": olmo2(128, shards("final1", "x2", "x3")),
+        "ckpt_256": olmo2(256, shards("y1", "y2", "y3")),
+        "ckpt_358": olmo2(358, shards("final1", "f2", "f3")),
+        "ckpt_300": olmo2(300, {}),
+        "ckpt_002": listing(2, shards("z1", "z2", "z3"), model_type="olmo_1124"),
+        "ckpt_004": listing(4, shards("w1", "w2", "w3"), model_type="llama"),
+    }
     checks = verdicts(listings, "olmo2")
     assert checks["ckpt_128"].line == "foreign shard pytorch_model-00001-of-00003.bin from ckpt_358"
     assert checks["ckpt_358"].line == "ok" and checks["ckpt_256"].verdict == "ok"
@@ -55,4 +68,7 @@ def test_the_store_keeps_listings_so_a_relaunch_asks_only_about_new_branches(tmp
     assert {b: c.line for b, c in second.items()} == {"step1": "duplicate of step2", "step2": "ok", "step4": "ok"}
     # what every job of the sweep reads: the verdicts among every branch the store keeps
     assert {b: c.line for b, c in stored_verdicts(store)["org/repo"].items()} == {
-        "step1": "duplicate of step2", "step2": "ok", "step4": "ok"}
+        "step1": "duplicate of step2",
+        "step2": "ok",
+        "step4": "ok",
+    }

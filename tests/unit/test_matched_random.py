@@ -54,10 +54,18 @@ SEED_123 = [
     ("binding", "olmo", "L2H7 L13H1 L12H8 L12H9 L14H15", {2: [8], 13: [7], 12: [12, 13], 14: [7]}),
     ("binding", "olmoe", "L12H15 L12H14 L13H8 L5H10 L9H10", {12: [7, 10], 13: [6], 5: [13], 9: [7]}),
     ("prev-token", "pythia", "L1H3 L2H1 L2H3 L2H5 L3H2 L3H5 L3H6 L6H3", {1: [1], 2: [0, 4, 7], 3: [0, 4, 7], 6: [4]}),
-    ("prev-token", "olmo", "L0H5 L0H6 L0H12 L1H1 L1H2 L1H5 L1H7 L1H14 L11H10",
-     {0: [4, 9, 13], 1: [4, 8, 9, 10, 12], 11: [9]}),
-    ("prev-token", "olmoe", "L0H1 L0H5 L1H5 L2H6 L4H12 L6H6 L8H10 L8H13",
-     {0: [9, 12], 1: [7], 2: [13], 4: [7], 6: [9], 8: [12, 14]}),
+    (
+        "prev-token",
+        "olmo",
+        "L0H5 L0H6 L0H12 L1H1 L1H2 L1H5 L1H7 L1H14 L11H10",
+        {0: [4, 9, 13], 1: [4, 8, 9, 10, 12], 11: [9]},
+    ),
+    (
+        "prev-token",
+        "olmoe",
+        "L0H1 L0H5 L1H5 L2H6 L4H12 L6H6 L8H10 L8H13",
+        {0: [9, 12], 1: [7], 2: [13], 4: [7], 6: [9], 8: [12, 14]},
+    ),
 ]
 
 
@@ -85,7 +93,13 @@ def test_union_keeps_first_spec_layer_order_and_sorts_heads():
     s_inhibition = spec_from_ranking(_heads("L12H1 L9H1 L8H7 L12H4 L9H6"))
     name_movers = spec_from_ranking(_heads("L13H1 L10H6 L10H5 L10H4 L11H7"))
     assert list(union(s_inhibition, name_movers).items()) == [
-        (12, [1, 4]), (9, [1, 6]), (8, [7]), (13, [1]), (10, [4, 5, 6]), (11, [7])]
+        (12, [1, 4]),
+        (9, [1, 6]),
+        (8, [7]),
+        (13, [1]),
+        (10, [4, 5, 6]),
+        (11, [7]),
+    ]
     # a shared layer merges, without duplicates
     assert list(union({2: [5, 1], 0: [3]}, {1: [0], 2: [1, 0]}).items()) == [(2, [0, 1, 5]), (0, [3]), (1, [0])]
 
@@ -106,24 +120,38 @@ def test_matched_random_avoids_the_spec_and_caps_at_the_layer():
 
 # 10-seed sweeps as stored by the study (fresh RandomState(seed) per seed).
 SWEEP_PYTHIA_NAME_MOVERS = [
-    {13: [7], 10: [1, 3, 7], 11: [6]}, {13: [7], 10: [1, 2, 3], 11: [6]}, {13: [5], 10: [1, 2, 7], 11: [1]},
-    {13: [5], 10: [2, 3, 7], 11: [0]}, {13: [5], 10: [0, 3, 7], 11: [6]}, {13: [7], 10: [1, 2, 7], 11: [2]},
-    {13: [5], 10: [1, 3, 7], 11: [5]}, {13: [3], 10: [2, 3, 7], 11: [1]}, {13: [3], 10: [1, 2, 7], 11: [6]},
+    {13: [7], 10: [1, 3, 7], 11: [6]},
+    {13: [7], 10: [1, 2, 3], 11: [6]},
+    {13: [5], 10: [1, 2, 7], 11: [1]},
+    {13: [5], 10: [2, 3, 7], 11: [0]},
+    {13: [5], 10: [0, 3, 7], 11: [6]},
+    {13: [7], 10: [1, 2, 7], 11: [2]},
+    {13: [5], 10: [1, 3, 7], 11: [5]},
+    {13: [3], 10: [2, 3, 7], 11: [1]},
+    {13: [3], 10: [1, 2, 7], 11: [6]},
     {13: [6], 10: [0, 3, 7], 11: [3]},
 ]
 SWEEP_OLMOE_GREATER_THAN = [
-    {10: [8, 10], 5: [2], 12: [6], 7: [14]}, {10: [4, 9], 5: [8], 12: [13], 7: [11]},
-    {10: [6, 13], 5: [11], 12: [12], 7: [6]}, {10: [6, 9], 5: [9], 12: [12], 7: [8]},
-    {10: [4, 6], 5: [5], 12: [3], 7: [10]}, {10: [1, 7], 5: [11], 12: [15], 7: [11]},
-    {10: [14, 15], 5: [0], 12: [11], 7: [1]}, {10: [13, 14], 5: [1], 12: [6], 7: [3]},
-    {10: [9, 12], 5: [5], 12: [11], 7: [6]}, {10: [9, 15], 5: [3], 12: [14], 7: [2]},
+    {10: [8, 10], 5: [2], 12: [6], 7: [14]},
+    {10: [4, 9], 5: [8], 12: [13], 7: [11]},
+    {10: [6, 13], 5: [11], 12: [12], 7: [6]},
+    {10: [6, 9], 5: [9], 12: [12], 7: [8]},
+    {10: [4, 6], 5: [5], 12: [3], 7: [10]},
+    {10: [1, 7], 5: [11], 12: [15], 7: [11]},
+    {10: [14, 15], 5: [0], 12: [11], 7: [1]},
+    {10: [13, 14], 5: [1], 12: [6], 7: [3]},
+    {10: [9, 12], 5: [5], 12: [11], 7: [6]},
+    {10: [9, 15], 5: [3], 12: [14], 7: [2]},
 ]
 
 
-@pytest.mark.parametrize("screen, n_heads, published", [
-    ("L13H1 L10H6 L10H5 L10H4 L11H7", 8, SWEEP_PYTHIA_NAME_MOVERS),
-    ("L10H5 L10H2 L5H10 L12H10 L7H0", 16, SWEEP_OLMOE_GREATER_THAN),
-])
+@pytest.mark.parametrize(
+    "screen, n_heads, published",
+    [
+        ("L13H1 L10H6 L10H5 L10H4 L11H7", 8, SWEEP_PYTHIA_NAME_MOVERS),
+        ("L10H5 L10H2 L5H10 L12H10 L7H0", 16, SWEEP_OLMOE_GREATER_THAN),
+    ],
+)
 def test_ten_seed_sweep_uses_a_fresh_generator_per_seed(screen, n_heads, published):
     controls = matched_random_seeds(spec_from_ranking(_heads(screen)), n_heads, range(10))
     assert [list(c.items()) for c in controls] == [list(p.items()) for p in published]
@@ -148,8 +176,18 @@ def test_seed_sweep_by_hand():
 def test_seed_sweep_against_the_study_pythia_name_movers():
     # ioi/pythia1b_ioi_nm_ablation.json + matched_random_sweep/pythia1b_ioi_nm_mr_sweep.json (top-1)
     baseline, screen = 0.9039999842643738, 0.9760000109672546
-    values = [0.9440000057220459, 0.9679999947547913, 0.9240000247955322, 0.9620000123977661, 0.949999988079071,
-              0.921999990940094, 0.843999981880188, 0.972000002861023, 0.8820000290870667, 0.9419999718666077]
+    values = [
+        0.9440000057220459,
+        0.9679999947547913,
+        0.9240000247955322,
+        0.9620000123977661,
+        0.949999988079071,
+        0.921999990940094,
+        0.843999981880188,
+        0.972000002861023,
+        0.8820000290870667,
+        0.9419999718666077,
+    ]
     sweep = seed_sweep((screen - baseline) * 100, [(v - baseline) * 100 for v in values])
     assert sweep.mean == pytest.approx(2.70000159740448, rel=1e-9)  # the study's stored delta summary
     assert sweep.std == pytest.approx(4.049965680269105, rel=1e-9)
@@ -172,8 +210,10 @@ def test_under_three_distinct_draws_no_std_or_ratio_and_a_reason():
     for deltas in ([-3.0], [-3.0, 1.0]):
         sweep = seed_sweep(-40.0, deltas)
         assert sweep.std is None and sweep.ratio is None
-        assert sweep.why == f"{len(deltas)} distinct matched-random draw{'s' if len(deltas) > 1 else ''}: no std or " \
-                            "ratio over fewer than 3"
+        assert (
+            sweep.why == f"{len(deltas)} distinct matched-random draw{'s' if len(deltas) > 1 else ''}: no std or "
+            "ratio over fewer than 3"
+        )
         assert (sweep.mean, sweep.min, sweep.max) == (np.mean(deltas), min(deltas), max(deltas))
     three = seed_sweep(-40.0, [-3.0, 1.0, 5.0])
     assert three.std == pytest.approx(4.0) and three.ratio == -40.0 and three.why is None
@@ -189,12 +229,22 @@ def _all_controls(spec, n_heads):
     for picks in spec.values():
         others = [h for h in range(n_heads) if h not in picks]
         per_layer.append(list(itertools.combinations(others, min(len(picks), len(others)))))
-    return {frozenset((layer, h) for layer, chosen in zip(spec, combo) for h in chosen)
-            for combo in itertools.product(*per_layer)}
+    return {
+        frozenset((layer, h) for layer, chosen in zip(spec, combo) for h in chosen)
+        for combo in itertools.product(*per_layer)
+    }
 
 
-@pytest.mark.parametrize("spec, n_heads", [({1: [0, 2, 3], 0: [1, 2]}, 4), ({0: [1]}, 4), ({0: [0, 1], 1: [3]}, 4),
-                                           ({13: [1], 10: [6, 5, 4], 11: [7]}, 8), ({0: [0, 1, 2, 3]}, 4)])
+@pytest.mark.parametrize(
+    "spec, n_heads",
+    [
+        ({1: [0, 2, 3], 0: [1, 2]}, 4),
+        ({0: [1]}, 4),
+        ({0: [0, 1], 1: [3]}, 4),
+        ({13: [1], 10: [6, 5, 4], 11: [7]}, 8),
+        ({0: [0, 1, 2, 3]}, 4),
+    ],
+)
 def test_possible_draws_counts_every_control_the_layers_allow(spec, n_heads):
     assert possible_draws(spec, n_heads) == len(_all_controls(spec, n_heads))
 

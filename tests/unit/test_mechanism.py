@@ -22,8 +22,9 @@ def probe_batch():
 
 
 def captured(path, batch, baseline):
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                 attn_implementation=register_attention()).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation=register_attention()
+    ).eval()
     arch = Architecture.of(model)
     return model, arch, run_probe(Subject(model, arch, batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
 
@@ -72,8 +73,9 @@ def test_a_massive_activation_planted_at_the_first_position_is_found(tiny_dirs, 
     """A residual direction pushed 5000x at position 0 (its embedding scaled along one dimension,
     as Sun et al. find in trained models) gives a ratio over 1000 at that position and dimension."""
     batch, baseline = probe_batch
-    model = AutoModelForCausalLM.from_pretrained(tiny_dirs["llama"], dtype=torch.float32,
-                                                 attn_implementation=register_attention()).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        tiny_dirs["llama"], dtype=torch.float32, attn_implementation=register_attention()
+    ).eval()
     arch = Architecture.of(model)
 
     def plant(module, args, output):
@@ -87,7 +89,6 @@ def test_a_massive_activation_planted_at_the_first_position_is_found(tiny_dirs, 
     first = cap.residual.records()[0]
     assert (first.position, first.dimension) == (0, 5) and first.ratio > 1000
     assert first.first_position_norm_ratio > 10
-
 
 
 def test_the_median_of_a_long_sequence_is_taken_over_an_even_sample_of_every_dimension():

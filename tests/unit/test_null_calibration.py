@@ -62,8 +62,9 @@ def test_the_nondegenerate_floor_is_the_ordinary_heads_and_the_reference_floor_p
     assert ref.p95 == np.percentile(everything, 95) and ref.p99 == np.percentile(everything, 99)
     assert ref.floor == max(2.0, np.percentile(everything, 99)) and ref.floor > 10 * ours.floor  # captured
     for calibration in (ours, ref):  # per head and the degenerate mark do not depend on the rule
-        np.testing.assert_array_equal(calibration.per_head_p99,
-                                      [[np.percentile(ordinary, 99), np.percentile(degenerate, 99)]])
+        np.testing.assert_array_equal(
+            calibration.per_head_p99, [[np.percentile(ordinary, 99), np.percentile(degenerate, 99)]]
+        )
         assert calibration.degenerate.tolist() == [[False, True]]
     summary = ours.as_summary()
     assert summary.set_aside == {"L0H1": 1e-9} and summary.degenerate_below == pytest.approx(1e-3 / seq_len)
@@ -86,7 +87,10 @@ def test_a_threshold_below_the_floor_names_the_heads_it_admits_under_the_floor()
     thresholds = class_thresholds(30.0, {"induction": 2.0, "self": 3.0, "local": 1.5})  # local admits nobody
     scr = classify(sel, thresholds, 2.5)
     assert below_floor(scr, thresholds, 2.5, 5.0) == [
-        "induction=2x admits L0H0 (3x)", "self=3x admits L1H1 (4x)", "circuit=2.5x admits L0H0 (3x)"]
+        "induction=2x admits L0H0 (3x)",
+        "self=3x admits L1H1 (4x)",
+        "circuit=2.5x admits L0H0 (3x)",
+    ]
     assert below_floor(scr, thresholds, 2.5, 2.0) == []  # every threshold at or above the floor
 
 
@@ -134,8 +138,9 @@ def test_a_sink_head_does_not_make_the_floor_and_is_named(sink_model, tmp_path, 
     assert summary.threshold_warnings == []
     logged = [r.getMessage() for r in caplog.records]
     assert not [m for m in logged if m.startswith("warning")]
-    assert any(m.startswith("null (nondegenerate rule, 40 draws of 7 heads)") and m.endswith("/T): L0H1")
-               for m in logged)
+    assert any(
+        m.startswith("null (nondegenerate rule, 40 draws of 7 heads)") and m.endswith("/T): L0H1") for m in logged
+    )
     assert [(r["layer"], r["head"]) for r in rows if r["degenerate_baseline"]] == [(0, 1)]
 
     reference, reference_rows = run(path, tmp_path / "reference", *thresholds, "stats.null_rule=reference")
@@ -152,8 +157,9 @@ def test_a_sink_head_does_not_make_the_floor_and_is_named(sink_model, tmp_path, 
         assert ours["null_p99"] == pytest.approx(np.percentile(null_sel[ours["layer"], ours["head"]], 99), rel=1e-4)
 
 
-def admitted_under_the_floor(sel: np.ndarray, class_threshold: float, circuit_threshold: float,
-                             floor: float) -> dict[str, dict[str, float]]:
+def admitted_under_the_floor(
+    sel: np.ndarray, class_threshold: float, circuit_threshold: float, floor: float
+) -> dict[str, dict[str, float]]:
     """Per class (and the circuit), the heads whose selectivity is at least the threshold but
     under the floor, with that selectivity."""
     out = {}
@@ -195,14 +201,26 @@ def test_the_panel_report_states_the_null_rule_the_runs_used(tmp_path):
     from tests.unit.test_report import toy_trajectory, write_checkpoint
 
     null_sums, baseline, n, seq_len = hand_made_null()
-    made = {"r0": null_calibration(null_sums, baseline, n, seq_len, "nondegenerate").as_summary(),
-            "r1": null_calibration(null_sums[:, :1], baseline[:, :1], n, seq_len, "nondegenerate").as_summary(),
-            "r2": null_calibration(null_sums, baseline, n, seq_len, "reference").as_summary()}
+    made = {
+        "r0": null_calibration(null_sums, baseline, n, seq_len, "nondegenerate").as_summary(),
+        "r1": null_calibration(null_sums[:, :1], baseline[:, :1], n, seq_len, "nondegenerate").as_summary(),
+        "r2": null_calibration(null_sums, baseline, n, seq_len, "reference").as_summary(),
+    }
     traj = toy_trajectory()
     for c in traj.checkpoints:
-        write_checkpoint(tmp_path / "runs" / c.revision, c, {
-            "model": "toy", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2, "n_heads": 2,
-            "null": made[c.revision]})
+        write_checkpoint(
+            tmp_path / "runs" / c.revision,
+            c,
+            {
+                "model": "toy",
+                "revision": c.revision,
+                "tokens": c.tokens,
+                "step": None,
+                "n_layers": 2,
+                "n_heads": 2,
+                "null": made[c.revision],
+            },
+        )
     findings = write_report(load_runs([tmp_path / "runs"]), tmp_path / "report", 30.0, 50.0, reference=False)
     f = findings.models["toy"].null_floor
     assert {rule: r.revisions for rule, r in f.rules.items()} == {"nondegenerate": ["r0", "r1"], "reference": ["r2"]}

@@ -49,8 +49,10 @@ def test_step_folders_read_as_the_hub_families_branch_names(trainer_run, tmp_pat
     shutil.copytree(trainer_run / "checkpoint-10", run / "step10", ignore=shutil.ignore_patterns("trainer_state.json"))
     shutil.copytree(trainer_run / "checkpoint-20", run / "step20-tokens3B")
     entries = existing_checkpoints(cfg_of(run))
-    assert [(e.revision, e.step, e.tokens) for e in entries] == [("step10", 10, None),
-                                                                 ("step20-tokens3B", 20, 3 * 10**9)]
+    assert [(e.revision, e.step, e.tokens) for e in entries] == [
+        ("step10", 10, None),
+        ("step20-tokens3B", 20, 3 * 10**9),
+    ]
 
 
 def test_the_panel_is_ten_distinct_log_spaced_checkpoints_the_same_each_time(trainer_run):
@@ -72,8 +74,11 @@ def test_a_custom_revision_is_a_checkpoint_folder(trainer_run):
     revision = resolve_revision(cfg)
     assert (revision.name, revision.step, revision.tokens) == ("checkpoint-50", 50, tokens_at(50))
     assert source(cfg, revision).path == str(trainer_run / "checkpoint-50")
-    with pytest.raises(UsageError, match=r"revision.name='checkpoint-55' is invalid: .* nearest: checkpoint-50, "
-                                         r"checkpoint-60"):
+    with pytest.raises(
+        UsageError,
+        match=r"revision.name='checkpoint-55' is invalid: .* nearest: checkpoint-50, "
+        r"checkpoint-60",
+    ):
         resolve_revision(cfg_of(trainer_run, "revision=custom", "revision.name=checkpoint-55"))
 
 
@@ -96,14 +101,16 @@ def test_revisions_lists_the_folder_with_its_panel_and_the_sweep(trainer_run):
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0] == f"# 12 checkpoint folders of {trainer_run}"
-    assert lines[1:13] == [f"  - {{revision: checkpoint-{s}, step: {s}, tokens: {tokens_at(s)}}}"
-                           for s in range(10, 121, 10)]
+    assert lines[1:13] == [
+        f"  - {{revision: checkpoint-{s}, step: {s}, tokens: {tokens_at(s)}}}" for s in range(10, 121, 10)
+    ]
     assert lines[13].startswith("# its panel, revision=r0..r9: checkpoint-10, checkpoint-20,")
     assert lines[14] == f"python -m emergence -m model=local model.name_or_path={trainer_run} 'revision=glob(r*)'"
     between = run_cli(trainer_run, "--between", "checkpoint-20", "checkpoint-60", module="emergence.revisions")
     assert between.stdout.splitlines()[-1] == (
         f"python -m emergence -m model=local model.name_or_path={trainer_run} "
-        "revision=custom revision.name=checkpoint-30,checkpoint-40,checkpoint-50")
+        "revision=custom revision.name=checkpoint-30,checkpoint-40,checkpoint-50"
+    )
 
 
 def test_check_names_missing_truncated_and_identical_weights(trainer_run, tmp_path):
@@ -117,9 +124,13 @@ def test_check_names_missing_truncated_and_identical_weights(trainer_run, tmp_pa
     res = run_cli(run, "--check", *[f"checkpoint-{s}" for s in (10, 20, 30, 40, 50)], module="emergence.revisions")
     assert res.returncode == 1, res.stderr
     verdicts = dict(line.split(None, 1) for line in res.stdout.splitlines() if not line.startswith("#"))
-    assert verdicts == {"checkpoint-10": "ok", "checkpoint-20": "no weights",
-                        "checkpoint-30": "truncated model.safetensors", "checkpoint-40": "duplicate of checkpoint-50",
-                        "checkpoint-50": "ok"}
+    assert verdicts == {
+        "checkpoint-10": "ok",
+        "checkpoint-20": "no weights",
+        "checkpoint-30": "truncated model.safetensors",
+        "checkpoint-40": "duplicate of checkpoint-50",
+        "checkpoint-50": "ok",
+    }
 
 
 def test_checkpoints_of_two_models_end_in_one_line_naming_two_of_them(trainer_run, tmp_path):
@@ -129,14 +140,22 @@ def test_checkpoints_of_two_models_end_in_one_line_naming_two_of_them(trainer_ru
     config = json.loads((run / "checkpoint-20" / "config.json").read_text())
     config["num_hidden_layers"] = 3
     (run / "checkpoint-20" / "config.json").write_text(json.dumps(config))
-    for res in (run_cli(run, module="emergence.revisions"),
-                run_cli(*LOCAL, f"model.name_or_path={run}", "revision=r0", "wandb.mode=disabled",
-                        f"hydra.run.dir={tmp_path / 'out'}")):
+    for res in (
+        run_cli(run, module="emergence.revisions"),
+        run_cli(
+            *LOCAL,
+            f"model.name_or_path={run}",
+            "revision=r0",
+            "wandb.mode=disabled",
+            f"hydra.run.dir={tmp_path / 'out'}",
+        ),
+    ):
         assert res.returncode == 2
         errors = [line for line in res.stderr.splitlines() if "error:" in line]
         assert len(errors) == 1 and errors[0].endswith(
             f"model.name_or_path='{run}' is invalid: its checkpoints are not one model: checkpoint-10 and "
-            "checkpoint-20 differ (num_hidden_layers 2 vs 3); give the folder of one run")
+            "checkpoint-20 differ (num_hidden_layers 2 vs 3); give the folder of one run"
+        )
 
 
 def test_the_probe_is_fitted_to_a_smaller_model_with_scaled_thresholds(trainer_run):
@@ -151,8 +170,12 @@ def test_the_probe_is_fitted_to_a_smaller_model_with_scaled_thresholds(trainer_r
     assert (fitted.probe.seq_len, fitted.probe.vocab_low, fitted.probe.vocab_high) == (64, 64, 128)
     assert record.fitted == {"seq_len": [256, 64], "vocab_high": [10000, 128], "vocab_low": [100, 64]}
     assert record.threshold_scale == 64 / 256
-    assert record.thresholds == {"class_default": 30 * 64 / 256, "circuit": 50 * 64 / 256,
-                                 "prev_token_circuit": 100 * 64 / 256, "per_class.bos": 40 * 64 / 256}
+    assert record.thresholds == {
+        "class_default": 30 * 64 / 256,
+        "circuit": 50 * 64 / 256,
+        "prev_token_circuit": 100 * 64 / 256,
+        "per_class.bos": 40 * 64 / 256,
+    }
     assert fitted.threshold.class_default == 7.5 and fitted.threshold.per_class.bos == 10.0
     validate_for_model(fitted, hf_config)  # the fitted probe fits
     off = cfg_of(trainer_run, "probe.fit=off")

@@ -12,8 +12,14 @@ from emergence.recipe.tasks.matched_random import MR_SEED, heads_of, matched_ran
 
 MODELS = ("pythia", "olmo", "olmoe")
 METRICS = {
-    "ioi": {"top1", "frac_target_gt_distractor", "logit_diff_mean", "logit_diff_median", "target_logit_mean",
-            "distractor_logit_mean"},
+    "ioi": {
+        "top1",
+        "frac_target_gt_distractor",
+        "logit_diff_mean",
+        "logit_diff_median",
+        "target_logit_mean",
+        "distractor_logit_mean",
+    },
     "binding": {"top1", "frac_target_gt_distractor", "logit_diff_mean"},
     "greater_than": {"top1_above", "prob_above", "logit_diff_above_below", "prob_below"},
     "successor": {"top1", "target_logit_mean", "rank_median", "rank_mean"},
@@ -21,8 +27,12 @@ METRICS = {
 }
 # docs/tasks.md, What differs from the study: the greater-than and successor files of Pythia and OLMo
 # ablate OLMoE's circuits
-WRONG_CIRCUIT = {(model, task, name) for model in ("pythia", "olmo") for task in ("greater_than", "successor")
-                 for name in ("induction_circuit", "prev_token_circuit")}
+WRONG_CIRCUIT = {
+    (model, task, name)
+    for model in ("pythia", "olmo")
+    for task in ("greater_than", "successor")
+    for name in ("induction_circuit", "prev_token_circuit")
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +49,10 @@ def test_the_file_loads_into_records(published):
     assert published.source.repository == "skydancerosel/spectral-probe-circuits"
     assert published.source.folder == "cross_architecture/results/"
     assert {m: (s.hf_id, s.n_layers, s.n_heads) for m, s in published.models.items()} == {
-        "pythia": ("EleutherAI/pythia-1b", 16, 8), "olmo": ("allenai/OLMo-1B-0724-hf", 16, 16),
-        "olmoe": ("allenai/OLMoE-1B-7B-0924", 16, 16)}
+        "pythia": ("EleutherAI/pythia-1b", 16, 8),
+        "olmo": ("allenai/OLMo-1B-0724-hf", 16, 16),
+        "olmoe": ("allenai/OLMoE-1B-7B-0924", 16, 16),
+    }
     # 7 experiments x 3 models; 5 screens x 3; 4 sweeps x 3
     assert len(published.ablations) == 21 and len(published.screens) == 15 and len(published.sweeps) == 12
     for ablation, condition in _rows(published):
@@ -61,8 +73,9 @@ def test_heads_outside_the_model_are_exactly_the_documented_ones(published):
     invalid = {(a.model, a.task, c.name) for a, c in _rows(published) if not c.valid}
     assert invalid == WRONG_CIRCUIT
     # each says why, citing the repository's own account of it
-    assert all(c.why and "docs/tasks.md, What differs from the study" in c.why
-               for a, c in _rows(published) if not c.valid)
+    assert all(
+        c.why and "docs/tasks.md, What differs from the study" in c.why for a, c in _rows(published) if not c.valid
+    )
     for screen in published.screens:
         shape = published.models[screen.model]
         assert all(h.layer < shape.n_layers and h.head < shape.n_heads for h in screen.heads)
@@ -74,7 +87,11 @@ def test_the_invalid_rows_hold_olmoe_circuits(published):
         row = published.ablation(model, task, "task_screen").condition(name)
         assert row.heads == olmoe.condition(name).heads
     assert published.ablation("olmoe", "greater_than", "task_screen").condition("induction_circuit").heads == [
-        [5, 10], [7, 0], [9, 8], [12, 14]]
+        [5, 10],
+        [7, 0],
+        [9, 8],
+        [12, 14],
+    ]
 
 
 def test_spot_values(published):
@@ -90,8 +107,10 @@ def test_spot_values(published):
     assert succ.condition("screen").metrics == {"top1": 0.0, "target_logit_mean": 6.347, "rank_median": 135}
     assert succ.condition("induction_circuit").metrics == {"top1": 0.8051}
     assert published.ablation("pythia", "binding", "task_screen").condition("screen").metrics["top1"] == 0.864
-    assert published.ablation("olmoe", "induction", "prev_token_circuit").condition(
-        "induction_circuit").metrics["logit_b"] == 0.0097
+    assert (
+        published.ablation("olmoe", "induction", "prev_token_circuit").condition("induction_circuit").metrics["logit_b"]
+        == 0.0097
+    )
     name_movers = next(s for s in published.screens if (s.model, s.experiment) == ("pythia", "name_movers"))
     top = name_movers.heads[0]
     assert (top.layer, top.head, top.values["nm_sel"], top.values["io_attn"]) == (13, 1, 19.930, 0.547)
@@ -124,7 +143,8 @@ def test_screens_are_the_ablated_top_5(published):
     for screen in published.screens:
         assert len(screen.heads) == 5
         assert [h.values[screen.score] for h in screen.heads] == sorted(
-            (h.values[screen.score] for h in screen.heads), reverse=True)
+            (h.values[screen.score] for h in screen.heads), reverse=True
+        )
         ablated = published.ablation(screen.model, screen.task, screen.experiment).condition("screen").heads
         # the ablated spec groups the ranking by layer (layers in order of first appearance)
         spec = spec_from_ranking((h.layer, h.head) for h in screen.heads)

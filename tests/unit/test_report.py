@@ -24,11 +24,16 @@ from tests.helpers.run_dirs import run_summary
 
 REFERENCE = REFERENCE_DATA  # the study's per-head results, installed with the package (its SOURCE.md)
 
-BOS_PCT = {"pythia": [0, 0, 0, 0, 0, 0, 10.9, 29.7, 46.1, 57.8],
-           "olmo": [0, 0, 0.4, 0, 0, 7.4, 70.3, 77.7, 80.9, 80.9],
-           "olmoe": [3.5, 15.6, 42.2, 43.4, 50.8, 69.9, 71.5, 73.0, 74.2, 75.8]}
-N_INDUCTION = {"pythia": [0, 0, 0, 0, 0, 0, 5, 4, 4, 3], "olmo": [0, 0, 1, 3, 2, 3, 3, 3, 2, 3],
-               "olmoe": [5, 5, 6, 5, 5, 3, 3, 4, 4, 4]}
+BOS_PCT = {
+    "pythia": [0, 0, 0, 0, 0, 0, 10.9, 29.7, 46.1, 57.8],
+    "olmo": [0, 0, 0.4, 0, 0, 7.4, 70.3, 77.7, 80.9, 80.9],
+    "olmoe": [3.5, 15.6, 42.2, 43.4, 50.8, 69.9, 71.5, 73.0, 74.2, 75.8],
+}
+N_INDUCTION = {
+    "pythia": [0, 0, 0, 0, 0, 0, 5, 4, 4, 3],
+    "olmo": [0, 0, 1, 3, 2, 3, 3, 3, 2, 3],
+    "olmoe": [5, 5, 6, 5, 5, 3, 3, 4, 4, 4],
+}
 
 
 def check_method_numbers(findings: PanelFindings) -> None:
@@ -91,19 +96,39 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     targets = np.repeat(attention[None], 4, axis=0)
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     spectral = c.spectral if c.spectral is not None else np.full(c.sel.shape[:2], np.nan)
-    measures = HeadMeasures(attention, np.full(c.sel.shape[:2], np.nan), spectral, np.zeros(c.sel.shape[:2]),
-                            plugin_columns=c.plugin_columns)
-    rows = head_rows(scr, measures, intervals, np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool),
-                     np.zeros(c.sel.shape[:2], dtype=bool))
+    measures = HeadMeasures(
+        attention,
+        np.full(c.sel.shape[:2], np.nan),
+        spectral,
+        np.zeros(c.sel.shape[:2]),
+        plugin_columns=c.plugin_columns,
+    )
+    rows = head_rows(
+        scr,
+        measures,
+        intervals,
+        np.zeros(c.sel.shape[:2]),
+        np.zeros(c.sel.shape[:2], dtype=bool),
+        np.zeros(c.sel.shape[:2], dtype=bool),
+    )
     write_run(run_dir, rows, run_summary(**summary), {"targets": targets})
 
 
 def as_run_dirs(trajectories: dict, root: Path) -> None:
     for model, traj in trajectories.items():
         for c in traj.checkpoints:
-            write_checkpoint(root / model / c.revision, c, {
-                "model": model, "revision": c.revision, "tokens": c.tokens, "step": None,
-                "n_layers": c.sel.shape[0], "n_heads": c.sel.shape[1]})
+            write_checkpoint(
+                root / model / c.revision,
+                c,
+                {
+                    "model": model,
+                    "revision": c.revision,
+                    "tokens": c.tokens,
+                    "step": None,
+                    "n_layers": c.sel.shape[0],
+                    "n_heads": c.sel.shape[1],
+                },
+            )
 
 
 def test_run_directories_give_the_same_findings(tmp_path):
@@ -171,8 +196,13 @@ def test_cli_writes_all_outputs(tmp_path):
     assert not findings["models"]["olmo"]["intervals"] and olmo["bos_50"]["probability"] is None
     for name in findings["figures"]:
         assert (out / name).stat().st_size > 1000
-    assert {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "sensitivity.png",
-            "bos_per_layer_olmo.png", "induction_heads_pythia.png"} <= set(findings["figures"])
+    assert {
+        "bos_fraction_vs_tokens.png",
+        "recall_vs_tokens.png",
+        "sensitivity.png",
+        "bos_per_layer_olmo.png",
+        "induction_heads_pythia.png",
+    } <= set(findings["figures"])
     held = {(c["model"], c["key"]): c for c in findings["sensitivity"]}
     # At docs/method.md's thresholds (30x, 50x) the published conclusions hold ...
     assert all(held[(m, "layers_0_1_bos_free")]["holds_at_report_thresholds"] for m in ("pythia", "olmo", "olmoe"))
@@ -254,10 +284,22 @@ def test_a_broken_summary_is_a_one_line_error_naming_the_file(tmp_path, capsys):
     assert not (tmp_path / "o" / "findings.json").exists()
 
 
-@pytest.mark.parametrize("tokens,text", [(None, "-"), (0, "0"), (999, "999"), (262_144, "262K"),
-                                         (2_097_152, "2.1M"), (134_217_728, "134M"), (999_999_999, "1B"),
-                                         (1_073_741_824, "1.07B"), (6.29e9, "6.29B"), (1.35e12, "1.35T"),
-                                         (3.048e15, "3,048T")])
+@pytest.mark.parametrize(
+    "tokens,text",
+    [
+        (None, "-"),
+        (0, "0"),
+        (999, "999"),
+        (262_144, "262K"),
+        (2_097_152, "2.1M"),
+        (134_217_728, "134M"),
+        (999_999_999, "1B"),
+        (1_073_741_824, "1.07B"),
+        (6.29e9, "6.29B"),
+        (1.35e12, "1.35T"),
+        (3.048e15, "3,048T"),
+    ],
+)
 def test_token_counts_read_the_same_way_everywhere(tokens, text):
     assert format_tokens(tokens) == text
 
@@ -270,7 +312,7 @@ def noisy_trajectory(bos_selectivity: list[float], noise: float, n: int = 60, se
     for r, level in enumerate(bos_selectivity):
         targets = np.full((n, 2, 4, 7), 0.01)
         # mean 1
-        targets[:, 1, :, CLASSES.index("bos")] = 0.01 * level * rng.lognormal(-noise**2 / 2, noise, size=(n, 4))
+        targets[:, 1, :, CLASSES.index("bos")] = 0.01 * level * rng.lognormal(-(noise**2) / 2, noise, size=(n, 4))
         mean = targets.mean(0)
         sel = mean[..., :6] / mean[..., 6:]
         checkpoints.append(Checkpoint(f"step{r}", float(10 ** (r + 6)), sel, None, targets=targets))
@@ -348,9 +390,19 @@ def test_revisions_with_identical_weights_are_flagged(tmp_path):
     """r0 and r2 serve the same weights (as pythia-2.8b's branches did): findings and report say so."""
     traj = toy_trajectory()
     for c, digest in zip(traj.checkpoints, ("a" * 64, "b" * 64, "a" * 64)):
-        write_checkpoint(tmp_path / "runs" / c.revision, c, {
-            "model": "toy", "revision": c.revision, "tokens": c.tokens, "step": None, "n_layers": 2,
-            "n_heads": 2, "weights_sha256": digest})
+        write_checkpoint(
+            tmp_path / "runs" / c.revision,
+            c,
+            {
+                "model": "toy",
+                "revision": c.revision,
+                "tokens": c.tokens,
+                "step": None,
+                "n_layers": 2,
+                "n_heads": 2,
+                "weights_sha256": digest,
+            },
+        )
     out = tmp_path / "report"
     report_main([str(tmp_path / "runs"), "--out", str(out), "--wandb-mode", "disabled"])
     findings = json.loads((out / "findings.json").read_text())["models"]["toy"]
@@ -390,10 +442,19 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
         scr = classify(c.sel, class_thresholds(30.0), 50.0)
         intervals = screen_intervals(c.targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=50))
         zeros, degenerate = np.zeros(c.sel.shape[:2]), np.zeros(c.sel.shape[:2], dtype=bool)
-        write_run(run_dir, head_rows(scr, HeadMeasures(c.targets.mean(0), zeros, zeros, importance.mean(0)), intervals,
-                                     zeros, degenerate, degenerate),
-                  run_summary(model="two", revision=c.revision, tokens=c.tokens, n_layers=2, n_heads=4),
-                  {"targets": c.targets, "sink_importance": importance})
+        write_run(
+            run_dir,
+            head_rows(
+                scr,
+                HeadMeasures(c.targets.mean(0), zeros, zeros, importance.mean(0)),
+                intervals,
+                zeros,
+                degenerate,
+                degenerate,
+            ),
+            run_summary(model="two", revision=c.revision, tokens=c.tokens, n_layers=2, n_heads=4),
+            {"targets": c.targets, "sink_importance": importance},
+        )
     loaded = load_runs([root])["two"]
     assert np.array_equal(loaded.checkpoints[3].sink_importance, traj.checkpoints[3].sink_importance)
     f = panel_findings({"two": loaded}, 30.0, 50.0).models["two"]
@@ -406,8 +467,9 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
     assert g.f3.sink_50.probability == {"step3": 1.0}
     low, high = g.revisions[3].sink_fraction_ci
     assert low <= by_hand[3] <= high and low < high  # the 5 layer-0 sequences vary between replicates
-    assert any("F3: 50% is first reached at step2 by the BOS fraction but at step3 by Sink_0" in d
-               for d in g.disagreements)
+    assert any(
+        "F3: 50% is first reached at step2 by the BOS fraction but at step3 by Sink_0" in d for d in g.disagreements
+    )
     assert any(d.startswith("F1:") for d in g.disagreements)
 
     out = tmp_path / "report"
@@ -426,8 +488,16 @@ def test_a_transition_reads_the_text_and_repeat_scores_the_runs_recorded():
 
     sel = np.ones((1, 1, 6))
     text = [TextScores([None], [50, 500], score, [score, score], "book.txt", "bytes") for score in (-0.1, -0.5)]
-    traj = Trajectory("m", [Checkpoint("r0", 1e6, sel, text=text[0]), Checkpoint("r1", 1e7, sel, text=text[1]),
-                            Checkpoint("r2", 1e8, sel)], None, probe="text")
+    traj = Trajectory(
+        "m",
+        [
+            Checkpoint("r0", 1e6, sel, text=text[0]),
+            Checkpoint("r1", 1e7, sel, text=text[1]),
+            Checkpoint("r2", 1e8, sel),
+        ],
+        None,
+        probe="text",
+    )
     found = transition(traj, "icl_score")
     assert found.values == [-0.1, -0.5, None] and found.half_way.revision == "r1"
     assert transition(traj, "loss_drop") is None  # no revision has repeat scores
@@ -444,9 +514,11 @@ def test_the_report_draws_the_plug_in_measures_trajectories(tmp_path):
     for k, (revision, tokens) in enumerate((("r0", 1e6), ("r1", 1e7), ("r2", 1e8))):
         grids[revision] = {c.name: rng.uniform(-1, 1, (2, 3)) + k for c in measures.columns()}
         checkpoint = Checkpoint(revision, tokens, np.ones((2, 3, 6)), plugin_columns=grids[revision])
-        write_checkpoint(root / revision, checkpoint,
-                         {"model": "m", "revision": revision, "tokens": tokens, "step": None, "n_layers": 2,
-                          "n_heads": 3})
+        write_checkpoint(
+            root / revision,
+            checkpoint,
+            {"model": "m", "revision": revision, "tokens": tokens, "step": None, "n_layers": 2, "n_heads": 3},
+        )
     out = tmp_path / "report"
     report_main([str(root), "--out", str(out)])
     findings = json.loads((out / "findings.json").read_text())
@@ -481,23 +553,33 @@ def test_f6_places_the_edge_and_the_ov_copying_against_the_milestones(tmp_path):
         copying = np.zeros((2, 3))
         copying[0] = [0.9 if k >= 1 else 0.1, 0.9 if k >= 2 else 0.1, 0.9 if k >= 3 else 0.1]
         grids = {c.name: copying if c.name == "ov_copying" else np.ones((2, 3)) for c in measures.columns()}
-        write_checkpoint(root / f"r{k}", Checkpoint(f"r{k}", t, sel, plugin_columns=grids),
-                         {"model": "m", "revision": f"r{k}", "tokens": t, "step": None, "n_layers": 2, "n_heads": 3})
+        write_checkpoint(
+            root / f"r{k}",
+            Checkpoint(f"r{k}", t, sel, plugin_columns=grids),
+            {"model": "m", "revision": f"r{k}", "tokens": t, "step": None, "n_layers": 2, "n_heads": 3},
+        )
     last = [3e6, 5e6, 6e6, 9e6, 12e6]
     r23 = [1.5, 2.0, 3.0, 1.1, 1.0]
-    windows = [EdgeWindow(10 * i, 10 * i + 20, int(b - 2e6), int(b), 2, [3.0, 2.0, 1.0], 1.5, r, 1, 0.5, 0.3, 0.1)
-               for i, (b, r) in enumerate(zip(last, r23))]
+    windows = [
+        EdgeWindow(10 * i, 10 * i + 20, int(b - 2e6), int(b), 2, [3.0, 2.0, 1.0], 1.5, r, 1, 0.5, 0.3, 0.1)
+        for i, (b, r) in enumerate(zip(last, r23))
+    ]
     Edge("m", 10, "exact", None, {MODEL_SCOPE: windows}, {MODEL_SCOPE: Collapse.of(windows)}).save(root)
 
     out = tmp_path / "report"
     report_main([str(root), "--out", str(out)])
     f6 = json.loads((out / "findings.json").read_text())["models"]["m"]["f6"]
-    assert [(p["name"], p["first"], p["last"]) for p in f6["phases"]] == [("r23_peak", 4e6, 6e6),
-                                                                         ("r23_collapse", 7e6, 9e6)]
+    assert [(p["name"], p["first"], p["last"]) for p in f6["phases"]] == [
+        ("r23_peak", 4e6, 6e6),
+        ("r23_collapse", 7e6, 9e6),
+    ]
     milestone = {"induction_onset": (4e6, 2e6), "recall_67": (4e6, 2e6), "bos_50": (8e6, 4e6)}  # (tokens, low)
     phase = {"r23_peak": (4e6, 6e6), "r23_collapse": (7e6, 9e6)}  # (first, last)
-    expected = [(p, m, milestone[m][0] - phase[p][1], [milestone[m][1] - phase[p][1], milestone[m][0] - phase[p][0]])
-                for p in phase for m in milestone]
+    expected = [
+        (p, m, milestone[m][0] - phase[p][1], [milestone[m][1] - phase[p][1], milestone[m][0] - phase[p][0]])
+        for p in phase
+        for m in milestone
+    ]
     assert [(d["phase"], d["milestone"], d["distance"], d["range"]) for d in f6["distances"]] == expected
     assert {h: o["order"] for h, o in f6["heads"].items()} == {"L0H0": "before", "L0H1": "at", "L0H2": "after"}
     assert [p["r23"] for p in f6["series"]] == r23 and f6["window"] == 10

@@ -29,8 +29,16 @@ def trajectory() -> Trajectory:
 
 
 def transition(measure: str, probe: str, values: list[float]) -> Transition:
-    return Transition(measure, probe, [f"r{i}" for i in range(len(TOKENS))], list(TOKENS), values, ["r1", "r2"],
-                      values[2] - values[1], Milestone("r2", TOKENS[2], [TOKENS[1], TOKENS[2]]))
+    return Transition(
+        measure,
+        probe,
+        [f"r{i}" for i in range(len(TOKENS))],
+        list(TOKENS),
+        values,
+        ["r1", "r2"],
+        values[2] - values[1],
+        Milestone("r2", TOKENS[2], [TOKENS[1], TOKENS[2]]),
+    )
 
 
 @pytest.fixture()
@@ -45,17 +53,32 @@ def drawn(monkeypatch, tmp_path):
 
     monkeypatch.setattr(figures, "_save", keep)
     traj = trajectory()
-    axis = TokenAxis(["synthetic", "text"],
-                     [transition("icl_score", "synthetic", [0.0, 0.1, 1.2, 1.4]),
-                      transition("icl_score", "text", [0.0, 0.2, 0.9, 1.0]),
-                      transition("massive_activation_ratio", "synthetic", [3.0, 5.0, 40.0, 60.0])],
-                     {"induction_onset (synthetic)": Milestone("r2", TOKENS[2], [TOKENS[1], TOKENS[2]]),
-                      "bos_50 (text)": Milestone("r3", TOKENS[3], [TOKENS[2], TOKENS[3]])}, [], [])
+    axis = TokenAxis(
+        ["synthetic", "text"],
+        [
+            transition("icl_score", "synthetic", [0.0, 0.1, 1.2, 1.4]),
+            transition("icl_score", "text", [0.0, 0.2, 0.9, 1.0]),
+            transition("massive_activation_ratio", "synthetic", [3.0, 5.0, 40.0, 60.0]),
+        ],
+        {
+            "induction_onset (synthetic)": Milestone("r2", TOKENS[2], [TOKENS[1], TOKENS[2]]),
+            "bos_50 (text)": Milestone("r3", TOKENS[3], [TOKENS[2], TOKENS[3]]),
+        },
+        [],
+        [],
+    )
     findings = dataclasses.replace(panel_findings({"toy": traj}, 30, 50, intervals=False), token_axis={"toy": axis})
-    points = [{"threshold": t, "circuit": ["L1H0"], "circuit_loss_increase": rise, "controls_loss_increase_mean": 0.01,
-               "causal": causal} for t, rise, causal in ((20, 0.05, False), (50, 0.8, True))]
-    sweep = {"model": "toy", "revision": "r3", "tokens": TOKENS[3], "causal_factor": 10, "points": points,
-             "t_star": 50}
+    points = [
+        {
+            "threshold": t,
+            "circuit": ["L1H0"],
+            "circuit_loss_increase": rise,
+            "controls_loss_increase_mean": 0.01,
+            "causal": causal,
+        }
+        for t, rise, causal in ((20, 0.05, False), (50, 0.8, True))
+    ]
+    sweep = {"model": "toy", "revision": "r3", "tokens": TOKENS[3], "causal_factor": 10, "points": points, "t_star": 50}
     figures.bos_vs_tokens(findings, tmp_path)
     figures.recall_vs_tokens(findings, tmp_path)
     figures.trajectories(findings, tmp_path)
@@ -74,13 +97,25 @@ def panels(fig):
 
 
 def test_every_figure_is_drawn(drawn):
-    assert set(drawn) == {"bos_fraction_vs_tokens.png", "recall_vs_tokens.png", "trajectories.png", "token_axis.png",
-                          "sensitivity.png", "causal_threshold.png", "bos_per_layer_toy.png", "induction_heads_toy.png"}
+    assert set(drawn) == {
+        "bos_fraction_vs_tokens.png",
+        "recall_vs_tokens.png",
+        "trajectories.png",
+        "token_axis.png",
+        "sensitivity.png",
+        "causal_threshold.png",
+        "bos_per_layer_toy.png",
+        "induction_heads_toy.png",
+    }
 
 
 def test_a_token_axis_starts_at_zero_tokens(drawn):
-    token_axes = [ax for fig in drawn.values() for ax in panels(fig)
-                  if any(s.get_xlabel() == "training tokens" for s in ax.get_shared_x_axes().get_siblings(ax))]
+    token_axes = [
+        ax
+        for fig in drawn.values()
+        for ax in panels(fig)
+        if any(s.get_xlabel() == "training tokens" for s in ax.get_shared_x_axes().get_siblings(ax))
+    ]
     assert len(token_axes) >= 8
     for ax in token_axes:
         low = ax.get_xlim()[0]

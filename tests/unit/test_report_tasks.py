@@ -31,35 +31,67 @@ TOKENS = (0.0, 1e6, 1e7, 1e8, 1e9)
 REVISIONS = [f"r{i}" for i in range(len(TOKENS))]
 # IOI per revision: (logit_diff_mean value, its interval), (top1 value, its interval). The levels are
 # logit difference > 1 nat and top-1 > 50 %, each on its interval's low end.
-IOI = [((0.2, [0.1, 0.3]), (0.10, [0.05, 0.15])),  # r0: neither
-       ((1.5, [0.8, 2.2]), (0.70, [0.60, 0.80])),  # r1: logit difference's value above 1, its interval not
-       ((1.6, [1.2, 2.0]), (0.55, [0.45, 0.65])),  # r2: top-1's value above 50 %, its interval not
-       ((2.0, [1.5, 2.5]), (0.80, [0.70, 0.90])),  # r3: both intervals clear: the milestone
-       ((1.2, [0.9, 1.5]), (0.90, [0.85, 0.95]))]  # r4: falls back (a milestone is the first crossing)
+IOI = [
+    ((0.2, [0.1, 0.3]), (0.10, [0.05, 0.15])),  # r0: neither
+    ((1.5, [0.8, 2.2]), (0.70, [0.60, 0.80])),  # r1: logit difference's value above 1, its interval not
+    ((1.6, [1.2, 2.0]), (0.55, [0.45, 0.65])),  # r2: top-1's value above 50 %, its interval not
+    ((2.0, [1.5, 2.5]), (0.80, [0.70, 0.90])),  # r3: both intervals clear: the milestone
+    ((1.2, [0.9, 1.5]), (0.90, [0.85, 0.95])),
+]  # r4: falls back (a milestone is the first crossing)
 
 
 def metrics(task: str, values: dict[str, tuple[float, list[float]]]) -> TaskMetrics:
     """The task's summary metrics: ``values`` where given, 0 [0, 0] elsewhere."""
-    return TaskMetrics(task=task, n_prompts=500, n_boot=1000, ci_level=0.95, seed=0, metrics={
-        name: MetricValue(*values.get(name, (0.0, [0.0, 0.0]))) for name in SUMMARY_METRICS[task]})
+    return TaskMetrics(
+        task=task,
+        n_prompts=500,
+        n_boot=1000,
+        ci_level=0.95,
+        seed=0,
+        metrics={name: MetricValue(*values.get(name, (0.0, [0.0, 0.0]))) for name in SUMMARY_METRICS[task]},
+    )
 
 
-def task_summary(task: str, values: dict, screens: dict[str, list[str]], circuits: dict[str, list[str]],
-                 ablation: TaskAblation | None = None, words: TaskWords | None = None) -> TaskSummary:
-    return TaskSummary(name=task, n_prompts=500, seq_len=14, tokenizer="hand-made", prompts_sha1="hand-made",
-                       fingerprint="hand-made", metrics=metrics(task, values), screens=screens, circuits=circuits,
-                       ablation=ablation, words=words)
+def task_summary(
+    task: str,
+    values: dict,
+    screens: dict[str, list[str]],
+    circuits: dict[str, list[str]],
+    ablation: TaskAblation | None = None,
+    words: TaskWords | None = None,
+) -> TaskSummary:
+    return TaskSummary(
+        name=task,
+        n_prompts=500,
+        seq_len=14,
+        tokenizer="hand-made",
+        prompts_sha1="hand-made",
+        fingerprint="hand-made",
+        metrics=metrics(task, values),
+        screens=screens,
+        circuits=circuits,
+        ablation=ablation,
+        words=words,
+    )
 
 
 def write_task_run(run_dir: Path, sel: np.ndarray, tokens: float, summary: dict) -> None:
     """One run directory of a task run (``summary``: the summary's fields, its task among them)."""
-    write_checkpoint(run_dir, Checkpoint(summary["revision"], tokens, sel), {
-        "model": "toy", "tokens": tokens, "n_layers": sel.shape[0], "n_heads": sel.shape[1], **summary})
+    write_checkpoint(
+        run_dir,
+        Checkpoint(summary["revision"], tokens, sel),
+        {"model": "toy", "tokens": tokens, "n_layers": sel.shape[0], "n_heads": sel.shape[1], **summary},
+    )
 
 
 # Per revision of the IOI panel: the name-mover screen's top 3, the run's own circuits, the BOS heads.
-SCREENS = [["L0H0", "L0H1", "L1H1"], ["L1H0", "L0H0", "L0H1"], ["L0H0", "L0H1", "L1H1"],
-           ["L1H0", "L1H1", "L0H0"], ["L1H0", "L0H1", "L1H1"]]
+SCREENS = [
+    ["L0H0", "L0H1", "L1H1"],
+    ["L1H0", "L0H0", "L0H1"],
+    ["L0H0", "L0H1", "L1H1"],
+    ["L1H0", "L1H1", "L0H0"],
+    ["L1H0", "L0H1", "L1H1"],
+]
 INDUCTION = [[], ["L1H0"], ["L1H0"], ["L1H0", "L1H1"], ["L1H0", "L1H1"]]
 PREVIOUS_TOKEN = [[], [], ["L0H0"], ["L0H0"], ["L0H1"]]
 SINKS = [[], ["L0H1"], ["L0H1"], ["L0H1", "L0H0"], ["L0H1"]]
@@ -72,9 +104,12 @@ def ioi_panel(root: Path) -> None:
         for name in SINKS[i]:
             sel[int(name[1]), int(name[3]), BOS] = 40.0
         (ld, ld_ci), (top1, top1_ci) = IOI[i]
-        task = task_summary("ioi", {"logit_diff_mean": (ld, ld_ci), "top1": (top1, top1_ci)},
-                            {"name_mover": SCREENS[i], "s_inhibition": []},
-                            {"induction": INDUCTION[i], "previous_token": PREVIOUS_TOKEN[i]})
+        task = task_summary(
+            "ioi",
+            {"logit_diff_mean": (ld, ld_ci), "top1": (top1, top1_ci)},
+            {"name_mover": SCREENS[i], "s_inhibition": []},
+            {"induction": INDUCTION[i], "previous_token": PREVIOUS_TOKEN[i]},
+        )
         write_task_run(root / revision, sel, TOKENS[i], {"revision": revision, "task": task})
 
 
@@ -105,10 +140,15 @@ def test_the_milestone_is_the_first_revision_whose_intervals_clear_every_level(i
 def test_a_level_the_value_reaches_but_the_interval_does_not_is_not_emergence(tmp_path):
     """Greater-than: top1_above 0.6 with its interval down to 0.5 (not above 50 %) is not emergence."""
     for i, (value, ci) in enumerate([(0.2, [0.1, 0.3]), (0.6, [0.5, 0.7]), (0.62, [0.51, 0.73])]):
-        task = task_summary("greater_than", {"top1_above": (value, ci)}, {"greater_than": ["L0H0"]},
-                            {"induction": [], "previous_token": []})
-        write_task_run(tmp_path / f"r{i}", np.ones((1, 1, len(CLASSES))), TOKENS[i],
-                       {"revision": f"r{i}", "task": task})
+        task = task_summary(
+            "greater_than",
+            {"top1_above": (value, ci)},
+            {"greater_than": ["L0H0"]},
+            {"induction": [], "previous_token": []},
+        )
+        write_task_run(
+            tmp_path / f"r{i}", np.ones((1, 1, len(CLASSES))), TOKENS[i], {"revision": f"r{i}", "task": task}
+        )
     t = panel_findings(load_runs([tmp_path]), 30.0, 50.0).models["toy-greater_than"].task
     assert [r.cleared for r in t.revisions] == [False, False, True]
     assert t.emergence.revision == "r2" and t.emergence.bracket_tokens == [TOKENS[1], TOKENS[2]]
@@ -144,8 +184,12 @@ def test_task_milestones_are_refinement_milestones(ioi):
     traj = ioi["toy-ioi"]
     reached = milestone_reached(traj, 30.0, 50.0)
     assert reached["task_ioi"].tolist() == [False, False, False, True, False]
-    existing = [PanelEntry(revision, step, tokens) for step, (revision, tokens) in
-                enumerate(zip(["r0", "r1", "r2", "r2a", "r2b", "r3", "r4"], [0, 1e6, 1e7, 3e7, 6e7, 1e8, 1e9]))]
+    existing = [
+        PanelEntry(revision, step, tokens)
+        for step, (revision, tokens) in enumerate(
+            zip(["r0", "r1", "r2", "r2a", "r2b", "r3", "r4"], [0, 1e6, 1e7, 3e7, 6e7, 1e8, 1e9])
+        )
+    ]
     plan = plan_model(traj, existing, ["task_ioi", "task_binding"], 1, False, (30.0, 50.0), 0.3)
     refinement = plan.refinements["task_ioi"]
     assert refinement.panel_bracket == ["r2", "r3"] and refinement.inside_bracket == 2
@@ -156,27 +200,41 @@ def test_task_milestones_are_refinement_milestones(ioi):
 def sweep_ablation(screen_delta: float, seed_deltas: list[float]) -> TaskAblation:
     """A successor ablation whose only content is its screen's sweep over distinct draws, judged as a run
     judges it (``screen_sweep``): the target logit changes by the given deltas, top-1 by a tenth of them."""
-    def result(name: str, kind: str, delta: float, seed: int | None = None) -> ConditionResult:
-        return ConditionResult(name=name, kind=kind, screen="successor", seed=seed, heads=["L0H0"],
-                               metrics=metrics("successor", {}), delta={"target_logit_mean": delta, "top1": delta / 10})
 
-    draws = [result(f"matched_random_seed:successor:{i}", "matched_random_seed", d, i)
-             for i, d in enumerate(seed_deltas)]
-    sweep = screen_sweep("successor", result("screen:successor", "screen", screen_delta), {0: [0]}, draws, n_heads=8,
-                         absent=None)
+    def result(name: str, kind: str, delta: float, seed: int | None = None) -> ConditionResult:
+        return ConditionResult(
+            name=name,
+            kind=kind,
+            screen="successor",
+            seed=seed,
+            heads=["L0H0"],
+            metrics=metrics("successor", {}),
+            delta={"target_logit_mean": delta, "top1": delta / 10},
+        )
+
+    draws = [
+        result(f"matched_random_seed:successor:{i}", "matched_random_seed", d, i) for i, d in enumerate(seed_deltas)
+    ]
+    sweep = screen_sweep(
+        "successor", result("screen:successor", "screen", screen_delta), {0: [0]}, draws, n_heads=8, absent=None
+    )
     return TaskAblation(task="successor", n_prompts=500, conditions=[], not_run=[], sweeps=[sweep])
 
 
 def successor_runs(root: Path, ablation: TaskAblation) -> None:
     """Two revisions of a successor trajectory, the last one ablated."""
     for i in range(2):
-        task = task_summary("successor", {}, {"successor": ["L0H0"]}, {"induction": [], "previous_token": []},
-                            ablation if i == 1 else None)
+        task = task_summary(
+            "successor",
+            {},
+            {"successor": ["L0H0"]},
+            {"induction": [], "previous_token": []},
+            ablation if i == 1 else None,
+        )
         write_task_run(root / f"r{i}", np.ones((1, 1, len(CLASSES))), TOKENS[i], {"revision": f"r{i}", "task": task})
 
 
-@pytest.mark.parametrize("screen_delta, verdict", [(-30.0, "specific"), (-12.0, "not_specific"),
-                                                   (5.0, "not_specific")])
+@pytest.mark.parametrize("screen_delta, verdict", [(-30.0, "specific"), (-12.0, "not_specific"), (5.0, "not_specific")])
 def test_the_final_verdict_is_the_runs_and_the_report_states_it(tmp_path, screen_delta, verdict):
     seeds = [-10.0, -2.0, 0.5, -12.0]
     successor_runs(tmp_path / "runs", sweep_ablation(screen_delta, seeds))
@@ -186,15 +244,21 @@ def test_the_final_verdict_is_the_runs_and_the_report_states_it(tmp_path, screen
     assert logit.mean == pytest.approx(np.mean(seeds)) and logit.min == -12.0
     assert logit.std == pytest.approx(np.std(seeds, ddof=1))
     report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--wandb-mode", "disabled"])
-    line = next(line for line in (tmp_path / "report" / "report.md").read_text().splitlines()
-                if line.startswith("  - `successor`: "))
-    assert line.startswith(f"  - `successor`: target_logit_mean {screen_delta:+.3f} vs matched-random "
-                           f"{np.mean(seeds):+.3f} +- {np.std(seeds, ddof=1):.3f} [-12.000, +0.500]; top1 "
-                           f"{screen_delta * 10:+.1f} pp vs matched-random {np.mean(seeds) * 10:+.1f} +- "
-                           f"{np.std(seeds, ddof=1) * 10:.1f} pp [-120.0, +5.0] (ratio "
-                           f"{screen_delta / np.mean(seeds):.3g}) over 4 distinct draws; ")
-    assert line.endswith(("below" if verdict == "specific" else "not below")
-                         + " every one of 4 distinct draws (lowest -12.000).")
+    line = next(
+        line
+        for line in (tmp_path / "report" / "report.md").read_text().splitlines()
+        if line.startswith("  - `successor`: ")
+    )
+    assert line.startswith(
+        f"  - `successor`: target_logit_mean {screen_delta:+.3f} vs matched-random "
+        f"{np.mean(seeds):+.3f} +- {np.std(seeds, ddof=1):.3f} [-12.000, +0.500]; top1 "
+        f"{screen_delta * 10:+.1f} pp vs matched-random {np.mean(seeds) * 10:+.1f} +- "
+        f"{np.std(seeds, ddof=1) * 10:.1f} pp [-120.0, +5.0] (ratio "
+        f"{screen_delta / np.mean(seeds):.3g}) over 4 distinct draws; "
+    )
+    assert line.endswith(
+        ("below" if verdict == "specific" else "not below") + " every one of 4 distinct draws (lowest -12.000)."
+    )
 
 
 def test_a_run_written_before_verdicts_reads_and_says_it_has_none(tmp_path):
@@ -206,15 +270,21 @@ def test_a_run_written_before_verdicts_reads_and_says_it_has_none(tmp_path):
     for key in ("chance_top1", "capability_absent"):
         del ablation[key]
     (sweep,) = ablation["sweeps"]
-    ablation["sweeps"] = [{"screen": sweep["screen"], "seeds": sweep["seeds"],
-                           "sweeps": {"top1": {k: v for k, v in sweep["sweeps"]["top1"].items() if k != "why"}}}]
+    ablation["sweeps"] = [
+        {
+            "screen": sweep["screen"],
+            "seeds": sweep["seeds"],
+            "sweeps": {"top1": {k: v for k, v in sweep["sweeps"]["top1"].items() if k != "why"}},
+        }
+    ]
     path.write_text(json.dumps(data))
     (v,) = panel_findings(load_runs([tmp_path / "runs"]), 30.0, 50.0).models["toy-successor"].task.verdicts
     assert v.verdict is None and list(v.sweeps) == ["top1"]
     report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--wandb-mode", "disabled"])
-    assert ("  - `successor`: top1 -300.0 pp vs matched-random -58.8 +- 60.6 pp [-120.0, +5.0] (ratio 5.11) over "
-            "4 seeds; no verdict stored (a run of an earlier version: rerun it).") in \
-        (tmp_path / "report" / "report.md").read_text()
+    assert (
+        "  - `successor`: top1 -300.0 pp vs matched-random -58.8 +- 60.6 pp [-120.0, +5.0] (ratio 5.11) over "
+        "4 seeds; no verdict stored (a run of an earlier version: rerun it)."
+    ) in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_findings_json_reads_back_into_the_same_task_records(ioi):
@@ -230,47 +300,83 @@ def test_findings_json_reads_back_into_the_same_task_records(ioi):
 
 # --- the study's numbers beside ours ---------------------------------------------------------------
 
+
 def condition(name: str, kind: str, screen: str | None, heads: list[str], top1: float) -> ConditionResult:
     """An IOI condition with top-1 ``top1`` (interval +- 0.01), logit difference 10 x top-1."""
     values = {"top1": (top1, [top1 - 0.01, top1 + 0.01]), "logit_diff_mean": (10 * top1, [10 * top1, 10 * top1])}
-    return ConditionResult(name=name, kind=kind, screen=screen, seed=123 if kind == "matched_random" else None,
-                           heads=heads, metrics=metrics("ioi", values), delta={})
+    return ConditionResult(
+        name=name,
+        kind=kind,
+        screen=screen,
+        seed=123 if kind == "matched_random" else None,
+        heads=heads,
+        metrics=metrics("ioi", values),
+        delta={},
+    )
 
 
-OUR_IOI = [condition("baseline", "baseline", None, [], 0.91),
-           condition("screen:name_mover", "screen", "name_mover", ["L13H1", "L10H6"], 0.95),
-           condition("matched_random:name_mover:123", "matched_random", "name_mover", ["L13H2", "L10H1"], 0.9),
-           condition("full_layers:name_mover", "full_layers", "name_mover", ["L10H0"], 0.5),
-           condition("screen:s_inhibition", "screen", "s_inhibition", ["L12H1"], 0.6),
-           condition("screen_union", "screen_union", None, ["L12H1", "L13H1"], 0.3),
-           condition("prev_token_circuit", "prev_token_circuit", None, ["L1H3"], 0.1),
-           condition("induction_circuit", "induction_circuit", None, ["L4H4"], 0.89),
-           condition("circuit_union", "circuit_union", None, ["L1H3", "L4H4"], 0.2)]
+OUR_IOI = [
+    condition("baseline", "baseline", None, [], 0.91),
+    condition("screen:name_mover", "screen", "name_mover", ["L13H1", "L10H6"], 0.95),
+    condition("matched_random:name_mover:123", "matched_random", "name_mover", ["L13H2", "L10H1"], 0.9),
+    condition("full_layers:name_mover", "full_layers", "name_mover", ["L10H0"], 0.5),
+    condition("screen:s_inhibition", "screen", "s_inhibition", ["L12H1"], 0.6),
+    condition("screen_union", "screen_union", None, ["L12H1", "L13H1"], 0.3),
+    condition("prev_token_circuit", "prev_token_circuit", None, ["L1H3"], 0.1),
+    condition("induction_circuit", "induction_circuit", None, ["L4H4"], 0.89),
+    condition("circuit_union", "circuit_union", None, ["L1H3", "L4H4"], 0.2),
+]
 
 
-def study_run(root: Path, task: str, revision: str = "step143000", repo: str = "EleutherAI/pythia-1b",
-              ablation: TaskAblation | None = None, words: TaskWords | None = None) -> None:
-    screens = {"ioi": {"name_mover": ["L13H1", "L10H6", "L9H0", "L10H4", "L11H7"], "s_inhibition": ["L12H1"]},
-               "greater_than": {"greater_than": ["L8H5", "L7H0", "L0H0", "L1H1", "L2H2"]}}[task]
+def study_run(
+    root: Path,
+    task: str,
+    revision: str = "step143000",
+    repo: str = "EleutherAI/pythia-1b",
+    ablation: TaskAblation | None = None,
+    words: TaskWords | None = None,
+) -> None:
+    screens = {
+        "ioi": {"name_mover": ["L13H1", "L10H6", "L9H0", "L10H4", "L11H7"], "s_inhibition": ["L12H1"]},
+        "greater_than": {"greater_than": ["L8H5", "L7H0", "L0H0", "L1H1", "L2H2"]},
+    }[task]
     summary = task_summary(task, {}, screens, {"induction": ["L4H4"], "previous_token": ["L1H3"]}, ablation, words)
-    write_checkpoint(root / revision, Checkpoint(revision, 3e11, np.ones((16, 8, len(CLASSES)))), {
-        "model": "pythia", "name_or_path": repo, "revision": revision, "tokens": 299892736000, "n_layers": 16,
-        "n_heads": 8, "task": summary})
+    write_checkpoint(
+        root / revision,
+        Checkpoint(revision, 3e11, np.ones((16, 8, len(CLASSES)))),
+        {
+            "model": "pythia",
+            "name_or_path": repo,
+            "revision": revision,
+            "tokens": 299892736000,
+            "n_layers": 16,
+            "n_heads": 8,
+            "task": summary,
+        },
+    )
 
 
 def published_rows(model: str, task: str) -> list[tuple]:
     """(experiment, condition, metric, value, valid) of published_tasks.json, read as plain JSON, for
     the metrics the task measures."""
     data = json.loads(PUBLISHED_FILE.read_text())
-    return [(a["experiment"], c["name"], metric, value, c["valid"]) for a in data["ablations"]
-            if a["model"] == model and a["task"] == task for c in a["conditions"]
-            for metric, value in c["metrics"].items() if metric in SUMMARY_METRICS[task]]
+    return [
+        (a["experiment"], c["name"], metric, value, c["valid"])
+        for a in data["ablations"]
+        if a["model"] == model and a["task"] == task
+        for c in a["conditions"]
+        for metric, value in c["metrics"].items()
+        if metric in SUMMARY_METRICS[task]
+    ]
 
 
 def table_rows(text: str) -> dict[tuple, list[str]]:
     """The published-beside-ours table's rows by (experiment, condition, metric)."""
-    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines()
-            if re.match(r"\s+\| (capability|name_movers|s_inhibition|task_screen|prev_token_circuit) \|", line)]
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if re.match(r"\s+\| (capability|name_movers|s_inhibition|task_screen|prev_token_circuit) \|", line)
+    ]
     return {tuple(r[:3]): r[3:] for r in rows}
 
 
@@ -283,12 +389,20 @@ def test_a_pythia_final_run_sets_its_numbers_beside_the_published_ones(tmp_path)
     table = table_rows(text)
     expected = published_rows("pythia", "ioi")
     assert len(table) == len(expected) > 20
-    ours = {("capability", "baseline"): 0.91, ("capability", "prev_token_circuit"): 0.1,
-            ("capability", "induction_circuit"): 0.89, ("capability", "union"): 0.2,
-            ("name_movers", "baseline"): 0.91, ("name_movers", "screen"): 0.95,
-            ("name_movers", "matched_random"): 0.9, ("name_movers", "full_layers"): 0.5,
-            ("s_inhibition", "baseline"): 0.91, ("s_inhibition", "screen"): 0.6,
-            ("s_inhibition", "matched_random"): None, ("s_inhibition", "union"): 0.3}
+    ours = {
+        ("capability", "baseline"): 0.91,
+        ("capability", "prev_token_circuit"): 0.1,
+        ("capability", "induction_circuit"): 0.89,
+        ("capability", "union"): 0.2,
+        ("name_movers", "baseline"): 0.91,
+        ("name_movers", "screen"): 0.95,
+        ("name_movers", "matched_random"): 0.9,
+        ("name_movers", "full_layers"): 0.5,
+        ("s_inhibition", "baseline"): 0.91,
+        ("s_inhibition", "screen"): 0.6,
+        ("s_inhibition", "matched_random"): None,
+        ("s_inhibition", "union"): 0.3,
+    }
     for experiment, name, metric, value, valid in expected:
         published, mine = table[(experiment, name, metric)][:2]
         assert valid and published == f"{value:.4g}"
@@ -313,7 +427,8 @@ def test_the_invalid_published_rows_are_named(tmp_path):
     invalid = {(r.condition, r.valid) for r in comparison.rows if r.condition.endswith("_circuit")}
     assert invalid == {("induction_circuit", False), ("prev_token_circuit", False)}
     assert {(e, c) for e, c, _, _, valid in published_rows("pythia", "greater_than") if not valid} == {
-        ("task_screen", r.condition) for r in comparison.invalid()}
+        ("task_screen", r.condition) for r in comparison.invalid()
+    }
     report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--wandb-mode", "disabled"])
     text = (tmp_path / "report" / "report.md").read_text()
     line = next(line for line in text.splitlines() if line.strip().startswith("Invalid published rows"))
@@ -322,8 +437,9 @@ def test_the_invalid_published_rows_are_named(tmp_path):
     assert table_rows(text)[("task_screen", "induction_circuit", "top1_above")][0].endswith("(invalid)")
 
 
-@pytest.mark.parametrize("revision, repo", [("step3000", "EleutherAI/pythia-1b"),
-                                            ("step143000", "EleutherAI/pythia-160m")])
+@pytest.mark.parametrize(
+    "revision, repo", [("step3000", "EleutherAI/pythia-1b"), ("step143000", "EleutherAI/pythia-160m")]
+)
 def test_only_the_study_models_final_revision_is_compared(tmp_path, revision, repo):
     study_run(tmp_path, "ioi", revision=revision, repo=repo)
     assert panel_findings(load_runs([tmp_path]), 30.0, 50.0).models["pythia-ioi"].task.published is None
@@ -334,8 +450,11 @@ def test_only_a_batch_of_the_studys_words_is_compared(tmp_path, mode, compared):
     """A filtered batch holds other prompts than the study measured: nothing to set beside its numbers. A
     summary without ``words`` (a run before probe.task_words) measured the study's."""
     kept = {"names": ["John", "Mary"], "places": ["store"], "objects": ["drink"]}
-    words = None if mode is None else TaskWords(mode, kept, {"names": [] if mode == "study" else ["Donna"],
-                                                             "places": [], "objects": []})
+    words = (
+        None
+        if mode is None
+        else TaskWords(mode, kept, {"names": [] if mode == "study" else ["Donna"], "places": [], "objects": []})
+    )
     study_run(tmp_path, "ioi", words=words)
     path = tmp_path / "step143000" / "summary.json"
     written = json.loads(path.read_text())
@@ -351,15 +470,20 @@ def test_only_a_batch_of_the_studys_words_is_compared(tmp_path, mode, compared):
 
 def test_the_printed_lines_name_the_words_a_filtered_batch_dropped():
     summary = task_summary("binding", {}, {"binding": ["L0H0"]}, {"induction": [], "previous_token": []})
-    words = TaskWords("filtered", {"names": ["John", "Mary"], "cities": ["Paris", "Rome"]},
-                      {"names": ["Donna"], "cities": ["Bangkok", "Sydney"]})
+    words = TaskWords(
+        "filtered",
+        {"names": ["John", "Mary"], "cities": ["Paris", "Rome"]},
+        {"names": ["Donna"], "cities": ["Bangkok", "Sydney"]},
+    )
     assert not any(line.startswith("task words") for line in task_lines(summary))  # the study's: nothing to say
     lines = task_lines(dataclasses.replace(summary, words=words))
-    assert lines[1] == ("task words: filtered to the tokenizer's single tokens, dropped names Donna; "
-                        "cities Bangkok Sydney")
+    assert lines[1] == (
+        "task words: filtered to the tokenizer's single tokens, dropped names Donna; cities Bangkok Sydney"
+    )
 
 
 # --- runs without tasks ---------------------------------------------------------------------------
+
 
 def test_a_panel_with_tasks_reports_them_and_one_without_reports_none(tmp_path):
     ioi_panel(tmp_path / "tasks")
@@ -371,8 +495,16 @@ def test_a_panel_with_tasks_reports_them_and_one_without_reports_none(tmp_path):
     assert list(both) == ["toy", "toy-ioi"]
 
     report_main([str(tmp_path / "plain"), "--out", str(tmp_path / "plain_report"), "--wandb-mode", "disabled"])
-    report_main([str(tmp_path / "plain"), str(tmp_path / "tasks"), "--out", str(tmp_path / "both_report"),
-                 "--wandb-mode", "disabled"])
+    report_main(
+        [
+            str(tmp_path / "plain"),
+            str(tmp_path / "tasks"),
+            "--out",
+            str(tmp_path / "both_report"),
+            "--wandb-mode",
+            "disabled",
+        ]
+    )
     plain_text = (tmp_path / "plain_report" / "report.md").read_text()
     plain_findings = json.loads((tmp_path / "plain_report" / "findings.json").read_text())
     assert "Task circuits" not in plain_text and "task_" not in plain_text
@@ -412,14 +544,27 @@ def test_the_task_figures_start_at_zero_tokens_and_say_what_they_show(ioi, tmp_p
 
 def test_our_sweep_beside_the_published_one_says_over_how_many_distinct_draws(tmp_path):
     def result(name: str, kind: str, top1: float, seed: int | None = None) -> ConditionResult:
-        return ConditionResult(name=name, kind=kind, screen="name_mover", seed=seed, heads=["L13H1"],
-                               metrics=metrics("ioi", {}), delta={"top1": top1, "logit_diff_mean": 10 * top1})
+        return ConditionResult(
+            name=name,
+            kind=kind,
+            screen="name_mover",
+            seed=seed,
+            heads=["L13H1"],
+            metrics=metrics("ioi", {}),
+            delta={"top1": top1, "logit_diff_mean": 10 * top1},
+        )
 
-    draws = [result(f"matched_random_seed:name_mover:{s}", "matched_random_seed", d, s)
-             for s, d in enumerate([-0.01, 0.03])]
+    draws = [
+        result(f"matched_random_seed:name_mover:{s}", "matched_random_seed", d, s) for s, d in enumerate([-0.01, 0.03])
+    ]
     sweep = screen_sweep("ioi", result("screen:name_mover", "screen", -0.2), {13: [1]}, draws, n_heads=8, absent=None)
-    study_run(tmp_path / "runs", "ioi", ablation=TaskAblation(task="ioi", n_prompts=500, conditions=OUR_IOI,
-                                                              sweeps=[sweep], not_run=[]))
+    study_run(
+        tmp_path / "runs",
+        "ioi",
+        ablation=TaskAblation(task="ioi", n_prompts=500, conditions=OUR_IOI, sweeps=[sweep], not_run=[]),
+    )
     report_main([str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--wandb-mode", "disabled"])
-    assert ("Sweep `name_mover` top1: published +7.2 pp vs +2.70 +- 4.05 pp; ours -20.0 pp vs +1.00 +- - pp over 2 "
-            "distinct draws.") in (tmp_path / "report" / "report.md").read_text()
+    assert (
+        "Sweep `name_mover` top1: published +7.2 pp vs +2.70 +- 4.05 pp; ours -20.0 pp vs +1.00 +- - pp over 2 "
+        "distinct draws."
+    ) in (tmp_path / "report" / "report.md").read_text()

@@ -16,8 +16,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Files outside the repository that its text once cited (upper case: docs/hub.md is the repository's own).
 OUTSIDE = re.compile(r"\b(?:METHOD|TASKS|FAMILIES|HUB|HUB_LAYOUTS|DESIGN)\.md\b|\.\./shared/|farm-studio")
-SKIPPED_DIRS = {".git", "build", "outputs", "wandb", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
-                ".import_linter_cache"}
+SKIPPED_DIRS = {
+    ".git",
+    "build",
+    "outputs",
+    "wandb",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".import_linter_cache",
+}
 
 
 def _repository_files() -> list[Path]:
@@ -57,11 +66,22 @@ def test_the_check_finds_a_citation(tmp_path):
     cited = tmp_path / "module.py"
     cited.write_text('"""The study\'s batches (TASKS.md 1.1)."""\n')
     assert _citations(cited.read_text()) == [(1, '"""The study\'s batches (TASKS.md 1.1)."""')]
-    for text in ("see METHOD.md section 3", "FAMILIES.md", "HUB_LAYOUTS.md", "HUB.md", "../shared/TASKS.md",
-                 "`farm-studio look`"):
+    for text in (
+        "see METHOD.md section 3",
+        "FAMILIES.md",
+        "HUB_LAYOUTS.md",
+        "HUB.md",
+        "../shared/TASKS.md",
+        "`farm-studio look`",
+    ):
         assert _citations(text), text
-    for text in ("docs/hub.md", "[hub.md](hub.md)", "docs/tasks.md, The batches", "docs/method.md section 3",
-                 "report.md"):
+    for text in (
+        "docs/hub.md",
+        "[hub.md](hub.md)",
+        "docs/tasks.md, The batches",
+        "docs/method.md section 3",
+        "report.md",
+    ):
         assert not _citations(text), text
 
 
@@ -70,8 +90,11 @@ def test_every_package_installs():
     those, so one left out imports from a checkout and fails everywhere else."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(init.parent.relative_to(ROOT).parts) for top in ("emergence", "hydra_plugins")
-             for init in (ROOT / top).rglob("__init__.py")}
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("emergence", "hydra_plugins")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
     assert found - listed == set()
 
 
@@ -82,8 +105,12 @@ def test_every_dimension_a_record_names_is_in_the_glossary():
     """The jaxtyping shapes of the records name their dimensions from docs/glossary.md's table (a
     number is its own name; ``T-1`` is ``T``'s)."""
     glossary = set(re.findall(r"^\| `([^`]+)` \|", (ROOT / "docs" / "glossary.md").read_text(), re.MULTILINE))
-    named = {dim: path.relative_to(ROOT) for path in (ROOT / "emergence").rglob("*.py")
-             for shape in SHAPE.findall(path.read_text()) for dim in re.split(r"[\s\-+*/]+", shape.strip())
-             if dim and not dim.isdigit()}
+    named = {
+        dim: path.relative_to(ROOT)
+        for path in (ROOT / "emergence").rglob("*.py")
+        for shape in SHAPE.findall(path.read_text())
+        for dim in re.split(r"[\s\-+*/]+", shape.strip())
+        if dim and not dim.isdigit()
+    }
     assert len(named) > 10  # the pattern finds the annotations
     assert {dim: str(path) for dim, path in named.items() if dim not in glossary} == {}

@@ -5,14 +5,20 @@ import pytest
 from emergence.hub.revisions import between, parse_branches, propose_panel
 from tests.helpers.cli import last_line, run_cli
 
-PYTHIA_BRANCHES = ["main", "step0", *(f"step{2**k}" for k in range(10)),
-                   *(f"step{s}" for s in range(1000, 143001, 1000))]
+PYTHIA_BRANCHES = [
+    "main",
+    "step0",
+    *(f"step{2**k}" for k in range(10)),
+    *(f"step{s}" for s in range(1000, 143001, 1000)),
+]
 
 
 def test_parse_branches_orders_by_step_and_skips_other_refs():
     entries = parse_branches(["main", "step2000-tokens4B", "step1000-tokens2B", "dev"], None, None)
     assert [(e.revision, e.step, e.tokens) for e in entries] == [
-        ("step1000-tokens2B", 1000, 2 * 10**9), ("step2000-tokens4B", 2000, 4 * 10**9)]
+        ("step1000-tokens2B", 1000, 2 * 10**9),
+        ("step2000-tokens4B", 2000, 4 * 10**9),
+    ]
     pythia = parse_branches(PYTHIA_BRANCHES, r"step(?P<step>\d+)", 2_097_152)
     assert len(pythia) == 154 and pythia[-1].tokens == 143000 * 2_097_152
 

@@ -34,8 +34,16 @@ from tests.helpers.run_dirs import run_summary
 
 VERSION_2_RUN = Path(__file__).parent / "data" / "v2_run"  # written by the version before schema 3 (its SOURCE.md)
 
-SMALL = ["probe=paper", "probe.n_sequences=32", "probe.seq_len=64", "probe.vocab_low=10",
-         "probe.vocab_high=500", "probe.batch_size=8", "model.dtype=float32", "wandb.mode=disabled"]
+SMALL = [
+    "probe=paper",
+    "probe.n_sequences=32",
+    "probe.seq_len=64",
+    "probe.vocab_low=10",
+    "probe.vocab_high=500",
+    "probe.batch_size=8",
+    "model.dtype=float32",
+    "wandb.mode=disabled",
+]
 
 
 @dataclass
@@ -55,8 +63,13 @@ class Outer(Record):
 def test_a_nested_record_survives_json():
     record = Outer("x", Inner(1.5), None, [Inner(2.0), Inner(3.0)], {"a": [1, 2]})
     text = json.dumps(record.to_json())
-    assert json.loads(text) == {"name": "x", "one": {"value": 1.5}, "maybe": None,
-                                "many": [{"value": 2.0}, {"value": 3.0}], "plain": {"a": [1, 2]}}
+    assert json.loads(text) == {
+        "name": "x",
+        "one": {"value": 1.5},
+        "maybe": None,
+        "many": [{"value": 2.0}, {"value": 3.0}],
+        "plain": {"a": [1, 2]},
+    }
     back = Outer.from_json(json.loads(text))
     assert back == record and isinstance(back.many[1], Inner)
 
@@ -69,8 +82,16 @@ def test_a_first_token_of_the_old_spelling_reads_as_the_bos_token():
 
 def test_an_ablation_result_survives_json():
     metrics = Metrics(2.0, 0.25, 0.5, 3.0)
-    result = AblationResult(True, "zero", 3.0, "all", metrics, circuit=Metrics(4.0, 0.0, 0.1, 1.0),
-                            controls=[ControlSet(["L1H0"], metrics)], effect=Effect(2.0, 0.0, None, True))
+    result = AblationResult(
+        True,
+        "zero",
+        3.0,
+        "all",
+        metrics,
+        circuit=Metrics(4.0, 0.0, 0.1, 1.0),
+        controls=[ControlSet(["L1H0"], metrics)],
+        effect=Effect(2.0, 0.0, None, True),
+    )
     assert AblationResult.from_json(json.loads(json.dumps(result.to_json()))) == result
     result.control_draw = ControlDraw(5, 0, 1, {"L1": "L0"}, 25.0, ["L0H3"], "a note")
     result.controls[0].drawn = "fallback"
@@ -80,15 +101,24 @@ def test_an_ablation_result_survives_json():
 def test_the_ablation_line_is_over_the_sequences_used_and_signs_print_once():
     """The issue's case: the clean loss over all 200 sequences (8.885) is not the one the rise is
     from (8.819 over the 64 the adaptive run used); a fall prints as -0.075, never +-0.075."""
-    result = AblationResult(True, "zero", 3.0, "adaptive", Metrics(8.885, 0.1, 0.2, 3.0),
-                            circuit=Metrics(8.744, 0.1, 0.2, 3.0), controls=[ControlSet(["L0H0"], Metrics(
-                                8.919, 0.1, 0.2, 3.0))], effect=Effect(8.744 - 8.819, 8.919 - 8.819, None, False),
-                            sequences_used=64, clean_loss_used=8.819,
-                            control_draw=ControlDraw(5, 3, 0, {}, 25.0, [], "3 distinct control sets ..."))
+    result = AblationResult(
+        True,
+        "zero",
+        3.0,
+        "adaptive",
+        Metrics(8.885, 0.1, 0.2, 3.0),
+        circuit=Metrics(8.744, 0.1, 0.2, 3.0),
+        controls=[ControlSet(["L0H0"], Metrics(8.919, 0.1, 0.2, 3.0))],
+        effect=Effect(8.744 - 8.819, 8.919 - 8.819, None, False),
+        sequences_used=64,
+        clean_loss_used=8.819,
+        control_draw=ControlDraw(5, 3, 0, {}, 25.0, [], "3 distinct control sets ..."),
+    )
     assert ablation_lines(result) == [
         "ablation (zero, 64 sequences): loss of B 8.819 -> 8.744 (-0.075); controls +0.100: not causal at 3x",
         "control sets: 3 in-layer, 0 by the fallback, 5 asked; never a control (induction >= 25x): none; "
-        "3 distinct control sets ..."]
+        "3 distinct control sets ...",
+    ]
 
 
 def test_summary_json_is_the_run_summary_and_an_old_schema_is_one_line(tiny_dirs, tmp_path):
@@ -116,11 +146,15 @@ def test_summary_json_is_the_run_summary_and_an_old_schema_is_one_line(tiny_dirs
 def test_heads_csv_reads_back_exactly_through_head_row(tmp_path):
     """Every column of heads.csv, written and read back: ints as ints, booleans as booleans,
     strings as strings, floats bit for bit (NaN, infinities, -0.0 and the last digit included)."""
-    awkward = [1 / 3, 2.0 ** -1074, 1.7976931348623157e308, -0.0, float("nan"), float("inf"), 0.1 + 0.2, 123456789.123]
-    by_type = {"int": lambda i, k: i + k, "float": lambda i, k: awkward[(i + k) % len(awkward)],
-               "bool": lambda i, k: (i + k) % 2 == 0, "str": lambda i, k: f"name {i} {k}",
-               # a plug-in measure's columns follow the screen's
-               "dict[str, float]": lambda i, k: {"a_measure": awkward[(i + k) % len(awkward)], "b_measure": -0.0}}
+    awkward = [1 / 3, 2.0**-1074, 1.7976931348623157e308, -0.0, float("nan"), float("inf"), 0.1 + 0.2, 123456789.123]
+    by_type = {
+        "int": lambda i, k: i + k,
+        "float": lambda i, k: awkward[(i + k) % len(awkward)],
+        "bool": lambda i, k: (i + k) % 2 == 0,
+        "str": lambda i, k: f"name {i} {k}",
+        # a plug-in measure's columns follow the screen's
+        "dict[str, float]": lambda i, k: {"a_measure": awkward[(i + k) % len(awkward)], "b_measure": -0.0},
+    }
     written = [HeadRow(**{f.name: by_type[f.type](i, k) for k, f in enumerate(fields(HeadRow))}) for i in range(3)]
     write_run(tmp_path, written, run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=3))
     columns = [*HEAD_COLUMNS, "a_measure", "b_measure"]
@@ -133,8 +167,14 @@ def test_heads_csv_reads_back_exactly_through_head_row(tmp_path):
 
 
 def test_heads_csv_of_a_run_before_the_task_and_plug_in_columns_reads_without_them(tmp_path):
-    row = HeadRow(**{f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type] for f in fields(HeadRow)
-                     if f.name != "plugin_columns"}, plugin_columns={"value_norm_ratio": 0.25})
+    row = HeadRow(
+        **{
+            f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type]
+            for f in fields(HeadRow)
+            if f.name != "plugin_columns"
+        },
+        plugin_columns={"value_norm_ratio": 0.25},
+    )
     write_run(tmp_path, [row], run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1))
     lines = (tmp_path / HEADS_FILE).read_text().splitlines()
     assert lines[0].split(",")[-1] == "value_norm_ratio"  # the plug-in measures' columns follow the screen's
@@ -156,12 +196,26 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     # no task before schema 3: the probe's task settings read as their defaults; no first token, GGUF,
     # probe fit or control_draw record before them (the report reads a missing first token as random, the study's);
     # a run before probe.loss_curve measured every position's loss: it reads as all; no plug-in measures
-    renamed = {**written, "copy_loss_drop": written["icl_score"], "task": None, "gguf": None, "probe_fit": None,
-               "measures": {},
-               "probe": {**written["probe"], "task": None, "task_prompts": None, "task_top_k": 5,
-                         "task_words": "auto", "first_token": "auto", "first": None, "loss_curve": "all",
-                         "fit": "auto"},
-               "ablation": {**written["ablation"], "control_draw": None}}
+    renamed = {
+        **written,
+        "copy_loss_drop": written["icl_score"],
+        "task": None,
+        "gguf": None,
+        "probe_fit": None,
+        "measures": {},
+        "probe": {
+            **written["probe"],
+            "task": None,
+            "task_prompts": None,
+            "task_top_k": 5,
+            "task_words": "auto",
+            "first_token": "auto",
+            "first": None,
+            "loss_curve": "all",
+            "fit": "auto",
+        },
+        "ablation": {**written["ablation"], "control_draw": None},
+    }
     del renamed["icl_score"]
     assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
@@ -175,8 +229,9 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     # As a toy's run: its copy loss drop under the old name reaches the report under the new one.
     shutil.copytree(VERSION_2_RUN, tmp_path / "runs" / "main")
     (tmp_path / "runs" / "main" / SUMMARY_FILE).write_text(json.dumps({**written, "icl_score": 1.25}))
-    res = run_cli(tmp_path / "runs", "--out", tmp_path / "report", "--wandb-mode", "disabled",
-                  module="emergence.report")
+    res = run_cli(
+        tmp_path / "runs", "--out", tmp_path / "report", "--wandb-mode", "disabled", module="emergence.report"
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     findings = json.loads((tmp_path / "report" / "findings.json").read_text())
     (row,) = findings["models"]["local"]["revisions"]
@@ -243,18 +298,40 @@ def test_a_task_sweep_reaches_w_and_b_in_its_units():
     from emergence.recipe.tasks.step import TaskSummary
     from emergence.run.tracking import log_checkpoint
 
-    metrics = TaskMetrics(task="ioi", n_prompts=5, n_boot=1, ci_level=0.9, seed=0,
-                          metrics={m: MetricValue(0.5, [0.4, 0.6]) for m in SUMMARY_METRICS["ioi"]})
+    metrics = TaskMetrics(
+        task="ioi",
+        n_prompts=5,
+        n_boot=1,
+        ci_level=0.9,
+        seed=0,
+        metrics={m: MetricValue(0.5, [0.4, 0.6]) for m in SUMMARY_METRICS["ioi"]},
+    )
 
     def result(kind, ld, top1, seed=None):
-        return ConditionResult(name=f"{kind}:{seed}", kind=kind, screen=None if kind == "user" else "user", seed=seed,
-                               heads=["L0H0"], metrics=metrics, delta={"logit_diff_mean": ld, "top1": top1})
+        return ConditionResult(
+            name=f"{kind}:{seed}",
+            kind=kind,
+            screen=None if kind == "user" else "user",
+            seed=seed,
+            heads=["L0H0"],
+            metrics=metrics,
+            delta={"logit_diff_mean": ld, "top1": top1},
+        )
 
     draws = [result("matched_random_seed", -0.1 * s, 0.01 * s, s) for s in range(3)]
     sweep = screen_sweep("ioi", result("user", -2.0, -0.3), {0: [0]}, draws, n_heads=4, absent=None)
-    task = TaskSummary(name="ioi", n_prompts=5, seq_len=14, tokenizer="t", prompts_sha1="s", fingerprint="f",
-                       metrics=metrics, screens={}, circuits={"previous_token": [], "induction": []},
-                       ablation=TaskAblation(task="ioi", n_prompts=5, conditions=[], sweeps=[sweep], not_run=[]))
+    task = TaskSummary(
+        name="ioi",
+        n_prompts=5,
+        seq_len=14,
+        tokenizer="t",
+        prompts_sha1="s",
+        fingerprint="f",
+        metrics=metrics,
+        screens={},
+        circuits={"previous_token": [], "induction": []},
+        ablation=TaskAblation(task="ioi", n_prompts=5, conditions=[], sweeps=[sweep], not_run=[]),
+    )
 
     with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
         rows = [HeadRow.from_columns(r) for r in csv.DictReader(f)]
@@ -274,8 +351,10 @@ def test_the_plug_in_measures_reach_w_and_b():
     from emergence.run.tracking import log_checkpoint
 
     with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
-        rows = [replace(HeadRow.from_columns(r), plugin_columns={"ov_copying": 0.25 * i, "qk_sigma1": 2.0})
-                for i, r in enumerate(csv.DictReader(f))]
+        rows = [
+            replace(HeadRow.from_columns(r), plugin_columns={"ov_copying": 0.25 * i, "qk_sigma1": 2.0})
+            for i, r in enumerate(csv.DictReader(f))
+        ]
     summary = replace(RunSummary.read(VERSION_2_RUN), measures={"weight_circuits": {"copying_heads": 3.0}})
     run, figure = Run(), plt.figure()
     log_checkpoint(run, summary, rows, figure)

@@ -35,8 +35,7 @@ def test_selectivity_is_ratio_to_floored_baseline():
 
 def test_classes_memberships_and_bos():
     scr = classify(selectivity(hand_made()), class_thresholds(30.0), circuit_threshold=50.0)
-    assert scr.head_class.tolist() == [["previous_token", UNCLASSIFIED, "bos"],
-                                       ["bos", "induction", "local"]]
+    assert scr.head_class.tolist() == [["previous_token", UNCLASSIFIED, "bos"], ["bos", "induction", "local"]]
     assert scr.best_class[0, 1] == "induction"  # best class even when unclassified
     # Membership is multi-label and differs from best class.
     assert scr.members[1, 0, IND] and scr.members[1, 1, FIRST] and scr.members[1, 2, SELF]

@@ -14,9 +14,19 @@ from emergence.run.results import read_run
 from tests.helpers.reference_impl import eager_model, eager_targets
 
 N, T = 48, 64
-SMALL = ["probe=paper", f"probe.n_sequences={N}", f"probe.seq_len={T}", "probe.vocab_low=10", "probe.vocab_high=500",
-         "probe.batch_size=16", "model.dtype=float32", "wandb.mode=disabled", "ablate.enabled=false",
-         "stats.n_null=40", "stats.n_boot=1000"]
+SMALL = [
+    "probe=paper",
+    f"probe.n_sequences={N}",
+    f"probe.seq_len={T}",
+    "probe.vocab_low=10",
+    "probe.vocab_high=500",
+    "probe.batch_size=16",
+    "model.dtype=float32",
+    "wandb.mode=disabled",
+    "ablate.enabled=false",
+    "stats.n_null=40",
+    "stats.n_boot=1000",
+]
 
 
 def reference_null_positions(ab, seq_len, n_draws, seed=2026):
@@ -53,8 +63,9 @@ def run(tiny_dirs, tmp_path_factory):
     summary = analyse(compose_config(["model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL]), out)
     batch = make_probe_batch(N, T, 10, 500, 42)
     model = eager_model(tiny_dirs["gpt_neox"])
-    targets = eager_targets(model, batch.tokens, batch.ab.numpy(),
-                            baseline_positions(T, 50))  # [n, layers, heads, 7], float64, from full eager patterns
+    targets = eager_targets(
+        model, batch.tokens, batch.ab.numpy(), baseline_positions(T, 50)
+    )  # [n, layers, heads, 7], float64, from full eager patterns
     return summary, read_run(out)[1], targets, batch, model
 
 
@@ -66,9 +77,16 @@ def test_selectivity_intervals_agree_with_an_independent_percentile_bootstrap(ru
             if r[f"sel_{c}"] < 0.5:  # tiny selectivities: a 10% band is below the noise of the endpoint itself
                 continue
             numerator, base = targets[:, r["layer"], r["head"], i], targets[:, r["layer"], r["head"], -1]
-            ref = scipy_stats.bootstrap((numerator, base), lambda a, b: a.mean() / b.mean(), paired=True,
-                                        vectorized=False, n_resamples=1000, method="percentile",
-                                        confidence_level=0.95, random_state=np.random.default_rng(5))
+            ref = scipy_stats.bootstrap(
+                (numerator, base),
+                lambda a, b: a.mean() / b.mean(),
+                paired=True,
+                vectorized=False,
+                n_resamples=1000,
+                method="percentile",
+                confidence_level=0.95,
+                random_state=np.random.default_rng(5),
+            )
             low, high = ref.confidence_interval
             assert r[f"sel_{c}_ci_low"] == pytest.approx(low, rel=0.1), (r["layer"], r["head"], c)
             assert r[f"sel_{c}_ci_high"] == pytest.approx(high, rel=0.1), (r["layer"], r["head"], c)
@@ -122,15 +140,25 @@ def test_ablation_effect_intervals_agree_with_an_independent_paired_bootstrap():
     ours = effect_intervals(clean, circuit, controls, 3.0, StatsConfig())
 
     def reference(statistic):
-        result = scipy_stats.bootstrap((clean, circuit, controls.mean(0)), statistic, paired=True, vectorized=False,
-                                       n_resamples=2000, method="percentile", random_state=np.random.default_rng(1))
+        result = scipy_stats.bootstrap(
+            (clean, circuit, controls.mean(0)),
+            statistic,
+            paired=True,
+            vectorized=False,
+            n_resamples=2000,
+            method="percentile",
+            random_state=np.random.default_rng(1),
+        )
         return result.confidence_interval
 
     rise = reference(lambda a, b, c: (b - a).mean())
     control = reference(lambda a, b, c: (c - a).mean())
     margin = reference(lambda a, b, c: (b - a).mean() - 3.0 * abs((c - a).mean()))
-    for name, ref in (("circuit_loss_increase", rise), ("controls_loss_increase_mean", control),
-                      ("causal_margin", margin)):
+    for name, ref in (
+        ("circuit_loss_increase", rise),
+        ("controls_loss_increase_mean", control),
+        ("causal_margin", margin),
+    ):
         width = ref.high - ref.low
         assert ours[name][0] == pytest.approx(ref.low, abs=0.1 * width), name
         assert ours[name][1] == pytest.approx(ref.high, abs=0.1 * width), name

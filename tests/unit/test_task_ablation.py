@@ -59,6 +59,7 @@ HEAD_DIM = 8  # the tiny models': hidden 32 over 4 heads
 
 # --- the capability circuits ----------------------------------------------------------------------
 
+
 def selectivities(n_layers, n_heads, per_head):
     """[layers, heads, 6] all 1.0 but the given heads: (layer, head) -> {class: selectivity}."""
     sel = np.ones((n_layers, n_heads, len(CLASSES)))
@@ -69,18 +70,22 @@ def selectivities(n_layers, n_heads, per_head):
 
 
 def test_capability_circuits_thresholds_ties_and_nan():
-    sel = selectivities(3, 4, {
-        (0, 0): {"previous_token": 100.0},  # exactly 100: in
-        (0, 1): {"previous_token": 99.999},  # below: out
-        (0, 2): {"previous_token": 200.0, "bos": 300.0},  # best class first token: out
-        (0, 3): {"previous_token": 150.0, "duplicate_token": 150.0},  # tie: the study's order puts previous first
-        (1, 0): {"previous_token": 150.0, "induction": 150.0},  # tie: induction first; induction >= 50: in
-        (1, 1): {"induction": 50.0},  # exactly 50: in
-        (1, 2): {"induction": 49.999, "previous_token": float("nan")},  # out of both
-        (1, 3): {c: float("nan") for c in CLASSES} | {"previous_token": 500.0},  # NaN skipped: previous best
-        (2, 1): {"induction": 80.0, "bos": 1000.0},  # induction has no best-class filter: in
-        (2, 0): {"induction": float("nan"), "previous_token": 120.0},  # NaN induction: out; previous: in
-    })
+    sel = selectivities(
+        3,
+        4,
+        {
+            (0, 0): {"previous_token": 100.0},  # exactly 100: in
+            (0, 1): {"previous_token": 99.999},  # below: out
+            (0, 2): {"previous_token": 200.0, "bos": 300.0},  # best class first token: out
+            (0, 3): {"previous_token": 150.0, "duplicate_token": 150.0},  # tie: the study's order puts previous first
+            (1, 0): {"previous_token": 150.0, "induction": 150.0},  # tie: induction first; induction >= 50: in
+            (1, 1): {"induction": 50.0},  # exactly 50: in
+            (1, 2): {"induction": 49.999, "previous_token": float("nan")},  # out of both
+            (1, 3): {c: float("nan") for c in CLASSES} | {"previous_token": 500.0},  # NaN skipped: previous best
+            (2, 1): {"induction": 80.0, "bos": 1000.0},  # induction has no best-class filter: in
+            (2, 0): {"induction": float("nan"), "previous_token": 120.0},  # NaN induction: out; previous: in
+        },
+    )
     assert (ThresholdConfig.prev_token_circuit, ThresholdConfig.circuit) == (100.0, 50.0)  # the study's, by default
     prev_token, induction = capability_circuits(sel, prev_token_min=100.0, induction_min=50.0)
     assert list(prev_token.items()) == [(0, [0, 3]), (1, [3]), (2, [0])]
@@ -125,62 +130,100 @@ def ordered(spec):
 
 
 def test_conditions_reproduce_the_study_specs():
-    plan = AblationPlan(screens={"name_mover": PYTHIA_NAME_MOVERS, "s_inhibition": PYTHIA_S_INHIBITION},
-                        circuits=(PYTHIA_PREV_TOKEN, PYTHIA_INDUCTION), heads=["L5H2", "L0H7"], mr_seeds=2)
+    plan = AblationPlan(
+        screens={"name_mover": PYTHIA_NAME_MOVERS, "s_inhibition": PYTHIA_S_INHIBITION},
+        circuits=(PYTHIA_PREV_TOKEN, PYTHIA_INDUCTION),
+        heads=["L5H2", "L0H7"],
+        mr_seeds=2,
+    )
     conditions = build_conditions(plan, *PYTHIA)
     by_name = {c.name: c for c in conditions}
     assert [c.name for c in conditions] == [
         "baseline",
-        "screen:name_mover", "matched_random:name_mover:123", "full_layers:name_mover",
-        "screen:s_inhibition", "matched_random:s_inhibition:123", "full_layers:s_inhibition",
-        "screen_union", "prev_token_circuit", "induction_circuit", "circuit_union", "user", "matched_random:user:123",
-        "matched_random_seed:name_mover:0", "matched_random_seed:name_mover:1",
-        "matched_random_seed:s_inhibition:0", "matched_random_seed:s_inhibition:1",
-        "matched_random_seed:user:0", "matched_random_seed:user:1",
+        "screen:name_mover",
+        "matched_random:name_mover:123",
+        "full_layers:name_mover",
+        "screen:s_inhibition",
+        "matched_random:s_inhibition:123",
+        "full_layers:s_inhibition",
+        "screen_union",
+        "prev_token_circuit",
+        "induction_circuit",
+        "circuit_union",
+        "user",
+        "matched_random:user:123",
+        "matched_random_seed:name_mover:0",
+        "matched_random_seed:name_mover:1",
+        "matched_random_seed:s_inhibition:0",
+        "matched_random_seed:s_inhibition:1",
+        "matched_random_seed:user:0",
+        "matched_random_seed:user:1",
     ]
     assert by_name["baseline"].spec == {}
     assert ordered(by_name["screen:name_mover"].spec) == ordered(PYTHIA_NAME_MOVERS)
     assert ordered(by_name["matched_random:name_mover:123"].spec) == [(13, [2]), (10, [0, 2, 7]), (11, [4])]
     assert ordered(by_name["matched_random:s_inhibition:123"].spec) == [(12, [2, 5]), (9, [0, 5]), (8, [3])]
-    assert ordered(by_name["full_layers:name_mover"].spec) == [(13, list(range(8))), (10, list(range(8))),
-                                                                (11, list(range(8)))]  # the study's 24 heads
-    assert ordered(by_name["screen_union"].spec) == [(12, [1, 4]), (9, [1, 6]), (8, [7]), (13, [1]), (10, [4, 5, 6]),
-                                                     (11, [7])]  # S-inhibition layers first (1.6)
+    assert ordered(by_name["full_layers:name_mover"].spec) == [
+        (13, list(range(8))),
+        (10, list(range(8))),
+        (11, list(range(8))),
+    ]  # the study's 24 heads
+    assert ordered(by_name["screen_union"].spec) == [
+        (12, [1, 4]),
+        (9, [1, 6]),
+        (8, [7]),
+        (13, [1]),
+        (10, [4, 5, 6]),
+        (11, [7]),
+    ]  # S-inhibition layers first (1.6)
     assert ordered(by_name["circuit_union"].spec) == [*ordered(PYTHIA_PREV_TOKEN), (4, [4]), (7, [0, 1])]  # 1.3
     assert ordered(by_name["user"].spec) == [(5, [2]), (0, [7])]
     for seed in (0, 1):  # a fresh generator per seed, drawn here by hand
         rng = np.random.RandomState(seed)
-        by_hand = {layer: sorted(rng.choice([h for h in range(8) if h not in picks], len(picks), replace=False))
-                   for layer, picks in PYTHIA_NAME_MOVERS.items()}
+        by_hand = {
+            layer: sorted(rng.choice([h for h in range(8) if h not in picks], len(picks), replace=False))
+            for layer, picks in PYTHIA_NAME_MOVERS.items()
+        }
         assert ordered(by_name[f"matched_random_seed:name_mover:{seed}"].spec) == ordered(by_hand)
     assert [by_name[f"matched_random_seed:s_inhibition:{s}"].spec for s in (0, 1)] == matched_random_seeds(
-        PYTHIA_S_INHIBITION, 8, (0, 1))
+        PYTHIA_S_INHIBITION, 8, (0, 1)
+    )
     # the user's heads get a screen's controls: seed 123's draw in their order, and the fresh seeds
     rng = np.random.RandomState(123)
     assert ordered(by_name["matched_random:user:123"].spec) == [
         (layer, sorted(int(h) for h in rng.choice([h for h in range(8) if h != pick], 1, replace=False)))
-        for layer, pick in ((5, 2), (0, 7))]
+        for layer, pick in ((5, 2), (0, 7))
+    ]
     assert [by_name[f"matched_random_seed:user:{s}"].spec for s in (0, 1)] == matched_random_seeds(
-        {5: [2], 0: [7]}, 8, (0, 1))
+        {5: [2], 0: [7]}, 8, (0, 1)
+    )
 
 
 def test_conditions_of_a_one_screen_task():
     plan = AblationPlan(screens={"greater_than": {8: [5], 7: [0], 6: [7], 11: [6], 4: [1]}}, mr_seeds=0)
     conditions = build_conditions(plan, *PYTHIA)
-    assert [c.name for c in conditions] == ["baseline", "screen:greater_than", "matched_random:greater_than:123",
-                                            "full_layers:greater_than"]
+    assert [c.name for c in conditions] == [
+        "baseline",
+        "screen:greater_than",
+        "matched_random:greater_than:123",
+        "full_layers:greater_than",
+    ]
     # docs/tasks.md, Re-running a published row: the study's seed-123 control of Pythia's greater-than heads
     assert ordered(conditions[2].spec) == [(8, [1]), (7, [5]), (6, [3]), (11, [5]), (4, [4])]
-    assert ordered(build_conditions(AblationPlan(screens=plan.screens, mr_seed=7, mr_seeds=0), *PYTHIA)[2].spec) \
-        != ordered(conditions[2].spec)
+    assert ordered(
+        build_conditions(AblationPlan(screens=plan.screens, mr_seed=7, mr_seeds=0), *PYTHIA)[2].spec
+    ) != ordered(conditions[2].spec)
 
 
-@pytest.mark.parametrize("plan", [
-    AblationPlan(screens={"name_mover": {13: [1], 3: [10]}}),
-    AblationPlan(screens={}, circuits=({2: [10]}, {})),
-    AblationPlan(screens={}, circuits=({}, {16: [0]})),
-    AblationPlan(screens={}, heads=["L0H1", "L0H10"]),
-])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        AblationPlan(screens={"name_mover": {13: [1], 3: [10]}}),
+        AblationPlan(screens={}, circuits=({2: [10]}, {})),
+        AblationPlan(screens={}, circuits=({}, {16: [0]})),
+        AblationPlan(screens={}, heads=["L0H1", "L0H10"]),
+    ],
+)
 def test_a_head_outside_the_model_is_one_line(plan):
     with pytest.raises(UsageError) as error:
         build_conditions(plan, *PYTHIA)
@@ -209,15 +252,26 @@ def test_plan_from_a_task_screen_keeps_rank_order():
 
 # --- the ablation runs ----------------------------------------------------------------------------
 
-PER_PROMPT = {"ioi": ChoicePrompts, "binding": ChoicePrompts, "greater_than": GreaterThanPrompts,
-              "successor": SuccessorPrompts}
+PER_PROMPT = {
+    "ioi": ChoicePrompts,
+    "binding": ChoicePrompts,
+    "greater_than": GreaterThanPrompts,
+    "successor": SuccessorPrompts,
+}
 # summary metric -> (per-prompt reference column, how the study summarises it)
-SUMMARIES = {"top1": ("top1", np.mean), "frac_target_gt_distractor": ("target_gt_distractor", np.mean),
-             "logit_diff_mean": ("logit_diff", np.mean), "logit_diff_median": ("logit_diff", np.median),
-             "top1_above": ("top1_above", np.mean), "prob_above": ("prob_above", np.mean),
-             "prob_below": ("prob_below", np.mean), "logit_diff_above_below": ("logit_diff_above_below", np.mean),
-             "target_logit_mean": ("target_logit", np.mean), "rank_mean": ("target_rank", np.mean),
-             "rank_median": ("target_rank", np.median)}
+SUMMARIES = {
+    "top1": ("top1", np.mean),
+    "frac_target_gt_distractor": ("target_gt_distractor", np.mean),
+    "logit_diff_mean": ("logit_diff", np.mean),
+    "logit_diff_median": ("logit_diff", np.median),
+    "top1_above": ("top1_above", np.mean),
+    "prob_above": ("prob_above", np.mean),
+    "prob_below": ("prob_below", np.mean),
+    "logit_diff_above_below": ("logit_diff_above_below", np.mean),
+    "target_logit_mean": ("target_logit", np.mean),
+    "rank_mean": ("target_rank", np.mean),
+    "rank_median": ("target_rank", np.median),
+}
 
 
 def zeroed(arch, spec):
@@ -226,9 +280,12 @@ def zeroed(arch, spec):
     model = eager_model(arch)
     with torch.no_grad():
         for layer, head in heads_of(spec):
-            proj = (model.gpt_neox.layers[layer].attention.dense if arch == "gpt_neox"
-                    else model.model.layers[layer].self_attn.o_proj)
-            proj.weight[:, head * HEAD_DIM:(head + 1) * HEAD_DIM] = 0.0
+            proj = (
+                model.gpt_neox.layers[layer].attention.dense
+                if arch == "gpt_neox"
+                else model.model.layers[layer].self_attn.o_proj
+            )
+            proj.weight[:, head * HEAD_DIM : (head + 1) * HEAD_DIM] = 0.0
     return model
 
 
@@ -248,8 +305,9 @@ def test_zero_ablation_equals_the_zeroed_output_projection(arch, task):
     with ablating(layout, head_mask(heads_of(ABLATED), layout.n_layers, layout.n_heads)[None].unbind(1)):
         assert_values_equal(task_pass(model, layout, b, 4, screen=False).values, expected)
 
-    result = task_ablation(TaskSubject(model, layout, b, 4), [Condition("baseline", {}), Condition("user", ABLATED)],
-                           SETTINGS)
+    result = task_ablation(
+        TaskSubject(model, layout, b, 4), [Condition("baseline", {}), Condition("user", ABLATED)], SETTINGS
+    )
     baseline, ablated = result.conditions
     assert (baseline.name, ablated.name, ablated.heads) == ("baseline", "user", ["L1H2", "L1H0", "L0H3"])
     clean = summary(reference_values(models(arch)[0], b))
@@ -268,10 +326,12 @@ def test_baseline_is_the_unablated_pass_and_a_full_layer_changes_the_logits(arch
     _, model, layout = models(arch)
     b = batch("successor")
     full_layer = {1: list(range(layout.n_heads))}
-    result = task_ablation(TaskSubject(model, layout, b, 5),
-                           [Condition("baseline", {}), Condition("full_layers", full_layer)], SETTINGS)
-    clean = task_metrics("successor", task_pass(model, layout, b, 5).values,
-                         SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed)
+    result = task_ablation(
+        TaskSubject(model, layout, b, 5), [Condition("baseline", {}), Condition("full_layers", full_layer)], SETTINGS
+    )
+    clean = task_metrics(
+        "successor", task_pass(model, layout, b, 5).values, SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed
+    )
     assert result.conditions[0].metrics == clean
     assert abs(result.conditions[1].delta["target_logit_mean"]) > 1e-3
     with ablating(layout, head_mask(heads_of(full_layer), layout.n_layers, layout.n_heads)[None].unbind(1)):
@@ -286,12 +346,19 @@ def test_a_head_outside_the_model_stops_before_any_forward():
     hook = model.register_forward_pre_hook(lambda module, args: forwards.append(1))
     try:
         with pytest.raises(UsageError, match="L1H10") as error:
-            task_ablation(TaskSubject(model, layout, batch("ioi"), 4),
-                          [Condition("baseline", {}), Condition("screen", {0: [1]}, screen="name_mover"),
-                           Condition("user", {1: [10]})], SETTINGS)
+            task_ablation(
+                TaskSubject(model, layout, batch("ioi"), 4),
+                [
+                    Condition("baseline", {}),
+                    Condition("screen", {0: [1]}, screen="name_mover"),
+                    Condition("user", {1: [10]}),
+                ],
+                SETTINGS,
+            )
         with pytest.raises(UsageError, match="L0H10"):
-            build_conditions(AblationPlan(screens={"name_mover": {0: [1]}}, heads=["L0H10"]),
-                             layout.n_layers, layout.n_heads)
+            build_conditions(
+                AblationPlan(screens={"name_mover": {0: [1]}}, heads=["L0H10"]), layout.n_layers, layout.n_heads
+            )
     finally:
         hook.remove()
     assert "\n" not in str(error.value)
@@ -303,8 +370,11 @@ def test_the_conditions_need_one_baseline_and_distinct_names():
     with pytest.raises(UsageError, match=r"0 baseline\(s\)"):
         task_ablation(TaskSubject(model, layout, batch("ioi"), 4), [Condition("user", {0: [1]})], SETTINGS)
     with pytest.raises(UsageError, match="same name"):
-        task_ablation(TaskSubject(model, layout, batch("ioi"), 4),
-                      [Condition("baseline", {}), Condition("user", {0: [1]}), Condition("user", {0: [2]})], SETTINGS)
+        task_ablation(
+            TaskSubject(model, layout, batch("ioi"), 4),
+            [Condition("baseline", {}), Condition("user", {0: [1]}), Condition("user", {0: [2]})],
+            SETTINGS,
+        )
     with pytest.raises(UsageError, match="with no heads"):
         task_ablation(TaskSubject(model, layout, batch("ioi"), 4), [Condition("baseline", {0: [1]})], SETTINGS)
 
@@ -325,16 +395,19 @@ def test_seed_sweep_draws_distinct_sets_from_fresh_generators():
     verdict metric (the logit difference) in its units, top-1 in percentage points."""
     model, layout, b = sweep_model()
     plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=6)
-    result = task_ablation(TaskSubject(model, layout, b, 5), build_conditions(plan, layout.n_layers, layout.n_heads),
-                           SETTINGS)
+    result = task_ablation(
+        TaskSubject(model, layout, b, 5), build_conditions(plan, layout.n_layers, layout.n_heads), SETTINGS
+    )
     by_name = {r.name: r for r in result.conditions}
     spec = plan.screens["greater_than"]
     by_hand, seen, seed = [], set(), 0
     while len(by_hand) < 6:
         rng = np.random.RandomState(seed)
-        heads = [(layer, int(h)) for layer, picks in spec.items()
-                 for h in sorted(rng.choice([h for h in range(layout.n_heads) if h not in picks], len(picks),
-                                            replace=False))]
+        heads = [
+            (layer, int(h))
+            for layer, picks in spec.items()
+            for h in sorted(rng.choice([h for h in range(layout.n_heads) if h not in picks], len(picks), replace=False))
+        ]
         if frozenset(heads) not in seen:
             seen.add(frozenset(heads))
             by_hand.append((seed, heads))
@@ -345,7 +418,7 @@ def test_seed_sweep_draws_distinct_sets_from_fresh_generators():
         assert by_name[f"matched_random_seed:greater_than:{seed}"].heads == [f"L{l}H{h}" for l, h in heads]
 
     def change(name, metric):
-        return (by_name[name].metrics.metrics[metric].value - by_name["baseline"].metrics.metrics[metric].value)
+        return by_name[name].metrics.metrics[metric].value - by_name["baseline"].metrics.metrics[metric].value
 
     (sweep,) = result.sweeps
     assert (sweep.screen, sweep.seeds, sweep.n_distinct, sweep.all_drawn) == ("greater_than", seeds, 6, False)
@@ -356,9 +429,11 @@ def test_seed_sweep_draws_distinct_sets_from_fresh_generators():
         assert got.screen_delta == pytest.approx(scale * change("screen:greater_than", metric))
         assert got.deltas == pytest.approx(random)
         assert (got.mean, got.std, got.min, got.max) == pytest.approx(
-            (np.mean(random), np.std(random, ddof=1), min(random), max(random)))
-    assert sweep.sweeps["top1_above"].ratio == pytest.approx(sweep.sweeps["top1_above"].screen_delta
-                                                             / np.mean(sweep.sweeps["top1_above"].deltas))
+            (np.mean(random), np.std(random, ddof=1), min(random), max(random))
+        )
+    assert sweep.sweeps["top1_above"].ratio == pytest.approx(
+        sweep.sweeps["top1_above"].screen_delta / np.mean(sweep.sweeps["top1_above"].deltas)
+    )
     assert sweep.sweeps["logit_diff_above_below"].ratio is None  # the ratio rule is top-1's
     # this model prefers the "below" answers: no capability to ablate, and no verdict
     ld = by_name["baseline"].metrics.metrics["logit_diff_above_below"].value
@@ -376,8 +451,9 @@ def test_stacked_conditions_equal_one_pass_per_condition(arch):
     size that splits the prompts unevenly."""
     _, model, layout = models(arch)
     b = batch("ioi")
-    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=3,
-                                    circuits=({0: [1]}, {1: [3]}), heads=["L1H0", "L0H2"])
+    plan = AblationPlan.from_screen(
+        task_pass(model, layout, b, 5).screen(k=2), mr_seeds=3, circuits=({0: [1]}, {1: [3]}), heads=["L1H0", "L0H2"]
+    )
     conditions = build_conditions(plan, layout.n_layers, layout.n_heads)
     result = task_ablation(TaskSubject(model, layout, b, 7), conditions, SETTINGS)
     by_name = {r.name: r for r in result.conditions}
@@ -385,8 +461,9 @@ def test_stacked_conditions_equal_one_pass_per_condition(arch):
     assert len(ran) > 8 and {min(layer for layer, _ in heads_of(c.spec)) for c in ran if c.spec} == {0, 1}
     for condition in ran:
         with ablating(layout, head_mask(heads_of(condition.spec), layout.n_layers, layout.n_heads)[None].unbind(1)):
-            alone = task_metrics("ioi", task_pass(model, layout, b, 3, screen=False).values,
-                                 SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed)
+            alone = task_metrics(
+                "ioi", task_pass(model, layout, b, 3, screen=False).values, SETTINGS.n_boot, SETTINGS.ci, SETTINGS.seed
+            )
         for metric, value in alone.metrics.items():
             assert by_name[condition.name].metrics.metrics[metric].value == pytest.approx(value.value, abs=1e-5)
 
@@ -396,17 +473,29 @@ def test_ioi_runs_both_screens_and_reports_the_empty_ones():
     run, and named; the name movers' are, with their seed sweep."""
     _, model, layout = models("olmo")
     b = batch("ioi")
-    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=3), mr_seeds=2,
-                                    circuits=({1: [3]}, {}))
+    plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=3), mr_seeds=2, circuits=({1: [3]}, {}))
     assert heads_of(plan.screens["name_mover"]) and not heads_of(plan.screens["s_inhibition"])
-    result = task_ablation(TaskSubject(model, layout, b, 5), build_conditions(plan, layout.n_layers, layout.n_heads),
-                           SETTINGS)
+    result = task_ablation(
+        TaskSubject(model, layout, b, 5), build_conditions(plan, layout.n_layers, layout.n_heads), SETTINGS
+    )
     assert [r.name for r in result.conditions] == [
-        "baseline", "screen:name_mover", "matched_random:name_mover:123", "full_layers:name_mover",
-        "prev_token_circuit", "matched_random_seed:name_mover:0", "matched_random_seed:name_mover:1"]
-    assert result.not_run == ["screen:s_inhibition", "matched_random:s_inhibition:123", "full_layers:s_inhibition",
-                              "screen_union", "induction_circuit", "circuit_union",
-                              "matched_random_seed:s_inhibition:0"]  # an empty screen has one (empty) draw
+        "baseline",
+        "screen:name_mover",
+        "matched_random:name_mover:123",
+        "full_layers:name_mover",
+        "prev_token_circuit",
+        "matched_random_seed:name_mover:0",
+        "matched_random_seed:name_mover:1",
+    ]
+    assert result.not_run == [
+        "screen:s_inhibition",
+        "matched_random:s_inhibition:123",
+        "full_layers:s_inhibition",
+        "screen_union",
+        "induction_circuit",
+        "circuit_union",
+        "matched_random_seed:s_inhibition:0",
+    ]  # an empty screen has one (empty) draw
     assert [s.screen for s in result.sweeps] == ["name_mover"]
     assert (result.task, result.n_prompts) == ("ioi", 10)
     assert TaskAblation.from_json(json.loads(json.dumps(result.to_json()))) == result
@@ -414,10 +503,12 @@ def test_ioi_runs_both_screens_and_reports_the_empty_ones():
 
 # --- the adaptive stop ----------------------------------------------------------------------------
 
+
 def choice_values(logit_diff):
     logit_diff = np.asarray(logit_diff, dtype=np.float64)
-    return ChoicePrompts(top1=np.zeros_like(logit_diff), target_gt_distractor=np.zeros_like(logit_diff),
-                         logit_diff=logit_diff)
+    return ChoicePrompts(
+        top1=np.zeros_like(logit_diff), target_gt_distractor=np.zeros_like(logit_diff), logit_diff=logit_diff
+    )
 
 
 def test_a_sweep_stops_at_the_first_look_whose_interval_excludes_zero():
@@ -449,9 +540,15 @@ def first_of(b, n):
     def cut(t):
         return None if t is None else t[:n]
 
-    return dataclasses.replace(b, prompts=b.prompts[:n], tokens=b.tokens[:n], target=b.target[:n],
-                               distractor=cut(b.distractor), decade=cut(b.decade),
-                               positions={k: v[:n] for k, v in b.positions.items()})
+    return dataclasses.replace(
+        b,
+        prompts=b.prompts[:n],
+        tokens=b.tokens[:n],
+        target=b.target[:n],
+        distractor=cut(b.distractor),
+        decade=cut(b.decade),
+        positions={k: v[:n] for k, v in b.positions.items()},
+    )
 
 
 def test_adaptive_draws_are_the_full_runs_first_prompts(monkeypatch):
@@ -463,14 +560,16 @@ def test_adaptive_draws_are_the_full_runs_first_prompts(monkeypatch):
     plan = AblationPlan.from_screen(task_pass(model, layout, b, 5).screen(k=2), mr_seeds=4)
     conditions = build_conditions(plan, layout.n_layers, layout.n_heads)
     monkeypatch.setattr("emergence.recipe.verdict.decided", lambda iv: True)  # the one stopping engine's
-    adaptive = task_ablation(TaskSubject(model, layout, b, 5), conditions, SETTINGS,
-                             AblateConfig(sequences="adaptive", min_sequences=4))
+    adaptive = task_ablation(
+        TaskSubject(model, layout, b, 5), conditions, SETTINGS, AblateConfig(sequences="adaptive", min_sequences=4)
+    )
     monkeypatch.undo()
     (sweep,) = adaptive.sweeps
     n = sweep.prompts_used
     assert sweep.stopped_early and 4 <= n < 10 and sweep.interval["n"] == n and sweep.interval["look"] == 1
-    full, first = (task_ablation(TaskSubject(model, layout, batch, 5), conditions, SETTINGS)
-                   for batch in (b, first_of(b, n)))
+    full, first = (
+        task_ablation(TaskSubject(model, layout, batch, 5), conditions, SETTINGS) for batch in (b, first_of(b, n))
+    )
     assert (full.sweeps[0].prompts_used, full.sweeps[0].stopped_early) == (len(b.tokens), False)
     for got, whole, on_first in zip(adaptive.conditions, full.conditions, first.conditions):
         expected = on_first if got.kind == "matched_random_seed" else whole
@@ -487,39 +586,56 @@ def test_adaptive_draws_are_the_full_runs_first_prompts(monkeypatch):
 SEEDS = [-1.0, -0.2, 0.05, -1.2]  # four distinct draws' changes of the logit difference
 
 
-@pytest.mark.parametrize("screen_delta, decided", [(-3.0, "specific"), (-1.2, "not_specific"),
-                                                   (0.5, "not_specific")])
+@pytest.mark.parametrize("screen_delta, decided", [(-3.0, "specific"), (-1.2, "not_specific"), (0.5, "not_specific")])
 def test_the_verdict_is_specific_only_below_every_distinct_draw(screen_delta, decided):
     decision, why = verdict("logit_diff_mean", seed_sweep(screen_delta, SEEDS, top1=False), absent=None)
     assert decision == decided
-    assert why == (f"logit_diff_mean {screen_delta:+.3f} {'below' if decided == 'specific' else 'not below'} every "
-                   "one of 4 distinct draws (lowest -1.200)")
+    assert why == (
+        f"logit_diff_mean {screen_delta:+.3f} {'below' if decided == 'specific' else 'not below'} every "
+        "one of 4 distinct draws (lowest -1.200)"
+    )
 
 
 def test_no_verdict_without_a_capability_or_on_fewer_than_three_draws():
     assert verdict("top1", seed_sweep(-3.0, SEEDS[:2], top1=False), absent=None) == (
-        "too_few_draws", "no std, ratio or verdict over fewer than 3 distinct draws")
+        "too_few_draws",
+        "no std, ratio or verdict over fewer than 3 distinct draws",
+    )
     absent = "baseline top1 0.000 below chance 0.002"
     for draws in (SEEDS, SEEDS[:1]):  # the capability comes first: it says why no number can be read
         assert verdict("logit_diff_mean", seed_sweep(-3.0, draws, top1=False), absent) == (
-            "capability_absent", f"capability absent: no verdict ({absent})")
+            "capability_absent",
+            f"capability absent: no verdict ({absent})",
+        )
 
 
 def task_values(task, **values):
     """The task's summary metrics: ``values`` where given, 0 elsewhere (intervals irrelevant here)."""
-    return TaskMetrics(task=task, n_prompts=10, n_boot=1, ci_level=0.9, seed=0, metrics={
-        name: MetricValue(values.get(name, 0.0), [0.0, 0.0]) for name in SUMMARY_METRICS[task]})
+    return TaskMetrics(
+        task=task,
+        n_prompts=10,
+        n_boot=1,
+        ci_level=0.9,
+        seed=0,
+        metrics={name: MetricValue(values.get(name, 0.0), [0.0, 0.0]) for name in SUMMARY_METRICS[task]},
+    )
 
 
 def test_capability_absent_below_chance_or_without_a_positive_difference():
     chance = chance_top1("ioi", 500)
     assert chance == 1 / 500
-    assert capability_absent("ioi", task_values("ioi", top1=0.0, logit_diff_mean=2.0), chance) == \
-        "baseline top1 0.000 below chance 0.002"
-    assert capability_absent("binding", task_values("binding", top1=0.4, logit_diff_mean=-0.1), chance) == \
-        "baseline logit_diff_mean -0.100 <= 0"
-    assert capability_absent("binding", task_values("binding", top1=0.4, logit_diff_mean=0.0), chance) == \
-        "baseline logit_diff_mean 0.000 <= 0"
+    assert (
+        capability_absent("ioi", task_values("ioi", top1=0.0, logit_diff_mean=2.0), chance)
+        == "baseline top1 0.000 below chance 0.002"
+    )
+    assert (
+        capability_absent("binding", task_values("binding", top1=0.4, logit_diff_mean=-0.1), chance)
+        == "baseline logit_diff_mean -0.100 <= 0"
+    )
+    assert (
+        capability_absent("binding", task_values("binding", top1=0.4, logit_diff_mean=0.0), chance)
+        == "baseline logit_diff_mean 0.000 <= 0"
+    )
     assert capability_absent("ioi", task_values("ioi", top1=0.01, logit_diff_mean=0.3), chance) is None
     # successor's target logit has no zero (a softmax ignores a shift): only top-1 decides
     assert capability_absent("successor", task_values("successor", top1=0.3, target_logit_mean=-5.0), chance) is None
@@ -533,8 +649,7 @@ def test_capability_absent_below_chance_or_without_a_positive_difference():
 # --- a published screen spec given as the user's heads (issue 44) ---------------------------------------
 
 PUBLISHED = load_published_tasks()
-CONTROLLED = [a for a in PUBLISHED.ablations
-              if {"screen", "matched_random"} <= {c.name for c in a.conditions}]
+CONTROLLED = [a for a in PUBLISHED.ablations if {"screen", "matched_random"} <= {c.name for c in a.conditions}]
 
 
 def test_every_task_has_a_published_control():
@@ -547,5 +662,6 @@ def test_a_published_screen_given_as_heads_gets_the_published_control(published)
     names = [f"L{layer}H{head}" for layer, head in published.condition("screen").heads]  # as a user types them
     conditions = build_conditions(AblationPlan(screens={}, heads=names, mr_seeds=0), shape.n_layers, shape.n_heads)
     by_name = {c.name: c for c in conditions}
-    assert [list(pair) for pair in heads_of(by_name["matched_random:user:123"].spec)] == \
-        published.condition("matched_random").heads
+    assert [list(pair) for pair in heads_of(by_name["matched_random:user:123"].spec)] == published.condition(
+        "matched_random"
+    ).heads

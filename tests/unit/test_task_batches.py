@@ -47,7 +47,8 @@ def _pattern(digits: str, merged: tuple[str, ...] = ()) -> str:
     """The pre-tokenizer's pieces: the ``merged`` pieces and the merged year, words and digit runs with
     their leading space, punctuation."""
     return "".join(re.escape(piece) + "|" for piece in merged) + (
-        rf" {MERGED_YEAR}(?!\d)| ?[A-Za-z]+|{DIGIT_PIECES[digits]}| ?[^\sA-Za-z\d]+")
+        rf" {MERGED_YEAR}(?!\d)| ?[A-Za-z]+|{DIGIT_PIECES[digits]}| ?[^\sA-Za-z\d]+"
+    )
 
 
 def _corpus() -> list[str]:
@@ -60,8 +61,9 @@ def _corpus() -> list[str]:
     return texts
 
 
-def word_level_tokenizer(digits: str = "pairs", missing: tuple[str, ...] = (), merged: tuple[str, ...] = ()
-                         ) -> PreTrainedTokenizerFast:
+def word_level_tokenizer(
+    digits: str = "pairs", missing: tuple[str, ...] = (), merged: tuple[str, ...] = ()
+) -> PreTrainedTokenizerFast:
     """A WordLevel tokenizer over the batches' pieces, less the pieces ``missing``; each piece of
     ``merged`` (a word and the punctuation after it, say) is one token where a prompt holds it."""
     pattern = _pattern(digits, merged)
@@ -112,7 +114,10 @@ def test_binding_prompts_are_the_study_prompts():
         " Karen lives in Bangkok. Eve lives in Beijing. Karen lives in",
     ]
     assert [(p.target, p.distractor, p.query_name) for p in prompts[:3]] == [
-        ("Denver", "Beijing", "Sandra"), ("London", "Atlanta", "Mary"), ("Bangkok", "Beijing", "Karen")]
+        ("Denver", "Beijing", "Sandra"),
+        ("London", "Atlanta", "Mary"),
+        ("Bangkok", "Beijing", "Karen"),
+    ]
     assert binding_prompts(n=3) == prompts[:3]
 
 
@@ -120,8 +125,12 @@ def test_successor_items_are_the_study_windows():
     windows = successor_items()
     assert len(windows) == 118
     assert [(w.text, w.target) for w in windows[:5]] == [
-        (" 33 34 35 36 37", "38"), (" 66 67 68 69 70", "71"),
-        (" Friday Saturday Sunday Monday Tuesday", "Wednesday"), (" 22 23 24 25 26", "27"), (" 3 4 5 6 7", "8")]
+        (" 33 34 35 36 37", "38"),
+        (" 66 67 68 69 70", "71"),
+        (" Friday Saturday Sunday Monday Tuesday", "Wednesday"),
+        (" 22 23 24 25 26", "27"),
+        (" 3 4 5 6 7", "8"),
+    ]
     counts = {s: sum(w.sequence == s for w in windows) for s in ("days", "months", "ordinals", "numbers")}
     assert counts == {"days": 7, "months": 12, "ordinals": 5, "numbers": 94}
     # the windows that wrap or end their list
@@ -213,7 +222,8 @@ def test_n_takes_the_first_prompts(tokenizer):
         full, first = build_task_batch(task, tokenizer), build_task_batch(task, tokenizer, n=9)
         assert first.tokens.equal(full.tokens[:9]) and first.target.equal(full.target[:9])
         assert {name: p[:9].tolist() for name, p in full.positions.items()} == {
-            name: p.tolist() for name, p in first.positions.items()}
+            name: p.tolist() for name, p in first.positions.items()
+        }
 
 
 def test_jsonl_rows_and_fingerprint(tokenizer):
@@ -300,8 +310,11 @@ def test_auto_is_the_study_batch_where_every_word_is_one_token(tokenizer, task):
 
 def test_the_study_words_are_recorded_whole():
     words = build_task_batch("ioi", word_level_tokenizer(), n=3, words="study").words
-    assert words == TaskWords("study", kept={"names": list(NAMES), "places": list(PLACES), "objects": list(OBJECTS)},
-                              dropped={"names": [], "places": [], "objects": []})
+    assert words == TaskWords(
+        "study",
+        kept={"names": list(NAMES), "places": list(PLACES), "objects": list(OBJECTS)},
+        dropped={"names": [], "places": [], "objects": []},
+    )
 
 
 def test_filtered_ioi_draws_the_studys_order_over_the_kept_words():
@@ -309,8 +322,11 @@ def test_filtered_ioi_draws_the_studys_order_over_the_kept_words():
     batch = build_task_batch("ioi", tokenizer, n=60, words="auto")
     names = [name for name in NAMES if name not in ("Sandra", "Eve")]
     places = [place for place in PLACES if place != "park"]
-    assert batch.words == TaskWords("filtered", kept={"names": names, "places": places, "objects": list(OBJECTS)},
-                                    dropped={"names": ["Sandra", "Eve"], "places": ["park"], "objects": []})
+    assert batch.words == TaskWords(
+        "filtered",
+        kept={"names": names, "places": places, "objects": list(OBJECTS)},
+        dropped={"names": ["Sandra", "Eve"], "places": ["park"], "objects": []},
+    )
     rng = np.random.RandomState(42)  # docs/tasks.md: per example two names at once, a place, an object
     expected = []
     for i in range(60):
@@ -342,7 +358,7 @@ def test_filtered_greater_than_draws_over_the_kept_nouns():
 
 
 def test_filtered_binding_draws_again_a_prompt_of_another_length():
-    """" Denver" is one token, and so is " Denver." where a prompt holds it: such a prompt is 12 tokens.
+    """ " Denver" is one token, and so is " Denver." where a prompt holds it: such a prompt is 12 tokens.
     The study's words refuse it; filtered draws that example again from the same generator."""
     tokenizer = word_level_tokenizer(merged=(" Denver.",))
     message = _one_line_error("binding", tokenizer, words="auto")  # every word is one token: the study's batch
@@ -368,8 +384,12 @@ def test_filtered_successor_keeps_the_windows_whose_items_are_one_token():
     tokenizer = word_level_tokenizer(digits="single")  # " 33" -> " 3", "3": the numbers 10..99 are two tokens
     batch = build_task_batch("successor", tokenizer, words="auto")
     assert batch.words.mode == "filtered"
-    assert batch.words.dropped == {"days": [], "months": [], "ordinals": [],
-                                   "numbers": [str(k) for k in range(10, 100)]}
+    assert batch.words.dropped == {
+        "days": [],
+        "months": [],
+        "ordinals": [],
+        "numbers": [str(k) for k in range(10, 100)],
+    }
     windows = []  # docs/tasks.md's windows, those of six items below 10, shuffled once
     for words, wraps in SEQUENCES.values():
         for start in range(len(words) if wraps else len(words) - 5):
@@ -379,16 +399,19 @@ def test_filtered_successor_keeps_the_windows_whose_items_are_one_token():
     np.random.RandomState(42).shuffle(windows)
     assert len(windows) == 7 + 12 + 5 + 4  # the numbers' windows 1-6, 2-7, 3-8, 4-9
     assert [(p.text, _piece(tokenizer, p.target)) for p in batch.prompts] == [
-        (" " + " ".join(w[:5]), " " + w[5]) for w in windows]
+        (" " + " ".join(w[:5]), " " + w[5]) for w in windows
+    ]
     assert "1 to 28" in _one_line_error("successor", tokenizer, words="filtered", n=29)
 
 
 def test_greater_than_cannot_be_posed_without_two_digit_tokens():
     for words in ("auto", "filtered", "study"):
         message = _one_line_error("greater_than", word_level_tokenizer(digits="single"), words=words)
-        assert message == (f"greater_than cannot be posed on the tokenizer '{TOKENIZER_NAME}': its two-digit numbers "
-                           "are not one token each ('00' is 2 tokens), and the answers '00'..'99' must be; run "
-                           "greater_than with another model, or leave it out")
+        assert message == (
+            f"greater_than cannot be posed on the tokenizer '{TOKENIZER_NAME}': its two-digit numbers "
+            "are not one token each ('00' is 2 tokens), and the answers '00'..'99' must be; run "
+            "greater_than with another model, or leave it out"
+        )
 
 
 @pytest.mark.parametrize("task, listed, kept", [("ioi", "names", "John"), ("binding", "cities", "Paris")])
@@ -396,15 +419,18 @@ def test_a_list_left_with_one_word_cannot_pose_the_task(task, listed, kept):
     words = {"names": NAMES, "cities": CITIES}[listed]
     tokenizer = word_level_tokenizer(missing=tuple(" " + w for w in words if w != kept))
     message = _one_line_error(task, tokenizer, words="auto")
-    assert message == (f"{task} cannot be posed on the tokenizer '{TOKENIZER_NAME}': 1 of the study's {len(words)} "
-                       f"{listed} is one token there ('{kept}') and a prompt draws 2; run {task} with another model, "
-                       "or leave it out")
+    assert message == (
+        f"{task} cannot be posed on the tokenizer '{TOKENIZER_NAME}': 1 of the study's {len(words)} "
+        f"{listed} is one token there ('{kept}') and a prompt draws 2; run {task} with another model, "
+        "or leave it out"
+    )
 
 
 def test_filtered_gives_up_where_no_draw_has_the_tasks_length():
     tokenizer = word_level_tokenizer(merged=tuple(f" {place}," for place in PLACES))  # every IOI prompt: 13 tokens
     assert _one_line_error("ioi", tokenizer, words="filtered", n=3).startswith(
-        "ioi: 1000 draws in a row were refused, the last 'When ")
+        "ioi: 1000 draws in a row were refused, the last 'When "
+    )
 
 
 def test_task_words_is_validated():
@@ -466,14 +492,20 @@ def test_a_bos_shifts_every_position_by_one(tokenizer, task):
     assert behind.tokens.shape == (12, LENGTHS[task] + 1)
     assert (behind.tokens[:, 0] == BOS_ID).all() and behind.tokens[:, 1:].equal(plain.tokens)
     assert {name: p.tolist() for name, p in behind.positions.items()} == {
-        name: (p + 1).tolist() for name, p in plain.positions.items()}
+        name: (p + 1).tolist() for name, p in plain.positions.items()
+    }
     assert (behind.positions["end"] == LENGTHS[task]).all()  # still the last position
     assert behind.target.equal(plain.target) and behind.prompts_sha1() == plain.prompts_sha1()
     if behind.distractor is not None:
         assert behind.distractor.equal(plain.distractor)
     rows = np.arange(12)
-    for name, answer in {"io": behind.target, "s1": behind.distractor, "decade": behind.target,
-                         "binding": behind.target, "distractor": behind.distractor}.items():
+    for name, answer in {
+        "io": behind.target,
+        "s1": behind.distractor,
+        "decade": behind.target,
+        "binding": behind.target,
+        "distractor": behind.distractor,
+    }.items():
         if name in behind.positions:  # each named position still holds its word
             assert (behind.tokens[rows, behind.positions[name]] == answer).all()
     row = json.loads(behind.jsonl().splitlines()[0])

@@ -49,8 +49,12 @@ GREATER_THAN = re.compile(rf"The ({WORD}) lasted from the year (\d\d)(\d\d) to t
 STATEMENT = re.compile(rf" ({WORD}) lives in ({WORD})\.")
 BINDING = re.compile(rf"(?:{STATEMENT.pattern})+")  # one binding story or more, one after another
 SUCCESSOR = re.compile(r"((?: (?:" + "|".join((*DAYS, *MONTHS, *ORDINALS, *NUMBERS)) + r"))+)\.")
-SUCCESSOR_LISTS = {"days": (DAYS, True), "months": (MONTHS, True), "ordinals": (ORDINALS, False),
-                   "numbers": (NUMBERS, False)}
+SUCCESSOR_LISTS = {
+    "days": (DAYS, True),
+    "months": (MONTHS, True),
+    "ordinals": (ORDINALS, False),
+    "numbers": (NUMBERS, False),
+}
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +114,17 @@ def split_stories(text: str) -> list[list[tuple[str, str]]]:
     statements = [m.groups() for m in STATEMENT.finditer(text)]
     assert "".join(f" {n} lives in {c}." for n, c in statements) == text
     stories = []
-    while k := next((k for k in range(2, len(statements) // 2 + 1)
-                     if len({n for n, _ in statements[:k]}) == k
-                     and sorted(n for n, _ in statements[k:2 * k]) == sorted(n for n, _ in statements[:k])), None):
-        stories.append(statements[:2 * k])
-        statements = statements[2 * k:]
+    while k := next(
+        (
+            k
+            for k in range(2, len(statements) // 2 + 1)
+            if len({n for n, _ in statements[:k]}) == k
+            and sorted(n for n, _ in statements[k : 2 * k]) == sorted(n for n, _ in statements[:k])
+        ),
+        None,
+    ):
+        stories.append(statements[: 2 * k])
+        statements = statements[2 * k :]
     return stories
 
 
@@ -154,7 +164,7 @@ def test_the_study_binding_prompt_starts_a_two_name_story():
     for text in two_names:
         name_a, city_a, name_b, city_b, query = study.match(text).groups()
         assert query in (name_a, name_b)
-        assert text[study.match(text).end():].startswith(f" {city_a if query == name_a else city_b}.")
+        assert text[study.match(text).end() :].startswith(f" {city_a if query == name_a else city_b}.")
 
 
 def parse_run(text: str) -> list[str]:
@@ -177,7 +187,7 @@ def parse_run(text: str) -> list[str]:
             pos = match.end()
     assert "." not in text[pos:] or text[pos:].startswith(" ")  # the cut sentence: no complete sentence missed
     if pos < len(text) and STATEMENT.match(text, pos):  # a cut story: the statements it has, then a cut one
-        assert not split_stories(text[pos:pos + len("".join(m.group(0) for m in STATEMENT.finditer(text, pos)))])
+        assert not split_stories(text[pos : pos + len("".join(m.group(0) for m in STATEMENT.finditer(text, pos)))])
     return found
 
 
@@ -193,8 +203,13 @@ def test_a_run_is_whole_sentences_from_position_0(tokenizer):
     for row in rows:
         text = tokenizer.decode(row)
         assert len(parse_run(text)) >= 1  # the longest sentence (a 6-name story) is 60 tokens
-        starts[next(k for k, p in (("ioi", "When"), ("greater_than", "The"), ("binding", r" \w+ lives"),
-                                   ("successor", " ")) if re.match(p, text))] += 1
+        starts[
+            next(
+                k
+                for k, p in (("ioi", "When"), ("greater_than", "The"), ("binding", r" \w+ lives"), ("successor", " "))
+                if re.match(p, text)
+            )
+        ] += 1
     assert set(starts) == {"ioi", "greater_than", "binding", "successor"}  # every task starts runs at position 0
 
 
@@ -202,8 +217,18 @@ def test_binding_is_half_the_sentences_and_the_other_tasks_a_sixth_each():
     tasks = Counter()
     for seed in range(200):
         for sentence in parse_run(task_run(np.random.default_rng(seed), 10)):
-            tasks[next(name for name, p in (("ioi", IOI), ("greater_than", GREATER_THAN), ("binding", BINDING),
-                                            ("successor", SUCCESSOR)) if p.search(sentence))] += 1
+            tasks[
+                next(
+                    name
+                    for name, p in (
+                        ("ioi", IOI),
+                        ("greater_than", GREATER_THAN),
+                        ("binding", BINDING),
+                        ("successor", SUCCESSOR),
+                    )
+                    if p.search(sentence)
+                )
+            ] += 1
     assert sum(tasks.values()) == 2000
     assert all(270 < tasks[name] < 400 for name in ("ioi", "greater_than", "successor"))  # 333 expected; sd 17
     assert 900 < tasks["binding"] < 1100  # 1000 expected; sd about 22
@@ -222,10 +247,15 @@ def test_batch_is_a_pure_function_of_seed_and_step_with_synthetic_rows_on_the_fi
     assert int(batch[24:].max()) < 353 <= int(batch[:24].min())
 
 
-@pytest.mark.parametrize("overrides", [["model=toy_olmo", "model.toy.task_fraction=0.5"],
-                                       ["model=toy_olmo", "model.toy.tokenizer=words"],
-                                       ["model=toy_tasks", "model.toy.task_fraction=0"],
-                                       ["model=toy_tasks", "model.toy.tokenizer=null"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model=toy_olmo", "model.toy.task_fraction=0.5"],
+        ["model=toy_olmo", "model.toy.tokenizer=words"],
+        ["model=toy_tasks", "model.toy.task_fraction=0"],
+        ["model=toy_tasks", "model.toy.tokenizer=null"],
+    ],
+)
 def test_task_sentences_and_the_word_tokenizer_come_together(overrides):
     refused = r"^model\.toy\.task_fraction=.* set both \(task_fraction > 0, tokenizer=words\)"
     with pytest.raises(UsageError, match=refused):
@@ -276,7 +306,8 @@ def test_training_saves_the_tokenizer_with_every_checkpoint(tmp_path):
     assert is_complete(root, cfg.model) and manifest["recipe"]["tokenizer"] == "words"
     for revision in ("step0", "step2"):
         loaded = AutoTokenizer.from_pretrained(root / revision, local_files_only=True)
-        assert loaded.encode(" 1450", add_special_tokens=False) == [word_tokenizer(512).convert_tokens_to_ids(t)
-                                                                    for t in (" 14", "50")]
+        assert loaded.encode(" 1450", add_special_tokens=False) == [
+            word_tokenizer(512).convert_tokens_to_ids(t) for t in (" 14", "50")
+        ]
         model = AutoModelForCausalLM.from_pretrained(root / revision)
         assert model.config.vocab_size == len(loaded) == 512

@@ -31,6 +31,7 @@ def random_logits(n, dtype, seed=0):
 
 # --- per prompt -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("task", ["ioi", "binding"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_choice_metrics_equal_numpy(task, dtype):
@@ -75,7 +76,7 @@ def numpy_greater_than(logits, decade, answer_ids):
     """Per prompt, written out: the answer sets, a float32 softmax, means over the sets."""
     out = {"top1_above": [], "prob_above": [], "prob_below": [], "logit_diff_above_below": []}
     for row, dd in zip(logits, decade):
-        above, below = answer_ids[dd + 1:], answer_ids[:dd + 1]
+        above, below = answer_ids[dd + 1 :], answer_ids[: dd + 1]
         z = row.astype(np.float32)
         p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
         out["top1_above"].append(row.argmax() in above)
@@ -156,6 +157,7 @@ def test_bad_inputs_are_usage_errors():
 
 # --- summaries and bootstrap intervals ------------------------------------------------------------
 
+
 def hand_rolled(values, n_boot, ci, seed, statistic):
     """The bootstrap written out: replicate b is ``statistic`` of the prompts drawn with their
     multinomial counts (the weights times n), then the percentile interval."""
@@ -169,8 +171,11 @@ def hand_rolled(values, n_boot, ci, seed, statistic):
 def choice_values(n, seed):
     rng = np.random.default_rng(seed)
     logit_diff = rng.normal(1.0, 2.0, n)
-    return ChoicePrompts(top1=(rng.random(n) < 0.7).astype(float), target_gt_distractor=(logit_diff > 0).astype(float),
-                         logit_diff=logit_diff)
+    return ChoicePrompts(
+        top1=(rng.random(n) < 0.7).astype(float),
+        target_gt_distractor=(logit_diff > 0).astype(float),
+        logit_diff=logit_diff,
+    )
 
 
 @pytest.mark.parametrize("n", [101, 100])  # an odd and an even count: one or two middle elements
@@ -178,8 +183,12 @@ def test_choice_summary_equals_hand_rolled_bootstrap(n):
     values = choice_values(n, seed=7)
     got = task_metrics("ioi", values, n_boot=400, ci=0.9, seed=11)
     assert list(got.metrics) == list(SUMMARY_METRICS["ioi"])
-    expected = {"top1": (values.top1, np.mean), "frac_target_gt_distractor": (values.target_gt_distractor, np.mean),
-                "logit_diff_mean": (values.logit_diff, np.mean), "logit_diff_median": (values.logit_diff, np.median)}
+    expected = {
+        "top1": (values.top1, np.mean),
+        "frac_target_gt_distractor": (values.target_gt_distractor, np.mean),
+        "logit_diff_mean": (values.logit_diff, np.mean),
+        "logit_diff_median": (values.logit_diff, np.median),
+    }
     for name, (per_prompt_values, statistic) in expected.items():
         metric = got.metrics[name]
         assert metric.value == pytest.approx(statistic(per_prompt_values), rel=1e-12)
@@ -206,8 +215,9 @@ def test_greater_than_summary_leaves_out_undefined_prompts():
     n = 80
     logit_diff = rng.normal(4, 1, n)
     logit_diff[[3, 40]] = np.nan  # DD = 99
-    values = GreaterThanPrompts(top1_above=np.ones(n), prob_above=rng.random(n), prob_below=rng.random(n),
-                                logit_diff_above_below=logit_diff)
+    values = GreaterThanPrompts(
+        top1_above=np.ones(n), prob_above=rng.random(n), prob_below=rng.random(n), logit_diff_above_below=logit_diff
+    )
     got = task_metrics("greater_than", values, n_boot=300, ci=0.95, seed=5)
     assert list(got.metrics) == list(SUMMARY_METRICS["greater_than"])
     metric = got.metrics["logit_diff_above_below"]
@@ -237,15 +247,28 @@ def test_task_metrics_round_trip_through_json():
 
 # --- a tiny model against the study-style reference ------------------------------------------------
 
+
 def task_inputs(task, n, rng):
     """Random tokens of the task's length with its targets (the reference study's T)."""
     T = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}[task]
     tokens = rng.integers(0, 110, size=(n, T))
-    inputs = {"target": rng.integers(0, TINY_VOCAB, n), "distractor": rng.integers(0, TINY_VOCAB, n),
-              "decade_value": rng.integers(0, 100, n), "answer_ids": rng.permutation(np.arange(10, 110))}
+    inputs = {
+        "target": rng.integers(0, TINY_VOCAB, n),
+        "distractor": rng.integers(0, TINY_VOCAB, n),
+        "decade_value": rng.integers(0, 100, n),
+        "answer_ids": rng.permutation(np.arange(10, 110)),
+    }
     inputs["decade_value"][:2] = [0, 99]
-    return tokens, {"ioi": ("target", "distractor"), "binding": ("target", "distractor"),
-                    "greater_than": ("decade_value", "answer_ids"), "successor": ("target",)}[task], inputs
+    return (
+        tokens,
+        {
+            "ioi": ("target", "distractor"),
+            "binding": ("target", "distractor"),
+            "greater_than": ("decade_value", "answer_ids"),
+            "successor": ("target",),
+        }[task],
+        inputs,
+    )
 
 
 @pytest.mark.parametrize("arch", TINY_ARCHS)
@@ -258,23 +281,31 @@ def test_tiny_model_metrics_equal_reference(arch, task):
     parts = []
     with torch.no_grad():  # minibatches of 3: another split than the reference's 4
         for start in range(0, len(tokens), 3):
-            logits = model(torch.from_numpy(tokens[start:start + 3])).logits[:, -1]
-            batch = {name: (v if name == "answer_ids" else v[start:start + 3]) for name, v in kwargs.items()}
+            logits = model(torch.from_numpy(tokens[start : start + 3])).logits[:, -1]
+            batch = {name: (v if name == "answer_ids" else v[start : start + 3]) for name, v in kwargs.items()}
             parts.append(per_prompt(task, logits, **batch))
     got = concatenate(parts)
     assert set(reference) == {name for name in got.__dataclass_fields__}
     for name, expected in reference.items():
         np.testing.assert_allclose(getattr(got, name), expected, atol=1e-6, rtol=0, equal_nan=True, err_msg=name)
     summary = task_metrics(task, got, n_boot=50, ci=0.95, seed=0)
-    means = {"ioi": {"top1": "top1", "frac_target_gt_distractor": "target_gt_distractor",
-                     "logit_diff_mean": "logit_diff"},
-             "greater_than": {"top1_above": "top1_above", "prob_above": "prob_above", "prob_below": "prob_below",
-                              "logit_diff_above_below": "logit_diff_above_below"},
-             "successor": {"top1": "top1", "target_logit_mean": "target_logit", "rank_mean": "target_rank"}}
+    means = {
+        "ioi": {"top1": "top1", "frac_target_gt_distractor": "target_gt_distractor", "logit_diff_mean": "logit_diff"},
+        "greater_than": {
+            "top1_above": "top1_above",
+            "prob_above": "prob_above",
+            "prob_below": "prob_below",
+            "logit_diff_above_below": "logit_diff_above_below",
+        },
+        "successor": {"top1": "top1", "target_logit_mean": "target_logit", "rank_mean": "target_rank"},
+    }
     means["binding"] = means["ioi"]
     for name, column in means[task].items():
         assert summary.metrics[name].value == pytest.approx(np.nanmean(reference[column]), abs=1e-6)
-    median = {"ioi": ("logit_diff_median", "logit_diff"), "binding": ("logit_diff_median", "logit_diff"),
-              "successor": ("rank_median", "target_rank")}.get(task)
+    median = {
+        "ioi": ("logit_diff_median", "logit_diff"),
+        "binding": ("logit_diff_median", "logit_diff"),
+        "successor": ("rank_median", "target_rank"),
+    }.get(task)
     if median:
         assert summary.metrics[median[0]].value == pytest.approx(np.median(reference[median[1]]), abs=1e-6)

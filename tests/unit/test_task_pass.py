@@ -69,10 +69,15 @@ def models(arch):
 
 def reference_values(model, b):
     """The reference's per-prompt metrics (name -> [n]) of the batch ``b``."""
-    return reference_metrics(model, b.task, b.tokens.numpy(), target=b.target.numpy(),
-                             distractor=None if b.distractor is None else b.distractor.numpy(),
-                             decade_value=None if b.decade is None else b.decade.numpy(),
-                             answer_ids=None if b.answer_tokens is None else b.answer_tokens.numpy())
+    return reference_metrics(
+        model,
+        b.task,
+        b.tokens.numpy(),
+        target=b.target.numpy(),
+        distractor=None if b.distractor is None else b.distractor.numpy(),
+        decade_value=None if b.decade is None else b.decade.numpy(),
+        answer_ids=None if b.answer_tokens is None else b.answer_tokens.numpy(),
+    )
 
 
 def assert_values_equal(values, expected):
@@ -91,7 +96,8 @@ def test_pass_equals_the_eager_reference(arch, task, batch_size):
     assert (got.task, got.seq_len, got.sums.n_prompts) == (task, b.tokens.shape[1], N)
     assert_values_equal(got.values, reference_values(eager, b))
     expected_scores, expected_ranked = reference_screens(
-        eager, task, b.tokens.numpy(), {name: p.numpy() for name, p in b.positions.items()})
+        eager, task, b.tokens.numpy(), {name: p.numpy() for name, p in b.positions.items()}
+    )
     screen = got.screen(k=5)
     assert set(screen.scores) == set(expected_scores)
     for name, scores in expected_scores.items():
@@ -109,7 +115,8 @@ def test_a_bos_before_every_prompt_equals_the_eager_reference_on_the_same_tokens
     got = task_pass(model, layout, b, batch_size=4)
     assert_values_equal(got.values, reference_values(eager, b))
     expected_scores, expected_ranked = reference_screens(
-        eager, task, b.tokens.numpy(), {name: p.numpy() for name, p in b.positions.items()})
+        eager, task, b.tokens.numpy(), {name: p.numpy() for name, p in b.positions.items()}
+    )
     screen = got.screen(k=5)
     for name, scores in expected_scores.items():
         np.testing.assert_allclose(screen.scores[name], scores, rtol=1e-5, atol=1e-5, err_msg=name)
@@ -135,7 +142,8 @@ def test_a_planted_head_is_the_top_name_mover(arch):
     assert screen.ranked["name_mover"][0] == (0, PLANTED_HEAD)
     assert screen.scores["io_attn"][0, PLANTED_HEAD] > 0.99
     expected_scores, expected_ranked = reference_screens(
-        eager, "ioi", tokens.numpy(), {name: p.numpy() for name, p in b.positions.items()})
+        eager, "ioi", tokens.numpy(), {name: p.numpy() for name, p in b.positions.items()}
+    )
     np.testing.assert_allclose(screen.scores["nm_sel"], expected_scores["nm_sel"], rtol=1e-5)
     assert screen.ranked == expected_ranked
 

@@ -36,8 +36,10 @@ def random_rows(n, T, seed):
 def accumulate(task, rows, positions, batch=3):
     sums = ScreenSums.zeros(task, rows.shape[1], rows.shape[2])
     for start in range(0, len(rows), batch):
-        sums.add(torch.from_numpy(rows[start:start + batch]),
-                 {name: p[start:start + batch] for name, p in positions.items()})
+        sums.add(
+            torch.from_numpy(rows[start : start + batch]),
+            {name: p[start : start + batch] for name, p in positions.items()},
+        )
     return sums
 
 
@@ -53,23 +55,43 @@ def numpy_scores(task, rows, positions, T):
     if task == "ioi":
         io, s1, s2 = mean_to(positions["io"]), mean_to(positions["s1"]), mean_to(positions["s2"])
         subj = np.maximum(s1, s2)
-        return {"io_attn": io, "s1_attn": s1, "s2_attn": s2, "other_attn": row - io - s1 - s2,
-                "nm_sel": io / np.maximum(subj, 1e-6), "subj_max": subj, "subj_ratio": subj / np.maximum(io, 1e-6)}
+        return {
+            "io_attn": io,
+            "s1_attn": s1,
+            "s2_attn": s2,
+            "other_attn": row - io - s1 - s2,
+            "nm_sel": io / np.maximum(subj, 1e-6),
+            "subj_max": subj,
+            "subj_ratio": subj / np.maximum(io, 1e-6),
+        }
     if task == "greater_than":
         decade, century = mean_to(positions["decade"]), mean_to(positions["century"])
         other = row - decade - century
-        return {"decade_attn": decade, "century_attn": century, "other_attn": other,
-                "gt_sel": decade / np.maximum(other / (T - 2), 1e-8)}
+        return {
+            "decade_attn": decade,
+            "century_attn": century,
+            "other_attn": other,
+            "gt_sel": decade / np.maximum(other / (T - 2), 1e-8),
+        }
     if task == "successor":
         own, prev = r[..., T - 1].mean(axis=0), r[..., T - 2].mean(axis=0)
-        other = r[..., :T - 2].sum(axis=-1).mean(axis=0)  # positions 0..T-3
-        return {"self_attn": own, "prev_attn": prev, "other_attn": other,
-                "succ_sel": own / np.maximum(other / (T - 2), 1e-8)}
+        other = r[..., : T - 2].sum(axis=-1).mean(axis=0)  # positions 0..T-3
+        return {
+            "self_attn": own,
+            "prev_attn": prev,
+            "other_attn": other,
+            "succ_sel": own / np.maximum(other / (T - 2), 1e-8),
+        }
     binding, distractor = mean_to(positions["binding"]), mean_to(positions["distractor"])
     query_name = mean_to(positions["query_name"])
     other = row - binding - distractor - query_name
-    return {"binding_attn": binding, "distractor_attn": distractor, "query_name_attn": query_name,
-            "other_attn": other, "vb_sel": binding / np.maximum(other / (T - 3), 1e-8)}
+    return {
+        "binding_attn": binding,
+        "distractor_attn": distractor,
+        "query_name_attn": query_name,
+        "other_attn": other,
+        "vb_sel": binding / np.maximum(other / (T - 3), 1e-8),
+    }
 
 
 def python_top(score, k, keep=lambda lh: True):
@@ -132,14 +154,18 @@ def exact_rows(n, T, per_head):
 def test_s_inhibition_keeps_the_study_thresholds_and_order():
     n, T = 4, 14
     positions = {"io": np.full(n, 1), "s1": np.full(n, 3), "s2": np.full(n, 9), "end": np.full(n, 13)}
-    rows = exact_rows(n, T, {
-        (0, 0): {1: 0.125, 9: 0.25},  # ratio exactly 2, subject 0.25: kept
-        (0, 1): {1: 0.25, 9: 0.25},  # ratio 1: dropped
-        (0, 2): {1: 0.015625, 9: 0.0625},  # ratio 4 but subject 0.0625 < 0.1: dropped
-        (1, 0): {3: 0.5},  # io 0: ratio 0.5 / 1e-6; subject first occurrence 0.5: kept, first
-        (1, 3): {1: 0.125, 9: 0.25},  # the same as L0H0: after it (layer-major)
-        (2, 1): {1: 0.03125, 3: 0.125},  # subject exactly 0.125 (>= 0.1): kept, last
-    })
+    rows = exact_rows(
+        n,
+        T,
+        {
+            (0, 0): {1: 0.125, 9: 0.25},  # ratio exactly 2, subject 0.25: kept
+            (0, 1): {1: 0.25, 9: 0.25},  # ratio 1: dropped
+            (0, 2): {1: 0.015625, 9: 0.0625},  # ratio 4 but subject 0.0625 < 0.1: dropped
+            (1, 0): {3: 0.5},  # io 0: ratio 0.5 / 1e-6; subject first occurrence 0.5: kept, first
+            (1, 3): {1: 0.125, 9: 0.25},  # the same as L0H0: after it (layer-major)
+            (2, 1): {1: 0.03125, 3: 0.125},  # subject exactly 0.125 (>= 0.1): kept, last
+        },
+    )
     got = task_screen("ioi", accumulate("ioi", rows, positions), T, k=5)
     assert got.ranked["s_inhibition"] == [(1, 0), (0, 0), (1, 3), (2, 1)]
     assert got.scores["subj_ratio"][0, 0] == 2.0
@@ -149,8 +175,10 @@ def test_s_inhibition_keeps_the_study_thresholds_and_order():
     assert task_screen("ioi", accumulate("ioi", rows, positions), T, k=2).ranked["s_inhibition"] == [(1, 0), (0, 0)]
 
 
-@pytest.mark.parametrize("task, T", [("greater_than", 12), ("greater_than", 9), ("successor", 5), ("successor", 8),
-                                     ("binding", 13), ("binding", 16)])
+@pytest.mark.parametrize(
+    "task, T",
+    [("greater_than", 12), ("greater_than", 9), ("successor", 5), ("successor", 8), ("binding", 13), ("binding", 16)],
+)
 def test_uniform_attention_has_selectivity_one(task, T):
     """Uniform attention gives every key 1/T: the key over the mean of the other keys is 1 only with
     the study's counts of other keys (T - 2, T - 2, T - 3: 10, 3, 10 at its T)."""
@@ -183,7 +211,10 @@ def test_successor_reads_the_query_and_the_key_before_it():
     rows = exact_rows(n, T, {(0, 0): {4: 0.5, 3: 0.25}})
     got = task_screen("successor", accumulate("successor", rows, {"end": np.full(n, 4)}), T)
     assert (got.scores["self_attn"][0, 0], got.scores["prev_attn"][0, 0], got.scores["other_attn"][0, 0]) == (
-        0.5, 0.25, 0.25)
+        0.5,
+        0.25,
+        0.25,
+    )
     assert got.scores["succ_sel"][0, 0] == 0.5 / (0.25 / 3)
 
 
@@ -229,9 +260,9 @@ def test_tiny_model_screen_equals_reference(arch, task):
     sums = ScreenSums.zeros(task, model.config.num_hidden_layers, model.config.num_attention_heads)
     with torch.no_grad():  # minibatches of 3: another split than the reference's 4
         for start in range(0, n, 3):
-            attentions = model(torch.from_numpy(tokens[start:start + 3]), output_attentions=True).attentions
+            attentions = model(torch.from_numpy(tokens[start : start + 3]), output_attentions=True).attentions
             rows = torch.stack([a[:, :, -1, :] for a in attentions], dim=1)  # [b, layers, heads, T]
-            sums.add(rows, {name: p[start:start + 3] for name, p in positions.items()})
+            sums.add(rows, {name: p[start : start + 3] for name, p in positions.items()})
     got = task_screen(task, sums, T)
     assert set(got.scores) == set(expected_scores)
     for name, values in expected_scores.items():

@@ -57,18 +57,28 @@ def text_models(tiny_dirs, corpus, tmp_path_factory) -> dict:
 def text_overrides(model_dir, source: str, n=16) -> list[str]:
     """A text-probe run of the model in ``model_dir`` on ``source`` (``probe.text_file=...`` or
     ``probe.dataset=...``)."""
-    return ["model=local", f"model.name_or_path={model_dir}", "model.dtype=float32", "probe=text", source,
-            f"probe.n_sequences={n}", f"probe.seq_len={T}",
-            f"probe.icl_positions=[{ICL[0]},{ICL[1]}]", "probe.loss_curve=all", "probe.batch_size=8",
-            "wandb.mode=disabled",
-            "ablate.enabled=false", "reuse=false"]
+    return [
+        "model=local",
+        f"model.name_or_path={model_dir}",
+        "model.dtype=float32",
+        "probe=text",
+        source,
+        f"probe.n_sequences={n}",
+        f"probe.seq_len={T}",
+        f"probe.icl_positions=[{ICL[0]},{ICL[1]}]",
+        "probe.loss_curve=all",
+        "probe.batch_size=8",
+        "wandb.mode=disabled",
+        "ablate.enabled=false",
+        "reuse=false",
+    ]
 
 
 def test_repeat_batch_is_a_span_and_its_copy():
     for seq_len in (64, 65):
         layout = RepeatLayout(seq_len)
         batch = make_repeat_batch(5, seq_len, 10, 500, 42)
-        span, copy = batch.tokens[:, layout.prefix:layout.copy_start], batch.tokens[:, layout.copy_start:]
+        span, copy = batch.tokens[:, layout.prefix : layout.copy_start], batch.tokens[:, layout.copy_start :]
         assert layout.prefix + 2 * layout.span == seq_len and layout.span == (seq_len - 1) // 2
         assert torch.equal(span, copy)
         assert (batch.ab == layout.copy_start - 1).all() and torch.equal(batch.a, batch.tokens[:, -1])
@@ -83,7 +93,7 @@ def test_text_batch_windows_are_consecutive_pieces_of_the_stream_ending_in_a_rep
     batch = make_text_batch(stream, 30, T, 7, bos=1)
     for window, ab in zip(batch.tokens.numpy(), batch.ab.numpy()):
         assert window[0] == 1  # the tokenizer's BOS, then T-1 tokens of the stream
-        starts = [s for s in range(0, len(stream) - T + 2, T - 1) if np.array_equal(stream[s:s + T - 1], window[1:])]
+        starts = [s for s in range(0, len(stream) - T + 2, T - 1) if np.array_equal(stream[s : s + T - 1], window[1:])]
         assert len(starts) == 1  # one of the consecutive windows
         earlier = [p for p in range(PAIR_START, T // 2) if window[p] == window[-1]]
         assert earlier and ab == max(earlier)
@@ -103,6 +113,7 @@ def test_text_probe_losses_icl_score_sinks_and_mechanism_equal_the_models_own(ar
         tokens, losses = torch.from_numpy(saved["tokens"]), saved["position_losses"]
     assert tokens.shape == (16, T) and losses.shape == (16, T - 1)
     import hashlib
+
     assert summary.probe.fingerprint == hashlib.sha256(tokens.numpy().astype(np.int64).tobytes()).hexdigest()
     # the windows are the corpus, tokenized with the checkpoint's tokenizer (BOS first)
     stream = " ".join(docs)
@@ -112,7 +123,7 @@ def test_text_probe_losses_icl_score_sinks_and_mechanism_equal_the_models_own(ar
     model = eager_model(text_models[arch])
     with torch.no_grad():
         for i in range(len(tokens)):  # the model's own loss: its mean over the sequence's tokens
-            own = model(tokens[i:i + 1], labels=tokens[i:i + 1]).loss
+            own = model(tokens[i : i + 1], labels=tokens[i : i + 1]).loss
             assert losses[i].mean() == pytest.approx(float(own), rel=1e-5)
         log_probs = torch.log_softmax(model(tokens).logits.double(), dim=-1)
     nll = -log_probs[:, :-1].gather(2, tokens[:, 1:, None])[..., 0].numpy()  # [n, T-1]: position p at column p-1
@@ -138,10 +149,25 @@ def test_text_probe_losses_icl_score_sinks_and_mechanism_equal_the_models_own(ar
 @pytest.mark.parametrize("arch", ARCHS)
 def test_prefix_matching_and_loss_drop_equal_eager_attention_and_the_models_losses(arch, tiny_dirs, tmp_path):
     seq_len = 65
-    summary = analyse(compose_config(["model=local", f"model.name_or_path={tiny_dirs[arch]}", "model.dtype=float32",
-                                      "probe=repeat", "probe.n_sequences=12", f"probe.seq_len={seq_len}",
-                                      "probe.vocab_low=10", "probe.vocab_high=500", "probe.batch_size=5",
-                                      "wandb.mode=disabled", "ablate.enabled=false", "reuse=false"]), tmp_path)
+    summary = analyse(
+        compose_config(
+            [
+                "model=local",
+                f"model.name_or_path={tiny_dirs[arch]}",
+                "model.dtype=float32",
+                "probe=repeat",
+                "probe.n_sequences=12",
+                f"probe.seq_len={seq_len}",
+                "probe.vocab_low=10",
+                "probe.vocab_high=500",
+                "probe.batch_size=5",
+                "wandb.mode=disabled",
+                "ablate.enabled=false",
+                "reuse=false",
+            ]
+        ),
+        tmp_path,
+    )
     _, rows = read_run(tmp_path)
     layout = RepeatLayout(seq_len)
     batch = make_repeat_batch(12, seq_len, 10, 500, 42)
@@ -154,20 +180,33 @@ def test_prefix_matching_and_loss_drop_equal_eager_attention_and_the_models_loss
         expected = pattern[:, copy, copy - layout.span + 1].mean()
         assert r["prefix_matching"] == pytest.approx(expected, rel=1e-5, abs=1e-7)
     nll = -torch.log_softmax(out.logits.double(), -1)[:, :-1].gather(2, batch.tokens[:, 1:, None])[..., 0].numpy()
-    first = nll[:, layout.prefix:layout.copy_start - 1].mean(1)  # predicted positions prefix+1 .. copy_start-1
-    later = nll[:, layout.copy_start:].mean(1)  # copy_start+1 .. T-1
+    first = nll[:, layout.prefix : layout.copy_start - 1].mean(1)  # predicted positions prefix+1 .. copy_start-1
+    later = nll[:, layout.copy_start :].mean(1)  # copy_start+1 .. T-1
     assert summary.repeat.span == layout.span
     assert summary.repeat.loss_drop == pytest.approx((first - later).mean(), rel=1e-4, abs=1e-5)
     assert summary.repeat.first_copy_loss == pytest.approx(first.mean(), rel=1e-5)
     assert summary.text is None and summary.repeat.loss_drop_ci[0] <= summary.repeat.loss_drop
 
 
-def test_a_model_that_learned_to_copy_has_prefix_matching_heads_and_a_positive_loss_drop(toy_panel, tmp_path,
-                                                                                          monkeypatch):
+def test_a_model_that_learned_to_copy_has_prefix_matching_heads_and_a_positive_loss_drop(
+    toy_panel, tmp_path, monkeypatch
+):
     """The trained toy panel's last checkpoint copies repeated spans (its training repeats them)."""
     monkeypatch.setenv("EMERGENCE_CACHE", toy_panel[1]["EMERGENCE_CACHE"])
-    run = analyse(compose_config(["model=toy_neox", "revision=final", "probe=repeat", "probe.n_sequences=64",
-                                  "wandb.mode=disabled", "ablate.enabled=false", "reuse=false"]), tmp_path)
+    run = analyse(
+        compose_config(
+            [
+                "model=toy_neox",
+                "revision=final",
+                "probe=repeat",
+                "probe.n_sequences=64",
+                "wandb.mode=disabled",
+                "ablate.enabled=false",
+                "reuse=false",
+            ]
+        ),
+        tmp_path,
+    )
     _, rows = read_run(tmp_path)
     assert run.repeat.loss_drop > 1.0  # nats: the copy is predicted
     assert max(r["prefix_matching"] for r in rows) > 0.3
@@ -185,38 +224,46 @@ def test_text_probe_reads_a_local_dataset_and_a_text_file_with_bytes(text_models
     assert from_dataset.probe.fingerprint == from_file.probe.fingerprint  # the same documents, the same batch
     txt = tmp_path / "book.txt"
     txt.write_text("\n".join(docs))
-    as_bytes = analyse(compose_config([*text_overrides(model, f"probe.text_file={txt}"), "probe.tokenizer=bytes"]),
-                       tmp_path / "bytes")
+    as_bytes = analyse(
+        compose_config([*text_overrides(model, f"probe.text_file={txt}"), "probe.tokenizer=bytes"]), tmp_path / "bytes"
+    )
     with np.load(tmp_path / "bytes" / PER_SEQUENCE_FILE) as saved:
         window = saved["tokens"][0]
     assert bytes(window.astype(np.uint8).tolist()).decode("utf-8", errors="ignore") in txt.read_text()
     assert as_bytes.text.tokenizer == "bytes"
 
 
-@pytest.mark.parametrize("source, extra, names", [
-    ("probe.dataset=nobody/no-such-dataset", [], ["nobody/no-such-dataset", "offline"]),
-    ("probe.text_file=FILE", [f"probe.seq_len={ICL[1]}"], ["probe.seq_len", str(ICL[1])]),
-    ("probe.text_file=FILE", ["probe.column=body"], ["probe.column='body'", "text"]),
-    ("probe.dataset=LOCAL", ["probe.column=body"], ["probe.column='body'", "text, id"]),
-], ids=["dataset-offline", "seq-len-short-of-icl", "column-missing-in-file", "column-missing-in-dataset"])
-def test_bad_text_probe_input_is_one_line_exit_2_and_no_run_directory(source, extra, names, text_models, corpus,
-                                                                      tmp_path):
+@pytest.mark.parametrize(
+    "source, extra, names",
+    [
+        ("probe.dataset=nobody/no-such-dataset", [], ["nobody/no-such-dataset", "offline"]),
+        ("probe.text_file=FILE", [f"probe.seq_len={ICL[1]}"], ["probe.seq_len", str(ICL[1])]),
+        ("probe.text_file=FILE", ["probe.column=body"], ["probe.column='body'", "text"]),
+        ("probe.dataset=LOCAL", ["probe.column=body"], ["probe.column='body'", "text, id"]),
+    ],
+    ids=["dataset-offline", "seq-len-short-of-icl", "column-missing-in-file", "column-missing-in-dataset"],
+)
+def test_bad_text_probe_input_is_one_line_exit_2_and_no_run_directory(
+    source, extra, names, text_models, corpus, tmp_path
+):
     folder = tmp_path / "local_dataset"
     folder.mkdir()
     shutil.copy(corpus[0], folder / "train.jsonl")
     source = source.replace("FILE", str(corpus[0])).replace("LOCAL", str(folder))
     run_dir = tmp_path / "run"
-    done = run_cli(*text_overrides(text_models["llama"], source), *extra, f"hydra.run.dir={run_dir}",
-                   env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                        "HF_DATASETS_CACHE": str(tmp_path / "datasets_cache")})
+    done = run_cli(
+        *text_overrides(text_models["llama"], source),
+        *extra,
+        f"hydra.run.dir={run_dir}",
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "datasets_cache")},
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     line = last_line(done.stderr)
     assert line.startswith("error: ") and all(name in line for name in names), line
     assert "Traceback" not in done.stderr and not run_dir.exists()
 
 
-def test_the_toy_panels_report_times_the_icl_score_and_the_mechanism_beside_the_milestones(toy_panel, corpus,
-                                                                                            tmp_path):
+def test_the_toy_panels_report_times_the_icl_score_and_the_mechanism_beside_the_milestones(toy_panel, corpus, tmp_path):
     """The toy panel on a text file read as bytes (``probe.tokenizer=bytes``) beside its synthetic
     sweep: the report puts the ICL score's transition, the mechanism's trajectories and both
     probes' milestones on one token axis."""
@@ -224,10 +271,21 @@ def test_the_toy_panels_report_times_the_icl_score_and_the_mechanism_beside_the_
     book = tmp_path / "book.txt"
     book.write_text("\n".join(corpus[1]))
     text_sweep = tmp_path / "text"
-    done = run_cli("-m", "model=toy_neox", "revision=glob(r*)", "probe=text", f"probe.text_file={book}",
-                   "probe.tokenizer=bytes", "probe.seq_len=128", "probe.icl_positions=[10,100]",
-                   "probe.n_sequences=96", "ablate.enabled=false", f"hydra.sweep.dir={text_sweep}", env=env,
-                   timeout=1200)
+    done = run_cli(
+        "-m",
+        "model=toy_neox",
+        "revision=glob(r*)",
+        "probe=text",
+        f"probe.text_file={book}",
+        "probe.tokenizer=bytes",
+        "probe.seq_len=128",
+        "probe.icl_positions=[10,100]",
+        "probe.n_sequences=96",
+        "ablate.enabled=false",
+        f"hydra.sweep.dir={text_sweep}",
+        env=env,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = tmp_path / "report"
     done = run_cli(sweep, text_sweep, "--out", report, module="emergence.report", env=env, timeout=600)
@@ -246,8 +304,10 @@ def test_the_toy_panels_report_times_the_icl_score_and_the_mechanism_beside_the_
     assert axis["events"]["induction_onset (synthetic)"]["revision"] is not None
     assert axis["events"]["icl_score (text)"] == icl["half_way"]
     assert len(axis["sinks"]) == 10
-    assert any(s["earlier"].startswith("induction_onset") or s["later"].startswith("induction_onset")
-               for s in axis["separations"])
+    assert any(
+        s["earlier"].startswith("induction_onset") or s["later"].startswith("induction_onset")
+        for s in axis["separations"]
+    )
     text = (report / "report.md").read_text()
     assert "## toy_neox: measures on one token axis" in text and "icl_score (text)" in text
     assert "token_axis.png" in findings["figures"] and (report / "token_axis.png").stat().st_size > 0

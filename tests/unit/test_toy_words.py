@@ -50,8 +50,9 @@ def test_two_digit_tokens_and_centuries(tokenizer):
     # A year is a century and a decade, so the study's greater-than filter keeps every pair it tries.
     for century in range(14, 20):
         for decade in range(2, 89):
-            assert encode(tokenizer, f" {century}{decade:02d}") == \
-                encode(tokenizer, f" {century}") + encode(tokenizer, f"{decade:02d}")
+            assert encode(tokenizer, f" {century}{decade:02d}") == encode(tokenizer, f" {century}") + encode(
+                tokenizer, f"{decade:02d}"
+            )
     assert tokenizer.convert_ids_to_tokens(encode(tokenizer, " 1450")) == [" 14", "50"]
     assert tokenizer.convert_ids_to_tokens(encode(tokenizer, " 7")) == [" 7"]
     assert tokenizer.convert_ids_to_tokens(encode(tokenizer, " 1405")) == [" 14", "05"]
@@ -61,18 +62,50 @@ def test_the_study_prompts_have_its_token_counts_and_no_unknown_token(tokenizer)
     ioi = IOI_PROMPTS["ABBA"].format(io="Sandra", s="Daniel", place="store", obj="book")
     assert ioi == "When Sandra and Daniel went to the store, Daniel gave a book to"
     assert tokenizer.convert_ids_to_tokens(encode(tokenizer, ioi)) == [
-        "When", " Sandra", " and", " Daniel", " went", " to", " the", " store", ",", " Daniel", " gave", " a",
-        " book", " to"]  # 14 tokens: the study's positions (IO at 1, subject at 3 and 9, query at 13)
+        "When",
+        " Sandra",
+        " and",
+        " Daniel",
+        " went",
+        " to",
+        " the",
+        " store",
+        ",",
+        " Daniel",
+        " gave",
+        " a",
+        " book",
+        " to",
+    ]  # 14 tokens: the study's positions (IO at 1, subject at 3 and 9, query at 13)
     greater_than = GREATER_THAN_PROMPT.format(noun="war", century=14, start=5)
     assert tokenizer.convert_ids_to_tokens(encode(tokenizer, greater_than)) == [
-        "The", " war", " lasted", " from", " the", " year", " 14", "05", " to", " the", " year", " 14"]
+        "The",
+        " war",
+        " lasted",
+        " from",
+        " the",
+        " year",
+        " 14",
+        "05",
+        " to",
+        " the",
+        " year",
+        " 14",
+    ]
     binding = " Sandra lives in Denver. Daniel lives in Beijing. Sandra lives in"
     assert len(encode(tokenizer, binding)) == 13
     assert len(encode(tokenizer, " 33 34 35 36 37")) == 5
     assert len(encode(tokenizer, " Friday Saturday Sunday Monday Tuesday")) == 5
     # Inside a run a sentence starts after a space: its first word exists in that form too.
     assert tokenizer.convert_ids_to_tokens(encode(tokenizer, " Mary. When 1483. The")) == [
-        " Mary", ".", " When", " 14", "83", ".", " The"]
+        " Mary",
+        ".",
+        " When",
+        " 14",
+        "83",
+        ".",
+        " The",
+    ]
 
 
 def test_no_special_tokens_are_added_and_decoding_restores_the_text(tokenizer):
@@ -90,10 +123,20 @@ def test_vocabulary_order_is_stable(tokenizer):
     assert tokenizer.convert_ids_to_tokens(list(range(VOCAB_SIZE))) == words
     assert words[:5] == [UNK, ".", ",", "When", "The"]
     # The documented order: template words, the lists, " 1".." 99", "00".."99", then the fillers.
-    assert words.index(" John") < words.index(" store") < words.index(" drink") < words.index(" war") \
-        < words.index(" Paris") < words.index(" Monday") < words.index(" January") < words.index(" first") \
-        < words.index(" 1") < words.index("00") < FIRST_FILLER_ID
-    assert words[FIRST_FILLER_ID - 100:FIRST_FILLER_ID] == [f"{d:02d}" for d in range(100)]
+    assert (
+        words.index(" John")
+        < words.index(" store")
+        < words.index(" drink")
+        < words.index(" war")
+        < words.index(" Paris")
+        < words.index(" Monday")
+        < words.index(" January")
+        < words.index(" first")
+        < words.index(" 1")
+        < words.index("00")
+        < FIRST_FILLER_ID
+    )
+    assert words[FIRST_FILLER_ID - 100 : FIRST_FILLER_ID] == [f"{d:02d}" for d in range(100)]
     assert words[FIRST_FILLER_ID:] == [f"<f{i}>" for i in range(VOCAB_SIZE - FIRST_FILLER_ID)]
     assert vocabulary(FIRST_FILLER_ID + 1)[:FIRST_FILLER_ID] == words[:FIRST_FILLER_ID]  # fillers only at the end
     assert encode(tokenizer, "<f0><f7>") == [FIRST_FILLER_ID, FIRST_FILLER_ID + 7]

@@ -27,9 +27,19 @@ FAST = ["probe.n_sequences=48", "ablate.min_sequences=16"]  # the quick probe, s
 def model():
     """A tiny Llama as a training holds it: train mode, SDPA attention, dropout that would draw random numbers."""
     torch.manual_seed(0)
-    net = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
-                                       attention_dropout=0.1, attn_implementation="sdpa"))
+    net = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=128,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=64,
+            attention_dropout=0.1,
+            attn_implementation="sdpa",
+        )
+    )
     net.train()
     net.model.layers[1].eval()  # a module the training froze in eval mode stays so
     return net
@@ -122,7 +132,7 @@ def test_a_checkpoint_is_whole_once_config_weights_at_their_declared_size_and_tr
     folder = save_checkpoint(model, tmp_path / "checkpoint-10")
     assert unfinished(folder) is None
     weights = (folder / "model.safetensors").read_bytes()
-    (folder / "model.safetensors").write_bytes(weights[:len(weights) // 2])  # half written
+    (folder / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # half written
     assert unfinished(folder) == "model.safetensors is shorter than its header declares"
     (folder / "model.safetensors").write_bytes(weights[:6])  # not even its header
     assert unfinished(folder) == "model.safetensors is shorter than its header declares"
@@ -137,22 +147,26 @@ def test_a_checkpoint_is_whole_once_config_weights_at_their_declared_size_and_tr
     (step / "trainer_state.json").unlink()
     assert unfinished(step) is None
     (step / "model.safetensors").rename(step / "model-00001-of-00002.safetensors")
-    (step / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    (step / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    )
     assert unfinished(step) == "not every shard model.safetensors.index.json names is there yet"
     (tmp_path / "empty").mkdir()
     assert unfinished(tmp_path / "empty") == "no whole config.json yet"
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["{dir}/nowhere"], "is not a directory"),
-    (["{dir}/one"], "is one checkpoint (it holds config.json)"),
-    (["{dir}", "revision=r3"], "revision=r3 is invalid here: watch names each checkpoint itself"),
-    (["{dir}", "model.name_or_path=x"], "model.name_or_path=x is invalid here"),
-    (["{dir}", "--poll", "0"], "--poll 0.0 is invalid"),
-    (["{dir}", "--poll", "nan"], "--poll nan is invalid"),
-    (["{dir}", "--every", "3"], "unrecognized arguments: --every 3"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["{dir}/nowhere"], "is not a directory"),
+        (["{dir}/one"], "is one checkpoint (it holds config.json)"),
+        (["{dir}", "revision=r3"], "revision=r3 is invalid here: watch names each checkpoint itself"),
+        (["{dir}", "model.name_or_path=x"], "model.name_or_path=x is invalid here"),
+        (["{dir}", "--poll", "0"], "--poll 0.0 is invalid"),
+        (["{dir}", "--poll", "nan"], "--poll nan is invalid"),
+        (["{dir}", "--every", "3"], "unrecognized arguments: --every 3"),
+    ],
+)
 def test_watch_ends_bad_arguments_in_one_line_exit_2(argv, says, tmp_path, capsys):
     (tmp_path / "one").mkdir()
     (tmp_path / "one" / "config.json").write_text("{}")

@@ -19,8 +19,8 @@ def _set_head_ov(model, layer: int, head: int, W_V: torch.Tensor, W_O: torch.Ten
     group = model.config.num_attention_heads // model.config.num_key_value_heads
     with torch.no_grad():
         kv = head // group
-        attention.v_proj.weight[kv * d_head:(kv + 1) * d_head] = W_V.T
-        attention.o_proj.weight[:, head * d_head:(head + 1) * d_head] = W_O.T
+        attention.v_proj.weight[kv * d_head : (kv + 1) * d_head] = W_V.T
+        attention.o_proj.weight[:, head * d_head : (head + 1) * d_head] = W_O.T
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
@@ -50,8 +50,9 @@ def test_the_vocabulary_is_summed_in_blocks(monkeypatch):
     model = tiny_model("gpt_neox")
     W_U, W_E = head_weights.unembedding(model), head_weights.embedding(model)
     whole = W_U.detach().double().numpy() @ W_E.detach().double().numpy()
-    np.testing.assert_allclose(weight_circuits.unembed_embed(W_U.detach(), W_E.detach()).numpy(), whole, rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        weight_circuits.unembed_embed(W_U.detach(), W_E.detach()).numpy(), whole, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_the_low_rank_spectrum_is_the_dense_one():

@@ -45,8 +45,9 @@ def plot_edge(edge: Edge, directory: Path) -> Path:
     lines = ax.get_legend_handles_labels()
     more = speed.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8)
-    ax.set_title(f"spectral edge, whole model (W={edge.window}, {edge.projection}"
-                 + (f", d={edge.dim})" if edge.dim else ")"))
+    ax.set_title(
+        f"spectral edge, whole model (W={edge.window}, {edge.projection}" + (f", d={edge.dim})" if edge.dim else ")")
+    )
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)

@@ -37,8 +37,10 @@ class Exact:
     def vectors(self, params: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
         """{scope: [numel] float64} of one checkpoint's parameters."""
         with torch.no_grad():
-            return {scope: torch.cat([p.of(params[p.name]).double() for p in pieces]).numpy()
-                    for scope, pieces in self.scopes.items()}
+            return {
+                scope: torch.cat([p.of(params[p.name]).double() for p in pieces]).numpy()
+                for scope, pieces in self.scopes.items()
+            }
 
     def bytes_needed(self, shapes: dict[str, torch.Size], window: int) -> int:
         """The window's W deltas, the previous checkpoint's vectors and the current one's, in float64."""
@@ -107,7 +109,7 @@ class RandomProjection:
                     lo, hi = max(part.start, r0), min(part.stop, r1)
                     if lo >= hi:
                         continue
-                    sub, xs = phi[:, lo - r0:hi - r0], xb[lo - r0:hi - r0]
+                    sub, xs = phi[:, lo - r0 : hi - r0], xb[lo - r0 : hi - r0]
                 else:
-                    sub, xs = phi[:, :, part.start:part.stop], xb[:, part.start:part.stop]
+                    sub, xs = phi[:, :, part.start : part.stop], xb[:, part.start : part.stop]
                 out[scope] += torch.einsum("drc,rc->d", sub, xs).double().numpy()

@@ -20,17 +20,20 @@ def check_series(entries: Sequence[PanelEntry]) -> None:
     """Refuse a step named twice and a checkpoint missing from a regular spacing (``entries`` by step)."""
     for a, b in zip(entries, entries[1:]):
         if a.step == b.step:
-            raise UsageError(f"the series names step {a.step} twice ({a.revision} and {b.revision}); remove one of "
-                             "them")
+            raise UsageError(
+                f"the series names step {a.step} twice ({a.revision} and {b.revision}); remove one of them"
+            )
     gaps = [b.step - a.step for a, b in zip(entries, entries[1:])]
     for i in range(1, len(gaps) - 1):
         s = gaps[i - 1]
         if gaps[i + 1] == s and gaps[i] != s and gaps[i] % s == 0:
             a, b = entries[i], entries[i + 1]
             lost = ", ".join(f"step {a.step + k * s}" for k in range(1, gaps[i] // s))
-            raise UsageError(f"checkpoint(s) missing between {a.revision} and {b.revision}: the series saves one every "
-                             f"{s} steps around them, but not {lost}; restore them, or give only the checkpoints on "
-                             "one side of the gap")
+            raise UsageError(
+                f"checkpoint(s) missing between {a.revision} and {b.revision}: the series saves one every "
+                f"{s} steps around them, but not {lost}; restore them, or give only the checkpoints on "
+                "one side of the gap"
+            )
 
 
 def window_starts(entries: Sequence[PanelEntry], window: int) -> list[int]:
@@ -51,7 +54,9 @@ def window_starts(entries: Sequence[PanelEntry], window: int) -> list[int]:
     if not starts:
         updates, at = longest
         where = f" (every {gaps[at]} steps from {entries[at].revision})" if updates else ""
-        raise UsageError(f"edge.window={window} needs {window + 1} checkpoints at one spacing; the series has at most "
-                         f"{updates + 1 if updates else len(entries)}{where}; use a smaller edge.window, or save "
-                         "checkpoints more often (a toy: model.toy.save_every=N)")
+        raise UsageError(
+            f"edge.window={window} needs {window + 1} checkpoints at one spacing; the series has at most "
+            f"{updates + 1 if updates else len(entries)}{where}; use a smaller edge.window, or save "
+            "checkpoints more often (a toy: model.toy.save_every=N)"
+        )
     return starts

@@ -35,8 +35,10 @@ def stream_windows(entries: Sequence[PanelEntry], read: Reader, window: int) -> 
         if previous and i - 1 in needed:  # the delta from the checkpoint before
             a, b = entries[i - 1], entries[i]
             if not np.any(vectors[MODEL_SCOPE] != previous[MODEL_SCOPE]):
-                raise UsageError(f"{a.revision} and {b.revision} hold identical weights: one is a copy of the other, "
-                                 "not a checkpoint of its own step; remove the duplicate")
+                raise UsageError(
+                    f"{a.revision} and {b.revision} hold identical weights: one is a copy of the other, "
+                    "not a checkpoint of its own step; remove the duplicate"
+                )
             for scope, v in vectors.items():
                 deltas.setdefault(scope, deque(maxlen=window)).append(v - previous[scope])
         else:  # a new run of checkpoints: no delta reaches back over the gap

@@ -110,8 +110,9 @@ def best_class(selectivity: Sequence[float]) -> str | None:
     return best
 
 
-def capability_circuits(selectivity: np.ndarray, prev_token_min: float,
-                        induction_min: float) -> tuple[HeadSpec, HeadSpec]:
+def capability_circuits(
+    selectivity: np.ndarray, prev_token_min: float, induction_min: float
+) -> tuple[HeadSpec, HeadSpec]:
     """(previous-token circuit, induction circuit) from the 6-class selectivities
     [layers, heads, 6] (``CLASSES`` order): the heads whose previous-token selectivity is at least
     ``prev_token_min`` (``threshold.prev_token_circuit``, the study's 100) and is their best class,
@@ -120,22 +121,35 @@ def capability_circuits(selectivity: np.ndarray, prev_token_min: float,
     heads ascending (``spec_from_circuit``)."""
     selectivity = np.asarray(selectivity, dtype=np.float64)
     if selectivity.ndim != 3 or selectivity.shape[-1] != len(CLASSES):
-        raise UsageError(f"selectivity has shape {selectivity.shape}; pass [layers, heads, {len(CLASSES)}] "
-                         f"(classes {', '.join(CLASSES)})")
+        raise UsageError(
+            f"selectivity has shape {selectivity.shape}; pass [layers, heads, {len(CLASSES)}] "
+            f"(classes {', '.join(CLASSES)})"
+        )
     layers, heads = selectivity.shape[:2]
     all_heads = [(layer, head) for layer in range(layers) for head in range(heads)]
     previous = selectivity[..., CLASSES.index("previous_token")]
     induction = selectivity[..., CLASSES.index("induction")]
-    prev_token = [lh for lh in all_heads
-                  if previous[lh] >= prev_token_min and best_class(selectivity[lh]) == "previous_token"]
+    prev_token = [
+        lh for lh in all_heads if previous[lh] >= prev_token_min and best_class(selectivity[lh]) == "previous_token"
+    ]
     induction_heads = [lh for lh in all_heads if induction[lh] >= induction_min]
     return spec_from_circuit(prev_token), spec_from_circuit(induction_heads)
 
 
 # --- 2. the conditions -------------------------------------------------------------------------------
 
-ConditionKind = Literal["baseline", "screen", "matched_random", "full_layers", "screen_union", "prev_token_circuit",
-                        "induction_circuit", "circuit_union", "user", "matched_random_seed"]
+ConditionKind = Literal[
+    "baseline",
+    "screen",
+    "matched_random",
+    "full_layers",
+    "screen_union",
+    "prev_token_circuit",
+    "induction_circuit",
+    "circuit_union",
+    "user",
+    "matched_random_seed",
+]
 # IOI's two screens, in the study's layer order (docs/tasks.md, Ablations)
 SCREEN_UNION = ("s_inhibition", "name_mover")
 USER = "user"  # the user's heads, as the screen their matched-random draws derive from
@@ -169,7 +183,7 @@ class Condition:
 
     @property
     def name(self) -> str:
-        """"baseline", "screen:name_mover", "matched_random_seed:greater_than:3", ..."""
+        """ "baseline", "screen:name_mover", "matched_random_seed:greater_than:3", ..."""
         return ":".join(str(part) for part in (self.kind, self.screen, self.seed) if part is not None)
 
 
@@ -211,27 +225,43 @@ def build_conditions(plan: AblationPlan, n_layers: int, n_heads: int) -> list[Co
 
     conditions = [Condition("baseline", {})]
     for name, spec in plan.screens.items():
-        conditions += [Condition("screen", spec, screen=name),
-                       Condition("matched_random", matched_random(spec, n_heads, np.random.RandomState(plan.mr_seed)),
-                                 screen=name, seed=plan.mr_seed),
-                       Condition("full_layers", layers_of(spec, n_heads), screen=name)]
+        conditions += [
+            Condition("screen", spec, screen=name),
+            Condition(
+                "matched_random",
+                matched_random(spec, n_heads, np.random.RandomState(plan.mr_seed)),
+                screen=name,
+                seed=plan.mr_seed,
+            ),
+            Condition("full_layers", layers_of(spec, n_heads), screen=name),
+        ]
     if all(name in plan.screens for name in SCREEN_UNION):
         first, second = SCREEN_UNION
         conditions.append(Condition("screen_union", _union_of_both(plan.screens[first], plan.screens[second])))
     if plan.circuits is not None:
         prev_token, induction = plan.circuits
-        conditions += [Condition("prev_token_circuit", prev_token), Condition("induction_circuit", induction),
-                       Condition("circuit_union", _union_of_both(prev_token, induction))]
+        conditions += [
+            Condition("prev_token_circuit", prev_token),
+            Condition("induction_circuit", induction),
+            Condition("circuit_union", _union_of_both(prev_token, induction)),
+        ]
     controlled = dict(plan.screens)  # the specs with matched-random draws, by the screen they are named after
     if plan.heads is not None:
         controlled[USER] = user_spec(plan.heads)
-        conditions += [Condition("user", controlled[USER]),
-                       Condition("matched_random", matched_random(controlled[USER], n_heads,
-                                                                  np.random.RandomState(plan.mr_seed)),
-                                 screen=USER, seed=plan.mr_seed)]
+        conditions += [
+            Condition("user", controlled[USER]),
+            Condition(
+                "matched_random",
+                matched_random(controlled[USER], n_heads, np.random.RandomState(plan.mr_seed)),
+                screen=USER,
+                seed=plan.mr_seed,
+            ),
+        ]
     for name, spec in controlled.items():
-        conditions += [Condition("matched_random_seed", control, screen=name, seed=seed)
-                       for seed, control in distinct_draws(spec, n_heads, plan.mr_seeds)]
+        conditions += [
+            Condition("matched_random_seed", control, screen=name, seed=seed)
+            for seed, control in distinct_draws(spec, n_heads, plan.mr_seeds)
+        ]
     return conditions
 
 
@@ -316,9 +346,11 @@ class SweepStop(SequentialStop):
     def __call__(self, values: dict[str, list[PromptMetrics]], n: int) -> list[str]:
         """After ``n`` prompts (``values``: each running condition's minibatches so far): the draw
         conditions to stop now."""
+
         def differences(ablated: str, draws: list[str]) -> Callable[[], np.ndarray]:
-            return lambda: criterion_differences(self.field, {c: concatenate(values[c]) for c in [ablated, *draws]},
-                                                 ablated, draws)
+            return lambda: criterion_differences(
+                self.field, {c: concatenate(values[c]) for c in [ablated, *draws]}, ablated, draws
+            )
 
         settled = self.look(n, {name: differences(*members) for name, members in self.sweeps.items()})
         return [draw for name in settled for draw in self.sweeps[name][1]]
@@ -335,8 +367,14 @@ def criterion_differences(field: str, values: dict[str, PromptMetrics], ablated:
     return differences[:, ~np.isnan(differences).any(axis=0)]
 
 
-def _ablated_values(model, arch: capture.Architecture, batch: TaskBatch, batch_size: int,
-                    conditions: Sequence[Condition], stop: SweepStop | None) -> dict[str, PromptMetrics]:
+def _ablated_values(
+    model,
+    arch: capture.Architecture,
+    batch: TaskBatch,
+    batch_size: int,
+    conditions: Sequence[Condition],
+    stop: SweepStop | None,
+) -> dict[str, PromptMetrics]:
     """Per condition, the per-prompt values over the prompts it ran on: the conditions stacked along
     the batch (``stacked_logits``), each pass on ``batch_size`` // (conditions running) prompts (at
     least one), so that it holds about ``batch_size`` rows where every condition has joined; after
@@ -373,9 +411,11 @@ def verdict(metric: str, sweep: SeedSweep, absent: str | None) -> tuple[Verdict,
     if n < MIN_DISTINCT_DRAWS:
         return "too_few_draws", f"no std, ratio or verdict over fewer than {MIN_DISTINCT_DRAWS} distinct draws"
     below = sweep.screen_delta < sweep.min
-    return ("specific" if below else "not_specific",
-            f"{metric} {sweep.screen_delta:+.3f} {'below' if below else 'not below'} every one of {n} distinct "
-            f"draws (lowest {sweep.min:+.3f})")
+    return (
+        "specific" if below else "not_specific",
+        f"{metric} {sweep.screen_delta:+.3f} {'below' if below else 'not below'} every one of {n} distinct "
+        f"draws (lowest {sweep.min:+.3f})",
+    )
 
 
 @dataclass(frozen=True)
@@ -388,24 +428,42 @@ class SweepExtent:
     criterion: dict | None
 
 
-def screen_sweep(task: Task, ablated: ConditionResult, spec: HeadSpec, draws: list[ConditionResult], n_heads: int,
-                 absent: str | None, extent: SweepExtent | None = None) -> ScreenSweep:
+def screen_sweep(
+    task: Task,
+    ablated: ConditionResult,
+    spec: HeadSpec,
+    draws: list[ConditionResult],
+    n_heads: int,
+    absent: str | None,
+    extent: SweepExtent | None = None,
+) -> ScreenSweep:
     """The sweep of ``ablated`` (a screen or the user's heads; ``spec`` its heads) against its distinct
     ``draws`` in a model of ``n_heads`` heads per layer, and its verdict (``verdict``): all measured
     over the same first prompts (``extent``; None: not recorded)."""
     metric, top1 = VERDICT_METRIC[task], TOP1_METRIC[task]
-    sweeps = {metric: seed_sweep(ablated.delta[metric], [r.delta[metric] for r in draws], top1=False),
-              top1: seed_sweep(PERCENT * ablated.delta[top1], [PERCENT * r.delta[top1] for r in draws])}
+    sweeps = {
+        metric: seed_sweep(ablated.delta[metric], [r.delta[metric] for r in draws], top1=False),
+        top1: seed_sweep(PERCENT * ablated.delta[top1], [PERCENT * r.delta[top1] for r in draws]),
+    }
     decision, why = verdict(metric, sweeps[metric], absent)
     control_heads = len(draws[0].heads)  # every draw holds as many heads per layer (``matched_random``)
     seeds = [r.seed for r in draws if r.seed is not None]  # every draw's (a matched_random_seed condition's)
-    return ScreenSweep(screen=ablated.screen or USER, seeds=seeds, sweeps=sweeps,
-                       n_distinct=len(draws), all_drawn=len(draws) == possible_draws(spec, n_heads),
-                       screen_heads=len(ablated.heads), control_heads=control_heads,
-                       smaller=control_heads < len(ablated.heads), verdict_metric=metric, verdict=decision, why=why,
-                       prompts_used=None if extent is None else extent.used,
-                       stopped_early=None if extent is None else extent.used < extent.total,
-                       interval=None if extent is None else extent.criterion)
+    return ScreenSweep(
+        screen=ablated.screen or USER,
+        seeds=seeds,
+        sweeps=sweeps,
+        n_distinct=len(draws),
+        all_drawn=len(draws) == possible_draws(spec, n_heads),
+        screen_heads=len(ablated.heads),
+        control_heads=control_heads,
+        smaller=control_heads < len(ablated.heads),
+        verdict_metric=metric,
+        verdict=decision,
+        why=why,
+        prompts_used=None if extent is None else extent.used,
+        stopped_early=None if extent is None else extent.used < extent.total,
+        interval=None if extent is None else extent.criterion,
+    )
 
 
 @dataclass(frozen=True)
@@ -420,13 +478,25 @@ class _Measured:
 
     def result(self, name: str, n: int | None = None) -> ConditionResult:
         c = self.conditions[name]
-        metrics, baseline = (task_metrics(self.task, first_prompts(self.values[key], n or self.n(name)),
-                                          self.settings.n_boot, self.settings.ci, self.settings.seed)
-                             for key in (name, BASELINE))
+        metrics, baseline = (
+            task_metrics(
+                self.task,
+                first_prompts(self.values[key], n or self.n(name)),
+                self.settings.n_boot,
+                self.settings.ci,
+                self.settings.seed,
+            )
+            for key in (name, BASELINE)
+        )
         return ConditionResult(
-            name=name, kind=c.kind, screen=c.screen, seed=c.seed,
-            heads=[head_name(layer, head) for layer, head in heads_of(c.spec)], metrics=metrics,
-            delta={metric: value.value - baseline.metrics[metric].value for metric, value in metrics.metrics.items()})
+            name=name,
+            kind=c.kind,
+            screen=c.screen,
+            seed=c.seed,
+            heads=[head_name(layer, head) for layer, head in heads_of(c.spec)],
+            metrics=metrics,
+            delta={metric: value.value - baseline.metrics[metric].value for metric, value in metrics.metrics.items()},
+        )
 
     def n(self, name: str) -> int:
         """The prompts condition ``name`` ran on."""
@@ -446,8 +516,15 @@ def sweep_members(conditions: Sequence[Condition]) -> dict[str, tuple[str, list[
     return members
 
 
-def _sweeps(measured: _Measured, results: dict[str, ConditionResult], members: dict[str, tuple[str, list[str]]],
-            n_heads: int, absent: str | None, stop: SweepStop | None, confidence: float) -> list[ScreenSweep]:
+def _sweeps(
+    measured: _Measured,
+    results: dict[str, ConditionResult],
+    members: dict[str, tuple[str, list[str]]],
+    n_heads: int,
+    absent: str | None,
+    stop: SweepStop | None,
+    confidence: float,
+) -> list[ScreenSweep]:
     """Each sweep of ``members`` (``sweep_members``): its ``screen_sweep`` over the first prompts its
     draws ran on, with the criterion's interval (``stop``'s last look where it ran: the decisive one,
     or the one at the last prompt; else one interval over every prompt)."""
@@ -457,10 +534,20 @@ def _sweeps(measured: _Measured, results: dict[str, ConditionResult], members: d
         used = draws[0].metrics.n_prompts
         iv = stop.intervals.get(screen) if stop is not None else None
         if iv is None and len(draws) >= MIN_DISTINCT_DRAWS:
-            iv = interval(criterion_differences(VERDICT_VALUES[measured.task], measured.values, ablated, draw_names),
-                          confidence)
-        sweeps.append(screen_sweep(measured.task, measured.result(ablated, used), measured.conditions[ablated].spec,
-                                   draws, n_heads, absent, SweepExtent(used, measured.n(BASELINE), iv)))
+            iv = interval(
+                criterion_differences(VERDICT_VALUES[measured.task], measured.values, ablated, draw_names), confidence
+            )
+        sweeps.append(
+            screen_sweep(
+                measured.task,
+                measured.result(ablated, used),
+                measured.conditions[ablated].spec,
+                draws,
+                n_heads,
+                absent,
+                SweepExtent(used, measured.n(BASELINE), iv),
+            )
+        )
     return sweeps
 
 
@@ -471,27 +558,37 @@ def _changes(metric: str, s: SeedSweep) -> str:
     digits, unit = (".1f", " pp") if pp else (".3f", "")
     std = "-" if s.std is None else format(s.std, digits)
     ratio = f" (ratio {'-' if s.ratio is None else format(s.ratio, '.3g')})" if pp else ""
-    return (f"{metric} {s.screen_delta:+{digits}}{unit} vs matched-random {s.mean:+{digits}} +- {std}{unit} "
-            f"[{s.min:+{digits}}, {s.max:+{digits}}]{ratio}")
+    return (
+        f"{metric} {s.screen_delta:+{digits}}{unit} vs matched-random {s.mean:+{digits}} +- {std}{unit} "
+        f"[{s.min:+{digits}}, {s.max:+{digits}}]{ratio}"
+    )
 
 
 def sweep_text(s: ScreenSweep) -> str:
     """A sweep in words: the verdict metric's and top-1's changes against the draws', and the
     verdict (the run's printed line and the report say the same)."""
     if s.verdict is None:  # a run written before verdicts were stored: its sweeps are top-1's
-        return "; ".join(f"{_changes(metric, sweep)} over {len(sweep.deltas)} seeds" for metric, sweep in
-                         s.sweeps.items()) + "; no verdict stored (a run of an earlier version: rerun it)"
+        return (
+            "; ".join(f"{_changes(metric, sweep)} over {len(sweep.deltas)} seeds" for metric, sweep in s.sweeps.items())
+            + "; no verdict stored (a run of an earlier version: rerun it)"
+        )
     heads = f"{s.control_heads} heads against the screen's {s.screen_heads}: smaller" if s.smaller else ""
     draws = f"{s.n_distinct} distinct draw{'s' if s.n_distinct != 1 else ''}" + (
-        " (every one the layers allow)" if s.all_drawn else "")
+        " (every one the layers allow)" if s.all_drawn else ""
+    )
     if s.stopped_early:
         draws += f", on the first {s.prompts_used} prompts (the verdict decided there: ablate.sequences=adaptive)"
     changes = "; ".join(_changes(metric, sweep) for metric, sweep in s.sweeps.items())
     return "; ".join(part for part in (f"{changes} over {draws}", heads, s.why) if part)
 
 
-def task_ablation(subject: TaskSubject, conditions: Sequence[Condition], settings: StatsConfig,
-                  ablate: AblateConfig | None = None, clean: TaskPass | None = None) -> TaskAblation:
+def task_ablation(
+    subject: TaskSubject,
+    conditions: Sequence[Condition],
+    settings: StatsConfig,
+    ablate: AblateConfig | None = None,
+    clean: TaskPass | None = None,
+) -> TaskAblation:
     """Run every condition (``build_conditions``) over the ``subject``'s prompts (about its ``batch_size``
     rows per forward) and summarise each with ``task_metrics`` (``settings``: the run's ``StatsConfig``,
     its ``n_boot``, ``ci`` and ``seed``: the same resamples for every condition). Every spec is
@@ -506,8 +603,10 @@ def task_ablation(subject: TaskSubject, conditions: Sequence[Condition], setting
     check_conditions(conditions, arch.n_layers, arch.n_heads)
     baselines = [c for c in conditions if c.kind == "baseline"]
     if len(baselines) != 1 or heads_of(baselines[0].spec):
-        raise UsageError(f"the ablation conditions hold {len(baselines)} baseline(s); give exactly one baseline, "
-                         "with no heads (as build_conditions does)")
+        raise UsageError(
+            f"the ablation conditions hold {len(baselines)} baseline(s); give exactly one baseline, "
+            "with no heads (as build_conditions does)"
+        )
     names = [c.name for c in conditions]
     if len(set(names)) != len(names):
         raise UsageError("two ablation conditions have the same name; give each condition once")
@@ -523,7 +622,12 @@ def task_ablation(subject: TaskSubject, conditions: Sequence[Condition], setting
     results = {name: measured.result(name) for name in to_run}
     chance = chance_top1(batch.task, clean.vocab_size, batch.decade)
     absent = capability_absent(batch.task, results[BASELINE].metrics, chance)
-    return TaskAblation(task=batch.task, n_prompts=len(batch.tokens), conditions=list(results.values()),
-                        sweeps=_sweeps(measured, results, members, arch.n_heads, absent, stop, confidence),
-                        not_run=[name for name in names if name not in to_run], chance_top1=chance,
-                        capability_absent=absent)
+    return TaskAblation(
+        task=batch.task,
+        n_prompts=len(batch.tokens),
+        conditions=list(results.values()),
+        sweeps=_sweeps(measured, results, members, arch.n_heads, absent, stop, confidence),
+        not_run=[name for name in names if name not in to_run],
+        chance_top1=chance,
+        capability_absent=absent,
+    )

@@ -74,33 +74,135 @@ N_PROMPTS = 500  # the study's n for IOI, greater-than and binding
 PROMPT_LENGTH: dict[Task, int] = {"ioi": 14, "greater_than": 12, "successor": 5, "binding": 13}
 
 NAMES = (
-    "John", "Mary", "Alice", "Bob", "Anna", "Tom", "Lisa", "Sarah", "James", "David", "Michael", "Jessica", "Emily",
-    "Daniel", "Laura", "Mark", "Susan", "Helen", "Paul", "Karen", "Steven", "Linda", "Kevin", "Donna", "Brian",
-    "Sandra", "Ruth", "Frank", "George", "Henry", "Eric", "Carl", "Joe", "Jane", "Kate", "Beth", "Sam", "Max", "Ben",
-    "Will", "Adam", "Eve",
+    "John",
+    "Mary",
+    "Alice",
+    "Bob",
+    "Anna",
+    "Tom",
+    "Lisa",
+    "Sarah",
+    "James",
+    "David",
+    "Michael",
+    "Jessica",
+    "Emily",
+    "Daniel",
+    "Laura",
+    "Mark",
+    "Susan",
+    "Helen",
+    "Paul",
+    "Karen",
+    "Steven",
+    "Linda",
+    "Kevin",
+    "Donna",
+    "Brian",
+    "Sandra",
+    "Ruth",
+    "Frank",
+    "George",
+    "Henry",
+    "Eric",
+    "Carl",
+    "Joe",
+    "Jane",
+    "Kate",
+    "Beth",
+    "Sam",
+    "Max",
+    "Ben",
+    "Will",
+    "Adam",
+    "Eve",
 )  # IOI and binding
 PLACES = ("store", "park", "school", "office", "house", "bar")
 OBJECTS = ("drink", "book", "ball", "ring", "phone", "gift")
 NOUNS = (
-    "war", "drought", "famine", "exile", "voyage", "feast", "trial", "siege", "rebellion", "tournament", "plague",
-    "festival", "treaty", "blockade", "uprising", "summit", "purge", "revolt", "expedition", "campaign", "feud",
-    "boycott", "rally",
+    "war",
+    "drought",
+    "famine",
+    "exile",
+    "voyage",
+    "feast",
+    "trial",
+    "siege",
+    "rebellion",
+    "tournament",
+    "plague",
+    "festival",
+    "treaty",
+    "blockade",
+    "uprising",
+    "summit",
+    "purge",
+    "revolt",
+    "expedition",
+    "campaign",
+    "feud",
+    "boycott",
+    "rally",
 )  # greater-than
 CENTURIES = range(14, 20)  # greater-than: years 14DD to 19DD ...
 DECADES = range(2, 89)  # ... with DD from 02 to 88
 CITIES = (
-    "Paris", "Rome", "Berlin", "London", "Madrid", "Vienna", "Boston", "Dublin", "Sydney", "Seoul", "Cairo", "Moscow",
-    "Athens", "Tokyo", "Mumbai", "Beijing", "Delhi", "Manila", "Bangkok", "Toronto", "Chicago", "Miami", "Seattle",
-    "Houston", "Detroit", "Denver", "Atlanta", "Portland", "Phoenix", "Dallas",
+    "Paris",
+    "Rome",
+    "Berlin",
+    "London",
+    "Madrid",
+    "Vienna",
+    "Boston",
+    "Dublin",
+    "Sydney",
+    "Seoul",
+    "Cairo",
+    "Moscow",
+    "Athens",
+    "Tokyo",
+    "Mumbai",
+    "Beijing",
+    "Delhi",
+    "Manila",
+    "Bangkok",
+    "Toronto",
+    "Chicago",
+    "Miami",
+    "Seattle",
+    "Houston",
+    "Detroit",
+    "Denver",
+    "Atlanta",
+    "Portland",
+    "Phoenix",
+    "Dallas",
 )  # binding
 SuccessorSequence = Literal["days", "months", "ordinals", "numbers"]
 # successor: each list, whether it wraps around, in the study's enumeration order
 SEQUENCES: dict[SuccessorSequence, tuple[tuple[str, ...], bool]] = {
     "days": (("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"), True),
-    "months": (("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-                "November", "December"), True),
-    "ordinals": (("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"),
-                 False),
+    "months": (
+        (
+            "January",
+            "February",
+            "March",
+            "April",
+            "May",
+            "June",
+            "July",
+            "August",
+            "September",
+            "October",
+            "November",
+            "December",
+        ),
+        True,
+    ),
+    "ordinals": (
+        ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"),
+        False,
+    ),
     "numbers": (tuple(str(k) for k in range(1, 100)), False),
 }
 SUCCESSOR_SHOWN = 5  # items shown; the target is the next one
@@ -179,14 +281,21 @@ def _drawn(task: Task, draw: Callable[[], P], accept: Callable[[P], bool] | None
         prompt = draw()
         if accept is None or accept(prompt):
             return prompt
-    raise UsageError(f"{task}: {MAX_DRAWS} draws in a row were refused, the last {prompt.text!r}; "
-                     f"run {task} with a model whose tokenizer splits its prompts as the study's models do, "
-                     f"or leave {task} out")
+    raise UsageError(
+        f"{task}: {MAX_DRAWS} draws in a row were refused, the last {prompt.text!r}; "
+        f"run {task} with a model whose tokenizer splits its prompts as the study's models do, "
+        f"or leave {task} out"
+    )
 
 
-def ioi_prompts(n: int = N_PROMPTS, seed: int = SEED, names: Sequence[str] = NAMES, places: Sequence[str] = PLACES,
-                objects: Sequence[str] = OBJECTS, accept: Callable[[IoiPrompt], bool] | None = None
-                ) -> list[IoiPrompt]:
+def ioi_prompts(
+    n: int = N_PROMPTS,
+    seed: int = SEED,
+    names: Sequence[str] = NAMES,
+    places: Sequence[str] = PLACES,
+    objects: Sequence[str] = OBJECTS,
+    accept: Callable[[IoiPrompt], bool] | None = None,
+) -> list[IoiPrompt]:
     """The study's IOI prompts: per example two distinct names (A, B), a place, an object, drawn
     from the given lists (the study's by default); an example ``accept`` refuses is drawn again."""
     _check_n("ioi", n)
@@ -198,14 +307,23 @@ def ioi_prompts(n: int = N_PROMPTS, seed: int = SEED, names: Sequence[str] = NAM
         first, second = (io, subject) if i % 2 == 0 else (subject, io)
         return IoiPrompt(
             text=f"When {first} and {second} went to the {place}, {subject} gave a {obj} to",
-            target=io, distractor=subject, template="ABBA" if i % 2 == 0 else "BABA", place=place, object=obj,
+            target=io,
+            distractor=subject,
+            template="ABBA" if i % 2 == 0 else "BABA",
+            place=place,
+            object=obj,
         )
+
     return [_drawn("ioi", functools.partial(draw, i), accept) for i in range(n)]
 
 
-def greater_than_prompts(pairs: Sequence[tuple[int, int]], n: int = N_PROMPTS, seed: int = SEED,
-                         nouns: Sequence[str] = NOUNS, accept: Callable[[GreaterThanPrompt], bool] | None = None
-                         ) -> list[GreaterThanPrompt]:
+def greater_than_prompts(
+    pairs: Sequence[tuple[int, int]],
+    n: int = N_PROMPTS,
+    seed: int = SEED,
+    nouns: Sequence[str] = NOUNS,
+    accept: Callable[[GreaterThanPrompt], bool] | None = None,
+) -> list[GreaterThanPrompt]:
     """The study's greater-than prompts over the (century, decade) ``pairs`` a tokenizer allows
     (``greater_than_pairs``), in their order: per example a noun (of ``nouns``, the study's by
     default), then a pair; an example ``accept`` refuses is drawn again."""
@@ -217,8 +335,11 @@ def greater_than_prompts(pairs: Sequence[tuple[int, int]], n: int = N_PROMPTS, s
         century, decade = pairs[rng.randint(len(pairs))]
         return GreaterThanPrompt(
             text=f"The {noun} lasted from the year {century}{decade:02d} to the year {century}",
-            noun=noun, century=century, decade=decade,
+            noun=noun,
+            century=century,
+            decade=decade,
         )
+
     return [_drawn("greater_than", draw, accept) for _ in range(n)]
 
 
@@ -230,19 +351,27 @@ def successor_items(seed: int = SEED, keep: Callable[[SuccessorPrompt], bool] | 
         starts = len(words) if wraps else len(words) - SUCCESSOR_SHOWN
         for start in range(starts):
             window = [words[(start + k) % len(words)] for k in range(SUCCESSOR_SHOWN + 1)]
-            windows.append(SuccessorPrompt(
-                text=" " + " ".join(window[:SUCCESSOR_SHOWN]), sequence=sequence,
-                items=window[:SUCCESSOR_SHOWN], target=window[SUCCESSOR_SHOWN],
-            ))
+            windows.append(
+                SuccessorPrompt(
+                    text=" " + " ".join(window[:SUCCESSOR_SHOWN]),
+                    sequence=sequence,
+                    items=window[:SUCCESSOR_SHOWN],
+                    target=window[SUCCESSOR_SHOWN],
+                )
+            )
     # a window is kept whole or dropped (restricting its list would join items that do not follow each other)
     windows = [w for w in windows if keep is None or keep(w)]
     np.random.RandomState(seed).shuffle(windows)  # type: ignore[arg-type]  # a list, in place, as the study's
     return windows
 
 
-def binding_prompts(n: int = N_PROMPTS, seed: int = SEED, names: Sequence[str] = NAMES,
-                    cities: Sequence[str] = CITIES, accept: Callable[[BindingPrompt], bool] | None = None
-                    ) -> list[BindingPrompt]:
+def binding_prompts(
+    n: int = N_PROMPTS,
+    seed: int = SEED,
+    names: Sequence[str] = NAMES,
+    cities: Sequence[str] = CITIES,
+    accept: Callable[[BindingPrompt], bool] | None = None,
+) -> list[BindingPrompt]:
     """The study's variable-binding prompts: per example two distinct names, then two distinct
     cities, drawn from the given lists (the study's by default); an example ``accept`` refuses is
     drawn again."""
@@ -258,8 +387,10 @@ def binding_prompts(n: int = N_PROMPTS, seed: int = SEED, names: Sequence[str] =
             text=f" {name_a} lives in {cities[city_a]}. {name_b} lives in {cities[city_b]}. {query} lives in",
             target=cities[city_a] if first else cities[city_b],
             distractor=cities[city_b] if first else cities[city_a],
-            query_name=query, query_is_first=first,
+            query_name=query,
+            query_is_first=first,
         )
+
     return [_drawn("binding", functools.partial(draw, i), accept) for i in range(n)]
 
 
@@ -342,8 +473,10 @@ def _one_token(task: Task, tokenizer, word: str) -> int:
     """The id of ``word``, which the task needs as one token of the vocabulary."""
     ids = _encode(tokenizer, word)
     if not _is_one_token(tokenizer, ids):
-        raise UsageError(f"{task}: {word!r} is {_found(ids)} in the tokenizer {_tokenizer_name(tokenizer)}, not one "
-                         f"token; run {task} with a model whose tokenizer has it as one token, or leave {task} out")
+        raise UsageError(
+            f"{task}: {word!r} is {_found(ids)} in the tokenizer {_tokenizer_name(tokenizer)}, not one "
+            f"token; run {task} with a model whose tokenizer has it as one token, or leave {task} out"
+        )
     return ids[0]
 
 
@@ -353,22 +486,26 @@ def task_words(task: Task, tokenizer, words: str) -> TaskWords:
     as one token; ``auto`` study where every word is one token, else filtered. Raises ``UsageError``
     where a filtered list is left with fewer words than a prompt draws (``MIN_WORDS``)."""
     lists = TASK_LISTS[task]
-    one_token = {name: [w for w in ws if _is_one_token(tokenizer, _encode(tokenizer, " " + w))]
-                 for name, ws in lists.items()}
+    one_token = {
+        name: [w for w in ws if _is_one_token(tokenizer, _encode(tokenizer, " " + w))] for name, ws in lists.items()
+    }
     dropped = {name: [w for w in ws if w not in one_token[name]] for name, ws in lists.items()}
     mode = ("study" if not any(dropped.values()) else "filtered") if words == "auto" else words
     if mode == "study":
-        return TaskWords("study", kept={name: list(ws) for name, ws in lists.items()},
-                         dropped={name: [] for name in lists})
+        return TaskWords(
+            "study", kept={name: list(ws) for name, ws in lists.items()}, dropped={name: [] for name in lists}
+        )
     if mode != "filtered":
         raise UsageError(f"probe.task_words={words!r} is invalid: use one of {', '.join(TASK_WORDS)}")
     for name, kept in one_token.items():
         if len(kept) < MIN_WORDS.get(name, 0):
             verb = "is" if len(kept) == 1 else "are"
-            raise UsageError(f"{task} cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: "
-                             f"{len(kept)} of the study's {len(lists[name])} {name} {verb} one token there "
-                             f"({', '.join(map(repr, kept)) or 'none'}) and a prompt draws {MIN_WORDS[name]}; "
-                             f"run {task} with another model, or leave it out")
+            raise UsageError(
+                f"{task} cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: "
+                f"{len(kept)} of the study's {len(lists[name])} {name} {verb} one token there "
+                f"({', '.join(map(repr, kept)) or 'none'}) and a prompt draws {MIN_WORDS[name]}; "
+                f"run {task} with another model, or leave it out"
+            )
     return TaskWords("filtered", kept=one_token, dropped=dropped)
 
 
@@ -377,9 +514,11 @@ def _token_ids(task: Task, tokenizer, text: str) -> list[int]:
     ids = _encode(tokenizer, text)
     length = PROMPT_LENGTH[task]
     if len(ids) != length:
-        raise UsageError(f"{task}: {text!r} is {len(ids)} tokens in the tokenizer {_tokenizer_name(tokenizer)}, "
-                         f"not {length}; run {task} with a model whose tokenizer splits it as the study's models do, "
-                         f"or leave {task} out")
+        raise UsageError(
+            f"{task}: {text!r} is {len(ids)} tokens in the tokenizer {_tokenizer_name(tokenizer)}, "
+            f"not {length}; run {task} with a model whose tokenizer splits it as the study's models do, "
+            f"or leave {task} out"
+        )
     return ids
 
 
@@ -389,8 +528,10 @@ def _checked(task: Task, tokenizer, row: TaskPrompt, expected: dict[str, int]) -
     text, ids, positions = row.text, row.token_ids, row.positions
     for name, token in expected.items():
         if ids[positions[name]] != token:
-            raise UsageError(f"{task}: in {text!r} the {name} token is not at position {positions[name]} in the "
-                             f"tokenizer {_tokenizer_name(tokenizer)}; run {task} with another model, or leave it out")
+            raise UsageError(
+                f"{task}: in {text!r} the {name} token is not at position {positions[name]} in the "
+                f"tokenizer {_tokenizer_name(tokenizer)}; run {task} with another model, or leave it out"
+            )
     return dataclasses.replace(row, positions={**positions, "end": PROMPT_LENGTH[task] - 1})
 
 
@@ -410,17 +551,27 @@ def _ioi_rows(tokenizer, n: int, seed: int, words: TaskWords) -> list[TaskPrompt
         first = prompt.template == "ABBA"
         positions = {"io": 1 if first else 3, "s1": 3 if first else 1, "s2": 9}
         ids = _token_ids("ioi", tokenizer, prompt.text)
-        rows.append(_checked("ioi", tokenizer, TaskPrompt(prompt.text, ids, io, subject, positions),
-                             expected={"io": io, "s1": subject, "s2": subject}))
+        rows.append(
+            _checked(
+                "ioi",
+                tokenizer,
+                TaskPrompt(prompt.text, ids, io, subject, positions),
+                expected={"io": io, "s1": subject, "s2": subject},
+            )
+        )
     return rows
 
 
 def greater_than_pairs(tokenizer) -> list[tuple[int, int]]:
     """The (century, decade) pairs whose year " CCDD" the tokenizer encodes as " CC" then
     "DD" (years it merges are dropped), centuries then decades ascending."""
-    return [(century, decade) for century in CENTURIES for decade in DECADES
-            if _encode(tokenizer, f" {century}{decade:02d}")
-            == _encode(tokenizer, f" {century}") + _encode(tokenizer, f"{decade:02d}")]
+    return [
+        (century, decade)
+        for century in CENTURIES
+        for decade in DECADES
+        if _encode(tokenizer, f" {century}{decade:02d}")
+        == _encode(tokenizer, f" {century}") + _encode(tokenizer, f"{decade:02d}")
+    ]
 
 
 def _greater_than_answers(tokenizer) -> list[int]:
@@ -429,40 +580,64 @@ def _greater_than_answers(tokenizer) -> list[int]:
     encoded = [_encode(tokenizer, f"{d:02d}") for d in range(100)]
     split = next((d for d, ids in enumerate(encoded) if not _is_one_token(tokenizer, ids)), None)
     if split is not None:
-        raise UsageError(f"greater_than cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: its two-digit "
-                         f"numbers are not one token each ('{split:02d}' is {_found(encoded[split])}), and the "
-                         f"answers '00'..'99' must be; run greater_than with another model, or leave it out")
+        raise UsageError(
+            f"greater_than cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: its two-digit "
+            f"numbers are not one token each ('{split:02d}' is {_found(encoded[split])}), and the "
+            f"answers '00'..'99' must be; run greater_than with another model, or leave it out"
+        )
     return [ids[0] for ids in encoded]
 
 
 def _greater_than_batch(tokenizer, n: int, seed: int, words: TaskWords, bos: int | None) -> TaskBatch:
     pairs = greater_than_pairs(tokenizer)
     if not pairs:
-        raise UsageError(f"greater_than cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: it splits no "
-                         f"year 1402-1988 into ' CC' + 'DD'; run greater_than with a model whose tokenizer does, "
-                         f"or leave it out")
+        raise UsageError(
+            f"greater_than cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: it splits no "
+            f"year 1402-1988 into ' CC' + 'DD'; run greater_than with a model whose tokenizer does, "
+            f"or leave it out"
+        )
     answers = _greater_than_answers(tokenizer)  # [100] "00".."99"
     prompts = greater_than_prompts(pairs, n, seed, **words.kept, accept=_accept("greater_than", tokenizer, words))
-    rows = [_checked("greater_than", tokenizer,
-                     TaskPrompt(p.text, _token_ids("greater_than", tokenizer, p.text), answers[p.decade], None,
-                                {"century": 6, "decade": 7}), expected={"decade": answers[p.decade]})
-            for p in prompts]
-    return _stack("greater_than", rows, words, bos,
-                  decade=torch.tensor([p.decade for p in prompts], dtype=torch.int64),
-                  answer_tokens=torch.tensor(answers, dtype=torch.int64))
+    rows = [
+        _checked(
+            "greater_than",
+            tokenizer,
+            TaskPrompt(
+                p.text,
+                _token_ids("greater_than", tokenizer, p.text),
+                answers[p.decade],
+                None,
+                {"century": 6, "decade": 7},
+            ),
+            expected={"decade": answers[p.decade]},
+        )
+        for p in prompts
+    ]
+    return _stack(
+        "greater_than",
+        rows,
+        words,
+        bos,
+        decade=torch.tensor([p.decade for p in prompts], dtype=torch.int64),
+        answer_tokens=torch.tensor(answers, dtype=torch.int64),
+    )
 
 
 def _successor_rows(tokenizer, n: int | None, seed: int, words: TaskWords) -> list[TaskPrompt]:
     accept = _accept("successor", tokenizer, words)
 
     def keep(window: SuccessorPrompt) -> bool:  # filtered: each item one token, and the prompt the task's length
-        return (all(item in words.kept[window.sequence] for item in (*window.items, window.target))
-                and (accept is None or accept(window)))  # keep is given only with accept
+        return all(item in words.kept[window.sequence] for item in (*window.items, window.target)) and (
+            accept is None or accept(window)
+        )  # keep is given only with accept
+
     windows = successor_items(seed, keep=None if accept is None else keep)
     if not windows:
-        raise UsageError(f"successor cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: no window of "
-                         f"{SUCCESSOR_SHOWN + 1} items has each item one token and the prompt "
-                         f"{PROMPT_LENGTH['successor']} tokens; run successor with another model, or leave it out")
+        raise UsageError(
+            f"successor cannot be posed on the tokenizer {_tokenizer_name(tokenizer)}: no window of "
+            f"{SUCCESSOR_SHOWN + 1} items has each item one token and the prompt "
+            f"{PROMPT_LENGTH['successor']} tokens; run successor with another model, or leave it out"
+        )
     if n is not None:
         _check_n("successor", n, most=len(windows))
         windows = windows[:n]
@@ -478,19 +653,27 @@ def _binding_rows(tokenizer, n: int, seed: int, words: TaskWords) -> list[TaskPr
     rows = []
     for prompt in binding_prompts(n, seed, **words.kept, accept=_accept("binding", tokenizer, words)):
         ids = _token_ids("binding", tokenizer, prompt.text)  # the study checks the length before the cities
-        target, distractor = (_one_token("binding", tokenizer, " " + city)
-                              for city in (prompt.target, prompt.distractor))
+        target, distractor = (
+            _one_token("binding", tokenizer, " " + city) for city in (prompt.target, prompt.distractor)
+        )
         bound, other = (3, 8) if prompt.query_is_first else (8, 3)
         positions = {"binding": bound, "distractor": other, "query_name": 10}
-        rows.append(_checked("binding", tokenizer, TaskPrompt(prompt.text, ids, target, distractor, positions),
-                             expected={"binding": target, "distractor": distractor}))
+        rows.append(
+            _checked(
+                "binding",
+                tokenizer,
+                TaskPrompt(prompt.text, ids, target, distractor, positions),
+                expected={"binding": target, "distractor": distractor},
+            )
+        )
     return rows
 
 
 def _with_bos(row: TaskPrompt, bos: int) -> TaskPrompt:
     """The prompt behind the BOS id ``bos``: its named positions move one on with their tokens."""
-    return dataclasses.replace(row, token_ids=[bos, *row.token_ids],
-                               positions={name: position + 1 for name, position in row.positions.items()})
+    return dataclasses.replace(
+        row, token_ids=[bos, *row.token_ids], positions={name: position + 1 for name, position in row.positions.items()}
+    )
 
 
 def _stack(task: Task, rows: list[TaskPrompt], words: TaskWords, bos: int | None, **greater_than) -> TaskBatch:
@@ -501,7 +684,8 @@ def _stack(task: Task, rows: list[TaskPrompt], words: TaskWords, bos: int | None
         rows = [_with_bos(row, bos) for row in rows]
     has_distractor = rows[0].distractor is not None
     return TaskBatch(
-        task=task, prompts=tuple(rows),
+        task=task,
+        prompts=tuple(rows),
         tokens=column([r.token_ids for r in rows]),
         target=column([r.target for r in rows]),
         distractor=column([r.distractor for r in rows]) if has_distractor else None,
@@ -511,8 +695,9 @@ def _stack(task: Task, rows: list[TaskPrompt], words: TaskWords, bos: int | None
     )
 
 
-def build_task_batch(task: Task, tokenizer, n: int | None = None, seed: int = SEED, words: str = "study",
-                     bos: int | None = None) -> TaskBatch:
+def build_task_batch(
+    task: Task, tokenizer, n: int | None = None, seed: int = SEED, words: str = "study", bos: int | None = None
+) -> TaskBatch:
     """The batch of ``task``, tokenised by ``tokenizer`` (a Hugging Face tokenizer).
 
     ``n``: IOI, greater-than and binding draw n prompts (default 500), the first n of their

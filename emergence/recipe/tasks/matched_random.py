@@ -73,8 +73,10 @@ def layers_of(spec: HeadSpec, n_heads: int) -> HeadSpec:
 def _counts_and_pools(spec: HeadSpec, n_heads: int) -> tuple[dict[int, int], dict[int, list[int]]]:
     """The MR draw's counts (as many heads per layer as the spec, in its order) and pools (each
     layer's heads outside the spec, ascending)."""
-    return ({layer: len(picks) for layer, picks in spec.items()},
-            {layer: [head for head in range(n_heads) if head not in picks] for layer, picks in spec.items()})
+    return (
+        {layer: len(picks) for layer, picks in spec.items()},
+        {layer: [head for head in range(n_heads) if head not in picks] for layer, picks in spec.items()},
+    )
 
 
 def matched_random(spec: HeadSpec, n_heads: int, rng: np.random.RandomState) -> HeadSpec:
@@ -149,8 +151,10 @@ def seed_sweep(screen_delta: float, random_deltas: Sequence[float], top1: bool =
     ratio: float | None = None
     why = None
     if std is None:
-        why = (f"{len(deltas)} distinct matched-random draw{'s' if len(deltas) != 1 else ''}: no std or ratio "
-               f"over fewer than {MIN_DISTINCT_DRAWS}")
+        why = (
+            f"{len(deltas)} distinct matched-random draw{'s' if len(deltas) != 1 else ''}: no std or ratio "
+            f"over fewer than {MIN_DISTINCT_DRAWS}"
+        )
     elif not top1:
         why = "no ratio: the study's ratio rule is in percentage points of top-1"
     elif abs(mean) >= RATIO_MIN_MR_PP:

@@ -84,11 +84,14 @@ class _LayerRows:
 
 def minibatch_values(task: Task, logits: torch.Tensor, batch: TaskBatch, rows: slice) -> PromptMetrics:
     """Per-prompt values of the prompts ``rows`` from their logits at T-1 [b, V]."""
-    return per_prompt(task, logits,
-                      target=batch.target[rows],
-                      distractor=None if batch.distractor is None else batch.distractor[rows],
-                      decade_value=None if batch.decade is None else batch.decade[rows],
-                      answer_ids=batch.answer_tokens)
+    return per_prompt(
+        task,
+        logits,
+        target=batch.target[rows],
+        distractor=None if batch.distractor is None else batch.distractor[rows],
+        decade_value=None if batch.decade is None else batch.decade[rows],
+        answer_ids=batch.answer_tokens,
+    )
 
 
 def task_pass(model, arch: capture.Architecture, batch: TaskBatch, batch_size: int, screen: bool = True) -> TaskPass:
@@ -109,11 +112,14 @@ def task_pass(model, arch: capture.Architecture, batch: TaskBatch, batch_size: i
         for start in tqdm(range(0, n, batch_size), desc=f"task {batch.task}", unit="batch", leave=False):
             rows = slice(start, min(start + batch_size, n))
             listener.begin()
-            logits = model(batch.tokens[rows].to(device), logits_to_keep=1, use_cache=False,
-                           **{capture.LISTENER: listener}).logits[:, -1]  # [b, V]
+            logits = model(
+                batch.tokens[rows].to(device), logits_to_keep=1, use_cache=False, **{capture.LISTENER: listener}
+            ).logits[:, -1]  # [b, V]
             if listener.calls != arch.n_layers:
-                raise UsageError(f"model architecture {arch.model_type!r} is not supported: {listener.calls} of "
-                                 f"{arch.n_layers} attention layers went through the capture")
+                raise UsageError(
+                    f"model architecture {arch.model_type!r} is not supported: {listener.calls} of "
+                    f"{arch.n_layers} attention layers went through the capture"
+                )
             if not torch.isfinite(logits).all():
                 raise capture.non_finite(model.dtype)
             if sums is not None:  # screen

@@ -49,14 +49,23 @@ SUMMARY_METRICS: dict[Task, tuple[str, ...]] = {
 # Each task's top-1 metric (a share of prompts), and the logit measure a screen-vs-random verdict
 # rests on: it moves where top-1 cannot (at 0 or 1 an ablation's effect on top-1 is cut off).
 TOP1_METRIC: dict[Task, str] = {"ioi": "top1", "binding": "top1", "greater_than": "top1_above", "successor": "top1"}
-VERDICT_METRIC: dict[Task, str] = {"ioi": "logit_diff_mean", "binding": "logit_diff_mean",
-                                   "greater_than": "logit_diff_above_below", "successor": "target_logit_mean"}
+VERDICT_METRIC: dict[Task, str] = {
+    "ioi": "logit_diff_mean",
+    "binding": "logit_diff_mean",
+    "greater_than": "logit_diff_above_below",
+    "successor": "target_logit_mean",
+}
 # The per-prompt value whose mean over prompts (NaN skipped) is the verdict metric.
-VERDICT_VALUES: dict[Task, str] = {"ioi": "logit_diff", "binding": "logit_diff",
-                                   "greater_than": "logit_diff_above_below", "successor": "target_logit"}
+VERDICT_VALUES: dict[Task, str] = {
+    "ioi": "logit_diff",
+    "binding": "logit_diff",
+    "greater_than": "logit_diff_above_below",
+    "successor": "target_logit",
+}
 
 
 # --- 1. per prompt --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ChoicePrompts:
@@ -107,9 +116,11 @@ def choice_prompts(logits: torch.Tensor, target, distractor) -> ChoicePrompts:
     target, distractor = _index(target, logits, "target"), _index(distractor, logits, "distractor")
     rows = torch.arange(len(logits), device=logits.device)
     target_logit, distractor_logit = logits[rows, target], logits[rows, distractor]
-    return ChoicePrompts(top1=_numpy(logits.argmax(dim=-1) == target),
-                         target_gt_distractor=_numpy(target_logit > distractor_logit),
-                         logit_diff=_numpy(target_logit - distractor_logit))
+    return ChoicePrompts(
+        top1=_numpy(logits.argmax(dim=-1) == target),
+        target_gt_distractor=_numpy(target_logit > distractor_logit),
+        logit_diff=_numpy(target_logit - distractor_logit),
+    )
 
 
 def greater_than_prompts(logits: torch.Tensor, decade_value, answer_ids) -> GreaterThanPrompts:
@@ -127,29 +138,35 @@ def greater_than_prompts(logits: torch.Tensor, decade_value, answer_ids) -> Grea
     answer_logits = logits[:, answers].double()  # [b, 100]: the dtype's values, averaged exactly
     mean_above = (answer_logits * above).sum(-1) / above.sum(-1)  # 0/0 = NaN where DD = 99
     mean_below = (answer_logits * below).sum(-1) / below.sum(-1)
-    return GreaterThanPrompts(top1_above=_numpy((is_answer & above).any(dim=-1)),
-                              prob_above=_numpy((probs * above).sum(-1)),
-                              prob_below=_numpy((probs * below).sum(-1)),
-                              logit_diff_above_below=_numpy(mean_above - mean_below))
+    return GreaterThanPrompts(
+        top1_above=_numpy((is_answer & above).any(dim=-1)),
+        prob_above=_numpy((probs * above).sum(-1)),
+        prob_below=_numpy((probs * below).sum(-1)),
+        logit_diff_above_below=_numpy(mean_above - mean_below),
+    )
 
 
 def successor_prompts(logits: torch.Tensor, target) -> SuccessorPrompts:
     """Successor. ``logits`` [b, V] at T-1, ``target`` token ids [b]."""
     target = _index(target, logits, "target")
     target_logit = logits[torch.arange(len(logits), device=logits.device), target]  # [b]
-    return SuccessorPrompts(top1=_numpy(logits.argmax(dim=-1) == target),
-                            target_logit=_numpy(target_logit),
-                            target_rank=_numpy((logits > target_logit[:, None]).sum(dim=-1)))
+    return SuccessorPrompts(
+        top1=_numpy(logits.argmax(dim=-1) == target),
+        target_logit=_numpy(target_logit),
+        target_rank=_numpy((logits > target_logit[:, None]).sum(dim=-1)),
+    )
 
 
-def per_prompt(task: Task, logits: torch.Tensor, target=None, distractor=None, decade_value=None,
-               answer_ids=None) -> PromptMetrics:
+def per_prompt(
+    task: Task, logits: torch.Tensor, target=None, distractor=None, decade_value=None, answer_ids=None
+) -> PromptMetrics:
     """One minibatch's per-prompt values of ``task`` from its logits at T-1 [b, V] (any float dtype).
     Ids and positions are int arrays or tensors: ``target``, ``distractor``, ``decade_value`` [b],
     ``answer_ids`` [100]; each task reads only what it needs (greater-than: decade and answers)."""
     if logits.ndim != 2 or not logits.is_floating_point():
-        raise UsageError(f"logits must be float [b, vocab] (the last position's), got {logits.dtype} "
-                         f"{tuple(logits.shape)}")
+        raise UsageError(
+            f"logits must be float [b, vocab] (the last position's), got {logits.dtype} {tuple(logits.shape)}"
+        )
     if task in ("ioi", "binding"):
         return choice_prompts(logits, target, distractor)
     if task == "greater_than":
@@ -171,6 +188,7 @@ def first_prompts(values: P, n: int) -> P:
 
 
 # --- 2. summary with bootstrap intervals ----------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class MetricValue(Record):
@@ -197,8 +215,9 @@ def _mean(values: np.ndarray, weights: np.ndarray, ci: float) -> MetricValue:
     defined = ~np.isnan(values)
     filled = np.where(defined, values, 0.0)
     replicates = stats.replicate_means(filled, weights) / stats.replicate_means(defined.astype(float), weights)
-    return MetricValue(value=float(filled.sum() / defined.sum()) if defined.any() else float("nan"),
-                       ci=stats.interval(replicates, ci))
+    return MetricValue(
+        value=float(filled.sum() / defined.sum()) if defined.any() else float("nan"), ci=stats.interval(replicates, ci)
+    )
 
 
 def _median(values: np.ndarray, weights: np.ndarray, ci: float) -> MetricValue:
@@ -222,37 +241,50 @@ def task_metrics(task: Task, per_prompt_values: PromptMetrics, n_boot: int, ci: 
     """The study's summary metrics of ``task`` over all prompts, each with a percentile interval
     (level ``ci``, e.g. 0.95) from ``n_boot`` resamples of the prompts (``stats.resample_weights``
     with ``seed``: the same resamples for every metric, and across checkpoints)."""
-    expected = {"ioi": ChoicePrompts, "binding": ChoicePrompts, "greater_than": GreaterThanPrompts,
-                "successor": SuccessorPrompts}.get(task)
+    expected = {
+        "ioi": ChoicePrompts,
+        "binding": ChoicePrompts,
+        "greater_than": GreaterThanPrompts,
+        "successor": SuccessorPrompts,
+    }.get(task)
     if expected is None:
         raise UsageError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
     if not isinstance(per_prompt_values, expected):
-        raise UsageError(f"task {task!r} needs {expected.__name__}, got {type(per_prompt_values).__name__}; "
-                         f"pass per_prompt({task!r}, ...)")
+        raise UsageError(
+            f"task {task!r} needs {expected.__name__}, got {type(per_prompt_values).__name__}; "
+            f"pass per_prompt({task!r}, ...)"
+        )
     p = per_prompt_values
     n = len(getattr(p, fields(p)[0].name))  # every field holds one value per prompt
     if n == 0:
         raise UsageError(f"no prompts to summarise for task {task!r}; pass at least one minibatch")
     weights = stats.resample_weights(n, n_boot, seed)  # [B, n]
     if isinstance(p, ChoicePrompts):
-        metrics = {"top1": _mean(p.top1, weights, ci),
-                   "frac_target_gt_distractor": _mean(p.target_gt_distractor, weights, ci),
-                   "logit_diff_mean": _mean(p.logit_diff, weights, ci),
-                   "logit_diff_median": _median(p.logit_diff, weights, ci)}
+        metrics = {
+            "top1": _mean(p.top1, weights, ci),
+            "frac_target_gt_distractor": _mean(p.target_gt_distractor, weights, ci),
+            "logit_diff_mean": _mean(p.logit_diff, weights, ci),
+            "logit_diff_median": _median(p.logit_diff, weights, ci),
+        }
     elif isinstance(p, GreaterThanPrompts):
-        metrics = {"top1_above": _mean(p.top1_above, weights, ci),
-                   "prob_above": _mean(p.prob_above, weights, ci),
-                   "prob_below": _mean(p.prob_below, weights, ci),
-                   "logit_diff_above_below": _mean(p.logit_diff_above_below, weights, ci)}
+        metrics = {
+            "top1_above": _mean(p.top1_above, weights, ci),
+            "prob_above": _mean(p.prob_above, weights, ci),
+            "prob_below": _mean(p.prob_below, weights, ci),
+            "logit_diff_above_below": _mean(p.logit_diff_above_below, weights, ci),
+        }
     else:
-        metrics = {"top1": _mean(p.top1, weights, ci),
-                   "target_logit_mean": _mean(p.target_logit, weights, ci),
-                   "rank_mean": _mean(p.target_rank, weights, ci),
-                   "rank_median": _median(p.target_rank, weights, ci)}
+        metrics = {
+            "top1": _mean(p.top1, weights, ci),
+            "target_logit_mean": _mean(p.target_logit, weights, ci),
+            "rank_mean": _mean(p.target_rank, weights, ci),
+            "rank_median": _median(p.target_rank, weights, ci),
+        }
     return TaskMetrics(task=task, n_prompts=n, n_boot=n_boot, ci_level=ci, seed=seed, metrics=metrics)
 
 
 # --- 3. is there a capability to ablate ------------------------------------------------------------
+
 
 def chance_top1(task: Task, vocab_size: int, decade=None) -> float:
     """The top-1 of a guess uniform over the ``vocab_size`` logits: its right answers' share of the

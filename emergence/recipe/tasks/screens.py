@@ -49,10 +49,13 @@ SELECTIVITY_GUARD = 1e-8  # gt_sel, succ_sel, vb_sel = key / max(other per key, 
 def key_positions(task: Task, positions: dict[str, np.ndarray]) -> np.ndarray:
     """[b, k] int64: each prompt's position of each key of ``SCREEN_KEYS[task]``, from the batch's
     named positions (name -> [b])."""
+
     def named(name: str) -> np.ndarray:
         if name not in positions:
-            raise UsageError(f"the {task} screen needs the position {name!r}; pass the batch's positions "
-                             f"(it has {', '.join(sorted(positions)) or 'none'})")
+            raise UsageError(
+                f"the {task} screen needs the position {name!r}; pass the batch's positions "
+                f"(it has {', '.join(sorted(positions)) or 'none'})"
+            )
         return np.asarray(positions[name], dtype=np.int64)
 
     if task == "successor":
@@ -74,8 +77,11 @@ class ScreenSums:
     def zeros(cls, task: Task, n_layers: int, n_heads: int) -> ScreenSums:
         if task not in SCREEN_KEYS:
             raise UsageError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
-        return cls(task=task, key_sums=np.zeros((n_layers, n_heads, len(SCREEN_KEYS[task]))),
-                   row_sums=np.zeros((n_layers, n_heads)))
+        return cls(
+            task=task,
+            key_sums=np.zeros((n_layers, n_heads, len(SCREEN_KEYS[task]))),
+            row_sums=np.zeros((n_layers, n_heads)),
+        )
 
     def add(self, rows: torch.Tensor | np.ndarray, positions: dict[str, np.ndarray]) -> None:
         """One minibatch: ``rows`` [b, layers, heads, T] the attention rows of the query T-1,
@@ -84,12 +90,16 @@ class ScreenSums:
             rows = rows.detach().cpu().to(torch.float64).numpy()
         rows = np.asarray(rows, dtype=np.float64)
         if rows.ndim != 4 or rows.shape[1:3] != self.row_sums.shape:
-            raise UsageError(f"attention rows have shape {rows.shape}; pass [b, {self.row_sums.shape[0]} layers, "
-                             f"{self.row_sums.shape[1]} heads, T]")
+            raise UsageError(
+                f"attention rows have shape {rows.shape}; pass [b, {self.row_sums.shape[0]} layers, "
+                f"{self.row_sums.shape[1]} heads, T]"
+            )
         keys = key_positions(self.task, positions)  # [b, k]
         if keys.shape[0] != rows.shape[0] or keys.min() < 0 or keys.max() >= rows.shape[-1]:
-            raise UsageError(f"the {self.task} positions do not fit {rows.shape[0]} rows of {rows.shape[-1]} keys; "
-                             "pass the minibatch's own positions")
+            raise UsageError(
+                f"the {self.task} positions do not fit {rows.shape[0]} rows of {rows.shape[-1]} keys; "
+                "pass the minibatch's own positions"
+            )
         index = np.broadcast_to(keys[:, None, None, :], (*rows.shape[:3], keys.shape[1]))
         self.key_sums += np.take_along_axis(rows, index, axis=-1).sum(axis=0)
         self.row_sums += rows.sum(axis=(0, -1))
@@ -138,22 +148,40 @@ def task_screen(task: Task, sums: ScreenSums, T: int, k: int = 5) -> TaskScreen:
     if task == "ioi":
         subj_max = np.maximum(attn["s1"], attn["s2"])
         subj_ratio = subj_max / np.maximum(attn["io"], SUBJECT_GUARD)
-        scores = {"io_attn": attn["io"], "s1_attn": attn["s1"], "s2_attn": attn["s2"], "other_attn": other,
-                  "nm_sel": attn["io"] / np.maximum(subj_max, NAME_MOVER_GUARD),  # max, not mean (docs/tasks.md)
-                  "subj_max": subj_max, "subj_ratio": subj_ratio}
+        scores = {
+            "io_attn": attn["io"],
+            "s1_attn": attn["s1"],
+            "s2_attn": attn["s2"],
+            "other_attn": other,
+            "nm_sel": attn["io"] / np.maximum(subj_max, NAME_MOVER_GUARD),  # max, not mean (docs/tasks.md)
+            "subj_max": subj_max,
+            "subj_ratio": subj_ratio,
+        }
         s_inhibition = (subj_ratio >= S_INHIBITION_MIN_RATIO) & (subj_max >= S_INHIBITION_MIN_SUBJECT)
         ranked = {"name_mover": _top(scores["nm_sel"], k), "s_inhibition": _top(subj_max, k, s_inhibition)}
     elif task == "greater_than":
-        scores = {"decade_attn": attn["decade"], "century_attn": attn["century"], "other_attn": other,
-                  "gt_sel": _over_uniform(attn["decade"], other, T - 2)}  # the study's 10 other keys (T = 12)
+        scores = {
+            "decade_attn": attn["decade"],
+            "century_attn": attn["century"],
+            "other_attn": other,
+            "gt_sel": _over_uniform(attn["decade"], other, T - 2),
+        }  # the study's 10 other keys (T = 12)
         ranked = {"greater_than": _top(scores["gt_sel"], k)}
     elif task == "successor":
-        scores = {"self_attn": attn["self"], "prev_attn": attn["prev"], "other_attn": other,
-                  "succ_sel": _over_uniform(attn["self"], other, T - 2)}  # the study's 3 other keys (T = 5)
+        scores = {
+            "self_attn": attn["self"],
+            "prev_attn": attn["prev"],
+            "other_attn": other,
+            "succ_sel": _over_uniform(attn["self"], other, T - 2),
+        }  # the study's 3 other keys (T = 5)
         ranked = {"successor": _top(scores["succ_sel"], k)}
     else:
-        scores = {"binding_attn": attn["binding"], "distractor_attn": attn["distractor"],
-                  "query_name_attn": attn["query_name"], "other_attn": other,
-                  "vb_sel": _over_uniform(attn["binding"], other, T - 3)}  # the study's 10 other keys (T = 13)
+        scores = {
+            "binding_attn": attn["binding"],
+            "distractor_attn": attn["distractor"],
+            "query_name_attn": attn["query_name"],
+            "other_attn": other,
+            "vb_sel": _over_uniform(attn["binding"], other, T - 3),
+        }  # the study's 10 other keys (T = 13)
         ranked = {"binding": _top(scores["vb_sel"], k)}
     return TaskScreen(task=task, n_prompts=sums.n_prompts, seq_len=T, scores=scores, ranked=ranked)

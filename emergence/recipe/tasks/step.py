@@ -53,30 +53,47 @@ class TaskResult:
     screen: TaskScreen  # scores [layers, heads] by name (heads.csv columns) and the ranked screens
 
 
-def measure_task(subject: Subject, batch: TaskBatch, tokenizer: str, selectivity: np.ndarray,
-                 cfg: Config) -> TaskResult:
+def measure_task(
+    subject: Subject, batch: TaskBatch, tokenizer: str, selectivity: np.ndarray, cfg: Config
+) -> TaskResult:
     """The task on ``subject`` (``capture.Subject``: the loaded model; its batch size is used),
     ``selectivity`` [layers, heads, 6] the synthetic probe's screen of the same checkpoint (its
     capability circuits), ``cfg`` the run's ``Config`` (``probe.task_top_k``, ``ablate``,
     ``stats``, ``threshold``)."""
-    model, arch, batch_size, ablate, stats = (subject.model, subject.arch, subject.batch_size, cfg.ablate,
-                                              cfg.stats)
+    model, arch, batch_size, ablate, stats = (subject.model, subject.arch, subject.batch_size, cfg.ablate, cfg.stats)
     passed = task_pass(model, arch, batch, batch_size)  # one pass: the metrics and the screens
     screen = passed.screen(cfg.probe.task_top_k)
-    prev_token, induction = capability_circuits(selectivity, cfg.threshold.prev_token_circuit,
-                                                cfg.threshold.circuit)
+    prev_token, induction = capability_circuits(selectivity, cfg.threshold.prev_token_circuit, cfg.threshold.circuit)
     ablation = None
     if ablate.enabled:
-        plan = AblationPlan.from_screen(screen, mr_seed=ablate.mr_seed, mr_seeds=ablate.mr_seeds,
-                                        circuits=(prev_token, induction), heads=ablate.heads)
-        ablation = task_ablation(TaskSubject(model, arch, batch, batch_size),
-                                 build_conditions(plan, arch.n_layers, arch.n_heads), stats, ablate, clean=passed)
+        plan = AblationPlan.from_screen(
+            screen,
+            mr_seed=ablate.mr_seed,
+            mr_seeds=ablate.mr_seeds,
+            circuits=(prev_token, induction),
+            heads=ablate.heads,
+        )
+        ablation = task_ablation(
+            TaskSubject(model, arch, batch, batch_size),
+            build_conditions(plan, arch.n_layers, arch.n_heads),
+            stats,
+            ablate,
+            clean=passed,
+        )
     summary = TaskSummary(
-        name=batch.task, n_prompts=len(batch.tokens), seq_len=batch.tokens.shape[1], tokenizer=tokenizer,
-        prompts_sha1=batch.prompts_sha1(), fingerprint=batch.fingerprint(),
+        name=batch.task,
+        n_prompts=len(batch.tokens),
+        seq_len=batch.tokens.shape[1],
+        tokenizer=tokenizer,
+        prompts_sha1=batch.prompts_sha1(),
+        fingerprint=batch.fingerprint(),
         metrics=task_metrics(batch.task, passed.values, stats.n_boot, stats.ci, stats.seed),
         screens={name: [head_name(*h) for h in ranked] for name, ranked in screen.ranked.items()},
-        circuits={"previous_token": [head_name(*h) for h in heads_of(prev_token)],
-                  "induction": [head_name(*h) for h in heads_of(induction)]},
-        ablation=ablation, words=batch.words)
+        circuits={
+            "previous_token": [head_name(*h) for h in heads_of(prev_token)],
+            "induction": [head_name(*h) for h in heads_of(induction)],
+        },
+        ablation=ablation,
+        words=batch.words,
+    )
     return TaskResult(summary, screen)
