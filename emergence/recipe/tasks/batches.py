@@ -6,7 +6,7 @@ Two layers:
   tokenizer allows), ``successor_items`` and ``binding_prompts`` give typed records (the text,
   the answer word, the distractor word where the task has one, ...). The word lists, templates,
   ``numpy.random.RandomState(seed)`` and the order of its draws are the study's (docs/tasks.md,
-  The batches; its generators are ``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``
+  "The batches"; its generators are ``cross_architecture/scripts/shared/{ioi,gt,succ,vb}_batch.py``
   in its repository, ``skydancerosel/spectral-probe-circuits``), so seed 42 gives its prompts:
   the IOI and binding texts hash to the SHA-1s its batches hash to. Each example's draws follow
   the previous example's, so the first n prompts are the same for any n. Each generator also
