@@ -310,28 +310,12 @@ def test_overrides_may_follow_the_options(monkeypatch, tmp_path):
     assert exit_.value.code == 2
 
 
-# The smollm2 preset names its branches step-{N} and states no panel: revision=r0..r9 proposes
-# one from the repo's branches. Its probe and thresholds are set to the toy's below.
-HUB_REPO = "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"
-HUB_MODEL = [
-    "model=smollm2",
-    "model.architecture=gpt_neox",
-    "model.tokens_per_step=4096",
-    "threshold=toy",
-    "model.probe_fit.seq_len=128",
-    "model.probe_fit.vocab_low=0",
-    "model.probe_fit.vocab_high=256",
-    "model.probe_fit.n_sequences=500",
-    "ablate.enabled=false",
-]
-
-
 @pytest.mark.slow
 def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, hub_server, tmp_path):
     """The toy's 65 checkpoints as branches of a Hub repo: the panel is proposed from the branches,
     refine lists them with list_repo_refs, and every analysis downloads its revision."""
     from tests.helpers.cli import run_cli
-    from tests.helpers.hub_server import publish
+    from tests.helpers.hub_server import HUB_MODEL, HUB_REPO, publish
 
     sweep, env = toy_panel
     toy = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"
@@ -379,7 +363,7 @@ def test_refinement_steps_over_a_branch_that_duplicates_a_later_one(toy_panel, h
     refinement checks the branches it considers, never analyses that one, and ends the interval
     on the next distinct checkpoint."""
     from tests.helpers.cli import run_cli
-    from tests.helpers.hub_server import publish
+    from tests.helpers.hub_server import HUB_MODEL, HUB_REPO, publish
 
     sweep, env = toy_panel
     toy = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"

@@ -18,6 +18,7 @@ import pytest
 from emergence.run import results
 from emergence.run.cluster import cluster_nodes
 from tests.helpers.cli import last_line, run_cli, start_cli
+from tests.helpers.hub_server import HUB_MODEL, HUB_REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("toy_panel")]
 
@@ -266,22 +267,6 @@ def test_refinement_of_the_slurm_sweep_submits_its_rounds_to_slurm_and_finds_the
     for revision in analysed:
         slurm_run, local_run = (d / "refine" / "toy_neox" / revision for d in (slurm_copy, local_copy))
         assert (slurm_run / "heads.csv").read_bytes() == (local_run / "heads.csv").read_bytes(), revision
-
-
-# The toy's checkpoints as branches step-{N} of a Hub repo (olah on localhost), read by the
-# smollm2 preset with the toy's probe and thresholds (as tests/e2e/test_refine.py serves them).
-HUB_REPO = "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"
-HUB_MODEL = [
-    "model=smollm2",
-    "model.architecture=gpt_neox",
-    "model.tokens_per_step=4096",
-    "threshold=toy",
-    "model.probe_fit.seq_len=128",
-    "model.probe_fit.vocab_low=0",
-    "model.probe_fit.vocab_high=256",
-    "model.probe_fit.n_sequences=500",
-    "ablate.enabled=false",
-]
 
 
 def test_the_branch_check_runs_once_in_the_submitting_process_before_any_job_is_submitted(

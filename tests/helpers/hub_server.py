@@ -243,3 +243,20 @@ def hub_server(tmp_path_factory):
     ``stop()`` and ``start()`` it again on the same port."""
     with serving(tmp_path_factory.mktemp("hub-server")) as server:
         yield server
+
+
+# The toy's checkpoints as branches step-{N} of a Hub repo, read by the smollm2 preset (branches
+# step-{N}, no panel of its own: revision=r0..r9 proposes one from the branches) with the toy's probe
+# and thresholds.
+HUB_REPO = "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"
+HUB_MODEL = [
+    "model=smollm2",
+    "model.architecture=gpt_neox",
+    "model.tokens_per_step=4096",
+    "threshold=toy",
+    "model.probe_fit.seq_len=128",
+    "model.probe_fit.vocab_low=0",
+    "model.probe_fit.vocab_high=256",
+    "model.probe_fit.n_sequences=500",
+    "ablate.enabled=false",
+]
