@@ -15,7 +15,7 @@ from emergence.main import analyse
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from emergence.recipe.screen import CLASSES, selectivity
 from emergence.run.results import HEAD_COLUMNS, SCHEMA_VERSION, read_run
-from tests.helpers.cli import last_line, run_cli
+from tests.helpers.cli import SMALL_RUN, last_line, run_cli
 from tests.helpers.reference_impl import (
     eager_model,
     eager_sink_importance,
@@ -27,17 +27,6 @@ from tests.helpers.reference_impl import (
 )
 from tests.helpers.tiny_models import ARCHS
 
-SMALL = [
-    "probe=paper",
-    "probe.n_sequences=32",
-    "probe.seq_len=64",
-    "probe.vocab_low=10",
-    "probe.vocab_high=500",
-    "probe.batch_size=8",
-    "model.dtype=float32",
-    "wandb.mode=disabled",
-]
-
 
 def compose_cfg(overrides):
     return compose_config(overrides)
@@ -45,7 +34,7 @@ def compose_cfg(overrides):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_dirs, tmp_path):
-    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs[arch]}", *SMALL])
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs[arch]}", *SMALL_RUN])
     summary = analyse(cfg, tmp_path)
     _, rows = read_run(tmp_path)
     assert list(rows[0]) == [*HEAD_COLUMNS, *(c.name for c in measures.columns())] and len(rows) == 2 * 4
@@ -78,7 +67,7 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
 
 
 def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
-    model = ["model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL]
+    model = ["model=local", f"model.name_or_path={tiny_dirs['gpt_neox']}", *SMALL_RUN]
     # A circuit threshold of 1e-6 puts every head in the circuit: no matched control can exist.
     analyse(compose_cfg([*model, "threshold.circuit=1e-6"]), tmp_path / "all")
     summary = json.loads((tmp_path / "all" / "summary.json").read_text())
@@ -143,7 +132,7 @@ def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):
 
 
 def test_empty_circuit_is_reported_not_an_error(tiny_dirs, tmp_path):
-    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "threshold.circuit=1e9"])
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL_RUN, "threshold.circuit=1e9"])
     summary = analyse(cfg, tmp_path)
     assert summary.induction_circuit == []
     assert summary.ablation.circuit is None and "empty" in summary.ablation.note
@@ -215,14 +204,14 @@ def test_panel_index_out_of_range_and_unknown_architecture(tiny_dirs, tmp_path):
     cfg.revision.index = 10
     with pytest.raises(UsageError, match="revision.index=10"):
         analyse(cfg, tmp_path)
-    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", *SMALL])
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", *SMALL_RUN])
     with pytest.raises(UsageError, match="'bloom' is not supported.*AttentionInterface.*llama"):
         analyse(cfg, tmp_path)
     assert not (tmp_path / "summary.json").exists()
     unknown = tmp_path / "unknown"  # a model type transformers has never heard of
     unknown.mkdir()
     (unknown / "config.json").write_text('{"model_type": "zz_new_model", "architectures": ["ZzForCausalLM"]}')
-    cfg = compose_cfg(["model=local", f"model.name_or_path={unknown}", *SMALL])
+    cfg = compose_cfg(["model=local", f"model.name_or_path={unknown}", *SMALL_RUN])
     with pytest.raises(UsageError, match="'zz_new_model' is not supported.*does not know it.*tested: .*llama") as err:
         analyse(cfg, tmp_path)
     assert "\n" not in str(err.value)
@@ -243,7 +232,7 @@ def test_unsupported_architecture_exits_2_before_loading_weights(tmp_path, monke
         raise AssertionError("weights loaded")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
-    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", *SMALL])
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_bloom(tmp_path / 'bloom')}", *SMALL_RUN])
     from emergence.core.errors import UsageError
 
     with pytest.raises(UsageError):  # from the config alone: from_pretrained is never reached
@@ -267,7 +256,7 @@ def test_unsupported_architecture_cli_is_one_line_and_writes_nothing(tmp_path):
 
 
 def test_ablating_a_chosen_head_set(tiny_dirs, tmp_path):
-    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L1H2]"])
+    cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL_RUN, "ablate.heads=[L1H2]"])
     summary = analyse(cfg, tmp_path)
     ab = summary.ablation
     assert ab.heads == ["L1H2"]
@@ -276,7 +265,7 @@ def test_ablating_a_chosen_head_set(tiny_dirs, tmp_path):
 
     with pytest.raises(UsageError, match="ablate.heads='L9H0'"):
         analyse(
-            compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L9H0]"]),
+            compose_cfg(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL_RUN, "ablate.heads=[L9H0]"]),
             tmp_path / "bad",
         )
 
@@ -300,7 +289,7 @@ def test_a_layer_full_of_ablated_heads_gets_a_verdict_against_fallback_controls(
         [
             "model=local",
             f"model.name_or_path={tiny_dirs['olmo']}",
-            *SMALL,
+            *SMALL_RUN,
             "probe.n_sequences=64",
             f"ablate.heads=[{','.join(full)}]",
             "ablate.min_sequences=8",
@@ -347,7 +336,7 @@ def test_a_head_near_the_circuit_level_is_never_a_control_set_member(tiny_dirs, 
     L1H2) and every other head, so that head alone is above half: set aside, named in the summary,
     in no control set, while the other two layer-1 heads (2 in-layer sets, widened by the fallback)
     are controls."""
-    base = ["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L1H2]"]
+    base = ["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL_RUN, "ablate.heads=[L1H2]"]
     analyse(compose_cfg(base), tmp_path / "first")
     _, rows = read_run(tmp_path / "first")
     sel = {(r["layer"], r["head"]): r["sel_induction"] for r in rows if (r["layer"], r["head"]) != (1, 2)}

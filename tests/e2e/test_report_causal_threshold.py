@@ -7,7 +7,7 @@ import pytest
 
 from emergence.panel.causal_threshold import t_star
 from emergence.run.results import read_run
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import SMALL_RUN, run_cli
 
 
 def points(verdicts: dict) -> list[dict]:
@@ -32,18 +32,6 @@ def test_t_star_is_the_start_of_the_top_run_of_causal_verdicts(verdicts, expecte
     assert t_star(points(verdicts)) == expected
 
 
-SMALL = [
-    "probe=paper",
-    "probe.n_sequences=32",
-    "probe.seq_len=64",
-    "probe.vocab_low=10",
-    "probe.vocab_high=500",
-    "probe.batch_size=8",
-    "model.dtype=float32",
-    "wandb.mode=disabled",
-]
-
-
 @pytest.mark.slow
 def test_a_threshold_sweep_reuses_the_measurements_and_reports_t_star(tiny_dirs, tmp_path):
     # A one-entry panel gives the checkpoint a token count, as every panel revision has (the report needs it).
@@ -54,7 +42,7 @@ def test_a_threshold_sweep_reuses_the_measurements_and_reports_t_star(tiny_dirs,
         "revision=r0",
         "model.panel=[{revision: main, step: 1, tokens: 1000}]",
         f"cache_dir={tmp_path / 'cache'}",
-        *SMALL,
+        *SMALL_RUN,
         # every head of this random model is near 1x, so each would be a near-circuit head at the
         # default control_exclude (0.5) and none a control; at 1 the other heads are the controls
         "ablate.control_exclude=1",

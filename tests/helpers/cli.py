@@ -4,6 +4,18 @@ import os
 import subprocess
 import sys
 
+# A small run on a tiny model: the paper probe cut to 32 sequences of 64 tokens, float32, no W&B
+SMALL_RUN = [
+    "probe=paper",
+    "probe.n_sequences=32",
+    "probe.seq_len=64",
+    "probe.vocab_low=10",
+    "probe.vocab_high=500",
+    "probe.batch_size=8",
+    "model.dtype=float32",
+    "wandb.mode=disabled",
+]
+
 
 def run_cli(
     *args, module: str = "emergence", env: dict | None = None, timeout: float = 600, **popen

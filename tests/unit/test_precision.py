@@ -15,7 +15,7 @@ from emergence.panel.runs import Checkpoint, load_runs
 from emergence.recipe.measurements import sequence_mean
 from emergence.recipe.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, near_threshold, selectivity
 from emergence.run.results import PER_SEQUENCE_FILE, dtype_differs, read_run
-from tests.e2e.test_analyse import SMALL
+from tests.helpers.cli import SMALL_RUN
 from tests.unit.test_report import write_checkpoint
 
 DOCS = Path(__file__).parents[2] / "docs"
@@ -41,7 +41,7 @@ def test_sequence_mean_accumulates_in_float64():
 def test_selectivities_equal_a_float64_computation_on_the_stored_attentions(arch, tiny_dirs, tmp_path):
     """heads.csv's selectivities and mean attentions vs the correctly rounded means of the stored
     float32 per-sequence attentions (per_sequence.npz), to 1e-6, over 500 sequences."""
-    small = [o for o in SMALL if not o.startswith("probe.n_sequences")]
+    small = [o for o in SMALL_RUN if not o.startswith("probe.n_sequences")]
     analyse(
         compose_config(
             [
@@ -114,7 +114,7 @@ def test_a_run_marks_its_near_threshold_heads_and_states_its_dtype_against_the_r
     model = [
         "model=local",
         f"model.name_or_path={tiny_dirs['gpt_neox']}",
-        *SMALL,
+        *SMALL_RUN,
         "stats.n_boot=100",
         "ablate.enabled=false",
     ]

@@ -29,21 +29,10 @@ from emergence.run.results import (
     read_run,
     write_run,
 )
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import SMALL_RUN, run_cli
 from tests.helpers.run_dirs import run_summary
 
 VERSION_2_RUN = Path(__file__).parent / "data" / "v2_run"  # written by the version before schema 3 (its SOURCE.md)
-
-SMALL = [
-    "probe=paper",
-    "probe.n_sequences=32",
-    "probe.seq_len=64",
-    "probe.vocab_low=10",
-    "probe.vocab_high=500",
-    "probe.batch_size=8",
-    "model.dtype=float32",
-    "wandb.mode=disabled",
-]
 
 
 @dataclass
@@ -123,7 +112,7 @@ def test_the_ablation_line_is_over_the_sequences_used_and_signs_print_once():
 
 def test_summary_json_is_the_run_summary_and_an_old_schema_is_one_line(tiny_dirs, tmp_path):
     run = tmp_path / "run"
-    cfg = compose_config(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL, "ablate.heads=[L1H2]"])
+    cfg = compose_config(["model=local", f"model.name_or_path={tiny_dirs['olmo']}", *SMALL_RUN, "ablate.heads=[L1H2]"])
     summary = analyse(cfg, run)
     written = json.loads((run / SUMMARY_FILE).read_text())
     assert written == summary.to_json() and written["schema_version"] == SCHEMA_VERSION
