@@ -2,9 +2,9 @@
 
 The protocols are in docs/method.md and docs/tasks.md (and the Hub's layouts in docs/hub.md and
 docs/architectures.md); a citation of the notes they were written from, which are not in the
-repository, cannot be followed by its reader. Nor can a tool that is neither in the repository
-nor among its dependencies be the proof of anything (the imports' layers are the import
-contract in pyproject.toml, docs/layout.md).
+repository, cannot be followed by its reader. Two forms of citation are checked: a path that
+climbs (``../x``), which must land on a file of the repository from the citing file's folder, and
+an upper-case note's name (``NOTES.md``), which must be a file of the repository.
 """
 
 import re
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Files outside the repository that its text once cited (upper case: docs/hub.md is the repository's own).
-OUTSIDE = re.compile(r"\b(?:METHOD|TASKS|FAMILIES|HUB|HUB_LAYOUTS|DESIGN)\.md\b|\.\./shared/|farm-studio")
+CLIMBING = re.compile(r"(?<![\w/.-])((?:\.\./)+[\w./-]*\w)")
+NOTE = re.compile(r"(?<![\w/.-])([A-Z][A-Z0-9_]*\.md)\b")
 SKIPPED_DIRS = {
     ".git",
     "build",
@@ -39,12 +39,21 @@ def _repository_files() -> list[Path]:
     return [ROOT / name for name in listed.decode().split("\0") if name]
 
 
-def _citations(text: str) -> list[tuple[int, str]]:
-    return [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+def _citations(text: str, folder: Path, names: set[str]) -> list[tuple[int, str]]:
+    """(line number, line) of each line of ``text``, a file in ``folder``, citing a file that is not
+    in the repository (``names``: the repository's file names)."""
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        climbs = [(folder / path).resolve() for path in CLIMBING.findall(line)]
+        outside = any(not target.is_relative_to(ROOT) or not target.exists() for target in climbs)
+        if outside or any(note not in names for note in NOTE.findall(line)):
+            found.append((n, line.strip()))
+    return found
 
 
 def outside_citations(files: list[Path]) -> list[str]:
     """'path:line: text' for every line of a text file that cites a file outside the repository."""
+    names = {path.name for path in files}
     found = []
     for path in files:
         if path == Path(__file__).resolve() or not path.is_file():
@@ -52,7 +61,8 @@ def outside_citations(files: list[Path]) -> list[str]:
         data = path.read_bytes()
         if b"\0" in data:  # binary (figures)
             continue
-        found += [f"{path.relative_to(ROOT)}:{n}: {line}" for n, line in _citations(data.decode("utf-8", "replace"))]
+        text = data.decode("utf-8", "replace")
+        found += [f"{path.relative_to(ROOT)}:{n}: {line}" for n, line in _citations(text, path.parent, names)]
     return found
 
 
@@ -62,27 +72,26 @@ def test_no_file_cites_a_file_outside_the_repository():
     assert outside_citations(files) == []
 
 
-def test_the_check_finds_a_citation(tmp_path):
-    cited = tmp_path / "module.py"
-    cited.write_text('"""The study\'s batches (TASKS.md 1.1)."""\n')
-    assert _citations(cited.read_text()) == [(1, '"""The study\'s batches (TASKS.md 1.1)."""')]
+def test_the_check_finds_a_citation():
+    docs, names = ROOT / "docs", {"README.md", "hub.md", "method.md"}
     for text in (
-        "see METHOD.md section 3",
-        "FAMILIES.md",
-        "HUB_LAYOUTS.md",
-        "HUB.md",
-        "../shared/TASKS.md",
-        "`farm-studio look`",
+        '"""The study\'s batches (NOTES.md 1.1)."""',
+        "see PROTOCOL.md section 3",
+        "../elsewhere/NOTES.md",
+        "[the layouts](../../outside/layouts.md)",
+        "[a file no longer here](../emergence/gone.py)",
     ):
-        assert _citations(text), text
+        assert _citations(text, docs, names) == [(1, text)], text
     for text in (
         "docs/hub.md",
         "[hub.md](hub.md)",
+        "README.md",
+        "[the layout](../emergence/recipe/head_weights.py)",
         "docs/tasks.md, The batches",
         "docs/method.md section 3",
         "report.md",
     ):
-        assert not _citations(text), text
+        assert _citations(text, docs, names) == [], text
 
 
 def test_every_package_installs():
