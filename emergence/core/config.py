@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -270,15 +270,23 @@ class HubConfig:
 
 @dataclass
 class EdgeConfig:
-    """``python -m emergence.edge``: spectral edge dynamics of the checkpoint series (docs/edge.md).
-    Not part of what a run computes: ``config_digest`` leaves it out."""
+    """``python -m emergence.edge``: spectral edge dynamics of the checkpoint series (docs/edge.md); the
+    sketch of a model while it trains (``track``, the callback). Not part of what a run computes:
+    ``config_digest`` leaves it out."""
 
-    window: int = 10  # W: consecutive updates (checkpoint deltas) per rolling window
-    # jl: each checkpoint read once and kept as a random projection to ``dim`` numbers per scope (any size);
-    # exact: a window's deltas kept whole in float64 (small models and tests)
-    projection: str = "jl"
-    dim: int | None = None  # jl: the projection's dimension; None: 10 x window (Xu 2026: ratios within ~7.4%)
-    seed: int = 0  # jl: the random matrix, generated block by block from it, never stored
+    # W: consecutive updates (checkpoint deltas) per rolling window; a list ([10,20]) gives each W its windows
+    window: Any = 10
+    # exact: every window's Gram matrix in float64, the checkpoints streamed block by block (any size);
+    # sketch: a count sketch of ``dim`` numbers per scope (what a model while it trains keeps)
+    projection: str = "exact"
+    dim: int | None = None  # sketch: its dimension per scope; None: 10 x the largest W
+    seed: int = 0  # sketch: its buckets and signs, drawn block by block from it, never stored
+    memory_mib: int = 512  # exact: the read buffers' bound, whatever the model's size
+
+    @property
+    def windows(self) -> list[int]:
+        """``window`` as a list of W (an int is one W)."""
+        return [self.window] if isinstance(self.window, int) else list(self.window)
 
 
 @dataclass

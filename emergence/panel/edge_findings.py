@@ -24,8 +24,8 @@ from emergence.measures import weight_circuits
 from emergence.panel.findings import INDUCTION, final_circuit, first_index, milestone_at
 from emergence.panel.records import F6, CopyingOrder, EdgeDistance, EdgePhase, EdgePoint, Milestone, PanelFindings
 from emergence.panel.runs import Trajectory
-from emergence.recipe.edge import EDGE_FILE, MODEL_SCOPE, Edge, EdgeWindow
 from emergence.recipe.screen import head_name
+from emergence.spectral_edge.records import EDGE_FILE, MODEL_SCOPE, Edge, EdgeWindow
 
 EDGE_MILESTONES = ("induction_onset", "recall_67", "bos_50")  # the activation milestones F6 places the edge against
 
@@ -41,8 +41,9 @@ def _position(window: EdgeWindow, unit: str, end: str) -> float | None:
 
 
 def phases(edge: Edge, unit: str) -> list[EdgePhase]:
-    """The whole model's r23 peak and collapse (``Collapse`` indices into its windows), where found."""
-    windows, found = edge.scopes[MODEL_SCOPE], edge.collapse[MODEL_SCOPE]
+    """The whole model's r23 peak and collapse at the first W of ``edge.window`` (``Collapse`` indices into
+    its windows), where found."""
+    windows, found = edge.first.scopes[MODEL_SCOPE], edge.first.collapse[MODEL_SCOPE]
     out = []
     for name, index in (("r23_peak", found.peak), ("r23_collapse", found.collapse)):
         if index is not None:
@@ -108,12 +109,12 @@ def f6(
     placed = phases(found, traj.unit)
     series = [
         EdgePoint(position, w.r12, w.r23, w.drift_speed)
-        for w in found.scopes[MODEL_SCOPE]
+        for w in found.first.scopes[MODEL_SCOPE]
         if (position := _position(w, traj.unit, "last")) is not None
     ]
     return F6(
         path,
-        found.window,
+        found.first.window,
         placed,
         [distance(p, name, milestones.get(name)) for p in placed for name in EDGE_MILESTONES],
         series,

@@ -52,9 +52,18 @@ def neox_head(state: dict[str, torch.Tensor], layer: int, head: int, n_heads: in
 
 
 def scope_vector(state: dict[str, torch.Tensor], scope: str, n_heads: int) -> np.ndarray:
-    """A checkpoint's coordinates of ``scope`` (model, L<i>, L<i>H<j>) for GPT-NeoX, float64."""
+    """A checkpoint's coordinates of ``scope`` (model, embed, unembed, L<i>, L<i>.attn|mlp|norm, L<i>H<j>) for
+    GPT-NeoX by the family's own tensor names, float64."""
+    named = {"embed": ["gpt_neox.embed_in.weight"], "unembed": ["embed_out.weight"]}
     if scope == "model":
         keys = sorted(state)
+    elif scope in named:
+        keys = named[scope]
+    elif "." in scope:  # a layer's group: its attention, its MLP, its two layer norms
+        layer, group = scope[1:].split(".")
+        block = f"gpt_neox.layers.{layer}."
+        prefixes = {"attn": ["attention."], "mlp": ["mlp."], "norm": ["input_layernorm.", "post_attention_layernorm."]}
+        keys = sorted(k for k in state for p in prefixes[group] if k.startswith(block + p))
     elif "H" not in scope:
         keys = sorted(k for k in state if k.startswith(f"gpt_neox.layers.{scope[1:]}."))
     else:

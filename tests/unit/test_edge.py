@@ -1,22 +1,27 @@
-"""The spectral edge (emergence/edge, docs/edge.md) on hand-made numbers and a tiny hand-made series,
+"""The spectral edge (emergence/spectral_edge, docs/edge.md) on hand-made numbers and a tiny hand-made series,
 each checked against a computation written independently here (numpy's SVD of the stacked updates)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from emergence.core.config import PanelEntry
 from emergence.core.errors import UsageError
-from emergence.edge.command import main
-from emergence.edge.projection.projection import Exact, RandomProjection
-from emergence.edge.scopes.scopes import Piece, meta_model, scopes_of
-from emergence.edge.series.windows import check_series, window_starts
-from emergence.recipe.edge import collapse, gram, spectrum
+from emergence.edge import main
+from emergence.spectral_edge import tensor_files
+from emergence.spectral_edge.exact import stream_gram
+from emergence.spectral_edge.scopes import Cell, Layout, layout_of, meta_model
+from emergence.spectral_edge.series import check_series, window_starts
+from emergence.spectral_edge.sketch import sketch
+from emergence.spectral_edge.spectrum import collapse, gram, spectrum
+from emergence.spectral_edge.stream import legacy_renamer, stored_parameters
 from tests.helpers.edge_series import independent_ratios, neox_head, save_series
 from tests.helpers.tiny_models import ARCHS, tiny_config, tiny_model
 
@@ -88,72 +93,162 @@ def test_a_step_named_twice_and_a_missing_checkpoint_are_refused():
     check_series(entries([0, 1, 2, 4, 8, 16, 1000, 2000]))  # log spacing, then a regular one: no gap
 
 
-# --- scopes and projections ----------------------------------------------------------------------
+# --- scopes, the streamed exact Gram, the sketch -----------------------------------------------------
+
+
+def cell_vector(state: dict[str, torch.Tensor], layout, scope: str) -> np.ndarray:
+    """A checkpoint's coordinates of ``scope``, float64, cut from whole tensors by the layout's cells."""
+    k = layout.scopes.index(scope)
+    parts = []
+    for name, cells in layout.cells.items():
+        matrix = state[name].double().reshape(layout.matrices[name])
+        parts += [matrix[c.row0 : c.row1, c.col0 : c.col1].reshape(-1) for c in cells if k in c.scopes]
+    return torch.cat(parts).numpy()
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_scopes_cover_every_trained_parameter_once_and_each_layer(arch):
+def test_cells_cover_every_parameter_once_and_scopes_sum_their_groups(arch):
     model = tiny_model(arch)
-    scopes = scopes_of(meta_model(tiny_config(arch)))
+    layout = layout_of(meta_model(tiny_config(arch)))
     params = dict(model.named_parameters())
-    assert [p.name for p in scopes["model"]] == list(params)  # tied tensors once, no buffers
-    n_layers = model.config.num_hidden_layers
-    layers = [s for s in scopes if s.startswith("L") and "H" not in s]
-    assert layers == [f"L{i}" for i in range(n_layers)]
-    heads = [s for s in scopes if "H" in s]
-    assert len(heads) == n_layers * model.config.num_attention_heads
-    in_layers = {p.name for s in layers for p in scopes[s]}
-    assert all(".0." in n or ".1." in n for n in in_layers)
-    assert sum(len(scopes[s]) for s in layers) == len(in_layers)  # a parameter in one block only
-    for s in heads:  # four weights, no biases
-        assert len(scopes[s]) == 4 and all(p.part is not None and p.name.endswith("weight") for p in scopes[s])
+    assert list(layout.cells) == list(params)  # tied tensors once, no buffers
+    for name, cells in layout.cells.items():  # a partition of the parameter's matrix
+        rows, cols = layout.matrices[name]
+        assert rows * cols == params[name].numel()
+        covered = np.zeros((rows, cols), dtype=int)
+        for c in cells:
+            covered[c.row0 : c.row1, c.col0 : c.col1] += 1
+        assert (covered == 1).all()
+    n_layers, n_heads = model.config.num_hidden_layers, model.config.num_attention_heads
+    assert layout.numel("model") == sum(p.numel() for p in params.values())
+    for i in range(n_layers):
+        groups = [g for g in ("attn", "mlp", "norm") if f"L{i}.{g}" in layout.scopes]
+        assert layout.numel(f"L{i}") == sum(layout.numel(f"L{i}.{g}") for g in groups)
+        block = {n for n in params if f".{i}." in n}
+        assert layout.numel(f"L{i}") == sum(params[n].numel() for n in block)
+        d_model = model.config.hidden_size
+        for j in range(n_heads):  # W_Q, W_K, W_V rows and W_O columns: 4 x d_head x d_model, no biases
+            d_head = getattr(model.config, "head_dim", None) or d_model // n_heads
+            assert layout.numel(f"L{i}H{j}") == 4 * d_head * d_model
+    embed = model.get_input_embeddings().weight
+    assert layout.numel("embed") >= embed.numel()
+    tied = model.get_output_embeddings().weight is embed
+    assert ("unembed" in layout.scopes) == (not tied)
 
 
 def test_head_scopes_equal_the_familys_own_reshape():
     model = tiny_model("gpt_neox")
-    exact = Exact(scopes_of(meta_model(tiny_config("gpt_neox"))))
-    vectors = exact.vectors(dict(model.named_parameters()))
+    layout = layout_of(meta_model(tiny_config("gpt_neox")))
     state = {k: v.detach() for k, v in model.state_dict().items()}
     n_heads = model.config.num_attention_heads
     for layer in range(2):
         for head in range(n_heads):
-            got = np.sort(vectors[f"L{layer}H{head}"])  # the same coordinates, in the slices' order
+            got = np.sort(cell_vector(state, layout, f"L{layer}H{head}"))  # the same coordinates
             want = np.sort(neox_head(state, layer, head, n_heads).double().numpy())
             np.testing.assert_array_equal(got, want)
 
 
+@pytest.fixture(scope="module")
+def arch_series(tmp_path_factory):
+    """Per architecture: a short saved series, its layout, its tensors as stored, and its whole state dicts."""
+
+    def make(arch):
+        folders = save_series(tmp_path_factory.mktemp(arch), arch, steps=list(range(0, 90, 10)))
+        skeleton = meta_model(tiny_config(arch))
+        layout = layout_of(skeleton)
+        rename = legacy_renamer(skeleton)
+        stored = [stored_parameters(f, ["model.safetensors"], layout, rename) for f in folders]
+        states = [{rename(k): v for k, v in load_file(f / "model.safetensors").items()} for f in folders]
+        return folders, layout, stored, states
+
+    return make
+
+
+def whole_gram(states, layout, scope) -> np.ndarray:
+    vectors = np.stack([cell_vector(s, layout, scope) for s in states])
+    deltas = np.diff(vectors, axis=0)
+    return deltas @ deltas.T
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_streamed_exact_gram_equals_the_whole_vectors_in_every_scope(arch, arch_series):
+    """Every scope's Gram matrix, streamed block by block, against the updates' whole vectors (float64):
+    with blocks far larger than any parameter, and with 4 KiB blocks that cut heads' rows, a fused qkv
+    and the (tied) embedding mid-row."""
+    _, layout, stored, states = arch_series(arch)
+    if any(s is None for s in stored):  # transformers 5 stores OLMoE's experts unfused: read whole
+        assert arch == "olmoe"
+        return
+    width = 4
+    for memory in (2**30, 2 * 4096 * len(stored)):
+        band = stream_gram(stored, layout, width, memory)
+        for scope in layout.scopes:
+            want = whole_gram(states, layout, scope)
+            scale = np.abs(want).max()
+            for first in range(len(stored) - width):
+                got = band.window(layout.scopes.index(scope), first, width)
+                np.testing.assert_allclose(
+                    got, want[first : first + width, first : first + width], rtol=0, atol=1e-10 * scale
+                )
+
+
+def test_each_file_is_read_once_and_the_band_reads_only_the_last_update(arch_series, monkeypatch):
+    _, layout, stored, states = arch_series("gpt_neox")
+    reads: list[tuple[int, int, int]] = []
+    original = tensor_files.read_into
+
+    def counting(fd, buffer, offset):
+        reads.append((os.readlink(f"/proc/self/fd/{fd}"), offset, len(buffer)))
+        original(fd, buffer, offset)
+
+    monkeypatch.setattr(tensor_files, "read_into", counting)
+    stream_gram(stored, layout, 4, 2 * 4096 * len(stored))
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for path, offset, length in reads:
+        by_file.setdefault(path, []).append((offset, offset + length))
+    assert len(by_file) == len(stored)
+    for spans in by_file.values():  # every parameter's bytes, each once, nothing else
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "a byte read twice"
+        size = sum(t.numel * t.itemsize for t in stored[0].values())
+        assert sum(b - a for a, b in spans) == size
+    last = stream_gram(stored, layout, 4, 2**30, last_only=True)
+    full = stream_gram(stored, layout, 4, 2**30)
+    np.testing.assert_array_equal(last.values[:, :-1], 0)
+    np.testing.assert_allclose(last.values[:, -1], full.values[:, -1], rtol=1e-12)
+
+
 @pytest.mark.parametrize("arch", ["gpt_neox", "gpt2", "llama"])
-def test_jl_projection_is_linear_seeded_and_each_scope_projects_its_own_coordinates(arch):
+def test_the_sketch_is_linear_seeded_and_each_scope_sketches_its_own_coordinates(arch):
     model = tiny_model(arch)
-    scopes = scopes_of(meta_model(tiny_config(arch)))
-    jl = RandomProjection(scopes, 64, seed=3)
+    layout = layout_of(meta_model(tiny_config(arch)))
     params = {n: p.detach() for n, p in model.named_parameters()}
     other = {n: torch.randn_like(p) for n, p in params.items()}
-    a, b = jl.vectors(params), jl.vectors(other)
-    diff = jl.vectors({n: params[n] - other[n] for n in params})
-    for scope in scopes:
-        np.testing.assert_allclose(a[scope] - b[scope], diff[scope], rtol=1e-4, atol=1e-4)
-    again = RandomProjection(scopes, 64, seed=3).vectors(params)
-    assert all(np.array_equal(a[s], again[s]) for s in scopes)
-    assert not np.allclose(RandomProjection(scopes, 64, seed=4).vectors(params)["model"], a["model"])
-    # a head's projection is the model's projection of the head's coordinates alone (zeros elsewhere)
-    head = scopes["L1H1"]
+    a, b = sketch(params, layout, 64, seed=3), sketch(other, layout, 64, seed=3)
+    diff = sketch({n: params[n] - other[n] for n in params}, layout, 64, seed=3)
+    np.testing.assert_allclose(a - b, diff, rtol=1e-5, atol=1e-5)  # params - other rounds in float32
+    assert np.array_equal(a, sketch(params, layout, 64, seed=3))
+    assert not np.allclose(sketch(params, layout, 64, seed=4)[0], a[0])
+    # a head's sketch is the model's sketch of the head's coordinates alone (zeros elsewhere)
+    head = layout.scopes.index("L1H1")
     alone = {n: torch.zeros_like(p) for n, p in params.items()}
-    for piece in head:
-        assert piece.part is not None
-        piece.part.of(alone[piece.name]).copy_(piece.part.of(params[piece.name]))
-    np.testing.assert_allclose(jl.vectors(alone)["model"], a["L1H1"], rtol=1e-4, atol=1e-5)
+    for name, cells in layout.cells.items():
+        for c in cells:
+            if head in c.scopes:
+                rows, cols = layout.matrices[name]
+                alone[name].reshape(rows, cols)[c.row0 : c.row1, c.col0 : c.col1] = params[name].reshape(rows, cols)[
+                    c.row0 : c.row1, c.col0 : c.col1
+                ]
+    np.testing.assert_allclose(sketch(alone, layout, 64, seed=3)[0], a[head], rtol=1e-9, atol=1e-12)
 
 
-def test_jl_keeps_inner_products_nearly():
+def test_the_sketch_keeps_inner_products_nearly():
     rng = np.random.default_rng(0)
-    x = torch.tensor(rng.normal(size=(3, 20, 100)), dtype=torch.float32)
-    names = [f"p{i}" for i in range(3)]
-
-    jl = RandomProjection({"model": [Piece(n) for n in names]}, 2000, seed=0)
-    for i in range(3):
-        v = jl.vectors({n: x[i] if n == "p0" else torch.zeros(20, 100) for n in names})["model"]
-        assert np.linalg.norm(v) == pytest.approx(float(torch.linalg.norm(x[i])), rel=0.1)
+    x = torch.tensor(rng.normal(size=(2, 200, 100)))
+    layout = Layout(["model"], {"p": (20000, 1)}, {"p": [Cell("p", 0, 20000, 0, 1, (0,))]})
+    u, v = (sketch({"p": x[i].reshape(-1, 1)}, layout, 4000, seed=0)[0] for i in range(2))
+    assert u @ u == pytest.approx(float((x[0] ** 2).sum()), rel=0.1)
+    assert u @ v == pytest.approx(float((x[0] * x[1]).sum()), abs=0.1 * float((x[0] ** 2).sum()))
 
 
 # --- the command on a tiny saved series ------------------------------------------------------------
@@ -173,37 +268,74 @@ def run_edge(root, out, *overrides):
 @pytest.fixture(scope="module")
 def exact_edge(series, tmp_path_factory):
     out = tmp_path_factory.mktemp("exact")
-    return out, run_edge(series[0], out, "edge.projection=exact")
+    return out, run_edge(series[0], out, f"edge.window=[{W},{W + 2}]")  # exact: the default
 
 
-@pytest.mark.parametrize("scope", ["model", "L1", "L0H2"])
+@pytest.mark.parametrize("scope", ["model", "L1", "L0H2", "L1.attn", "L0.mlp", "embed", "unembed"])
 def test_exact_edge_equals_an_independent_svd_of_the_updates(series, exact_edge, scope):
     _, folders = series
     out, edge = exact_edge
-    assert edge["window"] == W and edge["projection"] == "exact" and edge["dim"] is None
-    want = independent_ratios(folders, W, scope, n_heads=4)
-    got = edge["scopes"][scope]
-    assert len(got) == len(want) == len(folders) - W
-    for i, (window, sv) in enumerate(zip(got, want)):
-        assert (window["first_step"], window["last_step"], window["spacing"]) == (10 * i, 10 * (i + W), 10)
-        np.testing.assert_allclose(window["singular_values"], sv, rtol=1e-6)
-        assert window["r12"] == pytest.approx(sv[0] / sv[1], rel=1e-6)
-        assert window["r23"] == pytest.approx(sv[1] / sv[2], rel=1e-6)
+    assert edge["schema"] == 2 and edge["projection"] == "exact" and edge["dim"] is None
+    assert [s["window"] for s in edge["spectra"]] == [W, W + 2]
+    for spectra in edge["spectra"]:
+        w = spectra["window"]
+        want = independent_ratios(folders, w, scope, n_heads=4)
+        got = spectra["scopes"][scope]
+        assert len(got) == len(want) == len(folders) - w
+        for i, (window, sv) in enumerate(zip(got, want)):
+            assert (window["first_step"], window["last_step"], window["spacing"]) == (10 * i, 10 * (i + w), 10)
+            np.testing.assert_allclose(window["singular_values"], sv, rtol=1e-6)
+            assert window["r12"] == pytest.approx(sv[0] / sv[1], rel=1e-6)
+            assert window["r23"] == pytest.approx(sv[1] / sv[2], rel=1e-6)
+            share = np.cumsum(sv**2) / (sv**2).sum()
+            assert window["k95"] == int(np.argmax(share >= 0.95)) + 1
     assert (out / "edge.png").stat().st_size > 0
 
 
-@pytest.mark.slow  # d = 500: 500 Gaussian numbers per parameter and checkpoint
-def test_jl_edge_converges_to_exact(series, exact_edge, tmp_path):
-    """At d = 100 W each window's ratios are within 10% of the exact ones (a ratio of two projected norms
-    errs by about sqrt(2/d)); at the default d = 10 W the projection is as documented (the toy's error is
-    tests/e2e/test_edge.py's)."""
+def test_a_series_of_pickles_is_read_as_a_band_to_the_same_edge(series, exact_edge, tmp_path):
+    """Pickled checkpoints are loaded whole once each, kept as scratch safetensors while a window needs
+    them (W + 1 at most), and give the edge the safetensors series gives; no scratch file stays."""
+    import safetensors.torch
+
+    from emergence.spectral_edge import stream
+
+    root, folders = series
+    pickles = tmp_path / "pickles"
+    for folder in folders:
+        shutil.copytree(folder, pickles / folder.name, ignore=shutil.ignore_patterns("*.safetensors"))
+        torch.save(
+            safetensors.torch.load_file(folder / "model.safetensors"), pickles / folder.name / "pytorch_model.bin"
+        )
+    on_disk: list[int] = []
+    real = stream.SeriesFiles.convert
+
+    def convert(self, i):
+        on_disk.append(len(self.converted) + 1)
+        return real(self, i)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(stream.SeriesFiles, "convert", convert)
+        band = run_edge(pickles, tmp_path / "out", f"edge.window=[{W},{W + 2}]")
+    assert len(on_disk) == len(folders) and max(on_disk) <= W + 2 + 1
+    assert not (tmp_path / "out" / stream.SCRATCH).exists()
+    _, want = exact_edge
+    for b, e in zip(band["spectra"], want["spectra"], strict=True):
+        for scope in ("model", "L1", "L0H2"):
+            for x, y in zip(b["scopes"][scope], e["scopes"][scope], strict=True):
+                np.testing.assert_allclose(x["singular_values"], y["singular_values"], rtol=1e-9)
+
+
+def test_the_sketch_edge_converges_to_exact(series, exact_edge, tmp_path):
+    """At d = 100 W each window's ratios are within 10% of the exact ones (the sketch's inner products err
+    by about sqrt(2/d)); the default d is 10 x the largest W."""
     root, _ = series
     _, exact = exact_edge
-    assert run_edge(root, tmp_path / "jl")["dim"] == 10 * W
-    jl = run_edge(root, tmp_path / "jl", f"edge.dim={100 * W}")
-    assert jl["projection"] == "jl" and jl["dim"] == 100 * W
+    assert run_edge(root, tmp_path / "d", "edge.projection=sketch")["dim"] == 10 * W
+    sketched = run_edge(root, tmp_path / "sketch", "edge.projection=sketch", f"edge.dim={100 * W}")
+    assert sketched["projection"] == "sketch" and sketched["dim"] == 100 * W
     for scope in ("model", "L1", "L0H2"):
-        for e, j in zip(exact["scopes"][scope], jl["scopes"][scope], strict=True):
+        pairs = zip(exact["spectra"][0]["scopes"][scope], sketched["spectra"][0]["scopes"][scope], strict=True)
+        for e, j in pairs:
             assert j["r12"] == pytest.approx(e["r12"], rel=0.1)
             assert j["r23"] == pytest.approx(e["r23"], rel=0.1)
 
@@ -240,6 +372,9 @@ def test_broken_series_end_in_one_line(series, tmp_path, capsys):
     line = one_line_error(capsys, root, tmp_path / "o4", "edge.window=20")
     assert line.startswith("error: edge.window=20 needs 21 checkpoints at one spacing; the series has at most 16")
     assert "edge.projection='svd' is invalid" in one_line_error(capsys, root, tmp_path / "o5", "edge.projection=svd")
+    assert "use one of those" in one_line_error(capsys, root, tmp_path / "o7", "edge.projection=jl")
+    assert "each W needs >= 3" in one_line_error(capsys, root, tmp_path / "o8", "edge.window=[5,2]")
+    assert "edge.memory_mib=0 is invalid" in one_line_error(capsys, root, tmp_path / "o9", "edge.memory_mib=0")
     assert one_line_error(capsys, root, tmp_path / "o6", "edge.nope=1").startswith("error: ")
 
 
@@ -251,10 +386,10 @@ def test_the_edge_is_a_wandb_run_of_the_sweeps_group(series, tmp_path, monkeypat
     monkeypatch.setenv("WANDB_MODE", "offline")
     root, _ = series
     out = tmp_path / "my_sweep"
-    edge = run_edge(root, out, "edge.projection=exact", "wandb.mode=offline")
+    edge = run_edge(root, out, "wandb.mode=offline")
     (run_dir,) = (out / "wandb").glob("offline-run-*")
     logged = [row for row in history(run_dir) if "edge/r23" in row]
-    windows = edge["scopes"]["model"]
+    windows = edge["spectra"][0]["scopes"]["model"]
     axis = "tokens" if windows[0]["last_tokens"] is not None else "step"
     assert [row[axis] for row in logged] == [w["last_tokens" if axis == "tokens" else "last_step"] for w in windows]
     assert [row["edge/r23"] for row in logged] == pytest.approx([w["r23"] for w in windows])

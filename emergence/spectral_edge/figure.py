@@ -12,12 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 from emergence.core.atomic import atomic_write_bytes  # noqa: E402
-from emergence.recipe.edge import (  # noqa: E402
-    COLLAPSE_RATIO,  # noqa: E402
-    FIGURE_FILE,
-    MODEL_SCOPE,  # noqa: E402
-    Edge,
-)
+from emergence.spectral_edge.records import FIGURE_FILE, MODEL_SCOPE, Edge  # noqa: E402
+from emergence.spectral_edge.spectrum import COLLAPSE_RATIO  # noqa: E402
 
 
 def series(values: list) -> np.ndarray:
@@ -27,14 +23,15 @@ def series(values: list) -> np.ndarray:
 
 def plot_edge(edge: Edge, directory: Path) -> Path:
     """Each window at its last checkpoint's tokens (its steps where the series states no tokens)."""
-    windows = edge.scopes[MODEL_SCOPE]
+    spectra = edge.first
+    windows = spectra.scopes[MODEL_SCOPE]
     by_tokens = all(w.last_tokens is not None for w in windows)
     x = series([w.last_tokens if by_tokens else w.last_step for w in windows])
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ax.plot(x, series([w.r12 for w in windows]), ".-", label="σ1/σ2")
     ax.plot(x, series([w.r23 for w in windows]), ".-", label="σ2/σ3")
     ax.axhline(COLLAPSE_RATIO, color="gray", ls="--", lw=1, label=f"collapse ({COLLAPSE_RATIO})")
-    found = edge.collapse[MODEL_SCOPE]
+    found = spectra.collapse[MODEL_SCOPE]
     if found.collapse is not None:
         ax.axvline(x[found.collapse], color="red", ls=":", lw=1, label="σ2/σ3 collapse")
     ax.set_xlabel("tokens (window end)" if by_tokens else "step (window end)")
@@ -46,7 +43,7 @@ def plot_edge(edge: Edge, directory: Path) -> Path:
     more = speed.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8)
     ax.set_title(
-        f"spectral edge, whole model (W={edge.window}, {edge.projection}" + (f", d={edge.dim})" if edge.dim else ")")
+        f"spectral edge, whole model (W={spectra.window}, {edge.projection}" + (f", d={edge.dim})" if edge.dim else ")")
     )
     fig.tight_layout()
     buf = io.BytesIO()

@@ -2,14 +2,15 @@
 
     python -m emergence.edge SWEEP_DIR                          # a panel sweep: its model, first..last revision
     python -m emergence.edge model=toy_neox model.toy.save_every=32
-    python -m emergence.edge model=local model.name_or_path=RUN_DIR edge.projection=exact --out OUT
+    python -m emergence.edge model=local model.name_or_path=RUN_DIR edge.window=[10,20] --out OUT
 
-For each rolling window of ``edge.window`` consecutive checkpoint updates at one spacing, and for the
-whole model, each decoder block (``L<i>``) and each attention head (``L<i>H<j>``): the singular values of
-the stacked updates, sigma_1/sigma_2, sigma_2/sigma_3, the signal rank, the top two directions' shares and
-the drift speed. Writes ``edge.json`` and ``edge.png`` into SWEEP_DIR, or ``--out`` (default
-``outputs/edge/<model.key>``). Settings: ``edge.window`` (10), ``edge.projection`` (jl | exact),
-``edge.dim`` (jl: 10 x window), ``edge.seed``.
+For each rolling window of W consecutive checkpoint updates at one spacing (each W of ``edge.window``), and
+for every scope (the whole model, its embeddings, each decoder block ``L<i>`` and its ``attn``, ``mlp`` and
+``norm`` groups, each attention head ``L<i>H<j>``): the singular values of the stacked updates,
+sigma_1/sigma_2, sigma_2/sigma_3, the signal rank, k95, the top two directions' shares and the drift speed.
+Writes ``edge.json`` and ``edge.png`` into SWEEP_DIR, or ``--out`` (default ``outputs/edge/<model.key>``).
+Settings: ``edge.window`` (10, or a list), ``edge.projection`` (exact | sketch), ``edge.dim`` (sketch:
+10 x the largest W), ``edge.seed``, ``edge.memory_mib`` (exact: the read buffers' bound, 512).
 """
 
 from __future__ import annotations
@@ -19,55 +20,62 @@ import logging
 import sys
 from pathlib import Path
 
-import torch
+import numpy as np
+from tqdm.auto import tqdm
 
 from emergence.core.config import Config, PanelEntry, compose_config
 from emergence.core.errors import CommandParser, UsageError, invalid
-from emergence.edge.output.figure import plot_edge
-from emergence.edge.projection.projection import Exact, RandomProjection
-from emergence.edge.scopes.scopes import meta_model, scopes_of
-from emergence.edge.stream.stream import stream_windows
-from emergence.hub.checkpoints import (
-    Source,
-    free_memory,
-    load_config,
-    load_model,
-    panel_revision,
-    pick_dtype,
-    source,
-)
+from emergence.hub.checkpoints import load_config, panel_revision, source
 from emergence.hub.revisions import between, existing_checkpoints
 from emergence.panel.refine import merge_overrides, panel_overrides
 from emergence.panel.runs import load_runs
-from emergence.recipe.edge import MODEL_SCOPE, Collapse, Edge
-from emergence.run import prefetch, steps
 from emergence.run.tracking import tracked_run
+from emergence.spectral_edge.exact import BandGram
+from emergence.spectral_edge.figure import plot_edge
+from emergence.spectral_edge.live import sketch_dim
+from emergence.spectral_edge.records import MODEL_SCOPE, Edge
+from emergence.spectral_edge.scopes import layout_of, meta_model
+from emergence.spectral_edge.series import check_series
+from emergence.spectral_edge.sketch import sketch
+from emergence.spectral_edge.stream import SCRATCH, SeriesFiles, series_gram
+from emergence.spectral_edge.windows import band_of_vectors, needed_checkpoints, spectra
 
 log = logging.getLogger(__name__)
-PROJECTIONS = ("jl", "exact")
+PROJECTIONS = ("exact", "sketch")
 
 
-def check_edge_config(cfg: Config) -> int | None:
-    """The projection's dimension (None: exact); a UsageError for a setting the edge cannot take."""
+def check_edge_config(cfg: Config) -> None:
+    """A UsageError for a setting the edge cannot take."""
     edge = cfg.edge
-    if edge.window < 3:
-        raise invalid("edge.window", edge.window, "a window needs >= 3 updates (sigma_2/sigma_3)")
+    windows = edge.windows
+    if not windows or any(not isinstance(w, int) or isinstance(w, bool) or w < 3 for w in windows):
+        raise invalid("edge.window", edge.window, "each W needs >= 3 updates (sigma_2/sigma_3): give 10, or [10,20]")
+    if len(set(windows)) != len(windows):
+        raise invalid("edge.window", edge.window, "a W is named twice; name each once")
+    if edge.projection == "jl":
+        raise invalid(
+            "edge.projection",
+            "jl",
+            "the Gaussian projection is replaced by exact (the default: any model size, streamed) and sketch "
+            "(a count sketch, 20x+ faster); use one of those",
+        )
     if edge.projection not in PROJECTIONS:
         raise invalid("edge.projection", edge.projection, f"use one of {', '.join(PROJECTIONS)}")
-    if edge.projection == "exact":
-        return None
-    dim = edge.dim if edge.dim is not None else 10 * edge.window
-    if dim < edge.window:
+    if edge.projection == "sketch" and sketch_dim(edge) < max(windows):
         raise invalid(
-            "edge.dim", dim, f"a projection must keep >= edge.window={edge.window} dimensions (default 10 x window)"
+            "edge.dim", edge.dim, f"a sketch must keep >= {max(windows)} numbers (the largest W; default 10 x W)"
         )
-    return dim
+    if edge.memory_mib < 1:
+        raise invalid("edge.memory_mib", edge.memory_mib, "the read buffers need >= 1 MiB (default 512)")
 
 
 def sweep_series(sweep_dir: Path, overrides: list[str], model: str | None) -> tuple[Config, list[PanelEntry]]:
     """A panel sweep's configuration (its runs' overrides, then the command line's) and every existing
     checkpoint from its first panel revision to its last, as ``python -m emergence.refine`` finds them."""
-    trajectories = load_runs([sweep_dir])
+    try:
+        trajectories = load_runs([sweep_dir])
+    except FileNotFoundError:  # a folder with no run directory at all
+        trajectories = {}
     if not trajectories:
         raise UsageError(
             f"{sweep_dir} holds no runs of python -m emergence; give the sweep directory of a panel multirun"
@@ -106,96 +114,38 @@ def model_series(overrides: list[str]) -> tuple[Config, list[PanelEntry]]:
     return cfg, existing_checkpoints(cfg)
 
 
-class HubDownloads:
-    """A Hub series' checkpoints fetched as a sweep fetches them (``run/prefetch``): one background thread
-    downloads the checkpoint read next and ``hub.prefetch`` more ahead while one is read; with
-    ``model.cleanup=true`` each revision this command downloaded is removed once it is read. Local
-    checkpoints (and ``hub.prefetch=0``) pass through: the loader reads or downloads them itself."""
-
-    def __init__(self, cfg: Config, sources: list[Source]):
-        self.cleanup, self.ahead = cfg.model.cleanup, cfg.hub.prefetch
-        self.order = [s for s in sources if not s.local_only]
-        self.downloader = prefetch.Downloader() if self.order and self.ahead > 0 else None
-
-    @staticmethod
-    def key(src: Source) -> prefetch.Key:
-        return src.path, src.revision, src.weights_format
-
-    def ready(self, src: Source) -> Source:
-        """``src`` once its files are in the cache (asking for the next ones on the way)."""
-        if self.downloader is None or src.local_only:
-            return src
-        at = self.order.index(src)
-        for later in self.order[at : at + 1 + self.ahead]:
-            self.downloader.ask(self.key(later))
-        self.downloader.wait(self.key(src))
-        return src
-
-    def done(self, src: Source) -> None:
-        """``src`` is read: remove it where ``model.cleanup`` asks (after the downloads asked so far)."""
-        if not self.cleanup or src.local_only:
-            return
-        if self.downloader is None:
-            steps.remove_from_cache(src)
-        else:
-            self.downloader.later(lambda: steps.remove_from_cache(src))
-
-    def finish(self) -> None:
-        if self.downloader is not None:
-            self.downloader.finish()
+def sketch_band(cfg: Config, files: SeriesFiles, layout, count: int) -> BandGram:
+    """The band of the sketches of checkpoints 0 .. count - 1 (each loaded whole once, then let go)."""
+    dim, vectors = sketch_dim(cfg.edge), []
+    for i in tqdm(range(count), desc="edge (sketch)", unit="checkpoint"):
+        model = files.load(i)
+        vectors.append(sketch(dict(model.named_parameters()), layout, dim, cfg.edge.seed))
+        del model
+        files.done(i)
+    return BandGram(list(layout.scopes), band_of_vectors(np.stack(vectors), max(cfg.edge.windows)))
 
 
 def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
     """The edge of ``entries`` (checkpoints of ``cfg``'s model, by step), written to ``out_dir``."""
-    dim = check_edge_config(cfg)
-    device, dtype = torch.device("cpu"), pick_dtype(cfg.model.dtype)
-
-    def checkpoint_source(entry: PanelEntry):
-        return source(cfg, panel_revision(entry, cfg.model.tokens_per_step))
-
+    check_edge_config(cfg)
     if not entries:
         raise UsageError(f"model {cfg.model.key} has no checkpoints; train or save its run first")
-    first = checkpoint_source(entries[0])
+    check_series(entries)
+    needed = needed_checkpoints(entries, cfg.edge.windows)
+    series = [entries[i] for i in needed]
+    first = source(cfg, panel_revision(series[0], cfg.model.tokens_per_step))
     skeleton = meta_model(load_config(cfg, first).hf_config, cfg.model.trust_remote_code)
-    scopes = scopes_of(skeleton)
-    projection: Exact | RandomProjection
-    if dim is None:
-        projection = Exact(scopes)
-        need = projection.bytes_needed({n: p.shape for n, p in skeleton.named_parameters()}, cfg.edge.window)
-        free = free_memory(device)
-        log.info(
-            f"edge: exact mode keeps {cfg.edge.window + 2} float64 copies of {len(scopes)} scopes: "
-            f"{need / 2**30:.2f} GiB" + (f" of {free / 2**30:.1f} GiB available" if free else "")
-        )
-        if free is not None and need > free:
-            raise invalid(
-                "edge.projection",
-                "exact",
-                f"it needs {need / 2**30:.1f} GiB but {free / 2**30:.1f} GiB is available; use edge.projection=jl",
-            )
+    layout = layout_of(skeleton)
+    if cfg.edge.projection == "exact":
+        band = series_gram(cfg, series, layout, skeleton, out_dir)
     else:
-        projection = RandomProjection(scopes, dim, cfg.edge.seed)
-
-    sources = {entry.step: checkpoint_source(entry) for entry in entries}  # before anything is fetched
-    downloads = HubDownloads(cfg, [sources[e.step] for e in entries])
-
-    def read(entry: PanelEntry):
-        src = downloads.ready(sources[entry.step])
-        model = load_model(cfg, src, load_config(cfg, src), device, dtype, "eager")  # only its parameters are read
-        vectors = projection.vectors(dict(model.named_parameters()))
-        downloads.done(src)
-        return vectors
-
-    windows = stream_windows(entries, read, cfg.edge.window)
-    downloads.finish()
-    result = Edge(
-        cfg.model.key,
-        cfg.edge.window,
-        cfg.edge.projection,
-        dim,
-        windows,
-        {scope: Collapse.of(w) for scope, w in windows.items()},
-    )
+        files = SeriesFiles(cfg, series, layout, skeleton, out_dir / SCRATCH)
+        try:
+            band = sketch_band(cfg, files, layout, len(series))
+        finally:
+            files.finish()
+    dim = sketch_dim(cfg.edge) if cfg.edge.projection == "sketch" else None
+    result = Edge(cfg.model.key, cfg.edge.projection, dim, spectra(entries, needed, band, cfg.edge.windows))
     result.save(out_dir)
     figure = plot_edge(result, out_dir)
     log_edge(cfg, result, figure, out_dir)
@@ -208,16 +158,22 @@ def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
     the window's last checkpoint's tokens (its step where the series states none), and edge.png."""
     group = cfg.wandb.group or out_dir.resolve().name
     wandb_cfg = dataclasses.replace(cfg.wandb, group=group)
-    config = {"model": cfg.model.key, "window": result.window, "projection": result.projection, "dim": result.dim}
+    spectra = result.first
+    config = {
+        "model": cfg.model.key,
+        "window": [s.window for s in result.spectra],
+        "projection": result.projection,
+        "dim": result.dim,
+    }
     with tracked_run(wandb_cfg, f"edge-{cfg.model.key}", config, out_dir, job_type="edge") as run:
         if run is None:
             return
         import wandb
 
-        axis = "tokens" if all(w.last_tokens is not None for w in result.scopes[MODEL_SCOPE]) else "step"
+        axis = "tokens" if all(w.last_tokens is not None for w in spectra.scopes[MODEL_SCOPE]) else "step"
         run.define_metric(axis)
         run.define_metric("edge/*", step_metric=axis)
-        for w in result.scopes[MODEL_SCOPE]:
+        for w in spectra.scopes[MODEL_SCOPE]:
             run.log(
                 {
                     axis: w.last_tokens if axis == "tokens" else w.last_step,
@@ -230,12 +186,13 @@ def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
                             ("pc2_share", w.pc2_share),
                             ("drift_speed", w.drift_speed),
                             ("k_star", w.k_star),
+                            ("k95", w.k95),
                         )
                         if v is not None
                     },
                 }
             )
-        found = result.collapse[MODEL_SCOPE]
+        found = spectra.collapse[MODEL_SCOPE]
         run.summary.update({"edge/peak_window": found.peak, "edge/collapse_window": found.collapse})
         run.log({"edge/figure": wandb.Image(str(figure))})
 
@@ -272,11 +229,18 @@ def main(argv=None) -> None:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    windows = result.scopes[MODEL_SCOPE]
-    found = result.collapse[MODEL_SCOPE]
+    windows = result.first.scopes[MODEL_SCOPE]
+    found = result.first.collapse[MODEL_SCOPE]
     said = (
         "no collapse"
         if found.collapse is None
         else f"sigma_2/sigma_3 collapses (< 1.20) in the window ending at step {windows[found.collapse].last_step}"
     )
-    print(f"edge: {len(windows)} windows x {len(result.scopes)} scopes; {said}; {out_dir / 'edge.json'}")
+    print(
+        f"edge: W={result.first.window}: {len(windows)} windows x {len(result.first.scopes)} scopes; {said}; "
+        f"{out_dir / 'edge.json'}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,1 +1,0 @@
-"""What of a checkpoint is kept per scope: its values (``exact``) or a random projection of them (``jl``)."""

@@ -1,1 +1,0 @@
-"""Which parameters (and which parts of them) each scope of the edge covers."""

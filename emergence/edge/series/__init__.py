@@ -1,1 +1,0 @@
-"""Which checkpoints make which windows, and the checks that refuse a broken series."""

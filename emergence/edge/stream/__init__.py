@@ -1,1 +1,0 @@
-"""The checkpoints read in order, once each, into the windows' spectra."""
