@@ -68,11 +68,11 @@
       ``checkpoints.load_model`` in float16 and float32 in a fresh process (its peak RSS is that
       load's alone), ``--repeats`` times: load seconds, peak RSS and the RSS before the load, and
       the ``.bin`` over safetensors ratios (the target: ``.bin``'s peak RSS within 1.5x);
-  (edge) the spectral edge's streaming (``--only edge``, ``edge_cost``): a series of
-      ``--edge-checkpoints`` float16 checkpoints of ``--load-shape`` in a temporary folder;
-      ``python -m emergence.edge`` (jl, ``--edge-window``, ``--edge-dim``) in a fresh process
-      against a fresh process that only loads the same checkpoints one after another: seconds and
-      peak RSS (``VmHWM``) of each (the target: the edge's peak within the load-only peak + 1 GiB);
+  (edge) the exact spectral edge (``--only edge``, ``edge_cost``): a series of ``--edge-checkpoints``
+      float16 checkpoints of ``--load-shape`` in a temporary folder (``$BENCH_TMP``), then, each from a
+      cold page cache in a fresh process, plain reads of every file against ``python -m emergence.edge``
+      (exact, every scope, ``--edge-window``): seconds, their ratio, the edge's peak RssAnon (the
+      targets: 1.5x, 1.5 GiB); and the count sketch's seconds per checkpoint against Gaussian draws;
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -83,7 +83,7 @@ intervals + ablation) and the ablation step alone, over the bare pass.
 
     python -m benchmarks.bench [--arch llama] [--sequences 256] [--out bench.json]
     python -m benchmarks.bench --only load [--load-shape gpt_neox] [--repeats 3]
-    python -m benchmarks.bench --only edge [--load-shape gpt_neox] [--edge-checkpoints 4] [--edge-dim 30]
+    python -m benchmarks.bench --only edge [--load-shape gpt_neox] [--edge-checkpoints 16] [--edge-window 10]
 
 (j) runs from a source checkout: it serves the checkpoints with the tests' Hub server helpers
 (``tests/helpers/hub_server.py``) and needs olah (``pip install -e .[test]``) and git.
@@ -355,65 +355,115 @@ def write_edge_series(shape: str, root: Path, checkpoints: int) -> int:
     return sum(v.numel() for v in state.values())
 
 
-def edge_child(path: str, checkpoints: int, overrides: list[str]) -> None:
-    """(edge)'s child process: ``python -m emergence.edge`` on the series in ``path`` (``overrides``: its
-    settings), or with ``overrides`` empty just loading each checkpoint once as it does
-    (``checkpoints.load_model``, float32); the wall time and this process's peak RSS (``VmHWM``) in KiB."""
-    from emergence.core.config import compose_config
-    from emergence.edge.command import main as edge_main
-    from emergence.hub import checkpoints as loader
+def drop_page_cache(root: Path) -> None:
+    """Every file under ``root`` out of the page cache (``POSIX_FADV_DONTNEED`` on its clean pages: the
+    next read comes from the disk, as on a machine that has not read the series yet)."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
+
+def measure_rss_anon(cmd: list[str]) -> dict:
+    """Wall seconds of ``cmd`` and its peak anonymous memory (``RssAnon``, sampled every 20 ms: the memory
+    the process owns, not the file pages it reads)."""
     start = time.perf_counter()
-    if overrides:
-        with tempfile.TemporaryDirectory() as out:
-            edge_main(["model=local", f"model.name_or_path={path}", *overrides, "--out", out])
-    else:
-        for k in range(checkpoints):
-            cfg = compose_config(["model=local", f"model.name_or_path={path}/step{10 * k}"])
-            src = loader.source(cfg, loader.resolve_revision(cfg))
-            model = loader.load_model(
-                cfg, src, loader.load_config(cfg, src), torch.device("cpu"), torch.float32, "eager"
-            )  # as the edge loads them
-            del model
-    print(json.dumps({"seconds": time.perf_counter() - start, "peak_rss_kib": rss_kib()["VmHWM"]}))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            peak = max(peak, int(status.get("RssAnon", "0 kB").split()[0]))
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.02)
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{err.decode()[-2000:]}")
+    return {"seconds": round(time.perf_counter() - start, 2), "peak_rss_anon_gib": round(peak / 2**20, 3)}
 
 
-def edge_cost(shape: str, checkpoints: int, window: int, dim: int) -> dict:
-    """(edge): peak RSS and time of ``python -m emergence.edge`` (jl, ``dim``) on a series of ``checkpoints``
-    float16 checkpoints of ``shape``, against loading the same checkpoints one after another in float32
-    (each in a fresh process). The streaming's promise: edge's peak <= one checkpoint, as the loader holds it
-    (the load-only peak), + 1 GiB, whatever the number of checkpoints."""
-    with tempfile.TemporaryDirectory() as tmp:
+def plain_reads_child(path: str) -> None:
+    """(edge)'s baseline: every file of the series read once, in 8 MiB reads, nothing kept."""
+    buffer = bytearray(8 * 2**20)
+    for file in sorted(Path(path).rglob("*.safetensors")):
+        with open(file, "rb", buffering=0) as f:
+            while f.readinto(buffer):
+                pass
+
+
+def edge_cost(shape: str, checkpoints: int, window: int) -> dict:
+    """(edge): the exact edge (every scope) of ``checkpoints`` float16 checkpoints of ``shape`` against plain
+    reads of the same files, each from a cold page cache in a fresh process: seconds, their ratio and the
+    edge's peak anonymous memory; and the sketch's seconds per checkpoint against Gaussian draws at d = 100."""
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         root = Path(tmp)
-        parameters = write_edge_series(shape, root, checkpoints)
-        child = [
-            sys.executable,
-            "-m",
-            "benchmarks.bench",
-            "--edge-child",
-            str(root),
-            "--edge-checkpoints",
-            str(checkpoints),
-        ]
-        load = measure(child)
-        edge = measure([*child, "--edge-overrides", f"edge.window={window}", f"edge.dim={dim}"])
-    weights_gib = parameters * 4 / 2**30
-    row = {
+        parameters = write_edge_series(shape, root / "series", checkpoints)
+        size = sum(f.stat().st_size for f in (root / "series").rglob("*.safetensors"))
+        drop_page_cache(root)
+        reads = measure_rss_anon(
+            [sys.executable, "-m", "benchmarks.bench", "--plain-reads-child", str(root / "series")]
+        )
+        drop_page_cache(root)
+        edge = measure_rss_anon(
+            [
+                sys.executable,
+                "-m",
+                "emergence.edge",
+                "model=local",
+                f"model.name_or_path={root / 'series'}",
+                f"edge.window={window}",
+                "wandb.mode=disabled",
+                "--out",
+                str(root / "out"),
+            ]
+        )
+    return {
         "model": LOAD_SHAPES[shape][0],
         "parameters": parameters,
         "checkpoints": checkpoints,
+        "series_gib": round(size / 2**30, 3),
         "window": window,
-        "dim": dim,
-        "float32_weights_gib": round(weights_gib, 3),
+        "plain_reads": reads,
+        "exact_edge": edge,
+        "edge_over_reads": round(edge["seconds"] / reads["seconds"], 3),
+        "target": "edge_over_reads <= 1.5, exact_edge.peak_rss_anon_gib <= 1.5",
+        **sketch_cost(shape),
     }
-    for name, r in (("load_only", load), ("edge", edge)):
-        row[name] = {"seconds": round(r["seconds"], 2), "peak_rss_gib": round(r["peak_rss_kib"] / 2**20, 3)}
-    row["edge_peak_over_weights_gib"] = round(row["edge"]["peak_rss_gib"] - weights_gib, 3)
-    row["edge_peak_over_load_only_gib"] = round(row["edge"]["peak_rss_gib"] - row["load_only"]["peak_rss_gib"], 3)
-    row["gaussians_per_second"] = round(parameters * dim * checkpoints / (edge["seconds"] - load["seconds"]))
-    # one checkpoint as the loader holds it: its float32 weights, and the file's pages while they are converted
-    row["target"] = "edge peak RSS <= the load-only peak (one checkpoint as load_model holds it) + 1 GiB"
-    return row
+
+
+def sketch_cost(shape: str, dim: int = 100) -> dict:
+    """Seconds per checkpoint of ``shape`` (random float32 weights in memory) of the count sketch at ``dim``,
+    against drawing ``dim`` Gaussian numbers per parameter as the Gaussian projection did (timed on 2^26
+    parameters, scaled to the model)."""
+    import transformers
+
+    from emergence.spectral_edge.scopes import layout_of
+    from emergence.spectral_edge.sketch import sketch
+
+    _, config_class, kwargs = LOAD_SHAPES[shape]
+    config = getattr(transformers, config_class)(**kwargs)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    params = dict(model.named_parameters())
+    n = sum(p.numel() for p in params.values())
+    start = time.perf_counter()
+    sketch(params, layout_of(model), dim, seed=0)
+    sketch_s = time.perf_counter() - start
+    sample = 2**26
+    generator = torch.Generator().manual_seed(0)
+    start = time.perf_counter()
+    for _ in range(dim):
+        torch.randn(sample, generator=generator)
+    gaussian_s = (time.perf_counter() - start) * n / sample
+    return {
+        "sketch": {"dim": dim, "seconds_per_checkpoint": round(sketch_s, 2)},
+        "gaussian_draws": {"dim": dim, "seconds_per_checkpoint": round(gaussian_s, 1)},
+        "gaussian_over_sketch": round(gaussian_s / sketch_s, 1),
+    }
 
 
 def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
@@ -1518,7 +1568,7 @@ SWEEPS = {"j": prefetch_sweeps}
 # The rows ``--only`` runs by themselves from the parsed arguments.
 OWN_OPTIONS = {
     "load": lambda args: load_formats(args.load_shape, args.repeats),
-    "edge": lambda args: edge_cost(args.load_shape, args.edge_checkpoints, args.edge_window, args.edge_dim),
+    "edge": lambda args: edge_cost(args.load_shape, args.edge_checkpoints, args.edge_window),
 }
 
 
@@ -1546,11 +1596,11 @@ def main(argv=None) -> None:
         default=None,
         help="run just this comparison (quicker than the whole benchmark)",
     )
-    p.add_argument("--edge-checkpoints", type=int, default=4, help="(edge): checkpoints in the series (--load-shape's)")
-    p.add_argument("--edge-window", type=int, default=3, help="(edge): edge.window")
-    p.add_argument("--edge-dim", type=int, default=30, help="(edge): edge.dim, the JL dimension (time grows with it)")
-    p.add_argument("--edge-child", metavar="DIR", help=argparse.SUPPRESS)
-    p.add_argument("--edge-overrides", nargs="*", default=[], help=argparse.SUPPRESS)
+    p.add_argument(
+        "--edge-checkpoints", type=int, default=16, help="(edge): checkpoints in the series (--load-shape's)"
+    )
+    p.add_argument("--edge-window", type=int, default=10, help="(edge): edge.window")
+    p.add_argument("--plain-reads-child", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--bare", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--study", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--load-child", metavar="DIR", help=argparse.SUPPRESS)
@@ -1568,8 +1618,8 @@ def main(argv=None) -> None:
         return study(args.study, args.sequences)
     if args.load_child:
         return load_child(args.load_child, args.load_dtype)
-    if args.edge_child:
-        return edge_child(args.edge_child, args.edge_checkpoints, args.edge_overrides)
+    if args.plain_reads_child:
+        return plain_reads_child(args.plain_reads_child)
     if args.vocabulary_child:
         return vocabulary_child(args.vocabulary_child, args.probe, args.sequences, args.seq_len, args.unchunked)
 

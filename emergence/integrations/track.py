@@ -4,7 +4,8 @@
 ``steps.load_live`` (the probe fitted to the model, its batches, the model as it is) instead of a
 checkpoint loaded from disk; every later step, and every file it writes, is the command line's. Its
 run directory is ``<out>/emergence/step<step>/``, which ``python -m emergence.report <out>/emergence``
-reads as a panel.
+reads as a panel; beside the runs, ``edge_sketch/step<step>.npz`` keeps the count sketch of the model's
+weights at the step, from which the live spectral edge is drawn (``spectral_edge/live.py``).
 
 The training must not notice: the model is never copied or reloaded, and runs in eval mode under
 ``torch.no_grad`` with our attention function only for the call; each module's train mode, the
@@ -32,6 +33,7 @@ from emergence.hub import checkpoints
 from emergence.main import analyse, discard_run_dir
 from emergence.recipe import capture
 from emergence.run import results, steps, sweep
+from emergence.spectral_edge.live import keep_sketch
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ def track(
                 out_dir,
                 load=functools.partial(steps.load_live, model=model, revision=revision, tokenizer=tokenizer),
             )
+            # the live edge's sketch of this step (docs/edge.md): a few numbers per scope, kept beside the runs
+            keep_sketch(model, PanelEntry(f"step{step}", step, revision.tokens), out_dir.parent, cfg.edge)
         assert isinstance(summary, results.RunSummary)  # no integrity store: never a duplicate branch
         return summary
     except KeyboardInterrupt:  # the user stops the training: no half-written run directory stays

@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from emergence.core.errors import first_line
-from emergence.integrations.track import run_dir, track
+from emergence.integrations.track import live_config, run_dir, track
 from emergence.run import tracking
+from emergence.spectral_edge.live import live_edge
+from emergence.spectral_edge.records import MODEL_SCOPE
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +71,25 @@ class EmergenceCallback(TrainerCallback):
         if summary is None or run is None:
             return
         try:
-            tracking.log_into_training(run, summary, run_dir(args.output_dir, state.global_step))
+            edge = live_edge_metrics(args.output_dir, self.overrides, state.global_step)
+            tracking.log_into_training(run, summary, run_dir(args.output_dir, state.global_step), edge)
         except Exception as err:  # W&B is an output, not the record: the training goes on
             log.warning(
                 f"emergence: step {state.global_step} not logged to W&B ({type(err).__name__}: "
                 f"{first_line(err)}); its results are in {run_dir(args.output_dir, state.global_step)}"
             )
+
+
+def live_edge_metrics(output_dir: str, overrides: Sequence[str], step: int) -> dict[str, float]:
+    """The live edge's window ending at ``step`` (the first W of ``edge.window``, the whole model's sketch) as
+    ``edge/r12``, ``edge/r23``, ``edge/drift_speed``, ``edge/k95``; none until the kept sketches make one."""
+    cfg = live_config(output_dir, overrides)
+    edge = live_edge(run_dir(output_dir, step).parent, cfg.model.key, cfg.edge)
+    if edge is None or edge.first.scopes[MODEL_SCOPE][-1].last_step != step:
+        return {}
+    newest = edge.first.scopes[MODEL_SCOPE][-1]
+    metrics = {"r12": newest.r12, "r23": newest.r23, "drift_speed": newest.drift_speed, "k95": newest.k95}
+    return {f"edge/{k}": v for k, v in metrics.items() if v is not None}
 
 
 def tokenizer_of(processing_class):

@@ -124,12 +124,13 @@ TRAINING_PREFIX = "emergence/"  # a training's W&B run: our metrics' namespace b
 TRAINING_STEP = "train/global_step"  # the axis transformers' ``report_to="wandb"`` plots its metrics against
 
 
-def log_into_training(run, summary: RunSummary, out_dir: Path) -> None:
+def log_into_training(run, summary: RunSummary, out_dir: Path, more: dict[str, float] | None = None) -> None:
     """A checkpoint analysed while its model trains (``EmergenceCallback``), into the training's own W&B run:
-    ``log_checkpoint``'s metrics (tokens seen among them) under ``emergence/``, against the training's step,
-    the per-head table and the class grid read back from the run directory ``out_dir``."""
+    ``log_checkpoint``'s metrics (tokens seen among them) and ``more`` (the live edge's) under
+    ``emergence/``, against the training's step, the per-head table and the class grid read back from the
+    run directory ``out_dir``."""
     run.define_metric(f"{TRAINING_PREFIX}*", step_metric=TRAINING_STEP)
-    metrics = checkpoint_metrics(summary, read_run(out_dir)[1], out_dir / "classes.png")
+    metrics = {**checkpoint_metrics(summary, read_run(out_dir)[1], out_dir / "classes.png"), **(more or {})}
     run.log({**{TRAINING_PREFIX + k: v for k, v in metrics.items()}, TRAINING_STEP: summary.step})
 
 

@@ -44,9 +44,12 @@ def sketch(params: dict[str, torch.Tensor], layout: Layout, dim: int, seed: int)
             for block, r0 in enumerate(range(0, rows, per_block)):
                 r1 = min(rows, r0 + per_block)
                 generator.manual_seed(block_seed(seed, name, block))
-                code = torch.randint(0, 2 * dim, (r1 - r0, cols), generator=generator, device=x.device)
-                signed = torch.where(code % 2 == 0, 1.0, -1.0).to(torch.float64) * x[r0:r1].to(torch.float64)
-                bucket = code // 2
+                code = torch.randint(
+                    0, 2 * dim, (r1 - r0, cols), generator=generator, device=x.device, dtype=torch.int32
+                )
+                # s(c) = +1 or -1 from the code's low bit, h(c) from the rest
+                signed = (code & 1).to(torch.float64).mul_(-2).add_(1).mul_(x[r0:r1])
+                bucket = code >> 1
                 for cell in cells:
                     lo, hi = max(cell.row0, r0), min(cell.row1, r1)
                     if lo >= hi:

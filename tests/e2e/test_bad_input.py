@@ -109,7 +109,7 @@ def command_cases(tmp) -> dict[tuple[str, str], tuple[list, list[str], list]]:
         ),
         ("emergence.edge", "unknown name"): (
             ["model=toy_neox", "edge.projection=nope", "--out", tmp / "edge"],
-            ["edge.projection='nope'", "jl, exact"],
+            ["edge.projection='nope'", "exact, sketch"],
             [tmp / "edge"],
         ),
         ("benchmarks.bench", "missing path"): (["--out", missing / "bench.json"], [str(missing)], [missing]),

@@ -1,5 +1,5 @@
 """The recipe inside a training, end to end: transformers' ``Trainer`` with ``EmergenceCallback`` (a checkpoint
-every 40 of 120 steps, W&B offline) against the command line on the checkpoints it saved, against the same
+every 30 of 120 steps, W&B offline, the live edge at W = 3) against the command line on the checkpoints it saved, against the same
 training without the callback (``trainer_run``), and in its W&B run; a recipe error inside a training; and
 ``python -m emergence.watch`` over a folder that a thread writes."""
 
@@ -21,13 +21,14 @@ from tests.helpers.cli import run_cli, start_cli
 from tests.helpers.trainer_run import STEPS, tokens_at, train_run
 from tests.helpers.wandb_offline import history
 
-SAVED = (40, 80, 120)  # the tracked training's checkpoints
+SAVED = (30, 60, 90, 120)  # the tracked training's checkpoints
+LIVE_WINDOW = 3  # edge.window of the callback's live edge: one window, 30 .. 120
 OVERRIDES = ["probe=quick"]  # the callback's default probe, said to the command line
 
 
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory):
-    """The ``Trainer`` run of tests/helpers/trainer_run.py saving every 40 steps, with the callback and
+    """The ``Trainer`` run of tests/helpers/trainer_run.py saving every 30 steps, with the callback (its live edge at W = 3) and
     ``report_to="wandb"`` (offline): (its output folder, its W&B run's folder)."""
     import wandb
 
@@ -35,7 +36,8 @@ def tracked(tmp_path_factory):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("WANDB_MODE", "offline")
         env.setenv("WANDB_DIR", str(root))
-        out = train_run(root / "out", save_steps=SAVED[0], callbacks=[EmergenceCallback()], report_to=["wandb"])
+        callback = EmergenceCallback(overrides=[f"edge.window={LIVE_WINDOW}"])
+        out = train_run(root / "out", save_steps=SAVED[0], callbacks=[callback], report_to=["wandb"])
         wandb.finish()  # the Trainer leaves its run open; its file is whole once finished
     (run,) = (root / "wandb").glob("offline-run-*")
     return out, run
@@ -120,6 +122,26 @@ def test_the_trainers_wandb_run_holds_the_loss_and_the_emergence_metrics(tracked
         assert row["emergence/heads/_type"] == "table-file" and row["emergence/heads/nrows"] == 8  # 2 layers x 4 heads
         assert row["emergence/classes/_type"] == "image-file"
         assert not any(k in row for k in ("bos_fraction", "tokens"))  # nothing outside its namespace
+
+
+@pytest.mark.slow
+def test_the_callback_writes_the_live_edge_into_the_trainers_wandb_run(tracked):
+    """Each call keeps the model's sketch; once W + 1 of them are at one spacing, the window ending at the
+    step is in edge_live.json and in the training's W&B run, its ratios those of the kept sketches' updates."""
+    out, run = tracked
+    runs = out / "emergence"
+    assert sorted(p.name for p in (runs / "edge_sketch").glob("*.npz")) == sorted(f"step{s}.npz" for s in SAVED)
+    live = json.loads((runs / "edge_live.json").read_text())
+    (window,) = live["spectra"][0]["scopes"]["model"]
+    assert live["projection"] == "sketch" and (window["first_step"], window["last_step"]) == (SAVED[0], SAVED[-1])
+    vectors = [np.load(runs / "edge_sketch" / f"step{s}.npz")["values"][0] for s in SAVED]
+    sv = np.linalg.svd(np.diff(np.stack(vectors), axis=0), compute_uv=False)
+    assert window["r23"] == pytest.approx(sv[1] / sv[2], rel=1e-9)
+    rows = [r for r in history(run) if "emergence/edge/r23" in r]
+    assert [r["train/global_step"] for r in rows] == [SAVED[-1]]
+    assert rows[0]["emergence/edge/r23"] == pytest.approx(window["r23"]) and rows[0]["emergence/tokens"] == tokens_at(
+        120
+    )
 
 
 @pytest.mark.slow
@@ -228,7 +250,7 @@ def test_watch_analyses_each_whole_checkpoint_once_never_a_half_written_one(trai
     )
     assert sorted(p.name for p in (run / "emergence").iterdir()) == ["step120", "step40"]
     out, _ = tracked  # the same weights (the training is the callback's, to the bit): the same numbers
-    for step in (40, 120):
+    for step in (120,):  # the step both analysed (the callback's saves are 30 apart)
         assert_same_numbers(heads(run / "emergence" / f"step{step}"), heads(out / "emergence" / f"step{step}"))
     summary = RunSummary.read(run / "emergence" / "step120")
     assert (summary.revision, summary.step, summary.tokens) == ("checkpoint-120", 120, tokens_at(120))

@@ -539,7 +539,7 @@ def test_f6_places_the_edge_and_the_ov_copying_against_the_milestones(tmp_path):
     whose sigma_2/sigma_3 peaks in its third window and collapses in its fourth. F6 places each phase
     against each milestone: milestone tokens - the window's last, over (bracket low - last, tokens - first]."""
     from emergence import measures
-    from emergence.recipe.edge import MODEL_SCOPE, Collapse, Edge, EdgeWindow
+    from emergence.spectral_edge.records import MODEL_SCOPE, Edge, EdgeWindow, WindowSpectra
 
     tokens = [1e6, 2e6, 4e6, 8e6, 16e6]
     root = tmp_path / "multirun"
@@ -561,10 +561,10 @@ def test_f6_places_the_edge_and_the_ov_copying_against_the_milestones(tmp_path):
     last = [3e6, 5e6, 6e6, 9e6, 12e6]
     r23 = [1.5, 2.0, 3.0, 1.1, 1.0]
     windows = [
-        EdgeWindow(10 * i, 10 * i + 20, int(b - 2e6), int(b), 2, [3.0, 2.0, 1.0], 1.5, r, 1, 0.5, 0.3, 0.1)
+        EdgeWindow(10 * i, 10 * i + 20, int(b - 2e6), int(b), 2, [3.0, 2.0, 1.0], 1.5, r, 1, 2, 0.5, 0.3, 0.1)
         for i, (b, r) in enumerate(zip(last, r23))
     ]
-    Edge("m", 10, "exact", None, {MODEL_SCOPE: windows}, {MODEL_SCOPE: Collapse.of(windows)}).save(root)
+    Edge("m", "exact", None, [WindowSpectra.of(10, {MODEL_SCOPE: windows})]).save(root)
 
     out = tmp_path / "report"
     report_main([str(root), "--out", str(out)])
