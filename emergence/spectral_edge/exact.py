@@ -14,6 +14,7 @@ of one chunk of about ``CHUNK_ELEMENTS`` per checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -114,6 +115,29 @@ def blocks_of(layout: Layout, stored: Checkpoint, rows_budget_bytes: int) -> lis
     return out
 
 
+def split_rows(cells: list[Cell], block: Block, shares: int) -> list[list[Cell]]:
+    """The cells' parts within ``block``, cut by rows into ``shares`` lists of about equal size."""
+    parts = []
+    for cell in cells:
+        lo, hi = max(cell.row0, block.row0), min(cell.row1, block.row1)
+        if lo < hi:
+            parts.append(dataclasses.replace(cell, row0=lo, row1=hi))
+    total = sum(p.numel for p in parts)
+    out: list[list[Cell]] = [[] for _ in range(shares)]
+    at = 0  # elements handed out so far
+    for part in parts:
+        per_row = part.col1 - part.col0
+        row = part.row0
+        while row < part.row1:
+            share = min(shares - 1, at * shares // max(1, total))
+            room = (share + 1) * total // shares - at  # elements until the next share starts
+            rows = max(1, min(part.row1 - row, -(-room // per_row)))
+            out[share].append(dataclasses.replace(part, row0=row, row1=row + rows))
+            row += rows
+            at += rows * per_row
+    return out
+
+
 def stream_gram(
     checkpoints: Sequence[Checkpoint],
     layout: Layout,
@@ -157,21 +181,36 @@ def stream_gram(
             reader.read(t, block.row0 * cols, count, view[i * size : (i + 1) * size])
         return torch.frombuffer(view[: len(stored) * size], dtype=stored[0].dtype).reshape(shape)
 
+    # the reduction runs on as many threads as torch would use, each single-threaded on its own share of
+    # every block's rows (tiny matrix products parallelise badly inside one op), each into its own sums
+    workers = max(1, torch.get_num_threads())
+    sums = [np.zeros_like(values) for _ in range(workers)]
+
+    def reduce(raw: torch.Tensor, share: list[Cell], block: Block, into: np.ndarray) -> None:
+        for cell in share:
+            into[list(cell.scopes)] += cell_products(raw, cell, (block.row0, block.row1), width, last_only)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-read") as pool:
-            ahead = pool.submit(read, 0) if blocks else None
+        with (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-read") as reading,
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-reduce") as reducing,
+        ):
+            ahead = reading.submit(read, 0) if blocks else None
             for k, block in enumerate(blocks):
                 assert ahead is not None
                 raw = ahead.result()
                 # the next block is read into the other buffers while this one is reduced
-                ahead = pool.submit(read, k + 1) if k + 1 < len(blocks) else None
-                for cell in layout.cells[block.name]:
-                    if cell.row1 <= block.row0 or cell.row0 >= block.row1:
-                        continue
-                    products = cell_products(raw, cell, (block.row0, block.row1), width, last_only)
-                    values[list(cell.scopes)] += products
+                ahead = reading.submit(read, k + 1) if k + 1 < len(blocks) else None
+                shares = split_rows(layout.cells[block.name], block, workers)
+                for done in [reducing.submit(reduce, raw, share, block, sums[w]) for w, share in enumerate(shares)]:
+                    done.result()
                 if progress is not None:
                     progress(raw[0].numel() * raw.element_size())
     finally:
+        torch.set_num_threads(threads)
         reader.close()
+    for part in sums:
+        values += part
     return BandGram(list(layout.scopes), values)

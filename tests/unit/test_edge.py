@@ -405,3 +405,46 @@ def test_the_edge_is_a_wandb_run_of_the_sweeps_group(series, tmp_path, monkeypat
         if record.WhichOneof("record_type") == "run":
             runs.append(record.run)
     assert {(r.run_group, r.job_type) for r in runs} == {("my_sweep", "edge")}
+
+
+def test_a_folder_with_no_runs_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path)])
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert (
+        line == f"error: {tmp_path} holds no runs of python -m emergence; give the sweep directory of a panel multirun"
+    )
+
+
+def test_a_schema_1_edge_json_still_reads(tmp_path):
+    """edge.json as this tool wrote it with one W: read as an Edge of one WindowSpectra, k95 unknown."""
+    from emergence.spectral_edge.records import Edge
+
+    window = {
+        "first_step": 0,
+        "last_step": 50,
+        "first_tokens": None,
+        "last_tokens": None,
+        "spacing": 10,
+        "singular_values": [3.0, 2.0, 1.0],
+        "r12": 1.5,
+        "r23": 2.0,
+        "k_star": 2,
+        "pc1_share": 0.64,
+        "pc2_share": 0.29,
+        "drift_speed": 0.5,
+    }
+    old = {
+        "model": "toy_neox",
+        "window": 5,
+        "projection": "jl",
+        "dim": 50,
+        "scopes": {"model": [window]},
+        "collapse": {"model": {"peak": 0, "collapse": None}},
+    }
+    (tmp_path / "edge.json").write_text(json.dumps(old))
+    edge = Edge.load(tmp_path)
+    assert edge.projection == "jl" and edge.dim == 50 and edge.first.window == 5
+    (got,) = edge.first.scopes["model"]
+    assert got.r23 == 2.0 and got.k95 is None and edge.first.collapse["model"].peak == 0
