@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +29,11 @@ from emergence.spectral_edge.tensor_files import Reader, StoredTensor
 
 # Elements per checkpoint converted to float64 and reduced at once: small enough to stay in the CPU's
 # caches (8 checkpoints x 64k x 8 bytes = 4 MiB), large enough that Python's per-call cost is noise.
-CHUNK_ELEMENTS = 2**16
+CHUNK_ELEMENTS = 2**15
+
+# Sets of read buffers: the one being reduced and those the reader thread fills ahead (a cold disk's reads
+# and the reduction then overlap even where one block reads slower than the one before reduces)
+BUFFER_SETS = 4
 
 # one checkpoint's tensors by parameter name
 Checkpoint = dict[str, StoredTensor]
@@ -54,15 +59,19 @@ class BandGram:
 
 @functools.lru_cache(maxsize=64)
 def chunk_plan(updates: int, width: int) -> tuple[tuple[int, int, int], ...]:
-    """(c0, c1, lo) per chunk of ``width`` updates: the products of rows c0..c1-1 with rows lo..c1-1
-    cover every pair within ``width`` of each other once at least."""
+    """(c0, c1, lo) per product to take: rows c0..c1-1 of the updates with rows lo..c1-1. One product of
+    all with all where that is at most twice the band's work (a few large products beat many small ones);
+    else one per chunk of ``width`` rows, which covers every pair within ``width`` of each other."""
+    if updates <= 2 * width:
+        return ((0, updates, 0),)
     return tuple((c0, min(updates, c0 + width), max(0, c0 - width + 1)) for c0 in range(0, updates, width))
 
 
-def extract_band(chunks: list[torch.Tensor], updates: int, width: int) -> np.ndarray:
-    """[updates, width] band values from the chunk products of ``chunk_plan``."""
+def extract_band(chunks: list[torch.Tensor], plan: tuple[tuple[int, int, int], ...], width: int) -> np.ndarray:
+    """[updates, width] band values from the products of ``plan``."""
+    updates = plan[-1][1]
     out = np.zeros((updates, width))
-    for (c0, c1, lo), chunk in zip(chunk_plan(updates, width), chunks):
+    for (c0, c1, lo), chunk in zip(plan, chunks):
         g = chunk.numpy()
         for i in range(c0, c1):
             reach = min(width, i - lo + 1)
@@ -78,21 +87,28 @@ def cell_products(raw: torch.Tensor, cell: Cell, rows: tuple[int, int], width: i
     part = raw[:, r0:r1, cell.col0 : cell.col1]
     checkpoints, n_rows, n_cols = part.shape
     updates = checkpoints - 1
-    step = max(1, CHUNK_ELEMENTS // max(1, n_cols))
+    step = max(1, CHUNK_ELEMENTS // max(1, n_cols))  # rows per chunk
     plan = ((updates - 1, updates, 0),) if last_only else chunk_plan(updates, width)
     sums = [torch.zeros(c1 - c0, c1 - lo, dtype=torch.float64) for c0, c1, lo in plan]
+    # one chunk's values and updates, float64, allocated once per call (the chunks' copies land in them)
+    x = torch.empty(checkpoints, min(step, n_rows), n_cols, dtype=torch.float64)
+    d = torch.empty(updates, min(step, n_rows) * n_cols, dtype=torch.float64)
     for at in range(0, n_rows, step):
-        x = part[:, at : at + step].to(torch.float64).reshape(checkpoints, -1)
-        d = x[1:] - x[:-1]  # exact in float64 for 16-bit values
+        n = min(step, n_rows - at)
+        xs = x[:, :n]
+        xs.copy_(part[:, at : at + n])
+        flat = xs.reshape(checkpoints, -1)
+        ds = d[:, : n * n_cols]
+        torch.sub(flat[1:], flat[:-1], out=ds)  # exact in float64 for 16-bit values
         for (c0, c1, lo), acc in zip(plan, sums):
-            acc.addmm_(d[c0:c1], d[lo:c1].T)
+            acc.addmm_(ds[c0:c1], ds[lo:c1].T)
     if last_only:
         out = np.zeros((updates, width))
         g = sums[0].numpy()[0]
         reach = min(width, updates)
         out[updates - 1, :reach] = g[updates - 1 - np.arange(reach)]
         return out
-    return extract_band(sums, updates, width)
+    return extract_band(sums, plan, width)
 
 
 @dataclass(frozen=True)
@@ -151,13 +167,13 @@ def stream_gram(
     ``progress`` is told the bytes of each block as it is reduced."""
     updates = len(checkpoints) - 1
     values = np.zeros((len(layout.scopes), updates, width))
-    per_checkpoint = max(1, memory_bytes // (2 * len(checkpoints)))  # two sets of buffers
+    per_checkpoint = max(1, memory_bytes // (BUFFER_SETS * len(checkpoints)))
     blocks = blocks_of(layout, checkpoints[0], per_checkpoint)
     # per checkpoint, the largest block as stored: the budget, or one row where a row is wider than it
     largest = max(
         ((b.row1 - b.row0) * layout.matrices[b.name][1] * checkpoints[0][b.name].itemsize for b in blocks), default=0
     )
-    buffers = [bytearray(largest * len(checkpoints)) for _ in range(2)]
+    buffers = [bytearray(largest * len(checkpoints)) for _ in range(BUFFER_SETS)]
     reader = Reader()
 
     def read(k: int) -> torch.Tensor:
@@ -176,7 +192,7 @@ def stream_gram(
                 out[i] = torch.frombuffer(one, dtype=t.dtype).reshape(shape[1:])
             return out
         size = count * stored[0].itemsize
-        view = memoryview(buffers[k % 2])
+        view = memoryview(buffers[k % BUFFER_SETS])
         for i, t in enumerate(stored):
             reader.read(t, block.row0 * cols, count, view[i * size : (i + 1) * size])
         return torch.frombuffer(view[: len(stored) * size], dtype=stored[0].dtype).reshape(shape)
@@ -197,12 +213,12 @@ def stream_gram(
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-read") as reading,
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-reduce") as reducing,
         ):
-            ahead = reading.submit(read, 0) if blocks else None
+            # the next blocks are read into the other buffer sets while this one is reduced
+            ahead = deque(reading.submit(read, k) for k in range(min(len(blocks), BUFFER_SETS - 1)))
             for k, block in enumerate(blocks):
-                assert ahead is not None
-                raw = ahead.result()
-                # the next block is read into the other buffers while this one is reduced
-                ahead = reading.submit(read, k + 1) if k + 1 < len(blocks) else None
+                raw = ahead.popleft().result()
+                if k + BUFFER_SETS - 1 < len(blocks):
+                    ahead.append(reading.submit(read, k + BUFFER_SETS - 1))
                 shares = split_rows(layout.cells[block.name], block, workers)
                 for done in [reducing.submit(reduce, raw, share, block, sums[w]) for w, share in enumerate(shares)]:
                     done.result()
