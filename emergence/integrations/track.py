@@ -64,6 +64,9 @@ def track(
     it puts a BOS before every input (``probe.first_token=auto``) or the probe needs one. Writes
     ``<out>/emergence/step<step>/`` and returns its ``summary.json`` record; None where the recipe failed
     (one warning line, and the step's ``FAILED`` file says why): the training goes on either way."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:  # no step<-1>/ in the user's folder
+        log.warning(f"emergence: step={step!r} is invalid: pass the training step, an int >= 0; nothing analysed")
+        return None
     out_dir = run_dir(out, step)
     try:
         cfg = live_config(out, overrides)

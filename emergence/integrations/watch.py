@@ -30,7 +30,7 @@ from emergence.core.errors import CommandParser, UsageError, first_line
 from emergence.hub import series, weights
 from emergence.integrations.track import RUNS_FOLDER, live_config, run_dir
 from emergence.main import analyse, discard_run_dir
-from emergence.run import interrupt, sweep
+from emergence.run import interrupt, sweep, validation
 from emergence.run.results import format_tokens
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,10 @@ def analyse_checkpoint(root: Path, entry: PanelEntry, overrides: list[str]) -> O
 def watch(root: Path, overrides: list[str], once: bool, poll_seconds: float) -> list[str]:
     """Analyse DIR's checkpoints as they become whole, until Ctrl-C (``once``: those whole now); returns the
     folders whose analysis failed."""
-    tokens_per_step = live_config(root, overrides).model.tokens_per_step  # a refused override: its one line now
+    # a refused override or setting: its one line now, before any checkpoint is read or any folder written
+    cfg = live_config(root, ["revision=custom", "revision.name=watch", *overrides])
+    validation.validate(cfg)
+    tokens_per_step = cfg.model.tokens_per_step
     handled: set[str] = set()  # folders analysed, found analysed, failed or missed: never looked at again
     seen: set[str] = set()  # every folder a look listed
     failed: list[str] = []

@@ -1,7 +1,7 @@
 """The recipe inside a training, end to end: transformers' ``Trainer`` with ``EmergenceCallback`` (a checkpoint
-every 30 of 120 steps, W&B offline, the live edge at W = 3) against the command line on the checkpoints it saved, against the same
-training without the callback (``trainer_run``), and in its W&B run; a recipe error inside a training; and
-``python -m emergence.watch`` over a folder that a thread writes."""
+every 30 of 120 steps, W&B offline, the live edge at W = 3) against the command line on the checkpoints it
+saved, against the same training without the callback (``trainer_run``), and in its W&B run; a recipe error
+inside a training; and ``python -m emergence.watch`` over a folder that a thread writes."""
 
 import csv
 import json
@@ -28,8 +28,8 @@ OVERRIDES = ["probe=quick"]  # the callback's default probe, said to the command
 
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory):
-    """The ``Trainer`` run of tests/helpers/trainer_run.py saving every 30 steps, with the callback (its live edge at W = 3) and
-    ``report_to="wandb"`` (offline): (its output folder, its W&B run's folder)."""
+    """The ``Trainer`` run of tests/helpers/trainer_run.py saving every 30 steps, with the callback (its live
+    edge at W = 3) and ``report_to="wandb"`` (offline): (its output folder, its W&B run's folder)."""
     import wandb
 
     root = tmp_path_factory.mktemp("tracked")
