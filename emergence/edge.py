@@ -27,11 +27,7 @@ from emergence.core.config import Config, PanelEntry, compose_config
 from emergence.core.errors import CommandParser, UsageError, invalid
 from emergence.hub.checkpoints import load_config, panel_revision, source
 from emergence.hub.revisions import between, existing_checkpoints
-from emergence.panel.refine import merge_overrides, panel_overrides
-from emergence.panel.runs import load_runs
-from emergence.run.tracking import tracked_run
 from emergence.spectral_edge.exact import BandGram
-from emergence.spectral_edge.figure import plot_edge
 from emergence.spectral_edge.live import sketch_dim
 from emergence.spectral_edge.records import MODEL_SCOPE, Edge
 from emergence.spectral_edge.scopes import layout_of, meta_model
@@ -72,6 +68,11 @@ def check_edge_config(cfg: Config) -> None:
 def sweep_series(sweep_dir: Path, overrides: list[str], model: str | None) -> tuple[Config, list[PanelEntry]]:
     """A panel sweep's configuration (its runs' overrides, then the command line's) and every existing
     checkpoint from its first panel revision to its last, as ``python -m emergence.refine`` finds them."""
+    # the panel's modules (and the recipe they read) are imported where a sweep is read: a series given by
+    # its model starts the seconds they take sooner
+    from emergence.panel.refine import merge_overrides, panel_overrides
+    from emergence.panel.runs import load_runs
+
     try:
         trajectories = load_runs([sweep_dir])
     except FileNotFoundError:  # a folder with no run directory at all
@@ -147,6 +148,8 @@ def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
     dim = sketch_dim(cfg.edge) if cfg.edge.projection == "sketch" else None
     result = Edge(cfg.model.key, cfg.edge.projection, dim, spectra(entries, needed, band, cfg.edge.windows))
     result.save(out_dir)
+    from emergence.spectral_edge.figure import plot_edge  # matplotlib, once the numbers are saved
+
     figure = plot_edge(result, out_dir)
     log_edge(cfg, result, figure, out_dir)
     return result
@@ -156,6 +159,8 @@ def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
     """The whole model's windows as one W&B run of the sweep's group (``wandb.group``, else the sweep
     directory's name, as its checkpoints' runs are grouped): the ratios, shares and drift speed against
     the window's last checkpoint's tokens (its step where the series states none), and edge.png."""
+    from emergence.run.tracking import tracked_run  # W&B's and the run records' modules: only now
+
     group = cfg.wandb.group or out_dir.resolve().name
     wandb_cfg = dataclasses.replace(cfg.wandb, group=group)
     spectra = result.first

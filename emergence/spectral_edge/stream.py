@@ -27,14 +27,16 @@ from tqdm.auto import tqdm
 
 from emergence.core.config import Config, PanelEntry
 from emergence.hub.checkpoints import (
+    Source,
     checkpoint_files,
     load_config,
     load_model,
     panel_revision,
     pick_dtype,
+    remove_from_cache,
     source,
 )
-from emergence.run import prefetch, steps
+from emergence.run import prefetch
 from emergence.spectral_edge.exact import BandGram, Checkpoint, stream_gram
 from emergence.spectral_edge.scopes import Layout
 from emergence.spectral_edge.tensor_files import read_header
@@ -150,14 +152,20 @@ class SeriesFiles:
         src = self.sources[i]
         if self.cfg.model.cleanup and not src.local_only:
             if self.downloader is None:
-                steps.remove_from_cache(src)
+                remove(src)
             else:
-                self.downloader.later(lambda: steps.remove_from_cache(src))
+                self.downloader.later(lambda: remove(src))
 
     def finish(self) -> None:
         if self.downloader is not None:
             self.downloader.finish()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def remove(src: Source) -> None:
+    """A revision this command downloaded, out of the Hugging Face cache."""
+    freed = remove_from_cache(src)
+    log.info(f"cleanup: removed {src.path}@{src.revision} from the Hugging Face cache ({freed / 2**20:.1f} MiB)")
 
 
 def whole_read_cost(layout: Layout, cfg: Config) -> str:
