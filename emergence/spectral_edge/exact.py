@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,8 @@ CHUNK_ELEMENTS = 2**15
 # Sets of read buffers: the one being reduced and those the reader thread fills ahead (a cold disk's reads
 # and the reduction then overlap even where one block reads slower than the one before reduces)
 BUFFER_SETS = 4
+
+SWITCH_INTERVAL = 1e-4  # seconds: how soon a thread waiting for the GIL gets it while the block is reduced
 
 # one checkpoint's tensors by parameter name
 Checkpoint = dict[str, StoredTensor]
@@ -206,8 +209,11 @@ def stream_gram(
         for cell in share:
             into[list(cell.scopes)] += cell_products(raw, cell, (block.row0, block.row1), width, last_only)
 
-    threads = torch.get_num_threads()
+    threads, switch = torch.get_num_threads(), sys.getswitchinterval()
     torch.set_num_threads(1)
+    # the reader takes the GIL back after each read; at Python's default 5 ms the reduction's threads
+    # would make a cold disk wait that long between two reads
+    sys.setswitchinterval(SWITCH_INTERVAL)
     try:
         with (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-read") as reading,
@@ -226,6 +232,7 @@ def stream_gram(
                     progress(raw[0].numel() * raw.element_size())
     finally:
         torch.set_num_threads(threads)
+        sys.setswitchinterval(switch)
         reader.close()
     for part in sums:
         values += part
