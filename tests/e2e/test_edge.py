@@ -6,6 +6,7 @@ of the stacked updates in float64)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -131,10 +132,12 @@ def test_a_hub_series_is_fetched_ahead_and_removed_once_read(hub_server, tmp_pat
         edges[name] = json.loads((tmp_path / name / "edge.json").read_text())
     plain = edges["plain"]["spectra"][0]["scopes"]
     assert edges["fetched"]["spectra"][0]["scopes"] == plain and len(plain["model"]) == len(HUB_BRANCHES) - 3
+    local = tmp_path / "local_series"  # the same checkpoints as a local run's folders, step<N>-tokens<M>B/
+    for branch, folder in checkpoints.items():
+        shutil.copytree(folder, local / branch.removeprefix("stage1-"))
     res = run_cli(
         "model=local",
-        f"model.name_or_path={tmp_path / 'ckpt'}",
-        "model.tokens_per_step=2000000",
+        f"model.name_or_path={local}",
         "edge.window=3",
         "--out",
         tmp_path / "local",
@@ -143,9 +146,9 @@ def test_a_hub_series_is_fetched_ahead_and_removed_once_read(hub_server, tmp_pat
         timeout=600,
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    local = json.loads((tmp_path / "local" / "edge.json").read_text())["spectra"][0]["scopes"]
+    read_once = json.loads((tmp_path / "local" / "edge.json").read_text())["spectra"][0]["scopes"]
     for scope in ("model", "L0", "L1H2"):
-        for a, b in zip(local[scope], plain[scope], strict=True):
+        for a, b in zip(read_once[scope], plain[scope], strict=True):
             np.testing.assert_allclose(a["singular_values"], b["singular_values"], rtol=1e-9)
 
     def snapshots(cache: Path) -> list[str]:
