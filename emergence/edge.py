@@ -52,8 +52,8 @@ def check_edge_config(cfg: Config) -> None:
         raise invalid(
             "edge.projection",
             "jl",
-            "the Gaussian projection is replaced by exact (the default: any model size, streamed) and sketch "
-            "(a count sketch, 20x+ faster); use one of those",
+            "a dense Gaussian projection is not offered: exact (the default) streams any model size, sketch "
+            "(a count sketch) is 40x faster than Gaussian draws; use one of those",
         )
     if edge.projection not in PROJECTIONS:
         raise invalid("edge.projection", edge.projection, f"use one of {', '.join(PROJECTIONS)}")

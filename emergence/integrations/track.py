@@ -33,7 +33,7 @@ from emergence.hub import checkpoints
 from emergence.main import analyse, discard_run_dir
 from emergence.recipe import capture
 from emergence.run import results, steps, sweep
-from emergence.spectral_edge.live import keep_sketch
+from emergence.spectral_edge.live import keep_sketch, live_edge
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,7 @@ def track(
                 out_dir,
                 load=functools.partial(steps.load_live, model=model, revision=revision, tokenizer=tokenizer),
             )
-            # the live edge's sketch of this step (docs/edge.md): a few numbers per scope, kept beside the runs
-            keep_sketch(model, PanelEntry(f"step{step}", step, revision.tokens), out_dir.parent, cfg.edge)
+            keep_live_edge(model, PanelEntry(f"step{step}", step, revision.tokens), out_dir.parent, cfg)
         assert isinstance(summary, results.RunSummary)  # no integrity store: never a duplicate branch
         return summary
     except KeyboardInterrupt:  # the user stops the training: no half-written run directory stays
@@ -93,6 +92,17 @@ def track(
         sweep.record_failure(out_dir, why if isinstance(err, UsageError) else f"{why}\n{traceback.format_exc()}")
         log.warning(f"emergence: step {step} not analysed ({why}); training goes on ({out_dir / sweep.FAILED_FILE})")
         return None
+
+
+def keep_live_edge(model, entry: PanelEntry, runs: Path, cfg) -> None:
+    """The live edge (docs/edge.md): this step's sketch, a few numbers per scope kept beside the runs, and
+    the windows the kept sketches make (``edge_live.json``). A failure is one warning line: the step's
+    analysis stands."""
+    try:
+        keep_sketch(model, entry, runs, cfg.edge)
+        live_edge(runs, cfg.model.key, cfg.edge)
+    except Exception as err:
+        log.warning(f"emergence: step {entry.step}: no live edge ({type(err).__name__}: {first_line(err)})")
 
 
 @contextmanager

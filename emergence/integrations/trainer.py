@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from emergence.core.errors import first_line
-from emergence.integrations.track import live_config, run_dir, track
+from emergence.integrations.track import run_dir, track
 from emergence.run import tracking
-from emergence.spectral_edge.live import live_edge
-from emergence.spectral_edge.records import MODEL_SCOPE
+from emergence.spectral_edge.live import LIVE_FILE
+from emergence.spectral_edge.records import MODEL_SCOPE, Edge
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class EmergenceCallback(TrainerCallback):
         if summary is None or run is None:
             return
         try:
-            edge = live_edge_metrics(args.output_dir, self.overrides, state.global_step)
+            edge = live_edge_metrics(args.output_dir, state.global_step)
             tracking.log_into_training(run, summary, run_dir(args.output_dir, state.global_step), edge)
         except Exception as err:  # W&B is an output, not the record: the training goes on
             log.warning(
@@ -80,12 +80,15 @@ class EmergenceCallback(TrainerCallback):
             )
 
 
-def live_edge_metrics(output_dir: str, overrides: Sequence[str], step: int) -> dict[str, float]:
-    """The live edge's window ending at ``step`` (the first W of ``edge.window``, the whole model's sketch) as
-    ``edge/r12``, ``edge/r23``, ``edge/drift_speed``, ``edge/k95``; none until the kept sketches make one."""
-    cfg = live_config(output_dir, overrides)
-    edge = live_edge(run_dir(output_dir, step).parent, cfg.model.key, cfg.edge)
-    if edge is None or edge.first.scopes[MODEL_SCOPE][-1].last_step != step:
+def live_edge_metrics(output_dir: str, step: int) -> dict[str, float]:
+    """The live edge's window ending at ``step`` (``track`` wrote it: the first W of ``edge.window``, the whole
+    model's sketch) as ``edge/r12``, ``edge/r23``, ``edge/drift_speed``, ``edge/k95``; none until the kept
+    sketches make one."""
+    runs = run_dir(output_dir, step).parent
+    if not (runs / LIVE_FILE).exists():
+        return {}
+    edge = Edge.load(runs, LIVE_FILE)
+    if edge.first.scopes[MODEL_SCOPE][-1].last_step != step:
         return {}
     newest = edge.first.scopes[MODEL_SCOPE][-1]
     metrics = {"r12": newest.r12, "r23": newest.r23, "drift_speed": newest.drift_speed, "k95": newest.k95}

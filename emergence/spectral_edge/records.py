@@ -78,7 +78,7 @@ class Edge(Record):
     """``edge.json``: the edge of one model's checkpoint series, for each W of ``edge.window``."""
 
     model: str  # the model's key (``model=...``): the panel report places its edge on this model's axis
-    projection: str  # exact | sketch (jl: a schema-1 file of the Gaussian projection this tool once had)
+    projection: str  # exact | sketch (jl: a schema-1 file made with a dense Gaussian projection)
     dim: int | None  # sketch: its dimension d per scope; exact: None
     spectra: list[WindowSpectra]  # one per W, in edge.window's order: the first is the one F6 places
     schema: int = EDGE_SCHEMA
@@ -94,8 +94,8 @@ class Edge(Record):
         return path
 
     @classmethod
-    def load(cls, directory: Path) -> Edge:
-        data = json.loads((Path(directory) / EDGE_FILE).read_text())
+    def load(cls, directory: Path, name: str = EDGE_FILE) -> Edge:
+        data = json.loads((Path(directory) / name).read_text())
         if data.get("schema", 1) == 1:  # one W: {"window", "projection", "dim", "scopes", "collapse"}
             spectra = {"window": data["window"], "scopes": data["scopes"], "collapse": data["collapse"]}
             for windows in spectra["scopes"].values():
