@@ -18,7 +18,6 @@ The run may still be writing to DIR: a checkpoint folder whose files are not all
 from __future__ import annotations
 
 import json
-import logging
 import re
 import struct
 import zipfile
@@ -28,8 +27,6 @@ from emergence.core.config import PanelEntry
 from emergence.core.errors import UsageError
 from emergence.hub import weights
 from emergence.hub.revision_names import parse_revision_name
-
-log = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
 TRAINER_FOLDER = re.compile(r"checkpoint-(?P<step>\d+)")
@@ -105,11 +102,6 @@ def _trainer_entry(folder: Path, tokens_per_step: int | None) -> PanelEntry:
     assert found is not None  # a Trainer folder's name
     step = int(found.group("step"))
     values = _json_or_none(folder / TRAINER_STATE)
-    if values is None and (folder / TRAINER_STATE).exists():
-        log.warning(
-            f"{folder / TRAINER_STATE} cannot be read (cut short, or not JSON): {folder.name}'s step is its "
-            "name's and its tokens are unknown; save the checkpoint again, or give model.tokens_per_step"
-        )
     seen = None
     if values is not None:
         step = int(values.get("global_step", step))

@@ -203,16 +203,3 @@ def test_watch_ends_a_bad_setting_in_one_line_exit_2_before_any_checkpoint(tmp_p
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: probe.n_sequences=-3 is invalid")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10"]
-
-
-def test_an_unreadable_trainer_state_is_named_in_one_line(tmp_path, caplog):
-    from emergence.hub import series
-
-    folder = tmp_path / "checkpoint-10"
-    folder.mkdir()
-    (folder / "trainer_state.json").write_text('{"global_step": 10, "num_input_tok')  # cut mid-JSON
-    with caplog.at_level(logging.WARNING):
-        (entry,) = series.checkpoints(tmp_path, None)
-    assert (entry.step, entry.tokens) == (10, None)
-    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert line.startswith(f"{folder / 'trainer_state.json'} cannot be read") and "tokens are unknown" in line
