@@ -104,7 +104,7 @@ def command_cases(tmp) -> dict[tuple[str, str], tuple[list, list[str], list]]:
         ("emergence.edge", "missing path"): ([missing], [str(missing), "not a directory"], []),
         ("emergence.edge", "garbage"): (
             ["model=toy_neox", "edge.window=abc", "--out", tmp / "edge"],
-            ["edge.window=abc"],
+            ["edge.window='abc'", "[10,20]"],
             [tmp / "edge"],
         ),
         ("emergence.edge", "unknown name"): (
