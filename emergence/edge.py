@@ -163,7 +163,7 @@ def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
 
     group = cfg.wandb.group or out_dir.resolve().name
     wandb_cfg = dataclasses.replace(cfg.wandb, group=group)
-    spectra = result.first
+    first = result.first
     config = {
         "model": cfg.model.key,
         "window": [s.window for s in result.spectra],
@@ -175,10 +175,10 @@ def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
             return
         import wandb
 
-        axis = "tokens" if all(w.last_tokens is not None for w in spectra.scopes[MODEL_SCOPE]) else "step"
+        axis = "tokens" if all(w.last_tokens is not None for w in first.scopes[MODEL_SCOPE]) else "step"
         run.define_metric(axis)
         run.define_metric("edge/*", step_metric=axis)
-        for w in spectra.scopes[MODEL_SCOPE]:
+        for w in first.scopes[MODEL_SCOPE]:
             run.log(
                 {
                     axis: w.last_tokens if axis == "tokens" else w.last_step,
@@ -197,7 +197,7 @@ def log_edge(cfg: Config, result: Edge, figure: Path, out_dir: Path) -> None:
                     },
                 }
             )
-        found = spectra.collapse[MODEL_SCOPE]
+        found = first.collapse[MODEL_SCOPE]
         run.summary.update({"edge/peak_window": found.peak, "edge/collapse_window": found.collapse})
         run.log({"edge/figure": wandb.Image(str(figure))})
 
