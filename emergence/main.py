@@ -9,7 +9,6 @@ failing job, Ctrl-C without a traceback.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import sys
@@ -25,7 +24,6 @@ from hydra.core.plugins import Plugins
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from emergence import measures
 from emergence.core.config import Config
 from emergence.core.errors import UsageError
 from emergence.hub import integrity
@@ -74,21 +72,17 @@ def analyse(
         cfg.wandb, loaded.name, steps.run_config(cfg, loaded), out_dir, tags=[cfg.model.key, loaded.revision.name]
     ) as run:
         lap("tracker")  # starting W&B is bookkeeping, not the recipe's first step
-        cap = steps.measure(cfg, loaded)  # None: the cache's measurements serve
+        step1 = steps.measure(cfg, loaded)  # the probe pass, and the measures the cache lacks
+        cap = step1.capture  # None: the cache served the pass's measurements
         lap("capture")
         if loaded.cached is not None:
             measured = loaded.cached
         else:
-            assert cap is not None and loaded.subject is not None  # no cache: the pass ran on the model
+            assert cap is not None  # no cache: the pass ran on the model
             estimates = spectral.estimates(cap.gram, cap.total, cap.spectral_n)  # step 3
+            assert loaded.subject is not None  # the pass ran on it
             measured = Measurements.of(cap, estimates, loaded.subject.arch, loaded.batch.fingerprint())
-            measured = dataclasses.replace(
-                measured,
-                plugins=measures.measure_all(
-                    measures.MeasureInput(loaded.subject.model, measured, loaded.batch, loaded.tokenizer)
-                ),
-            )  # the registered measures
-        lap("measures")
+        lap("spectral")
         screened = screen.screen_heads(cfg.threshold, measured.mean_attention, loaded.dtype)
         lap("screen_spectral")
         uncertainty = stats.quantify_uncertainty(
@@ -114,7 +108,7 @@ def analyse(
             assert loaded.subject is not None and loaded.task_tokenizer is not None  # a task loads both
             task = measure_task(loaded.subject, loaded.task_batch, loaded.task_tokenizer, screened.classes.sel, cfg)
             lap("task")
-        found = steps.Findings(screened, uncertainty, ablated, task)
+        found = steps.Findings(screened, uncertainty, ablated, task, step1)
         summary = steps.summarise(cfg, loaded, measured, found, lap.seconds)
         lap("summary")
         steps.write_outputs(out_dir, run, summary, loaded, measured, found)

@@ -300,6 +300,9 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
     hub: HubConfig = field(default_factory=HubConfig)
     edge: EdgeConfig = field(default_factory=EdgeConfig)
+    # The measures computed beside the screen, name -> settings (the ``measures`` group picks them;
+    # emergence.measures.chosen checks them)
+    measures: dict[str, Any] = field(default_factory=dict)
     device: str = "auto"  # auto: cuda if available, else cpu
     cache_dir: str = "${emergence_cache_dir:}"  # toy panels and cached measurements live here
     # Per-head measurements are cached under ${cache_dir}/measurements (delete it to clear): a
@@ -357,14 +360,25 @@ def refused_override(err: Exception):
 
     from emergence.core.errors import UsageError
 
-    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:  # a group option not there
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file:  # a group option not there
         group, _, option = err.missing_cfg_file.rpartition("/")  # e.g. model/gpt5
-        return UsageError(
-            f"{group}={option} is invalid: no such preset in conf/{group}; use one of {', '.join(err.options)}"
-        )
+        # an option of a list (measures=[default,x]) comes without Hydra's list of the group's options
+        options = err.options or sorted(f.name.removesuffix(".yaml") for f in group_files(group))
+        if options:
+            return UsageError(
+                f"{group}={option} is invalid: no such preset in conf/{group}; use one of {', '.join(options)}"
+            )
     # Hydra's "Error merging override x=y" says why only in its cause (OmegaConf's)
     cause = f": {one_line(err.__cause__)}" if isinstance(err.__cause__, OmegaConfBaseException) else ""
     return UsageError(one_line(err) + cause)
+
+
+def group_files(group: str) -> list:
+    """The option files of the config group ``group`` (conf/<group>/*.yaml); none where it is no group."""
+    from importlib.resources import files
+
+    folder = files("emergence.conf").joinpath(*group.split("/"))
+    return [f for f in folder.iterdir() if f.name.endswith(".yaml")] if folder.is_dir() else []
 
 
 def one_line(err: Exception) -> str:

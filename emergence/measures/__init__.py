@@ -1,50 +1,133 @@
 """The registry of per-checkpoint measures beside the recipe's screen (``plugin.Measure``).
 
-Adding a measure is its module here (with its ``MEASURE``), its entry in ``MEASURES``, its
-config fields if it has settings, its test and its docs: the run's steps (``main.analyse``,
-``run/steps.py``), the records (``run/results.py``), the measurement cache (``run/cache.py``), W&B
-(``run/tracking.py``) and the panel (``panel/``) read what it declares. docs/measures.md lists them.
+A run computes the measures its config chooses: ``measures`` maps a measure's name to its settings
+(the ``measures`` config group, conf/measures/; ``measures=[value_drain,weight_circuits]`` on the
+command line). A name is one of ``REGISTRY``, or any name with a ``_target_``: the import path of a
+user's ``Measure`` (or of a function returning one), as Hydra's ``instantiate`` names a callback.
+``chosen`` checks names and settings before any weights load (one ``UsageError`` line each).
+
+Adding a measure to the package is its module here (with its ``MEASURE``), its entry in
+``REGISTRY``, its file in conf/measures/, its test and its section in docs/measures.md: the run's
+steps, the records, the cache, W&B and the panel read what it declares.
 """
 
 from __future__ import annotations
 
-from emergence.measures import prefix_matching, value_drain, weight_circuits
-from emergence.measures.plugin import Column, Measure, MeasureInput, Trajectory
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from hydra.utils import get_object, instantiate
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from emergence.core.config import one_line
+from emergence.core.errors import UsageError
+from emergence.measures import attention_entropy, prefix_matching, value_drain, weight_circuits
+from emergence.measures.plugin import Column, Crossing, Measure, MeasureAccumulator, MeasureInput, Trajectory
 from emergence.recipe.measurements import MeasureResult
 
-# heads.csv holds their columns in this order, after the screen's
-MEASURES: tuple[Measure, ...] = (value_drain.MEASURE, prefix_matching.MEASURE, weight_circuits.MEASURE)
+REGISTRY: dict[str, Measure] = {
+    m.name: m
+    for m in (value_drain.MEASURE, prefix_matching.MEASURE, weight_circuits.MEASURE, attention_entropy.MEASURE)
+}
+
+TARGET = "_target_"
 
 
-def measure_all(inputs: MeasureInput) -> dict[str, MeasureResult]:
-    """Every registered measure's results on one checkpoint, by name."""
-    return {m.name: m.run(inputs) for m in MEASURES}
+@dataclass(frozen=True)
+class Chosen:
+    """A measure a run computes, with its settings."""
+
+    measure: Measure
+    settings: Any  # an instance of ``measure.settings``
+
+    @property
+    def name(self) -> str:
+        return self.measure.name
+
+    def identity(self) -> dict:
+        """What names its results besides the checkpoint and the probe: part of its cache key."""
+        return {"name": self.name, "version": self.measure.version, "settings": dataclasses.asdict(self.settings)}
 
 
-def versions() -> dict[str, int]:
-    """Each measure's version by name: part of the measurement cache's key."""
-    return {m.name: m.version for m in MEASURES}
+def _target(name: str, target: str) -> Measure:
+    """The user's measure at the import path ``target`` (a ``Measure``, or a callable returning one)."""
+    try:
+        found = get_object(target)
+        measure = found if isinstance(found, Measure) else instantiate({TARGET: target})
+    except Exception as err:  # an import path that does not resolve: the user's to fix
+        raise UsageError(
+            f"measures.{name}._target_={target!r} does not load ({err}); give a Measure's import path"
+        ) from None
+    if not isinstance(measure, Measure):
+        raise UsageError(f"measures.{name}._target_={target!r} is a {type(measure).__name__}, not a Measure")
+    if measure.name != name:
+        raise UsageError(
+            f"measures.{name}._target_={target!r} is the measure {measure.name!r}: name it measures.{measure.name}"
+        )
+    return measure
 
 
-def columns() -> list[Column]:
-    """Every measure's per-head columns, in registry order (heads.csv's after the screen's)."""
-    return [c for m in MEASURES for c in m.columns]
+def chosen(config: Mapping[str, Any]) -> list[Chosen]:
+    """The measures ``config`` (``Config.measures``: name -> settings) chooses, in its order, with their
+    settings checked: an unknown name, an unknown setting or a bad value is one ``UsageError``."""
+    out = []
+    for name, raw in config.items():
+        given: dict[str, Any] = dict(
+            cast(dict, OmegaConf.to_container(raw)) if isinstance(raw, DictConfig) else raw or {}
+        )
+        target = given.pop(TARGET, None)
+        if target is not None:
+            measure = _target(name, target)
+        elif name in REGISTRY:
+            measure = REGISTRY[name]
+        else:
+            raise UsageError(
+                f"measures.{name}: no such measure; use one of {', '.join(REGISTRY)} "
+                f"(or give your own with measures.{name}._target_=<module.MEASURE>)"
+            )
+        known = measure.settings_fields()
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            takes = ", ".join(known) or "no settings"
+            raise UsageError(f"measures.{name}.{unknown[0]}: {name} has no such setting (it takes {takes})")
+        try:  # typed as its dataclass declares (OmegaConf converts "0.5" and refuses "abc")
+            settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(measure.settings), given))
+        except (ValueError, TypeError, OmegaConfBaseException) as err:
+            raise UsageError(f"measures.{name}: {one_line(err)}") from None
+        out.append(Chosen(measure, settings))
+    return out
 
 
-def trajectories() -> list[Trajectory]:
-    """Every measure's trajectories for the panel report, in registry order."""
-    return [t for m in MEASURES for t in m.trajectories]
+def crossings() -> list[Crossing]:
+    """The per-head milestones the registry's measures declare (``plugin.Crossing``), in order."""
+    return [c for m in REGISTRY.values() for c in m.crossings]
+
+
+def columns(measures: list[Measure] | None = None) -> list[Column]:
+    """The per-head columns of ``measures`` (the registry's by default), in order."""
+    return [c for m in (measures if measures is not None else REGISTRY.values()) for c in m.columns]
+
+
+def trajectories(measures: list[Measure] | None = None) -> list[Trajectory]:
+    """The panel report's trajectories of ``measures`` (the registry's by default), in order."""
+    return [t for m in (measures if measures is not None else REGISTRY.values()) for t in m.trajectories]
 
 
 __all__ = [
-    "MEASURES",
+    "REGISTRY",
+    "Chosen",
     "Column",
+    "Crossing",
     "Measure",
+    "MeasureAccumulator",
     "MeasureInput",
     "MeasureResult",
     "Trajectory",
+    "chosen",
     "columns",
-    "measure_all",
+    "crossings",
     "trajectories",
-    "versions",
 ]

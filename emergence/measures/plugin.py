@@ -1,30 +1,41 @@
 """What a per-checkpoint measure declares, and what it gets and gives (``emergence/measures``).
 
 A measure is one module with a ``MEASURE``: its name and version, what it needs of the run
-(``Need``), the per-head columns it adds to heads.csv (and W&B's head table), the per-run fields it
-adds to summary.json's ``measures[<name>]`` (each logged to W&B as ``<name>/<field>``), and the
-trajectories the panel report draws of it over a model's checkpoints (``Trajectory``). The run's
-steps, the records, the measurement cache, W&B and the panel iterate over the registry
-(``emergence.measures.MEASURES``) and know no measure by name.
+(``Need``), its settings (a dataclass the config's ``measures.<name>`` fills), the per-head columns
+it adds to heads.csv (and W&B's head table), the per-run fields it adds to summary.json's
+``measures[<name>]`` (each scalar logged to W&B as ``<name>/<field>``), and the trajectories the panel
+report draws of it over a model's checkpoints (``Trajectory``). It computes in one of two ways:
+
+* ``accumulate``: an accumulator subscribed to the probe pass's hook sites (``recipe.sites``), which
+  reduces minibatch by minibatch as the one forward pass runs, then gives its ``result()``;
+* ``compute``: after the pass, from the weights (``needs`` has ``weights`` and not ``pass``).
+
+The run's steps, the records, the cache, W&B and the panel iterate over the chosen measures
+(``emergence.measures.chosen``) and know no measure by name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
-from emergence.recipe.measurements import Measurements, MeasureResult
+from emergence.recipe.measurements import MeasureResult
 from emergence.recipe.probe import ProbeBatch
+from emergence.recipe.sites import Accumulator
 
-# weights: the loaded model; capture: the probe pass's measurements; probe_batch: the probe's tokens;
-# tokenizer: the text probe's tokenizer name
-Need = Literal["weights", "capture", "probe_batch", "tokenizer"]
+# weights: the loaded model; pass: the probe pass's hook sites (an ``accumulate``); tokenizer: the
+# text probe's tokenizer name
+Need = Literal["weights", "pass", "tokenizer"]
 
 Reduction = Literal["max", "min", "mean"]
 REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {"max": np.nanmax, "min": np.nanmin, "mean": np.nanmean}
+
+ProbeKind = Literal["synthetic", "repeat", "text"]  # ``probe.kind``
 
 
 def reduce_heads(grid: np.ndarray | None, how: Reduction) -> float | None:
@@ -35,13 +46,29 @@ def reduce_heads(grid: np.ndarray | None, how: Reduction) -> float | None:
 
 
 @dataclass(frozen=True)
-class MeasureInput:
-    """What a checkpoint's run offers a measure: everything it may need (``Measure.needs``)."""
+class NoSettings:
+    """The settings of a measure that has none."""
 
-    model: Any | None  # the model, in eval mode on its device; None where the cache serves (no measure runs then)
-    measured: Measurements  # the probe pass's per-head measurements (``recipe.measurements``)
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """What a checkpoint's run offers a measure (``Measure.needs`` says what it reads)."""
+
+    model: Any  # the model, in eval mode on its device
+    layers: int  # the model's attention layers
+    heads: int  # query heads per layer
     batch: ProbeBatch  # the probe's tokens
+    probe_kind: ProbeKind
     tokenizer: str | None  # the text probe's tokenizer (repo@revision or bytes); None: other probes
+    device: torch.device
+    settings: Any  # the measure's settings (its ``Measure.settings``, filled from ``measures.<name>``)
+
+
+class MeasureAccumulator(Accumulator):
+    """An ``Accumulator`` of the probe pass that ends with a measure's result."""
+
+    def result(self) -> MeasureResult:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -49,10 +76,7 @@ class Column:
     """A per-head column of heads.csv, [layers, heads]; NaN where a head has no value."""
 
     name: str
-    meaning: str  # one line, for docs/outputs.md and the W&B table's readers
-
-
-ProbeKind = Literal["synthetic", "repeat", "text"]  # ``probe.kind``
+    meaning: str  # one line: docs/outputs.md's table of columns is generated from it
 
 
 @dataclass(frozen=True)
@@ -77,21 +101,42 @@ class Trajectory:
 
 
 @dataclass(frozen=True)
-class Measure:
-    """A per-checkpoint measure: ``compute`` maps the run's ``MeasureInput`` to its ``MeasureResult``."""
+class Crossing:
+    """A per-head milestone a measure declares: the first checkpoint where a head's ``column`` reaches
+    ``level``. The panel's F6 orders it against the head's induction selectivity crossing."""
 
-    name: str  # summary.json measures[<name>], W&B <name>/<field>
-    version: int  # bump when its results change: the cache's entries of the old one stop matching
+    column: str
+    level: float
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A per-checkpoint measure (see the module docstring)."""
+
+    name: str  # summary.json measures[<name>], W&B <name>/<field>, the config's measures.<name>
+    version: int  # bump when its results change: its cached entries of the old one stop matching
     needs: frozenset[Need]
     columns: tuple[Column, ...]
-    run_fields: tuple[str, ...]  # the per-run fields it returns
+    run_fields: tuple[str, ...]  # the per-run fields it returns (JSON values: numbers, lists, dicts)
     trajectories: tuple[Trajectory, ...]
-    compute: Callable[[MeasureInput], MeasureResult]
+    compute: Callable[[MeasureInput], MeasureResult] | None = None  # after the pass
+    accumulate: Callable[[MeasureInput], MeasureAccumulator] | None = None  # in the pass
+    settings: type = NoSettings  # a frozen dataclass; ``__post_init__`` raises ValueError on a bad value
+    crossings: tuple[Crossing, ...] = ()  # per-head milestones the panel places (F6)
 
-    def run(self, inputs: MeasureInput) -> MeasureResult:
-        """``compute``, with what it returns checked against what it declares."""
-        result = self.compute(inputs)
-        shape = inputs.measured.pr.shape  # [layers, heads]
+    def __post_init__(self):
+        if (self.compute is None) == (self.accumulate is None):
+            raise TypeError(f"measure {self.name!r} gives exactly one of compute and accumulate")
+        if (self.accumulate is not None) != ("pass" in self.needs):
+            raise TypeError(f"measure {self.name!r}: an accumulate, and only it, needs the pass")
+
+    @property
+    def in_pass(self) -> bool:
+        """Whether it reads the probe pass's sites."""
+        return self.accumulate is not None
+
+    def checked(self, result: MeasureResult, shape: tuple[int, int]) -> MeasureResult:
+        """``result`` once it holds what the measure declares: its columns [layers, heads] and run fields."""
         columns = [c.name for c in self.columns]
         if sorted(result.per_head) != sorted(columns) or sorted(result.per_run) != sorted(self.run_fields):
             raise RuntimeError(
@@ -102,3 +147,12 @@ class Measure:
         if wrong:
             raise RuntimeError(f"measure {self.name!r}: columns {wrong} are not [layers, heads] {shape}")
         return result
+
+    def run(self, inputs: MeasureInput) -> MeasureResult:
+        """``compute``'s result on ``inputs``, checked (a measure computed after the pass)."""
+        assert self.compute is not None  # not an accumulate: those run in the pass
+        return self.checked(self.compute(inputs), (inputs.layers, inputs.heads))
+
+    def settings_fields(self) -> dict[str, Any]:
+        """Its settings' names and defaults."""
+        return {f.name: f.default for f in dataclasses.fields(self.settings)}

@@ -28,15 +28,25 @@ Both products have rank at most d_head: with ``W = Q R`` (reduced QR), the singu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from emergence.measures.plugin import Column, Measure, MeasureInput, Trajectory
+from emergence.measures.plugin import Column, Crossing, Measure, MeasureInput, Trajectory
 from emergence.recipe import head_weights
 from emergence.recipe.measurements import MeasureResult
 
-COPYING = 0.5  # ov_copying at least this: a copying head (``copying_heads``)
 VOCAB_BLOCK = 8192  # rows of W_E (columns of W_U) upcast at a time for W_U W_E
+
+
+@dataclass(frozen=True)
+class Settings:
+    copying: float = 0.5  # ov_copying at least this: a copying head (``copying_heads``)
+
+    def __post_init__(self):
+        if not -1 <= self.copying <= 1:
+            raise ValueError(f"copying={self.copying}: ov_copying lies in [-1, 1]; pick a level there")
 
 
 def unembed_embed(W_U: torch.Tensor, W_E: torch.Tensor) -> torch.Tensor:
@@ -87,7 +97,8 @@ def compute(inputs: MeasureInput) -> MeasureResult:
             for name, values in zip(COLUMN_NAMES, (ov_copying(w.W_V, w.W_O, UE), qk_top, qk_rank, ov_top, ov_rank)):
                 columns[name].append(values.cpu().numpy())
     grids = {name: np.stack(rows) for name, rows in columns.items()}
-    return MeasureResult(grids, {"copying_heads": float((grids["ov_copying"] >= COPYING).sum())})
+    copying = float((grids["ov_copying"] >= inputs.settings.copying).sum())
+    return MeasureResult(grids, {"copying_heads": copying})
 
 
 COLUMN_NAMES = ("ov_copying", "qk_sigma1", "qk_stable_rank", "ov_sigma1", "ov_stable_rank")
@@ -97,17 +108,23 @@ MEASURE = Measure(
     version=1,
     needs=frozenset({"weights"}),
     columns=(
-        Column("ov_copying", "sum(lambda)/sum(|lambda|) of W_E W_V W_O W_U: 1 copies, ~0 random"),
-        Column("qk_sigma1", "top singular value of W_Q W_K^T"),
-        Column("qk_stable_rank", "sum sigma^2 / sigma_1^2 of W_Q W_K^T"),
-        Column("ov_sigma1", "top singular value of W_V W_O"),
-        Column("ov_stable_rank", "sum sigma^2 / sigma_1^2 of W_V W_O"),
+        Column(
+            "ov_copying",
+            "sum(lambda) / sum(|lambda|) over the eigenvalues of the head's OV circuit W_E W_V W_O W_U: 1 "
+            "copies the attended token, near 0 at random, -1 suppresses it (layer norms and biases ignored)",
+        ),
+        Column("qk_sigma1", "the top singular value of the QK circuit W_Q W_K^T"),
+        Column("qk_stable_rank", "the QK circuit's stable rank, sum sigma^2 / sigma_1^2 (1 to d_head)"),
+        Column("ov_sigma1", "the top singular value of the OV circuit W_V W_O"),
+        Column("ov_stable_rank", "the OV circuit's stable rank, sum sigma^2 / sigma_1^2 (1 to d_head)"),
     ),
-    run_fields=("copying_heads",),  # heads with ov_copying >= COPYING
+    run_fields=("copying_heads",),  # heads with ov_copying >= settings.copying
     trajectories=(
         Trajectory("ov_copying", "max", "top OV copying score"),
         Trajectory("qk_sigma1", "max", "top QK sigma_1"),
         Trajectory("ov_stable_rank", "mean", "mean OV stable rank"),
     ),
     compute=compute,
+    settings=Settings,
+    crossings=(Crossing("ov_copying", Settings().copying),),  # F6: a head's OV circuit turns to copying
 )

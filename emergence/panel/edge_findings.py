@@ -9,9 +9,10 @@ Two questions the halves were written to answer together:
   final circuit, BOS 50 %) as a signed distance: the milestone's position minus the window's last
   checkpoint, with its range over the milestone's bracket (it happened after the revision before
   it, by its own) and the window's span.
-* **The OV circuit against selectivity** (as F5 asks of PR): per head of the final induction circuit,
-  the first revision whose ``ov_copying`` (``measures.weight_circuits``) reaches 0.5 against the first
-  whose induction selectivity reaches the circuit threshold: before, at or after.
+* **A weight milestone against selectivity** (as F5 asks of PR): per head of the final induction circuit,
+  the first revision whose column reaches the level a measure declares (``measures.crossings()``: the
+  OV circuit's copying score reaching 0.5) against the first whose induction selectivity reaches the
+  circuit threshold: before, at or after.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import dataclasses
 
 import numpy as np
 
-from emergence.measures import weight_circuits
+from emergence import measures
+from emergence.measures import Crossing
 from emergence.panel.findings import INDUCTION, final_circuit, first_index, milestone_at
 from emergence.panel.records import F6, CopyingOrder, EdgeDistance, EdgePhase, EdgePoint, Milestone, PanelFindings
 from emergence.panel.runs import Trajectory
@@ -68,17 +70,17 @@ def distance(phase: EdgePhase, name: str, milestone: Milestone | None) -> EdgeDi
     return EdgeDistance(phase.name, name, milestone.tokens - phase.last, [low, milestone.tokens - phase.first])
 
 
-def copying_orders(traj: Trajectory, circuit_threshold: float) -> dict[str, CopyingOrder]:
-    """Per head of the final circuit: its first ov_copying crossing against its selectivity's; empty where
-    no checkpoint measured ov_copying."""
-    column = "ov_copying"
+def copying_orders(traj: Trajectory, circuit_threshold: float, crossing: Crossing) -> dict[str, CopyingOrder]:
+    """Per head of the final circuit: its first ``crossing`` against its selectivity's; empty where
+    no checkpoint measured the crossing's column."""
+    column = crossing.column
     if not any(column in c.plugin_columns for c in traj.checkpoints):
         return {}
     heads = {}
     for layer, head in final_circuit(traj, circuit_threshold):
         grids = [c.plugin_columns.get(column) for c in traj.checkpoints]
         copying = np.array([np.nan if g is None else g[layer, head] for g in grids])
-        copying_cross = first_index(copying >= weight_circuits.COPYING)  # NaN compares False: not measured, not crossed
+        copying_cross = first_index(copying >= crossing.level)  # NaN compares False: not measured, not crossed
         selectivity_cross = first_index(traj.sel[:, layer, head, INDUCTION] >= circuit_threshold)
         order = None
         if copying_cross is not None and selectivity_cross is not None:
@@ -102,9 +104,10 @@ def f6(
     traj: Trajectory, milestones: dict[str, Milestone | None], circuit_threshold: float, edge: tuple[str, Edge] | None
 ) -> F6:
     """F6 of one trajectory; ``edge``: (its edge.json's path, the edge) where one lies beside the runs."""
-    heads = copying_orders(traj, circuit_threshold)
+    crossing = measures.crossings()[0]  # the OV circuit's copying (``weight_circuits``)
+    heads = copying_orders(traj, circuit_threshold, crossing)
     if edge is None:
-        return F6(None, None, [], [], [], weight_circuits.COPYING, heads)
+        return F6(None, None, [], [], [], crossing.level, heads)
     path, found = edge
     placed = phases(found, traj.unit)
     series = [
@@ -118,7 +121,7 @@ def f6(
         placed,
         [distance(p, name, milestones.get(name)) for p in placed for name in EDGE_MILESTONES],
         series,
-        weight_circuits.COPYING,
+        crossing.level,
         heads,
     )
 

@@ -219,12 +219,16 @@ def trajectories(findings: PanelFindings, out: Path) -> Path:
 
 TASK_PANEL = "task"  # the token axis's panel of the tasks' capability
 
-MEASURE_LABELS = {
+RUN_MEASURE_LABELS = {
     "icl_score": "ICL score (nats)",
     "loss_drop": "repeat loss drop (nats)",
     "massive_activation_ratio": "top / median |h|",
-    **{t.key: t.label for t in measures.trajectories()},
 }
+
+
+def measure_labels() -> dict[str, str]:
+    """The token axis's panel labels: the runs' own measures', then the registry's trajectories'."""
+    return {**RUN_MEASURE_LABELS, **{t.key: t.label for t in measures.trajectories()}}
 
 
 def token_axis(findings: PanelFindings, out: Path) -> Path | None:
@@ -277,7 +281,7 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
                         ls={"induction_onset": "-", "bos_50": "--", "sink_50": "-."}[name.split(" ")[0]],
                     )
     for ax, measure in zip(axes, panels):
-        ax.set_ylabel(MEASURE_LABELS.get(measure, "task capability"), fontsize=8)
+        ax.set_ylabel(measure_labels().get(measure, "task capability"), fontsize=8)
         if measure == "massive_activation_ratio":
             ax.set_yscale("log")
         ax.legend(fontsize=6)

@@ -469,7 +469,7 @@ class Transition:
     """One measure over one probe's panel of a model (``token_axis``): its value per revision, its
     largest change between adjacent revisions, and the first revision past half of that change."""
 
-    measure: str  # e.g. icl_score, prefix_matching_max (``token_axis.MEASURES``)
+    measure: str  # e.g. icl_score, prefix_matching_max (``token_axis.drawn``)
     probe: str  # the probe.kind it was measured on
     revisions: list[str]
     tokens: list[float]

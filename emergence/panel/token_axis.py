@@ -34,22 +34,29 @@ def _plugin_value(trajectory: measures.Trajectory) -> Callable[[Checkpoint], flo
     return lambda c: trajectory.value(c.plugin_columns.get(trajectory.column))
 
 
+Drawn = dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]]
+
 # measure -> (the probes it is measured on, its value at a checkpoint: None where not measured)
-MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]] = {
+RUN_MEASURES: Drawn = {
     "icl_score": (("text",), lambda c: None if c.text is None else c.text.icl_score),
     "loss_drop": (("repeat",), lambda c: None if c.repeat is None else c.repeat.loss_drop),
     "massive_activation_ratio": (
         ("synthetic", "repeat", "text"),
         lambda c: reduce_heads(c.massive_activation_ratio, "max"),
     ),
-    # the plug-in measures' trajectories (``emergence.measures``), on the probes each is measured on
-    **{t.key: (t.probes, _plugin_value(t)) for t in measures.trajectories()},
 }
+
+
+def drawn() -> Drawn:
+    """What the token axis draws: the runs' own measures, then the registry's trajectories
+    (``emergence.measures``), on the probes each is measured on; read when drawn, so a measure
+    registered after import is drawn too."""
+    return {**RUN_MEASURES, **{t.key: (t.probes, _plugin_value(t)) for t in measures.trajectories()}}
 
 
 def transition(traj: Trajectory, measure: str) -> Transition | None:
     """``measure``'s transition over ``traj``; None where it is measured at no revision."""
-    values = [_nan_to_none(MEASURES[measure][1](c)) for c in traj.checkpoints]
+    values = [_nan_to_none(drawn()[measure][1](c)) for c in traj.checkpoints]
     known = {i: v for i, v in enumerate(values) if v is not None}  # revision index -> its value
     measured = list(known)
     if not measured:
@@ -137,11 +144,11 @@ def sinks_by_probe(trajectories: dict[str, Trajectory], findings: dict[str, Mode
 
 def token_axis(trajectories: dict[str, Trajectory], findings: dict[str, ModelFindings]) -> TokenAxis | None:
     """One model's trajectories under each probe (``trajectories`` and ``findings`` by probe.kind);
-    None where no run of it measured any of ``MEASURES`` nor a task (the reference data, older runs)."""
+    None where no run of it measured any of ``drawn()`` nor a task (the reference data, older runs)."""
     transitions = [
         t
         for probe, traj in trajectories.items()
-        for measure, (probes, _) in MEASURES.items()
+        for measure, (probes, _) in drawn().items()
         if probe in probes and (t := transition(traj, measure)) is not None
     ]
     if not transitions and not any(f.task for f in findings.values()):

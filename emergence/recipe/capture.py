@@ -14,16 +14,18 @@ This module keeps no state: a pass hands the attention function what it needs as
 arguments of the model's forward, which transformers passes on to every attention call
 (and which the function passes on to no one):
 
-* ``emergence_listener`` (``LISTENER``): called with each layer's tensors (a ``Recorder``
-  in the probe pass, ``discover``'s collector in the discovery pass);
+* ``emergence_listener`` (``LISTENER``): called with each layer's tensors (the pass's ``Dispatch``
+  in the probe pass, ``discover``'s collector in the discovery pass, a task's rows in its pass);
 * ``emergence_last_query_only`` (``LAST_QUERY_ONLY``): the attention modules that attend
   from their last query alone (``last_query_only``; the last layer in ablation).
 
 A layer that does not pass them on is not seen: ``discover`` and ``run_probe`` count the
 layers that reported and refuse the model when one is missing.
 
-With a ``Recorder`` as the listener, the function also computes the one attention row the
-screen needs (query T-1 against all keys) and keeps only:
+In the probe pass the listener is a ``Dispatch``: it hands the hook sites (``sites``: each layer's
+attention call, each block's residual output, the minibatch's final hidden states and losses) to the
+accumulators that subscribe, and the attention kernel computes the union of the pattern reads they
+ask for. One of them is the screen's own, the ``Recorder``, which keeps only:
 
 * ``targets`` [n, layers, heads, 7]: attention from T-1 to each class's target
   position(s) and to the baseline positions (order: ``screen.CLASSES``, baseline);
@@ -37,16 +39,10 @@ screen needs (query T-1 against all keys) and keeps only:
   at every position, for mean ablation;
 * optionally ``null_sums`` [layers, heads, draws] (float64): for each draw of the
   reference null (``stats.null_positions``), the attention from T-1 to that draw's random
-  position, summed over sequences;
-* ``value_norm_sums`` [2, layers, heads] (float64): the norms of the values v at position 0 and
-  at the other positions, summed over sequences (each KV head's for the query heads it serves):
-  the value drain (``mechanism``);
-* on the repeat probe, ``prefix_sums`` [layers, heads] (float64): the attention from each token
-  of the copy to the token after its earlier occurrence (``RepeatLayout.lag`` back), summed over
-  the copy's tokens and the sequences: the prefix-matching score.
+  position, summed over sequences.
 
-Beside the Recorder, forward hooks on the decoder layers reduce the residual stream
-(``mechanism.ResidualRecorder``: massive activations). On the text and repeat probes, a hook
+Another reduces the residual stream (``mechanism.ResidualRecorder``: massive activations); the
+registry's measures bring theirs (``emergence.measures``). On the text and repeat probes, a hook
 on the output embeddings keeps the final hidden states and lets the model project T-1 alone;
 every token's loss then comes from them for all positions at once, over blocks of the vocabulary
 (``token_losses``), so the [b, T, vocabulary] logits never exist and W_U is read once per minibatch.
@@ -63,6 +59,9 @@ output projection, whose input holds the per-head outputs).
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -78,8 +77,9 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from emergence.core.errors import UsageError
 from emergence.recipe import mechanism, sinks
-from emergence.recipe.probe import LOCAL_OFFSETS, ProbeBatch, RepeatLayout
+from emergence.recipe.probe import LOCAL_OFFSETS, ProbeBatch
 from emergence.recipe.screen import N_TARGETS
+from emergence.recipe.sites import SITES, Accumulator, AttentionCall, BatchSlice, Final, Reads, Site, softcapped
 
 ATTN_IMPLEMENTATION = "emergence"
 
@@ -92,33 +92,20 @@ LISTENER = "emergence_listener"
 LAST_QUERY_ONLY = "emergence_last_query_only"
 
 
-def softcapped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    """Gemma 2's logit soft-capping, softcap * tanh(scores / softcap); identity without a cap."""
-    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
-
-
 def kernel_returns_lse(query: torch.Tensor) -> bool:
     """Whether the attention kernel we can call directly also returns each query's log-sum-exp
     (the softmax normaliser): SDPA's flash kernel on a CPU does."""
     return query.device.type == "cpu"
 
 
-@dataclass(frozen=True)
-class Reads:
-    """What ``attend`` reads off the attention besides its output."""
-
-    first_key: bool = False  # every query's attention to key 0 (Gu et al.'s sink importance)
-    lag: int | None = None  # each query q >= lag's attention to key q - lag (the prefix-matching score)
-
-
 def attend(
-    query, key, value, mask, scaling: float, softcap: float | None, reads: Reads = Reads()
+    query, key, value, mask, scaling: float, softcap: float | None, reads: Reads | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """query [b, h, T, d], key/value [b, h_kv, S, d], additive mask [b, 1, T, S] -> the attention
     output [b, T, h, d]; with ``reads.first_key``, every query's attention to key 0 [b, h, T] in float32
     (None without); with ``reads.lag``, the attention of each query q >= lag to key q - lag
     [b, h, T - lag] in float32 (None without)."""
-    first_key, lag = reads.first_key, reads.lag
+    first_key, lag = (False, None) if reads is None else (reads.first_key, reads.lag)
     n_rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves n_rep query heads
     to_key0 = to_lagged = None
     reading = first_key or lag is not None
@@ -161,49 +148,22 @@ def attend(
     return out.transpose(1, 2).contiguous(), to_key0, to_lagged
 
 
-def last_query_row(query, key, mask, scaling: float, softcap: float | None) -> torch.Tensor:
-    """Attention of the last query to every key, [b, h, T] in float32, as the layer computes it
-    (its scaling, soft-cap and mask, sliding window included)."""
-    b, h, T, d = query.shape
-    # query head i reads KV head i // n_rep (grouped-query attention), without copying the keys
-    q_last = query[:, :, -1, :].float().reshape(b, key.shape[1], -1, d)
-    scores = softcapped(torch.matmul(q_last, key.float().transpose(2, 3)).reshape(b, h, -1) * scaling, softcap)
-    if mask is not None:
-        scores = scores + mask[:, :, -1, :].float()
-    return scores.softmax(dim=-1)
-
-
-@dataclass(frozen=True)
-class AttentionCall:
-    """One attention layer's call in a forward pass, as the pass's listener (``LISTENER``) sees it."""
-
-    module: torch.nn.Module  # the attention module that called
-    query: Float[torch.Tensor, "b heads T d_head"]  # as the model transformed it (RoPE, q/k norms, clipping)
-    key: Float[torch.Tensor, "b kv_heads T d_head"]
-    value: Float[torch.Tensor, "b kv_heads T d_head"]
-    mask: Float[torch.Tensor, "b 1 T T"] | None  # additive
-    scaling: float
-    softcap: float | None
-    out: Float[torch.Tensor, "b T heads d_head"]  # the attention output
-
-    def last_query_row(self) -> torch.Tensor:
-        """[b, h, T] float32: the last query's attention to every key (``last_query_row``)."""
-        return last_query_row(self.query, self.key, self.mask, self.scaling, self.softcap)
-
-
-class Recorder:
-    """Accumulates the reductions of one probe pass (see the module docstring).
+class Recorder(Accumulator):
+    """The screen's accumulator (see the module docstring): the targets, key 0's importance, the
+    spectral sums, the null's sums and, for mean ablation, the per-position sums.
 
     Each layer's call keeps only what needs that layer's queries, keys and output: its last
     query row [b, h, T], its head outputs at T-1 and its key-0 importances. ``end_batch``
     then reduces all layers of the minibatch at once (one gather for every target and null
     position), so the fixed cost of the reductions is paid once per minibatch, not per layer."""
 
+    sites = frozenset({"attention"})
+
     def __init__(self, subject: Subject, options: PassOptions, device: torch.device):
         arch, n, seq_len = subject.arch, subject.batch.n, subject.batch.seq_len
         n_layers, n_heads, head_dim = arch.n_layers, arch.n_heads, arch.head_dim
-        null_positions, repeat = options.null_positions, options.repeat
-        self.layer_of = {id(a): i for i, a in enumerate(arch.attentions)}  # id(attention module) -> layer index
+        null_positions = options.null_positions
+        self.reads = Reads(first_key=options.sink_importance)
         self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
         self.sink_importance = (
             torch.zeros(n, n_layers, n_heads, dtype=torch.float32) if options.sink_importance else None
@@ -219,11 +179,6 @@ class Recorder:
         self.null_sums = torch.zeros(
             n_layers, n_heads, 0 if null_positions is None else len(null_positions), dtype=torch.float64, device=device
         )
-        self.value_norm_sums = (
-            torch.zeros(2, n_layers, n_heads, dtype=torch.float64, device=device) if options.sink_mechanism else None
-        )
-        self.repeat = repeat
-        self.prefix_sums = torch.zeros(n_layers, n_heads, dtype=torch.float64, device=device)
         self.spectral_n = min(options.spectral_n, n)
         # The key positions read off every T-1 row besides ab + 1 and ab (induction, duplicate token):
         # previous token, self, first token, then the local window and the baseline, each averaged.
@@ -248,11 +203,11 @@ class Recorder:
         self._rows: list = [None] * n_layers  # this minibatch's per-layer pieces, reduced by end_batch
         self._last_out: list = [None] * n_layers
         self._importance: list = [None] * n_layers
-        self.calls = 0  # attention calls in this minibatch: one per layer, or a layer escaped us
         self.finite = torch.ones((), dtype=torch.bool, device=device)  # checked once per minibatch
 
-    def begin_batch(self, start: int, ab: torch.Tensor) -> None:
-        self._start, self.calls = start, 0
+    def begin_batch(self, batch: BatchSlice) -> None:
+        start, ab = batch.start, batch.ab
+        self._start = start
         b = len(ab)
         self._take = max(0, min(b, self.spectral_n - start))
         draws = (
@@ -262,27 +217,14 @@ class Recorder:
         )  # [b, draws]
         self._read_at = torch.cat([ab[:, None] + 1, ab[:, None], self.fixed.expand(b, -1), draws], dim=1)
 
-    def __call__(self, call: AttentionCall, to_key0: torch.Tensor | None, to_lagged: torch.Tensor | None) -> None:
-        """to_key0 [b, h, T] (every query's attention to key 0), to_lagged [b, h, T - lag] (each query's
-        attention to the key ``repeat.lag`` back; None off the repeat probe)."""
-        self.calls += 1
-        layer = self.layer_of[id(call.module)]
-        query, value, out, attention_mask = call.query, call.value, call.out, call.mask
-        if self.value_norm_sums is not None:
-            norms = value.float().norm(dim=-1)  # [b, h_kv, T]
-            first_and_rest = torch.stack(
-                [norms[..., 0].sum(0, dtype=torch.float64), norms[..., 1:].sum((0, 2), dtype=torch.float64)]
-            )  # [2, h_kv]
-            self.value_norm_sums[:, layer] += first_and_rest.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+    def attention(self, layer: int, call: AttentionCall) -> None:
+        out, attention_mask = call.out, call.mask
         self._rows[layer] = call.last_query_row()
         self._last_out[layer] = out[: self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
-        if to_lagged is not None:  # the copy's queries: the last span of them
-            assert self.repeat is not None  # the repeat probe's pass gives to_lagged
-            self.prefix_sums[layer] += to_lagged[..., -self.repeat.span :].sum((0, 2), dtype=torch.float64)
         if self.sink_importance is not None:
-            assert to_key0 is not None  # a pass that measures the sink importance gives it
+            assert call.to_key0 is not None  # our reads ask for it
             self._importance[layer] = sinks.first_key_importance(
-                to_key0, None if attention_mask is None else attention_mask[..., 0]
+                call.to_key0, None if attention_mask is None else attention_mask[..., 0]
             )
         if self.position_sum is not None:
             self.position_sum[layer] += out.double().sum(0)
@@ -320,6 +262,50 @@ class Recorder:
             self.total += last_out.sum(0)
 
 
+class Dispatch:
+    """The probe pass's listener (``LISTENER``): hands each site's tensors to the accumulators that
+    read it (``sites.Accumulator``), the attention kernel computing the union of their pattern reads."""
+
+    def __init__(self, accumulators: Sequence[Accumulator], attentions: list):
+        self.layer_of = {id(a): i for i, a in enumerate(attentions)}  # id(attention module) -> layer index
+        self.accumulators = list(accumulators)
+        self.reads = functools.reduce(operator.or_, (a.reads for a in self.accumulators), Reads())
+        self.calls = 0  # attention calls in this minibatch: one per layer, or a layer escaped us
+        self._reading = {site: [a for a in self.accumulators if site in a.sites] for site in SITES}
+
+    def reads_site(self, site: Site) -> bool:
+        return bool(self._reading[site])
+
+    def begin_batch(self, batch: BatchSlice) -> None:
+        self.calls = 0
+        for a in self.accumulators:
+            a.begin_batch(batch)
+
+    def attention(self, call: AttentionCall) -> None:
+        self.calls += 1
+        layer = self.layer_of[id(call.module)]
+        for a in self._reading["attention"]:
+            a.attention(layer, call)
+
+    def resid_post_hook(self, layer: int):
+        """A forward hook on decoder block ``layer``: its output to the ``resid_post`` site."""
+
+        def hand_on(module, args, output):
+            hidden = output[0] if isinstance(output, tuple) else output  # [b, T, d_model]
+            for a in self._reading["resid_post"]:
+                a.resid_post(layer, hidden)
+
+        return hand_on
+
+    def final(self, final: Final) -> None:
+        for a in self._reading["final"]:
+            a.final(final)
+
+    def end_batch(self) -> None:
+        for a in self.accumulators:
+            a.end_batch()
+
+
 def capture_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
     """The layer's attention output (see ``attend``), reported to the pass's listener (``LISTENER``,
     if any); for a module under ``LAST_QUERY_ONLY``, T-1's output at every position, reported to no one."""
@@ -344,19 +330,13 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, *
             query[:, :, -1:], key, value, None if attention_mask is None else attention_mask[:, :, -1:], scale, softcap
         )
         return out.expand(-1, query.shape[2], -1, -1), None
-    # only the probe pass measures the sink importance and the prefix-matching score
-    recorder = listener if isinstance(listener, Recorder) else None
-    reads = (
-        Reads()
-        if recorder is None
-        else Reads(
-            first_key=recorder.sink_importance is not None, lag=None if recorder.repeat is None else recorder.repeat.lag
-        )
-    )
+    # only the probe pass's accumulators ask for pattern reads (``Dispatch.reads``)
+    dispatch = listener if isinstance(listener, Dispatch) else None
+    reads = None if dispatch is None else dispatch.reads
     out, to_key0, to_lagged = attend(query, key, value, attention_mask, scale, softcap, reads)
-    call = AttentionCall(module, query, key, value, attention_mask, scale, softcap, out)
-    if recorder is not None:
-        recorder(call, to_key0, to_lagged)
+    call = AttentionCall(module, query, key, value, attention_mask, scale, softcap, out, to_key0, to_lagged)
+    if dispatch is not None:
+        dispatch.attention(call)
     elif listener is not None:
         listener(call)
     return out, None
@@ -604,10 +584,8 @@ class Capture:
     null_sums: Float[np.ndarray, "layers heads draws"]  # float64 (draws = 0 without the null)
     position_losses: Float[np.ndarray, "n T-1"] | None  # float32: the loss of the token at each position 1..T-1
     # (NaN where ``PassOptions.loss_positions`` holds no position)
-    prefix_matching: Float[np.ndarray, "layers heads"] | None  # float64: the repeat probe's prefix-matching score
-    value_norm_ratio: Float[np.ndarray, "layers heads"] | None  # float64: mean norm of v at position 0 over elsewhere
     residual: mechanism.ResidualStats | None  # the decoder layers' outputs: massive activations
-    # (both None when the pass skipped the mechanism)
+    # (None when the pass skipped them)
 
 
 @dataclass(frozen=True)
@@ -666,18 +644,18 @@ class PassOptions:
     # The positions (in 1..T-1) whose token's loss the pass computes from the final hidden states
     # (``sequence_losses``); None: none
     loss_positions: Int[np.ndarray, " positions"] | None = None
-    repeat: RepeatLayout | None = None  # the repeat probe's layout: measures the prefix-matching score
-    sink_mechanism: bool = True  # the massive activations and value norms (the benchmark prices them)
+    sink_mechanism: bool = True  # the massive activations (the benchmark prices them)
 
 
-def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
-    """Forward the probe in minibatches, a Recorder as the forward's ``LISTENER``.
+def run_probe(subject: Subject, options: PassOptions, score, accumulators: Sequence[Accumulator] = ()) -> Capture:
+    """Forward the probe in minibatches, the screen's ``Recorder``, the massive activations' reductions
+    and ``accumulators`` (the measures', ``sites``) reading its sites through one ``Dispatch``.
 
     ``score(logits [b, V], b [b])`` returns each sequence's next-token metrics [b, metrics]
     (``ablation.metrics_per_sequence``), kept for the clean model.
     """
     model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
-    repeat, sink_mechanism = options.repeat, options.sink_mechanism
+    sink_mechanism = options.sink_mechanism
     position_losses = options.loss_positions is not None
     check_loaded_for_capture(model)
     device = next(model.parameters()).device
@@ -685,9 +663,10 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
     n = batch.n
     rec = Recorder(subject, options, device)
     residual = mechanism.ResidualRecorder(arch.n_layers, device)
+    dispatch = Dispatch([rec, *([residual] if sink_mechanism else []), *accumulators], arch.attentions)
     hooks = (
-        [layer.register_forward_hook(residual.hook(i)) for i, layer in enumerate(arch.decoder_layers)]
-        if sink_mechanism
+        [layer.register_forward_hook(dispatch.resid_post_hook(i)) for i, layer in enumerate(arch.decoder_layers)]
+        if dispatch.reads_site("resid_post")
         else []
     )
     scores: list[torch.Tensor] = []  # per minibatch, [b, metrics]
@@ -696,24 +675,27 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
         with torch.inference_mode():
             for start in tqdm(range(0, n, batch_size), desc="probe", unit="batch", leave=False):
                 stop = min(start + batch_size, n)
-                rec.begin_batch(start, batch.ab[start:stop].to(device))
                 tokens = batch.tokens[start:stop].to(device)
+                dispatch.begin_batch(BatchSlice(start, stop, tokens, batch.ab[start:stop].to(device)))
                 # Every position reaches the output embeddings only for final_hidden_kept, which keeps
                 # them and projects T-1 alone; no KV cache: nothing generates after the pass.
                 keeping: AbstractContextManager[Any] = final_hidden_kept(model) if position_losses else nullcontext([])
                 with keeping as kept:
                     logits = model(
-                        tokens, logits_to_keep=0 if position_losses else 1, use_cache=False, **{LISTENER: rec}
+                        tokens, logits_to_keep=0 if position_losses else 1, use_cache=False, **{LISTENER: dispatch}
                     ).logits[:, -1]
+                hidden = sequence_loss = None
                 if loss_positions is not None:  # position_losses
                     hidden = checked_final_hidden(model, kept, logits, arch.model_type)
-                    losses.append(sequence_losses(Unembedding.of(model), hidden, tokens, loss_positions).cpu())
-                if rec.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
+                    sequence_loss = sequence_losses(Unembedding.of(model), hidden, tokens, loss_positions)
+                    losses.append(sequence_loss.cpu())
+                if dispatch.calls != arch.n_layers:  # e.g. remote code that skips the interface after discovery
                     raise UsageError(
-                        f"model architecture {arch.model_type!r} is not supported: {rec.calls} of "
+                        f"model architecture {arch.model_type!r} is not supported: {dispatch.calls} of "
                         f"{arch.n_layers} attention layers went through the capture"
                     )
-                rec.end_batch()
+                dispatch.final(Final(logits, hidden, sequence_loss))
+                dispatch.end_batch()
                 if not rec.finite:
                     raise non_finite(model.dtype)
                 scores.append(score(logits, batch.b[start:stop].to(device)).cpu())
@@ -730,12 +712,5 @@ def run_probe(subject: Subject, options: PassOptions, score) -> Capture:
         scores=torch.cat(scores).double().numpy(),
         null_sums=rec.null_sums.cpu().numpy(),
         position_losses=torch.cat(losses).numpy() if position_losses else None,
-        prefix_matching=None if repeat is None else (rec.prefix_sums / (n * repeat.span)).cpu().numpy(),
-        value_norm_ratio=(
-            None
-            if rec.value_norm_sums is None
-            # without sink_mechanism
-            else mechanism.first_over_rest(rec.value_norm_sums[0], rec.value_norm_sums[1], n, batch.seq_len)
-        ),
         residual=residual.result() if sink_mechanism else None,
     )

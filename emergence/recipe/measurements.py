@@ -6,7 +6,8 @@ depends on the checkpoint, the probe, the null's draws and the dtype, not on the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from jaxtyping import Float
@@ -17,10 +18,10 @@ from emergence.recipe.ablation import METRICS
 
 @dataclass(frozen=True)
 class MeasureResult:
-    """One plug-in measure's results on one checkpoint (``emergence/measures``)."""
+    """One measure's results on one checkpoint (``emergence/measures``)."""
 
     per_head: dict[str, np.ndarray]  # heads.csv column -> [layers, heads] float64
-    per_run: dict[str, float]  # summary.json ``measures[<name>]``: field -> value
+    per_run: dict[str, Any]  # summary.json ``measures[<name>]``: field -> a JSON value (a number, a list, a dict)
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,14 @@ class Measurements:
     spectral_n: int
     clean_metrics: dict  # the clean model's metrics of B at T-1 (``ablation.METRICS``), means over sequences
     clean_loss: Float[np.ndarray, " n"]  # per-sequence clean loss of B, in probe order
-    value_norm_ratio: Float[np.ndarray, "layers heads"]  # the value drain (``mechanism``)
     residual: mechanism.ResidualStats  # [layers] each: the decoder layers' massive activations
     position_losses: Float[np.ndarray, "n T-1"] | None  # each token's loss (text and repeat probes; else None)
-    prefix_matching: Float[np.ndarray, "layers heads"] | None  # the repeat probe's prefix-matching score (else None)
     probe_fingerprint: str  # the probe batch's sha256 (``ProbeBatch.fingerprint``): a text probe's batch is
     # named by its dataset, whose content can change under the same name
     model_type: str
     n_layers: int
     n_heads: int
     head_dim: int
-    # the plug-in measures' results by name (``emergence.measures.measure_all``): the cache keeps them too
-    plugins: dict[str, MeasureResult] = field(default_factory=dict)
 
     @property
     def mean_attention(self) -> np.ndarray:
@@ -68,10 +65,8 @@ class Measurements:
             sink_importance=cap.sink_importance,
             null_sums=cap.null_sums,
             clean_loss=cap.scores[:, METRICS.index("loss")],
-            value_norm_ratio=cap.value_norm_ratio,
             residual=cap.residual,
             position_losses=cap.position_losses,
-            prefix_matching=cap.prefix_matching,
             probe_fingerprint=probe_fingerprint,
             pr=spectral_estimates.pr,
             entropy_rank=spectral_estimates.entropy_rank,

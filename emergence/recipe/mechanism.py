@@ -7,7 +7,8 @@
   norm at the other positions (``first_position_norm_ratio``).
 * **The value drain** (Guo et al. 2024): the sink token's value states shrink. For each
   attention layer, the mean norm of v at position 0 over its mean norm at the other positions
-  (``value_norm_ratio``, per KV head; the capture's ``Recorder`` sums the norms).
+  (``value_norm_ratio``, per KV head; the ``value_drain`` measure sums the norms at the pass's
+  attention site).
 
 Everything is reduced per minibatch; nothing of size [n, T, D] outlives a layer's call. The
 median is not a streaming statistic: ``median`` is the mean over sequences of each sequence's
@@ -31,6 +32,7 @@ import torch
 from jaxtyping import Float, Int
 
 from emergence.core.record import Record
+from emergence.recipe.sites import Accumulator
 
 MEDIAN_SAMPLE = 1 << 15  # activations per sequence above which the median is taken over an even sample
 
@@ -86,8 +88,10 @@ class MassiveActivation(Record):
     first_position_norm_ratio: float  # mean norm of the residual stream at position 0 over elsewhere
 
 
-class ResidualRecorder:
-    """Running reductions of the decoder layers' outputs; ``hook(layer)`` is a forward hook."""
+class ResidualRecorder(Accumulator):
+    """Running reductions of the decoder layers' outputs (the pass's ``resid_post`` site)."""
+
+    sites = frozenset({"resid_post"})
 
     def __init__(self, n_layers: int, device: torch.device):
         self.top = torch.full((n_layers,), -1.0, dtype=torch.float64, device=device)
@@ -98,14 +102,7 @@ class ResidualRecorder:
         self.sequences = 0
         self.seq_len = 0
 
-    def hook(self, layer: int):
-        def reduce_output(module, args, output):
-            hidden = output[0] if isinstance(output, tuple) else output  # [b, T, D]
-            self.add(layer, hidden)
-
-        return reduce_output
-
-    def add(self, layer: int, hidden: torch.Tensor) -> None:
+    def resid_post(self, layer: int, hidden: torch.Tensor) -> None:
         """hidden [b, T, D]: one decoder layer's output for one minibatch."""
         b, T, D = hidden.shape
         magnitude = hidden.detach().abs().reshape(b, T * D)

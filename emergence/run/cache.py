@@ -1,14 +1,18 @@
-"""Reuse: the per-head measurements of a checkpoint, cached on disk.
+"""Reuse: the probe pass's per-head measurements of a checkpoint, and each measure's results, cached on disk.
 
 Everything the screen, the spectral step and the intervals need (per-sequence attention
 to the targets and key 0's sink importance, the null's sums, both spectral estimators, the clean metrics,
-the sink mechanism's value norms and residual-stream reductions, the plug-in measures' results) depends on
-the checkpoint (the content of the weight files read, and its config), the probe, the null's
-draws, the dtype and this code (with the registered measures' versions), not on the
-thresholds or the bootstrap. Keyed by those, a threshold re-sweep
-(``-m threshold=paper,strict,lenient``) with ablation off runs no model at all.
+the residual stream's massive activations) depends on the checkpoint (the content of the weight files
+read, and its config), the probe, the null's draws, the dtype and this code, not on the thresholds or
+the bootstrap. Keyed by those, a threshold re-sweep (``-m threshold=paper,strict,lenient``) with
+ablation off runs no model at all.
 
-Files: ``<cache_dir>/measurements/<key>.npz``; delete the folder to clear the cache.
+Each chosen measure's results have an entry of their own, keyed by the checkpoint, the dtype, the
+measure's name, version and settings, and the probe where the measure reads the pass: adding,
+dropping or re-versioning one measure touches no other entry.
+
+Files: ``<cache_dir>/measurements/<key>.npz`` (the pass), ``<cache_dir>/measures/<name>/<key>.npz``
+(a measure's); delete the folders to clear the cache.
 """
 
 from __future__ import annotations
@@ -25,18 +29,19 @@ import emergence
 from emergence import measures
 from emergence.core.atomic import atomic_write_bytes, npz_bytes
 from emergence.hub import checkpoints
+from emergence.measures import Chosen
 from emergence.recipe import mechanism
 from emergence.recipe.measurements import Measurements, MeasureResult
 
 # Bump when the capture, the probe or what an entry holds changes: old entries then stop matching.
-MEASUREMENT_VERSION = 5
+MEASUREMENT_VERSION = 6
 
 
 # stored as arrays (the residual's as residual_<field>; an optional one only where measured); the rest as JSON
-ARRAYS = ("targets", "sink_importance", "null_sums", "pr", "entropy_rank", "clean_loss", "value_norm_ratio")
-OPTIONAL_ARRAYS = ("position_losses", "prefix_matching")
+ARRAYS = ("targets", "sink_importance", "null_sums", "pr", "entropy_rank", "clean_loss")
+OPTIONAL_ARRAYS = ("position_losses",)
 RESIDUAL_PREFIX = "residual_"
-PLUGIN_PREFIX = "plugin__"  # a plug-in measure's column: plugin__<measure>__<column>
+COLUMN_PREFIX = "column__"  # a measure's per-head column in its entry
 
 
 def checkpoint_identity(src: checkpoints.Source, hf_config) -> dict | None:
@@ -51,20 +56,53 @@ def checkpoint_identity(src: checkpoints.Source, hf_config) -> dict | None:
     return {"weights_sha256": weights, "weights_format": src.weights_format, "config": hf_config.to_json_string()}
 
 
+def _digest(content: dict) -> str:
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
+
+
 def key(identity: dict, probe: dict, null_draws: int, dtype: str) -> str:
-    # the plug-in measures and their versions: an entry holds each one's results (``Measurements.plugins``)
-    text = json.dumps(
+    """The probe pass's entry."""
+    return _digest(
         {
             "checkpoint": identity,
             "probe": probe,
             "null_draws": null_draws,
             "dtype": dtype,
             "version": [MEASUREMENT_VERSION, emergence.__version__],
-            "measures": measures.versions(),
-        },
-        sort_keys=True,
+        }
     )
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def measure_entry_path(cfg, identity: dict | None, dtype: str, chosen: Chosen) -> Path | None:
+    """Where ``chosen``'s results on the checkpoint ``identity`` are kept under the run ``cfg``; None without
+    an identity or with reuse=false. The probe is part of the key only for a measure that reads the pass."""
+    if identity is None or not cfg.reuse:
+        return None
+    content = {"checkpoint": identity, "dtype": dtype, "measure": chosen.identity()}
+    if chosen.measure.in_pass:
+        content["probe"] = asdict(cfg.probe)
+    name = chosen.name
+    return Path(cfg.cache_dir).expanduser() / "measures" / name / f"{_digest(content)}.npz"
+
+
+def measures_missing(cfg, identity: dict | None, dtype: str) -> bool:
+    """Whether the cache lacks the results of any measure ``cfg`` chooses."""
+    paths = [measure_entry_path(cfg, identity, dtype, c) for c in measures.chosen(cfg.measures)]
+    return any(path is None or not path.exists() for path in paths)
+
+
+def load_result(path: Path | None) -> MeasureResult | None:
+    """A measure's cached results (``measure_entry_path``); None if not there."""
+    if path is None or not path.exists():
+        return None
+    with np.load(path) as data:
+        per_head = {k.removeprefix(COLUMN_PREFIX): data[k] for k in data.files if k.startswith(COLUMN_PREFIX)}
+        return MeasureResult(per_head, json.loads(str(data["per_run"])))
+
+
+def save_result(path: Path, result: MeasureResult) -> None:
+    columns = {COLUMN_PREFIX + name: grid for name, grid in result.per_head.items()}
+    atomic_write_bytes(path, npz_bytes(**columns, per_run=json.dumps(result.per_run)))
 
 
 def entry_of(cfg, identity: dict | None, dtype: str) -> str | None:
@@ -77,11 +115,11 @@ def has(cache_dir: str, entry: str | None) -> bool:
     return entry is not None and entry_path(cache_dir, entry).exists()
 
 
-def needs_weights(cfg, measurements_cached: bool) -> bool:
-    """Whether a run of ``cfg`` loads the model: to measure what the cache lacks, to ablate
-    (ablation depends on the thresholds, which pick the circuit, so it is never cached), or to run
-    a task (``probe.task``, never cached)."""
-    return not measurements_cached or cfg.ablate.enabled or cfg.probe.task is not None
+def needs_weights(cfg, measurements_cached: bool, measures_missing: bool) -> bool:
+    """Whether a run of ``cfg`` loads the model: to measure what the cache lacks (the pass's
+    measurements, a measure's results), to ablate (ablation depends on the thresholds, which pick the
+    circuit, so it is never cached), or to run a task (``probe.task``, never cached)."""
+    return not measurements_cached or measures_missing or cfg.ablate.enabled or cfg.probe.task is not None
 
 
 def entry_path(cache_dir: str, entry: str) -> Path:
@@ -99,30 +137,13 @@ def load(path: Path) -> Measurements | None:
             **{k.removeprefix(RESIDUAL_PREFIX): data[k] for k in data.files if k.startswith(RESIDUAL_PREFIX)}
         )
         optional: dict[str, Any] = {name: data[name] if name in data.files else None for name in OPTIONAL_ARRAYS}
-        per_run = meta.pop("plugins")
-        per_head: dict[str, dict[str, np.ndarray]] = {name: {} for name in per_run}
-        for k in data.files:
-            if k.startswith(PLUGIN_PREFIX):
-                name, column = k.removeprefix(PLUGIN_PREFIX).split("__", 1)
-                per_head[name][column] = data[k]
-        plugins = {name: MeasureResult(per_head[name], fields) for name, fields in per_run.items()}
-        return Measurements(
-            **{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta, plugins=plugins
-        )
+        return Measurements(**{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta)
 
 
 def save(path: Path, m: Measurements) -> None:
-    meta = {
-        f.name: getattr(m, f.name)
-        for f in fields(m)
-        if f.name not in (*ARRAYS, *OPTIONAL_ARRAYS, "residual", "plugins")
-    }
-    meta["plugins"] = {name: r.per_run for name, r in m.plugins.items()}
+    meta = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in (*ARRAYS, *OPTIONAL_ARRAYS, "residual")}
     residual = {RESIDUAL_PREFIX + name: a for name, a in m.residual.arrays().items()}
-    plugin_columns = {
-        f"{PLUGIN_PREFIX}{name}__{column}": grid for name, r in m.plugins.items() for column, grid in r.per_head.items()
-    }
     optional = {name: getattr(m, name) for name in OPTIONAL_ARRAYS if getattr(m, name) is not None}
     # atomic: a crash leaves no half entry
-    arrays = {**{name: getattr(m, name) for name in ARRAYS}, **residual, **optional, **plugin_columns}
+    arrays = {**{name: getattr(m, name) for name in ARRAYS}, **residual, **optional}
     atomic_write_bytes(path, npz_bytes(**arrays, meta=json.dumps(meta)))

@@ -229,7 +229,7 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
         dtype = checkpoints.dtype_name(checkpoints.pick_dtype(cfg.model.dtype))
         identity = cache.checkpoint_identity(src, checkpoints.load_config(cfg, src).hf_config)
         cached = cfg.reuse and cache.has(cfg.cache_dir, cache.entry_of(cfg, identity, dtype))
-        if not cache.needs_weights(cfg, cached):
+        if not cache.needs_weights(cfg, cached, cache.measures_missing(cfg, identity, dtype)):
             return None
     except (UsageError, ValueError) as err:
         log.debug(f"no prefetch for job {num}: {err}")

@@ -169,9 +169,10 @@ class HeadMeasures:
     plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the plug-in measures' columns
 
     @classmethod
-    def of(cls, measured, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
-        """From a run's ``measurements.Measurements`` (its plug-in measures' columns too) and its task's scores."""
-        plugin_columns = {column: grid for r in measured.plugins.values() for column, grid in r.per_head.items()}
+    def of(cls, measured, measure_results: dict, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
+        """From a run's ``measurements.Measurements``, its measures' results (``MeasureResult`` by name) and
+        its task's scores."""
+        plugin_columns = {column: grid for r in measure_results.values() for column, grid in r.per_head.items()}
         return cls(
             measured.mean_attention,
             measured.pr,
@@ -357,8 +358,10 @@ class RunSummary(Record):
     task: TaskSummary | None = None  # probe.task's capability, screens and ablations (docs/tasks.md)
     gguf: GgufHeader | None = None  # model.gguf_file: the file's tensor types before dequantization
     probe_fit: ProbeFitted | None = None  # the probe fitted to a model smaller than it (probe.fit=auto); None: not
-    # the plug-in measures' per-run fields (``emergence.measures``): measure -> field -> value
-    measures: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the measures' per-run fields (``emergence.measures``): measure -> field -> a JSON value
+    measures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # where each measure's results came from: "cache", "pass" (the probe pass) or "weights"
+    measure_sources: dict[str, str] = field(default_factory=dict)
 
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n")

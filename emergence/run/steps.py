@@ -18,13 +18,14 @@ import torch
 from jaxtyping import Int
 from omegaconf import OmegaConf
 
+from emergence import measures
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import Config, config_digest
 from emergence.core.errors import UsageError
 from emergence.hub import checkpoints, integrity, revisions
 from emergence.hub.gguf import GgufHeader
 from emergence.recipe import ablation, capture, icl, probe, sinks, stats, text
-from emergence.recipe.measurements import Measurements
+from emergence.recipe.measurements import Measurements, MeasureResult
 from emergence.recipe.screen import CLASSES, Screened
 from emergence.recipe.tasks.batches import TaskBatch
 from emergence.recipe.tasks.step import TaskResult
@@ -55,7 +56,10 @@ class Loaded:
     tokenizer: str | None  # the text probe's tokenizer: the checkpoint's (repo@revision) or bytes
     cache_file: Path | None  # where the measurements are kept (reuse=true); None: not kept
     cached: Measurements | None  # the probe's measurements from the cache (reuse=true), if there
-    subject: capture.Subject | None  # model, layout, batch; None: the cached measurements serve, ablation is off
+    subject: capture.Subject | None  # model, layout, batch; None: the cache serves everything, ablation is off
+    chosen: list[measures.Chosen]  # the measures the run computes (``Config.measures``)
+    result_files: dict[str, Path | None]  # where each one's results are kept (reuse=true); None: not kept
+    cached_results: dict[str, MeasureResult]  # the ones the cache serves
     task_batch: TaskBatch | None = None  # probe.task's prompts on the checkpoint's tokenizer; None: no task
     task_tokenizer: str | None = None  # that tokenizer's repo@revision
     gguf: GgufHeader | None = None  # model.gguf_file: the file's tensor types before dequantization
@@ -183,7 +187,15 @@ def load(cfg: Config) -> Loaded:
     cached = None if cache_file is None else cache.load(cache_file)
     if cached is not None and cached.probe_fingerprint != batch.fingerprint():  # the dataset changed under its name
         cached = None
-    need_model = cache.needs_weights(cfg, cached is not None)
+    chosen = measures.chosen(cfg.measures)
+    result_files = {c.name: cache.measure_entry_path(cfg, identity, dtype_name, c) for c in chosen}
+    cached_results = {
+        c.name: result
+        for c in chosen
+        # a pass measure's entry is read where the pass's own is: its key names the probe, not the batch's content
+        if (cached is not None or not c.measure.in_pass) and (result := cache.load_result(result_files[c.name]))
+    }
+    need_model = cache.needs_weights(cfg, cached is not None, len(cached_results) < len(chosen))
     # the Hub again: the weights, where the run needs them
     subject = None
     if need_model:
@@ -214,6 +226,9 @@ def load(cfg: Config) -> Loaded:
         cache_file,
         cached,
         subject,
+        chosen,
+        result_files,
+        cached_results,
         probes.task_batch,
         probes.task_tokenizer,
         checkpoint.gguf,
@@ -251,6 +266,9 @@ def load_live(cfg: Config, model, revision: checkpoints.Revision, tokenizer=None
         None,
         None,
         subject,
+        measures.chosen(probes.cfg.measures),
+        {},
+        {},
         probes.task_batch,
         probes.task_tokenizer,
         None,
@@ -269,24 +287,64 @@ def run_config(cfg: Config, loaded: Loaded) -> dict:
     }
 
 
-def measure(cfg: Config, loaded: Loaded) -> capture.Capture | None:
-    """Step 1: the probe pass, reduced on the fly, unless the measurements are cached (mean
-    ablation runs it anyway: it needs the per-position means)."""
+@dataclass(frozen=True)
+class Measured:
+    """Step 1's record: the probe pass (where it ran) and every chosen measure's results."""
+
+    capture: capture.Capture | None  # None: the cache served the pass's measurements and no measure needed it
+    results: dict[str, MeasureResult]  # each chosen measure's, in the config's order
+    sources: dict[str, str]  # each one's: "cache", "pass" (computed in the probe pass) or "weights"
+
+
+def measure_input(loaded: Loaded, chosen: measures.Chosen) -> measures.MeasureInput:
+    assert loaded.subject is not None  # a measure the cache lacks loads the model (``cache.needs_weights``)
+    arch = loaded.subject.arch
+    p = loaded.cfg.probe
+    return measures.MeasureInput(
+        loaded.subject.model,
+        arch.n_layers,
+        arch.n_heads,
+        loaded.batch,
+        cast(measures.plugin.ProbeKind, p.kind),
+        loaded.tokenizer,
+        loaded.device,
+        chosen.settings,
+    )
+
+
+def measure(cfg: Config, loaded: Loaded) -> Measured:
+    """Step 1: the probe pass, reduced on the fly, with the accumulators of the measures that read it,
+    unless the cache serves the pass and every such measure (mean ablation runs it anyway: it needs
+    the per-position means); then the measures that read the weights alone, where the cache lacks them."""
     p = cfg.probe
     mean_ablation = cfg.ablate.enabled and cfg.ablate.mode == "mean"
-    if loaded.cached is not None and not mean_ablation:
-        return None
-    log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {loaded.name}")
-    options = capture.PassOptions(
-        loaded.baseline,
-        p.spectral_sequences or p.n_sequences,
-        keep_position_means=mean_ablation,
-        null_positions=stats.null_positions(loaded.batch.ab.numpy(), p.seq_len, cfg.stats.n_null),
-        loss_positions=loss_positions(p),
-        repeat=probe.RepeatLayout(p.seq_len) if p.kind == "repeat" else None,
-    )
-    assert loaded.subject is not None  # the model loads where the pass runs (cache.needs_weights)
-    return capture.run_probe(loaded.subject, options, ablation.metrics_per_sequence)
+    missing = [c for c in loaded.chosen if c.name not in loaded.cached_results]
+    in_pass = [c for c in missing if c.measure.in_pass]
+    computed: dict[str, MeasureResult] = {}
+    cap = None
+    if loaded.cached is None or mean_ablation or in_pass:
+        log.info(f"probe: {p.n_sequences} sequences x {p.seq_len} tokens through {loaded.name}")
+        options = capture.PassOptions(
+            loaded.baseline,
+            p.spectral_sequences or p.n_sequences,
+            keep_position_means=mean_ablation,
+            null_positions=stats.null_positions(loaded.batch.ab.numpy(), p.seq_len, cfg.stats.n_null),
+            loss_positions=loss_positions(p),
+        )
+        assert loaded.subject is not None  # the model loads where the pass runs (cache.needs_weights)
+        accumulators = {c.name: c.measure.accumulate(measure_input(loaded, c)) for c in in_pass if c.measure.accumulate}
+        cap = capture.run_probe(loaded.subject, options, ablation.metrics_per_sequence, list(accumulators.values()))
+        shape = (loaded.subject.arch.n_layers, loaded.subject.arch.n_heads)
+        computed = {c.name: c.measure.checked(accumulators[c.name].result(), shape) for c in in_pass}
+    for c in missing:
+        if not c.measure.in_pass:
+            computed[c.name] = c.measure.run(measure_input(loaded, c))
+    results = {c.name: loaded.cached_results.get(c.name) or computed[c.name] for c in loaded.chosen}
+    sources = {
+        c.name: "cache" if c.name in loaded.cached_results else ("pass" if c.measure.in_pass else "weights")
+        for c in loaded.chosen
+    }
+    return Measured(cap, results, sources)
 
 
 def loss_positions(p) -> np.ndarray | None:
@@ -311,6 +369,7 @@ class Findings:
     uncertainty: stats.Uncertainty
     ablated: ablation.AblationResult
     task: TaskResult | None  # probe.task's step; None: no task
+    measures: Measured  # step 1's measures
 
 
 def summarise(
@@ -392,7 +451,8 @@ def summarise(
         task=found.task.summary if found.task else None,
         gguf=loaded.gguf,
         probe_fit=loaded.probe_fit,
-        measures={name: r.per_run for name, r in measured.plugins.items()},
+        measures={name: r.per_run for name, r in found.measures.results.items()},
+        measure_sources=found.measures.sources,
     )
 
 
@@ -409,7 +469,7 @@ def write_outputs(
     task_scores = found.task.screen.scores if found.task else None
     rows = results.head_rows(
         screened.classes,
-        results.HeadMeasures.of(measured, task_scores),
+        results.HeadMeasures.of(measured, found.measures.results, task_scores),
         uncertainty.intervals,
         null.per_head_p99,
         null.degenerate,
@@ -419,6 +479,10 @@ def write_outputs(
     tracking.plt.close(figure)
     if loaded.cache_file is not None and loaded.cached is None:
         cache.save(loaded.cache_file, measured)
+    for name, source in found.measures.sources.items():
+        kept = loaded.result_files.get(name)
+        if source != "cache" and kept is not None:
+            cache.save_result(kept, found.measures.results[name])
     if loaded.task_batch is not None:
         atomic_write_text(out_dir / results.PROMPTS_FILE, loaded.task_batch.jsonl())
     per_sequence = {

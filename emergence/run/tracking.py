@@ -134,6 +134,18 @@ def log_into_training(run, summary: RunSummary, out_dir: Path, more: dict[str, f
     run.log({**{TRAINING_PREFIX + k: v for k, v in metrics.items()}, TRAINING_STEP: summary.step})
 
 
+def scalar_fields(prefix: str, values: dict) -> dict[str, float]:
+    """The numbers of ``values`` (a measure's per-run fields) as ``prefix<field>``, a nested record's as
+    ``prefix<field>/<key>``; lists and strings are not metrics."""
+    out: dict[str, float] = {}
+    for k, v in values.items():
+        if isinstance(v, dict):
+            out.update(scalar_fields(f"{prefix}{k}/", v))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
     """What W&B logs of a checkpoint: its summary's numbers, the per-head table (``rows``: heads.csv's
     rows, each column by name) and the class grid (``figure``: a matplotlib figure or an image file)."""
@@ -167,8 +179,10 @@ def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
                 unit = "_pp" if metric == TOP1_METRIC[cast(Task, task.name)] else ""
                 metrics[f"task/{task.name}/{sweep.screen}/{metric}_delta{unit}"] = s.screen_delta
                 metrics[f"task/{task.name}/{sweep.screen}/{metric}_random_delta{unit}"] = s.mean
-    # the plug-in measures: their per-run fields, and their columns in the head table (each row has them all)
-    metrics.update({f"{name}/{k}": v for name, values in summary.measures.items() for k, v in values.items()})
+    # the measures: their per-run numbers (a record's numbers under its field), and their columns in the head
+    # table (each row has them all); lists (curves, chains) stay in summary.json
+    for name, values in summary.measures.items():
+        metrics.update(scalar_fields(f"{name}/", values))
     columns = list(rows[0])
     metrics["heads"] = wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in rows])
     metrics["classes"] = wandb.Image(str(figure) if isinstance(figure, Path) else figure)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from emergence import measures
 from emergence.core.config import (
     ABLATE_MODES,
     ABLATE_SEQUENCES,
@@ -50,6 +51,7 @@ def _fail(field_name: str, value, allowed: str) -> None:
 def validate(cfg: Config) -> None:
     """Checks that need no model."""
     p, t, a = cfg.probe, cfg.threshold, cfg.ablate
+    measures.chosen(cfg.measures)  # names and settings
     if cfg.model.dtype not in DTYPES:
         _fail("model.dtype", cfg.model.dtype, f"use one of {', '.join(DTYPES)}")
     if cfg.model.weights_format not in WEIGHTS_FORMATS:

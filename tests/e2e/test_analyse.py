@@ -37,7 +37,8 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
     cfg = compose_cfg(["model=local", f"model.name_or_path={tiny_dirs[arch]}", *SMALL_RUN])
     summary = analyse(cfg, tmp_path)
     _, rows = read_run(tmp_path)
-    assert list(rows[0]) == [*HEAD_COLUMNS, *(c.name for c in measures.columns())] and len(rows) == 2 * 4
+    chosen = [c.measure for c in measures.chosen(cfg.measures)]  # the default measures, in their order
+    assert list(rows[0]) == [*HEAD_COLUMNS, *(c.name for c in measures.columns(chosen))] and len(rows) == 2 * 4
 
     batch = make_probe_batch(32, 64, 10, 500, 42)
     model = eager_model(tiny_dirs[arch])

@@ -50,7 +50,7 @@ def test_threshold_resweep_loads_no_model(tiny_dirs, tmp_path, monkeypatch):
             "pr_entropy_rank",
             "sel_induction_ci_low",
             "null_p99",
-            *(c.name for c in measures.columns()),
+            *(c.name for c in measures.columns([c.measure for c in measures.chosen(compose_config([]).measures)])),
         ):  # the plug-in measures' too: the entry keeps them
             np.testing.assert_equal(ra[col], rb[col])  # NaN where not measured (prefix matching: the repeat probe's)
     assert second.measures == first.measures and first.measures

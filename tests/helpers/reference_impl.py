@@ -201,3 +201,16 @@ def reference_weight_circuits(model, arch: str) -> dict[str, np.ndarray]:
         for name in columns:
             columns[name].append(row[name])
     return {name: np.array(grid) for name, grid in columns.items()}
+
+
+def eager_attention_entropy(model, tokens: torch.Tensor) -> np.ndarray:
+    """[layers, heads]: the entropy (nats) of each query's row of the full eager pattern, averaged over
+    the queries 1..T-1 and the sequences, in float64."""
+    with torch.no_grad():
+        attentions = model(tokens, output_attentions=True).attentions
+    out = []
+    for att in attentions:  # [n, h, T, T]
+        p = att[:, :, 1:].double().numpy()
+        plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+        out.append(-plogp.sum(-1).mean((0, 2)))
+    return np.stack(out)

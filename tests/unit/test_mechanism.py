@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from emergence.measures import MeasureInput, value_drain
 from emergence.recipe import mechanism
 from emergence.recipe.ablation import metrics_per_sequence
 from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
@@ -59,14 +60,18 @@ def test_massive_activations_equal_hooks_on_the_hidden_states(arch, tiny_dirs, p
 @pytest.mark.parametrize("arch", ARCHS)
 def test_value_norm_ratio_equals_the_values_the_attention_receives(arch, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
-    _, info, cap = captured(tiny_dirs[arch], batch, baseline)
+    model, info, _ = captured(tiny_dirs[arch], batch, baseline)
+    inputs = MeasureInput(model, info.n_layers, info.n_heads, batch, "synthetic", None, torch.device("cpu"), None)
+    norms_summed = value_drain.ValueNorms(inputs)  # the measure's accumulator, in a pass of its own here
+    run_probe(Subject(model, info, batch, 5), PassOptions(baseline, 12), metrics_per_sequence, [norms_summed])
+    ratio = norms_summed.result().per_head["value_norm_ratio"]
     _, values = eager_residual_and_values(tiny_dirs[arch], arch, batch.tokens)
-    assert cap.value_norm_ratio.shape == (2, info.n_heads)
+    assert ratio.shape == (2, info.n_heads)
     for layer, v in enumerate(values):  # v [n, h_kv, T, d]
         norms = np.linalg.norm(v, axis=-1)
         per_kv_head = norms[:, :, 0].mean(0) / norms[:, :, 1:].mean((0, 2))
         expected = np.repeat(per_kv_head, info.n_heads // v.shape[1])  # query head h reads KV head h // n_rep
-        np.testing.assert_allclose(cap.value_norm_ratio[layer], expected, rtol=1e-5)
+        np.testing.assert_allclose(ratio[layer], expected, rtol=1e-5)
 
 
 def test_a_massive_activation_planted_at_the_first_position_is_found(tiny_dirs, probe_batch):
@@ -100,7 +105,7 @@ def test_the_median_of_a_long_sequence_is_taken_over_an_even_sample_of_every_dim
     stride = mechanism.median_stride(512, 768)
     assert stride > 1 and np.gcd(stride, 768) == 1
     rec = mechanism.ResidualRecorder(1, torch.device("cpu"))
-    rec.add(0, hidden)
+    rec.resid_post(0, hidden)
     whole = np.median(np.abs(hidden.numpy()).reshape(3, -1), axis=1).mean()
     assert rec.result().median[0] == pytest.approx(whole, rel=1e-2)
     assert mechanism.median_stride(64, 32) == 1

@@ -533,7 +533,7 @@ def test_the_task_figures_start_at_zero_tokens_and_say_what_they_show(ioi, tmp_p
     assert set(made) == {"task_capability.png", "token_axis.png"}
     capability = [ax for ax in made["task_capability.png"].axes if ax.axison]
     assert [ax.get_ylabel() for ax in capability] == list(SUMMARY_METRICS["ioi"])
-    (task_panel,) = made["token_axis.png"].axes  # no measure of MEASURES: the task's panel alone
+    (task_panel,) = made["token_axis.png"].axes  # no measure of token_axis.drawn(): the task's panel alone
     for ax in [*capability, task_panel]:
         assert ax.get_xlim()[0] == 0 and ax.get_xlabel() == "training tokens"
         assert ax.get_ylabel()

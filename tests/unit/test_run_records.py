@@ -204,6 +204,7 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
             "fit": "auto",
         },
         "ablation": {**written["ablation"], "control_draw": None},
+        "measure_sources": {},
     }
     del renamed["icl_score"]
     assert summary.to_json() == renamed

@@ -32,13 +32,23 @@ def test_a_head_that_copies_scores_one_and_one_that_suppresses_minus_one(sign):
     d_model, d_head = model.config.hidden_size, model.config.hidden_size // model.config.num_attention_heads
     U = torch.linalg.qr(torch.randn(d_model, d_head, generator=torch.Generator().manual_seed(0)))[0]
     _set_head_ov(model, 1, 2, U, sign * U.T)
-    inputs = weight_circuits.MeasureInput(model, None, None, None)  # type: ignore[arg-type]  # weights only
+    settings = weight_circuits.Settings()
+    inputs = weight_circuits.MeasureInput(
+        model,
+        2,
+        4,
+        None,
+        "synthetic",
+        None,
+        torch.device("cpu"),
+        settings,  # type: ignore[arg-type]  # weights only
+    )
     result = weight_circuits.compute(inputs)
     copying = result.per_head["ov_copying"]
     assert copying[1, 2] == pytest.approx(sign, abs=1e-9)
     others = np.delete(copying.ravel(), 1 * 4 + 2)
     assert np.all(np.abs(others) < 0.9)
-    assert result.per_run["copying_heads"] == float((copying >= weight_circuits.COPYING).sum())
+    assert result.per_run["copying_heads"] == float((copying >= settings.copying).sum())
     # W_V W_O = +-U U^T: a projection (to float32 rounding), whose singular values are d_head ones
     assert result.per_head["ov_sigma1"][1, 2] == pytest.approx(1.0, rel=1e-6)
     assert result.per_head["ov_stable_rank"][1, 2] == pytest.approx(d_head, rel=1e-6)
