@@ -14,6 +14,7 @@ steps, the records, the cache, W&B and the panel read what it declares.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -24,13 +25,28 @@ from omegaconf.errors import OmegaConfBaseException
 
 from emergence.core.config import one_line
 from emergence.core.errors import UsageError
-from emergence.measures import attention_entropy, prefix_matching, value_drain, weight_circuits
-from emergence.measures.plugin import Column, Crossing, Measure, MeasureAccumulator, MeasureInput, Trajectory
+from emergence.measures import attention_entropy, llc, prefix_matching, value_drain, weight_circuits
+from emergence.measures.plugin import (
+    Column,
+    Crossing,
+    Measure,
+    MeasureAccumulator,
+    MeasureInput,
+    RunSeries,
+    TrainingData,
+    Trajectory,
+)
 from emergence.recipe.measurements import MeasureResult
 
 REGISTRY: dict[str, Measure] = {
     m.name: m
-    for m in (value_drain.MEASURE, prefix_matching.MEASURE, weight_circuits.MEASURE, attention_entropy.MEASURE)
+    for m in (
+        value_drain.MEASURE,
+        prefix_matching.MEASURE,
+        weight_circuits.MEASURE,
+        attention_entropy.MEASURE,
+        llc.MEASURE,
+    )
 }
 
 TARGET = "_target_"
@@ -88,6 +104,12 @@ def chosen(config: Mapping[str, Any]) -> list[Chosen]:
                 f"measures.{name}: no such measure; use one of {', '.join(REGISTRY)} "
                 f"(or give your own with measures.{name}._target_=<module.MEASURE>)"
             )
+        missing = [module for module in measure.requires if importlib.util.find_spec(module) is None]
+        if missing:
+            raise UsageError(
+                f'measures.{name} needs {missing[0]}, which is not installed: pip install -e ".[{measure.extra}]" '
+                "(Python >= 3.11), or drop the measure"
+            )
         known = measure.settings_fields()
         unknown = sorted(set(given) - set(known))
         if unknown:
@@ -104,6 +126,11 @@ def chosen(config: Mapping[str, Any]) -> list[Chosen]:
 def crossings() -> list[Crossing]:
     """The per-head milestones the registry's measures declare (``plugin.Crossing``), in order."""
     return [c for m in REGISTRY.values() for c in m.crossings]
+
+
+def series() -> list[tuple[str, RunSeries]]:
+    """(measure name, its per-run series) of the registry's measures that declare one (F7)."""
+    return [(m.name, m.series) for m in REGISTRY.values() if m.series is not None]
 
 
 def columns(measures: list[Measure] | None = None) -> list[Column]:
@@ -125,9 +152,12 @@ __all__ = [
     "MeasureAccumulator",
     "MeasureInput",
     "MeasureResult",
+    "RunSeries",
+    "TrainingData",
     "Trajectory",
     "chosen",
     "columns",
     "crossings",
+    "series",
     "trajectories",
 ]

@@ -29,8 +29,9 @@ from emergence.recipe.probe import ProbeBatch
 from emergence.recipe.sites import Accumulator
 
 # weights: the loaded model; pass: the probe pass's hook sites (an ``accumulate``); tokenizer: the
-# text probe's tokenizer name
-Need = Literal["weights", "pass", "tokenizer"]
+# text probe's tokenizer name; gradients: backward passes through the model; data: sequences beyond the
+# probe (``MeasureInput.training_data``)
+Need = Literal["weights", "pass", "tokenizer", "gradients", "data"]
 
 Reduction = Literal["max", "min", "mean"]
 REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {"max": np.nanmax, "min": np.nanmin, "mean": np.nanmean}
@@ -51,6 +52,14 @@ class NoSettings:
 
 
 @dataclass(frozen=True)
+class TrainingData:
+    """Sequences from the distribution the model was trained on, where the tool knows it (a toy's corpus)."""
+
+    name: str  # what they are, for the run's record
+    sample: Callable[[int, int], torch.Tensor]  # (sequences, seed) -> [sequences, T] int64 token ids
+
+
+@dataclass(frozen=True)
 class MeasureInput:
     """What a checkpoint's run offers a measure (``Measure.needs`` says what it reads)."""
 
@@ -62,6 +71,7 @@ class MeasureInput:
     tokenizer: str | None  # the text probe's tokenizer (repo@revision or bytes); None: other probes
     device: torch.device
     settings: Any  # the measure's settings (its ``Measure.settings``, filled from ``measures.<name>``)
+    training_data: TrainingData | None = None  # None: the training distribution is not known to the tool
 
 
 class MeasureAccumulator(Accumulator):
@@ -110,6 +120,17 @@ class Crossing:
 
 
 @dataclass(frozen=True)
+class RunSeries:
+    """A per-run number a measure declares for the panel's stages (F7): ``summary.json``
+    ``measures[<name>][field]`` at each checkpoint, with its spread and why it failed (None: it did not)."""
+
+    field: str
+    label: str  # the panel's axis label
+    spread: str  # the field holding its standard deviation over independent chains
+    failed: str  # the field holding why the value is not reported (None where it is)
+
+
+@dataclass(frozen=True)
 class Measure:
     """A per-checkpoint measure (see the module docstring)."""
 
@@ -123,6 +144,9 @@ class Measure:
     accumulate: Callable[[MeasureInput], MeasureAccumulator] | None = None  # in the pass
     settings: type = NoSettings  # a frozen dataclass; ``__post_init__`` raises ValueError on a bad value
     crossings: tuple[Crossing, ...] = ()  # per-head milestones the panel places (F6)
+    series: RunSeries | None = None  # a per-run number the panel finds stages in (F7)
+    requires: tuple[str, ...] = ()  # modules of an optional extra it imports when it runs
+    extra: str | None = None  # that extra's name: pip install -e ".[<extra>]"
 
     def __post_init__(self):
         if (self.compute is None) == (self.accumulate is None):

@@ -448,3 +448,42 @@ def edge_axis(findings: PanelFindings, out: Path) -> Path | None:
         ax.legend(fontsize=6)
     axes[0, 0].set_title("F6: the spectral edge and the activation milestones", fontsize=8)
     return _save(fig, out / "edge_vs_tokens.png")
+
+
+def stages(findings: PanelFindings, out: Path) -> Path | None:
+    """F7: each model's stage series (the LLC, with its chains' spread as error bars) against tokens, its
+    boundaries' brackets shaded, and the activation milestones; a failed checkpoint is marked, not drawn;
+    None where no run measured a series."""
+    with_stages = {model: f for model, f in findings.models.items() if f.f7 is not None}
+    if not with_stages:
+        return None
+    fig, axes = plt.subplots(len(with_stages), 1, figsize=(6.5, 2.6 * len(with_stages)), squeeze=False)
+    for ax, (model, f) in zip(axes[:, 0], with_stages.items()):
+        f7 = f.f7
+        assert f7 is not None  # with_stages
+        drawn = [p for p in f7.series if p.value is not None]
+        ax.errorbar(
+            [p.tokens for p in drawn],
+            [p.value for p in drawn],
+            yerr=[p.spread or 0.0 for p in drawn],
+            fmt=".-",
+            ms=4,
+            capsize=2,
+            label=f7.label,
+        )
+        for p in f7.series:
+            if p.failed:
+                ax.axvline(p.tokens, color="tab:red", lw=0.6, ls=":", label="failed estimate")
+        for b in f7.boundaries:
+            ax.axvspan(*b.bracket_tokens, color="tab:green", alpha=0.15, label=f"boundary ({b.before} -> {b.after})")
+        for name, style in EDGE_MILESTONE_STYLES.items():
+            m = f.milestones().get(name)
+            if m is not None and m.tokens is not None:
+                ax.axvline(m.tokens, color="0.3", lw=0.8, ls=style, label=name)
+        ax.set_ylabel(f"{model}\n{f7.label}", fontsize=8)
+        _tokens_axis(ax, [p.tokens for p in f7.series], _units(findings))
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        ax.legend(unique.values(), unique.keys(), fontsize=6)
+    axes[0, 0].set_title("F7: stages of the learning coefficient and the activation milestones", fontsize=8)
+    return _save(fig, out / "stages_vs_tokens.png")

@@ -15,6 +15,7 @@ from emergence.panel.records import (
     F4,
     F5,
     F6,
+    F7,
     BosShape,
     Conclusion,
     DtypeNote,
@@ -370,6 +371,42 @@ def f6_lines(f6: F6, circuit_threshold: float) -> list[str]:
     return out
 
 
+def f7_lines(f7: F7, circuit_threshold: float) -> list[str]:
+    """F7 in words: the series' stage boundaries against the milestones, and each asked head's rise."""
+    failed = [p for p in f7.series if p.failed]
+    measured = [p for p in f7.series if p.value is not None]
+    head = (
+        f"- **F7 stages of the {f7.label}** ({len(measured)} of {len(f7.series)} revisions estimated"
+        + (f"; left out as failed: {', '.join(f'{p.revision} ({p.failed})' for p in failed)}" if failed else "")
+        + f"; a step over {f7.jump_multiple:g}x its chains' spread and {f7.relative_step:.0%} of its range is a "
+        "rise or a fall, else flat): "
+    )
+    if not f7.boundaries:
+        return [head + "no boundary: its slope keeps one class over the revisions."]
+    phrases = []
+    for b in f7.boundaries:
+        near = [
+            f"{name} {format_tokens(abs(d))} {'after' if d > 0 else 'before' if d < 0 else 'at'} it"
+            + (" (brackets overlap)" if b.touches.get(name) else "")
+            for name, d in b.distances.items()
+            if d is not None
+        ]
+        phrases.append(
+            f"{b.before} -> {b.after} at {b.revision} ({format_tokens(b.tokens)}, between "
+            f"{format_tokens(b.bracket_tokens[0])} and {format_tokens(b.bracket_tokens[1])})"
+            + (": " + "; ".join(near) if near else "")
+        )
+    out = [head + ". ".join(phrases) + "."]
+    if f7.heads:
+        orders = [
+            f"{name}: rises at {milestone_text(h.rise)}, selectivity >= {circuit_threshold:g}x at "
+            f"{milestone_text(h.selectivity_cross)}" + ("" if h.order is None else f": the rise {h.order}")
+            for name, h in f7.heads.items()
+        ]
+        out.append(f"- **F7 refined {f7.label} per head against selectivity**: " + "; ".join(orders) + ".")
+    return out
+
+
 def pr_ranking_line(ranking: PrIntegralRanking) -> str:
     return (
         f"- **PR-integral ranking**: of the top {ranking.top_k} heads by the integral of PR over "
@@ -406,6 +443,8 @@ def model_section(model: str, f: ModelFindings, th: Thresholds, reference: bool)
         out.append(pr_ranking_line(f.pr_integral_ranking))
     if f.f6 is not None:
         out += f6_lines(f.f6, th.circuit)
+    if f.f7 is not None:
+        out += f7_lines(f.f7, th.circuit)
     return out + [""]
 
 

@@ -390,6 +390,7 @@ class ModelFindings:
     # what every ``tokens`` of this model counts: training tokens, or steps where its runs recorded no tokens
     unit: str = "tokens"
     f6: F6 | None = None  # the parameter-space half against these milestones; None: reports before it
+    f7: F7 | None = None  # the learning coefficient's stages; None: no run measured a measure's series
 
     def milestones(self) -> dict[str, Milestone | None]:
         """Every named milestone: F3's, F4's and, where measured, Sink_0's and the task's emergence
@@ -597,3 +598,53 @@ class F6:
     series: list[EdgePoint]  # the whole model's windows, in order
     copying_level: float
     heads: dict[str, CopyingOrder]  # by head name; empty where no run measured ov_copying
+
+
+@dataclass(frozen=True)
+class StagePoint:
+    """A measure's per-run series (``RunSeries``: the LLC) at one checkpoint."""
+
+    revision: str
+    tokens: float
+    value: float | None  # None: not measured, or failed
+    spread: float | None  # its std over independent chains
+    failed: str | None  # why it is not reported (then left out of the stages); None: reported
+
+
+@dataclass(frozen=True)
+class StageBoundary:
+    """Where the series' slope against log tokens changes class (falling, flat, rising; a step counts as a
+    rise or fall where it exceeds ``F7.jump_multiple`` times its chains' spread): at a checkpoint,
+    bracketed by the measured checkpoints around it."""
+
+    revision: str
+    tokens: float
+    bracket_tokens: list[float]  # [the measured checkpoint before, the one after]
+    before: str  # "rising", "flat" or "falling": the step into it
+    after: str  # the step out of it
+    distances: dict[str, float | None]  # milestone name -> its tokens minus the boundary's (> 0: later)
+    touches: dict[str, bool]  # milestone name -> whether the milestone's bracket touches or overlaps this one
+
+
+@dataclass(frozen=True)
+class HeadStage:
+    """F7 for one asked head: did its refined LLC rise before, at or after its induction selectivity crossed?"""
+
+    rise: Milestone | None  # the first checkpoint after a step up over the multiple of its chains' spread
+    selectivity_cross: Milestone | None  # the first with induction selectivity >= the circuit threshold
+    order: str | None  # "before", "at" or "after"; None: one of them missing
+    values: list[float | None]  # per revision
+
+
+@dataclass(frozen=True)
+class F7:
+    """F7, stages without a probe: the boundaries of a measure's per-run series (the LLC) on the token axis,
+    against the activation milestones and the edge's phases."""
+
+    measure: str  # the measure whose series it is (``measures.series()``)
+    label: str
+    jump_multiple: float
+    relative_step: float
+    series: list[StagePoint]
+    boundaries: list[StageBoundary]
+    heads: dict[str, HeadStage]  # by head name; empty where no head was asked

@@ -25,7 +25,7 @@ from emergence.core.atomic import atomic_write_text
 from emergence.core.config import WANDB_MODES, ThresholdConfig, WandbConfig
 from emergence.core.errors import CommandParser, UsageError
 from emergence.core.record import to_json
-from emergence.panel import causal_threshold, edge_findings, figures, markdown, sensitivity
+from emergence.panel import causal_threshold, edge_findings, figures, markdown, sensitivity, stage_findings
 from emergence.panel.findings import panel_findings
 from emergence.panel.records import Conclusion, Milestone, PanelFindings
 from emergence.panel.runs import (
@@ -116,6 +116,7 @@ def write_report(
         trajectories, class_threshold, circuit_threshold, sink_epsilon=sink_epsilon, refined=refined
     )
     findings = edge_findings.with_f6(findings, trajectories, circuit_threshold, facts.edges or {})
+    findings = stage_findings.with_f7(findings, trajectories, circuit_threshold)
     grids = [sensitivity.dense(t) for t in trajectories.values()]
     rows = sensitivity.rows(grids)
     findings = dataclasses.replace(
@@ -133,6 +134,7 @@ def write_report(
         figures.token_axis(findings, out),
         figures.task_capability(findings, out),
         figures.edge_axis(findings, out),
+        figures.stages(findings, out),
     ]
     for model, f in findings.models.items():
         made += [figures.bos_heatmap(model, f, out), figures.head_trajectories(model, f, out)]

@@ -72,6 +72,8 @@ class Checkpoint:
     # the plug-in measures' heads.csv columns (``emergence.measures``), [layers, heads] each (run directories;
     # NaN where not measured)
     plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)
+    # the measures' per-run fields (summary.json ``measures``), by measure name (run directories)
+    measure_fields: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass
@@ -248,6 +250,7 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             task=summary.task,
             name_or_path=summary.name_or_path,
             plugin_columns=plugin_columns,
+            measure_fields=summary.measures,
         )
     if not by_model:
         raise FileNotFoundError(f"no run directories (with {SUMMARY_FILE}) under {', '.join(map(str, paths))}")

@@ -296,6 +296,17 @@ class Measured:
     sources: dict[str, str]  # each one's: "cache", "pass" (computed in the probe pass) or "weights"
 
 
+def training_data(cfg: Config) -> measures.TrainingData | None:
+    """The training distribution, where the tool knows it: a toy's corpus, at steps no training reaches."""
+    recipe = cfg.model.toy
+    if recipe is None:
+        return None
+    return measures.TrainingData(
+        f"{cfg.model.key}'s training corpus (held-out steps from {toy_train.HELD_OUT_FIRST_STEP})",
+        lambda n, seed: toy_train.held_out(recipe, n, seed),
+    )
+
+
 def measure_input(loaded: Loaded, chosen: measures.Chosen) -> measures.MeasureInput:
     assert loaded.subject is not None  # a measure the cache lacks loads the model (``cache.needs_weights``)
     arch = loaded.subject.arch
@@ -309,6 +320,7 @@ def measure_input(loaded: Loaded, chosen: measures.Chosen) -> measures.MeasureIn
         loaded.tokenizer,
         loaded.device,
         chosen.settings,
+        training_data(loaded.cfg),
     )
 
 

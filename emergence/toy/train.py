@@ -113,6 +113,14 @@ def build_corpus(recipe, tokenizer):
     )
 
 
+HELD_OUT_FIRST_STEP = 10**9  # far past any training's last step: batches of the corpus no training saw
+
+
+def held_out(recipe, n: int, seed: int) -> torch.Tensor:
+    """[n, seq_len] int64: sequences of the recipe's training corpus from steps no training reaches."""
+    return build_corpus(recipe, build_tokenizer(recipe)).batch(HELD_OUT_FIRST_STEP + seed, n)
+
+
 def measure_copy_loss_drop(model, recipe) -> float:
     """Mean loss on the first copy of a random span minus on its second copy (nats).
 
