@@ -73,6 +73,9 @@
       cold page cache in a fresh process, plain reads of every file against ``python -m emergence.edge``
       (exact, every scope, ``--edge-window``): seconds, their ratio, the edge's peak RssAnon (the
       targets: 1.5x, 1.5 GiB); and the count sketch's seconds per checkpoint against Gaussian draws;
+  (llc) the learning coefficient (``--only llc``, ``llc_cost``; ``pip install -e .[llc]``): one estimate at
+      the measure's default settings on a toy_neox-shaped random model, and on a Pythia-160M-shaped one
+      the seconds of an SGLD step and the estimate at that rate;
 
 on a random-weight model of the chosen shape (``--arch``: a Pythia-160M-shaped GPTNeoX or
 a SmolLM2-135M-shaped llama with grouped-query attention) with the paper probe. (a)-(e)
@@ -84,6 +87,7 @@ intervals + ablation) and the ablation step alone, over the bare pass.
     python -m benchmarks.bench [--arch llama] [--sequences 256] [--out bench.json]
     python -m benchmarks.bench --only load [--load-shape gpt_neox] [--repeats 3]
     python -m benchmarks.bench --only edge [--load-shape gpt_neox] [--edge-checkpoints 16] [--edge-window 10]
+    python -m benchmarks.bench --only llc [--repeats 1]
 
 (j) runs from a source checkout: it serves the checkpoints with the tests' Hub server helpers
 (``tests/helpers/hub_server.py``) and needs olah (``pip install -e .[test]``) and git.
@@ -464,6 +468,59 @@ def sketch_cost(shape: str, dim: int = 100) -> dict:
         "gaussian_draws": {"dim": dim, "seconds_per_checkpoint": round(gaussian_s, 1)},
         "gaussian_over_sketch": round(gaussian_s / sketch_s, 1),
     }
+
+
+# A toy_neox-shaped random model (conf/model/toy_neox.yaml's recipe: the ToyRecipe defaults)
+TOY_NEOX = dict(
+    vocab_size=256, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128, rotary_pct=0.25
+)
+
+
+def llc_cost(repeats: int) -> dict:
+    """(llc): the learning coefficient's cost on a CPU (``measures.llc``, its default settings: 4 chains x
+    (50 burn-in + 100 draws) x 16 sequences of 128 tokens). On a toy_neox-shaped model, whole estimates,
+    fastest of ``repeats``; on a Pythia-160M-shaped one, the seconds of one SGLD step (forward and
+    backward of a batch) from a short chain, and the estimate's seconds at that rate (its steps plus
+    the initial loss's forwards)."""
+    from transformers import AutoModelForCausalLM, GPTNeoXConfig
+
+    from emergence.measures import llc
+    from emergence.recipe.capture import register_attention
+
+    defaults = llc.Settings()
+    steps = defaults.chains * (defaults.burn_in + defaults.draws)
+    out: dict = {
+        "settings": {
+            "chains": defaults.chains,
+            "burn_in": defaults.burn_in,
+            "draws": defaults.draws,
+            "batch": defaults.batch,
+            "seq_len": 128,
+        }
+    }
+    for name, config in (("toy_neox", TOY_NEOX), ("pythia_160m", SHAPES["gpt_neox"][2])):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(
+            GPTNeoXConfig(**config), attn_implementation=register_attention()
+        ).eval()
+        tokens = torch.randint(0, config["vocab_size"], (defaults.sequences, 128))
+        if name == "toy_neox":
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                llc.estimate(model, tokens, defaults, torch.device("cpu"))
+                times.append(time.perf_counter() - start)
+            out[name] = {"estimate_s": round(min(times), 2), "per_step_s": round(min(times) / steps, 4)}
+            continue
+        short = llc.Settings(chains=1, burn_in=2, draws=8, sequences=defaults.batch, batch=defaults.batch)
+        start = time.perf_counter()
+        llc.estimate(model, tokens[: defaults.batch], short, torch.device("cpu"))
+        per_step = (time.perf_counter() - start) / (short.burn_in + short.draws + 1)  # + one initial-loss batch
+        out[name] = {
+            "per_step_s": round(per_step, 3),
+            "estimate_s_at_that_rate": round(per_step * (steps + defaults.sequences // defaults.batch), 1),
+        }
+    return out
 
 
 def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
@@ -1562,13 +1619,14 @@ IN_PROCESS = {
     "dtype": lambda path, n, repeats: dtype_error(n),
 }
 # build their own models: no random stand-in of --arch's shape needed
-SELF_CONTAINED = ("i", "t", "dtype", "load", "edge")
+SELF_CONTAINED = ("i", "t", "dtype", "load", "edge", "llc")
 # The sweeps ``--only`` runs by themselves: ``--revisions`` -> row (no model directory of their own).
 SWEEPS = {"j": prefetch_sweeps}
 # The rows ``--only`` runs by themselves from the parsed arguments.
 OWN_OPTIONS = {
     "load": lambda args: load_formats(args.load_shape, args.repeats),
     "edge": lambda args: edge_cost(args.load_shape, args.edge_checkpoints, args.edge_window),
+    "llc": lambda args: llc_cost(args.repeats),
 }
 
 

@@ -586,3 +586,56 @@ def test_f6_places_the_edge_and_the_ov_copying_against_the_milestones(tmp_path):
     assert "edge_vs_tokens.png" in json.loads((out / "findings.json").read_text())["figures"]
     text = (out / "report.md").read_text()
     assert "F6 the spectral edge" in text and "copying before" in text and "collapses below 1.20" in text
+
+
+def test_f7_cuts_the_llc_into_stages_and_places_them_against_the_milestones(tmp_path):
+    """A hand-made sweep whose LLC (``measures.llc`` in each summary) is flat, rises over r3..r5 and
+    plateaus, with r2's estimate failed; the induction circuit (L0H0-L0H2) crosses at r4. F7: boundaries
+    at r3 (flat -> rising) and r5 (rising -> flat), each bracketed by its measured neighbours and placed
+    against the onset; r2 left out; L0H0's refined LLC rises at r4, with its selectivity."""
+    tokens = [1e6 * (k + 1) for k in range(8)]
+    llc = [1.0, 1.05, None, 1.0, 8.0, 10.0, 10.1, 10.0]
+    root = tmp_path / "multirun"
+    for k, t in enumerate(tokens):
+        sel = np.ones((2, 3, 6))
+        if k >= 4:
+            sel[0, :, 0] = 100.0  # induction: three heads over the circuit threshold from r4
+        refined = np.full((2, 3), np.nan)
+        refined[0, 0] = 0.5 if k < 4 else 3.0
+        failed = "chain 0 diverged at step 7 (loss NaN or inf): lower lr" if llc[k] is None else None
+        fields = {
+            "llc": llc[k],
+            "std": None if failed else 0.1,
+            "failed": failed,
+            "heads": {"L0H0": {"llc": float(refined[0, 0]), "std": 0.05}},
+        }
+        write_checkpoint(
+            root / f"r{k}",
+            Checkpoint(f"r{k}", t, sel, plugin_columns={"llc_refined": refined}),
+            {
+                "model": "m",
+                "revision": f"r{k}",
+                "tokens": t,
+                "step": None,
+                "n_layers": 2,
+                "n_heads": 3,
+                "measures": {"llc": fields},
+            },
+        )
+    out = tmp_path / "report"
+    report_main([str(root), "--out", str(out)])
+    findings = json.loads((out / "findings.json").read_text())
+    f7 = findings["models"]["m"]["f7"]
+    onset = findings["models"]["m"]["f3"]["induction_onset"]
+    assert onset["revision"] == "r4" and f7["measure"] == "llc"
+    assert [p["value"] for p in f7["series"]] == llc and f7["series"][2]["failed"].startswith("chain 0 diverged")
+    got = [(b["revision"], b["before"], b["after"], b["bracket_tokens"]) for b in f7["boundaries"]]
+    assert got == [("r3", "flat", "rising", [2e6, 5e6]), ("r5", "rising", "flat", [5e6, 7e6])]
+    for b in f7["boundaries"]:
+        assert b["distances"]["induction_onset"] == onset["tokens"] - b["tokens"]
+        assert b["touches"]["induction_onset"]  # the onset's (4e6, 5e6] touches both brackets
+    assert f7["heads"]["L0H0"]["order"] == "at" and f7["heads"]["L0H0"]["rise"]["revision"] == "r4"
+    text = (out / "report.md").read_text()
+    assert "F7 stages of the LLC" in text and "left out as failed: r2 (chain 0 diverged" in text
+    assert "flat -> rising at r3" in text and "the rise at" in text
+    assert "stages_vs_tokens.png" in findings["figures"]
