@@ -7,7 +7,8 @@ interval between adjacent existing checkpoints.
     python -m emergence.refine SWEEP hydra/launcher=slurm                      # rounds as cluster jobs
 
 A panel places a milestone (the induction onset, a BOS-fraction level, a recall level, a task's
-emergence ``task_<task>`` on a sweep of task runs, named with ``--milestones``) in a bracket:
+emergence ``task_<task>`` on a sweep of task runs, a measure's series half-way up, ``llc_rise`` on runs
+of the LLC: F7's rising stage; named with ``--milestones``) in a bracket:
 after the panel revision before it, by the one where it is first seen. Many published
 checkpoints may lie inside (OLMo publishes one every 1,000 steps). Refinement analyses K of
 them per round, evenly spaced by count (K=1: bisection, the middle one), and keeps the part
@@ -39,6 +40,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from emergence import measures
 from emergence.core.atomic import atomic_write_text
 from emergence.core.config import PanelEntry, ThresholdConfig, compose_config
 from emergence.core.errors import CommandParser, UsageError
@@ -46,6 +48,7 @@ from emergence.hub.integrity import INTEGRITY_FILE, check
 from emergence.hub.revisions import existing_checkpoints
 from emergence.panel.findings import BOS_MILESTONES, RECALL_MILESTONES, milestone_reached, model_findings
 from emergence.panel.runs import REFINE_FOLDER, REFINED_FILE, Trajectory, load_runs
+from emergence.panel.stage_findings import RISE, series_reached
 from emergence.panel.task_findings import TASK_MILESTONES
 from emergence.panel.uncertainty import replicates
 from emergence.run.results import SUMMARY_FILE
@@ -57,6 +60,7 @@ MILESTONES = (
     *RECALL_MILESTONES,
     *(f"sink_{p}" for p in BOS_MILESTONES),
     *TASK_MILESTONES,
+    *(f"{name}{RISE}" for name, _ in measures.series()),  # a measure's series half-way up (F7's rise)
 )
 DEFAULT_MILESTONES = (
     "induction_onset",
@@ -197,8 +201,8 @@ def plan_model(
             f"{traj.model}: panel revision {unknown[0]!r} is not among the model's existing checkpoints "
             f"({len(existing)} listed); refine needs the panel's revisions to exist"
         )
-    reached_panel = milestone_reached(panel, *thresholds, sink_epsilon)
-    reached_all = milestone_reached(traj, *thresholds, sink_epsilon)
+    reached_panel = {**milestone_reached(panel, *thresholds, sink_epsilon), **series_reached(panel, panel)}
+    reached_all = {**milestone_reached(traj, *thresholds, sink_epsilon), **series_reached(traj, panel)}
     index_of = {c.revision: i for i, c in enumerate(traj.checkpoints)}
     tokens_of = {c.revision: c.tokens for c in traj.checkpoints}
     method = method_name(per_round, scan)

@@ -136,6 +136,26 @@ def f7(traj: Trajectory, milestones: dict[str, Milestone | None], circuit_thresh
     return None
 
 
+RISE = "_rise"  # a series' milestone for refine: <measure>_rise
+
+
+def series_reached(traj: Trajectory, panel: Trajectory) -> dict[str, np.ndarray]:
+    """Per registered series the runs measured, ``<measure>_rise``: [revisions] whether each revision of
+    ``traj`` has reached half-way from the lowest to the highest value over ``panel`` (its panel runs: the
+    level stays put while refinement adds runs); a revision not measured, or failed, has not. Refinement
+    brackets it to one interval (``python -m emergence.refine --milestones llc_rise``): the middle of a
+    rising stage."""
+    out = {}
+    for name, series in measures.series():
+        values = [p.value for p in points(panel, name, series) if p.value is not None]
+        if not values:
+            continue
+        level = min(values) + (max(values) - min(values)) / 2
+        here = [p.value for p in points(traj, name, series)]
+        out[f"{name}{RISE}"] = np.array([v is not None and v >= level for v in here])
+    return out
+
+
 def edge_milestones(f6) -> dict[str, Milestone | None]:
     """F6's edge phases as milestones (their last checkpoint, bracketed by their window's span)."""
     if f6 is None:

@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from emergence import measures  # noqa: E402
 from emergence.core.errors import UsageError  # noqa: E402
 from emergence.recipe.screen import CLASSES, UNCLASSIFIED  # noqa: E402
 from emergence.recipe.tasks import Task  # noqa: E402
@@ -183,6 +184,10 @@ def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
     # table (each row has them all); lists (curves, chains) stay in summary.json
     for name, values in summary.measures.items():
         metrics.update(scalar_fields(f"{name}/", values))
+        declared = measures.REGISTRY.get(name)
+        series = None if declared is None else declared.series
+        if series is not None and values.get(series.failed):  # why the number is missing, beside it
+            metrics[f"{name}/{series.failed}"] = str(values[series.failed])
     columns = list(rows[0])
     metrics["heads"] = wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in rows])
     metrics["classes"] = wandb.Image(str(figure) if isinstance(figure, Path) else figure)

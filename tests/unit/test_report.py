@@ -639,3 +639,34 @@ def test_f7_cuts_the_llc_into_stages_and_places_them_against_the_milestones(tmp_
     assert "F7 stages of the LLC" in text and "left out as failed: r2 (chain 0 diverged" in text
     assert "flat -> rising at r3" in text and "the rise at" in text
     assert "stages_vs_tokens.png" in findings["figures"]
+
+
+def test_the_llc_rise_is_a_refinement_milestone():
+    """``llc_rise``: the panel's LLC half-way from its lowest to its highest value (11 here): reached at r3
+    (14 >= 11), so refine brackets it in (r2, r3] and asks for the middle checkpoint inside; a refined run
+    below the level moves the bracket's low end, a failed one has not reached it."""
+    from emergence.core.config import PanelEntry
+    from emergence.panel.refine import MILESTONES, plan_model
+
+    assert "llc_rise" in MILESTONES
+
+    def checkpoint(revision, tokens, llc, refined=False, failed=None):
+        fields = {"llc": None if failed else llc, "std": 0.1, "failed": failed}
+        return Checkpoint(revision, tokens, np.ones((2, 3, 6)), refined=refined, measure_fields={"llc": fields})
+
+    panel = [checkpoint(f"r{k}", 10.0**k, v) for k, v in enumerate([2.0, 2.1, 2.0, 14.0, 20.0])]
+    existing = [
+        PanelEntry(revision, step, tokens)
+        for step, (revision, tokens) in enumerate(
+            zip(["r0", "r1", "r2", "r2a", "r2b", "r2c", "r3", "r4"], [1, 10, 100, 300, 500, 700, 1000, 1e4])
+        )
+    ]
+    plan = plan_model(Trajectory("m", panel, None), existing, ["llc_rise"], 1, False, (30.0, 50.0), 0.3)
+    r = plan.refinements["llc_rise"]
+    assert r.panel_bracket == ["r2", "r3"] and r.inside_bracket == 3 and plan.pending == ["r2b"]
+    refined = [*panel[:3], checkpoint("r2b", 500, 9.0, refined=True), *panel[3:]]  # below 11: not reached
+    plan = plan_model(Trajectory("m", refined, None), existing, ["llc_rise"], 1, False, (30.0, 50.0), 0.3)
+    assert plan.pending == ["r2c"]
+    failed = [*refined[:4], checkpoint("r2c", 700, None, refined=True, failed="negative estimate"), *refined[4:]]
+    plan = plan_model(Trajectory("m", failed, None), existing, ["llc_rise"], 1, False, (30.0, 50.0), 0.3)
+    assert plan.refinements["llc_rise"].interval == ["r2c", "r3"]
