@@ -61,7 +61,8 @@
       ablation off, and on with a fixed head set), one training step (AdamW, that batch as its
       training batch: forward, backward, update) and a bare SDPA forward over that batch
       (logits at T-1); the call's probe pass (its ``timings``' ``capture``) over the bare forward,
-      and the call's whole time over the training step; fastest of ``--repeats``;
+      and the call's whole time over the training step; with devinterp installed, a call with the LLC at
+      its defaults too (``measures=[default,llc]``: what it adds per checkpoint); fastest of ``--repeats``;
   (load) loading a checkpoint (``--only load``): the same random float16 weights of a
       Pythia-1B-shaped GPTNeoX (``--load-shape``) written as ``model.safetensors`` and as a
       pickled ``pytorch_model.bin`` (``torch.save``'s zipfile format), each loaded through
@@ -98,6 +99,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import importlib.util
 import json
 import os
 import socket
@@ -121,6 +123,19 @@ RECIPE = ("capture", "screen_spectral", "intervals", "ablate")  # the recipe's s
 
 # Random-weight stand-ins for a real checkpoint of each shape: (description, config class, arguments).
 SHAPES = {
+    "toy_neox": (
+        "GPTNeoX 4x4, hidden 64, vocab 256 (toy_neox-shaped: the ToyRecipe defaults)",
+        "GPTNeoXConfig",
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=2048,
+            rotary_pct=0.25,
+        ),
+    ),
     "gpt_neox": (
         "GPTNeoX 12x12, hidden 768, vocab 50304 (Pythia-160M-shaped)",
         "GPTNeoXConfig",
@@ -470,12 +485,6 @@ def sketch_cost(shape: str, dim: int = 100) -> dict:
     }
 
 
-# A toy_neox-shaped random model (conf/model/toy_neox.yaml's recipe: the ToyRecipe defaults)
-TOY_NEOX = dict(
-    vocab_size=256, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128, rotary_pct=0.25
-)
-
-
 def llc_cost(repeats: int) -> dict:
     """(llc): the learning coefficient's cost on a CPU (``measures.llc``, its default settings: 4 chains x
     (50 burn-in + 100 draws) x 16 sequences of 128 tokens). On a toy_neox-shaped model, whole estimates,
@@ -498,7 +507,7 @@ def llc_cost(repeats: int) -> dict:
             "seq_len": 128,
         }
     }
-    for name, config in (("toy_neox", TOY_NEOX), ("pythia_160m", SHAPES["gpt_neox"][2])):
+    for name, config in (("toy_neox", SHAPES["toy_neox"][2]), ("pythia_160m", SHAPES["gpt_neox"][2])):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(
             GPTNeoXConfig(**config), attn_implementation=register_attention()
@@ -912,16 +921,20 @@ def track_cost(path: str, n: int, repeats: int) -> dict:
     times: dict[str, list[float]] = {
         "track_no_ablation_s": [],
         "track_ablation_s": [],
+        "track_llc_s": [],
         "probe_pass_s": [],
         "training_step_s": [],
         "bare_forward_s": [],
     }
     with tempfile.TemporaryDirectory() as out:
         for step in range(repeats):
-            for name, overrides in (
+            variants = [
                 ("track_no_ablation_s", [*probe, "ablate.enabled=false"]),
                 ("track_ablation_s", [*probe, *HEADS]),
-            ):
+            ]
+            if importlib.util.find_spec("devinterp") is not None:  # the LLC at its defaults ([llc] extra)
+                variants.append(("track_llc_s", [*probe, "ablate.enabled=false", "measures=[default,llc]"]))
+            for name, overrides in variants:
                 start = time.perf_counter()
                 summary = track(model, step, out=Path(out) / name, overrides=overrides)
                 times[name].append(time.perf_counter() - start)
@@ -941,9 +954,11 @@ def track_cost(path: str, n: int, repeats: int) -> dict:
             start = time.perf_counter()
             forward(model, batch, p.batch_size)
             times["bare_forward_s"].append(time.perf_counter() - start)
-    best = {k: round(min(v), 3) for k, v in times.items()}
+    best = {k: round(min(v), 3) for k, v in times.items() if v}
+    llc = {"llc_adds_s": round(best["track_llc_s"] - best["track_no_ablation_s"], 3)} if "track_llc_s" in best else {}
     return {
         **best,
+        **llc,
         "sequences": batch.n,
         "seq_len": p.seq_len,
         "repeats": repeats,

@@ -72,7 +72,7 @@ def analyse(
         cfg.wandb, loaded.name, steps.run_config(cfg, loaded), out_dir, tags=[cfg.model.key, loaded.revision.name]
     ) as run:
         lap("tracker")  # starting W&B is bookkeeping, not the recipe's first step
-        step1 = steps.measure(cfg, loaded)  # the probe pass, and the measures the cache lacks
+        step1 = steps.measure(cfg, loaded, out_dir)  # the probe pass, and the measures the cache lacks
         cap = step1.capture  # None: the cache served the pass's measurements
         lap("capture")
         if loaded.cached is not None:

@@ -18,6 +18,7 @@ The run may still be writing to DIR: a checkpoint folder whose files are not all
 from __future__ import annotations
 
 import json
+import logging
 import re
 import struct
 import zipfile
@@ -27,6 +28,9 @@ from emergence.core.config import PanelEntry
 from emergence.core.errors import UsageError
 from emergence.hub import weights
 from emergence.hub.revision_names import parse_revision_name
+
+log = logging.getLogger(__name__)
+_unreadable_warned: set[Path] = set()  # each unreadable trainer_state.json is named once per process
 
 TRAINER_STATE = "trainer_state.json"
 TRAINER_FOLDER = re.compile(r"checkpoint-(?P<step>\d+)")
@@ -103,6 +107,13 @@ def _trainer_entry(folder: Path, tokens_per_step: int | None) -> PanelEntry:
     step = int(found.group("step"))
     values = _json_or_none(folder / TRAINER_STATE)
     seen = None
+    if values is None and (folder / TRAINER_STATE).exists() and folder not in _unreadable_warned:
+        _unreadable_warned.add(folder)
+        log.warning(
+            f"warning: {folder / TRAINER_STATE} does not parse (cut short, or still being written): "
+            f"step {step} from the folder's name, tokens unknown"
+            + ("" if tokens_per_step is None else f" (step x model.tokens_per_step={tokens_per_step})")
+        )
     if values is not None:
         step = int(values.get("global_step", step))
         seen = values.get("num_input_tokens_seen") or None  # 0: the run did not count them

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,7 @@ def choose(trials: list[Trial]) -> Trial | None:
     return max(stable, key=lambda t: (t.nbeta, t.lr)) if stable else None
 
 
-def calibrate(overrides: list[str], lrs: list[float], nbetas: list[float] | None) -> Calibration:
+def calibrate(overrides: list[str], lrs: list[float], nbetas: list[float] | None, out: Path) -> Calibration:
     chooses = any(o.startswith("measures=") for o in overrides)  # else the llc preset, so measures.llc.* apply
     cfg = compose_config([*([] if chooses else ["measures=[llc]"]), *overrides, "reuse=false"])
     if "llc" not in cfg.measures:
@@ -83,11 +84,11 @@ def calibrate(overrides: list[str], lrs: list[float], nbetas: list[float] | None
     cfg.measures = {"llc": {}}  # load the model alone: the screen's pass is not needed here
     loaded = steps.load(cfg)
     assert loaded.subject is not None  # the measure needs the weights
-    inputs = steps.measure_input(loaded, chosen)
+    inputs = steps.measure_input(loaded, chosen, out)
     data, tokens = llc.sampling_data(inputs, base)
     trials = []
     for settings in grid:
-        found = llc.estimate(loaded.subject.model, tokens, settings, loaded.device)
+        found = llc.estimate(loaded.subject.model, tokens, settings, loaded.device, scratch=inputs.scratch)
         trials.append(Trial(settings.lr, settings.inverse_temperature, found.llc, found.std, found.failed))
         logging.getLogger(__name__).info(
             f"lr={settings.lr:g} nbeta={settings.inverse_temperature:g}: "
@@ -120,10 +121,13 @@ def main(argv: list[str] | None = None) -> None:
     if any(not lr > 0 for lr in args.lr) or any(not b > 0 for b in args.nbeta or []):
         p.error("--lr and --nbeta values must be > 0")
     try:
-        calibration = calibrate(args.overrides, sorted(set(args.lr)), sorted(set(args.nbeta)) if args.nbeta else None)
+        nbetas = sorted(set(args.nbeta)) if args.nbeta else None
+        calibration = calibrate(args.overrides, sorted(set(args.lr)), nbetas, args.out)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        shutil.rmtree(args.out / steps.SCRATCH, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     saved = calibration.save(args.out)
     if calibration.chosen is None:

@@ -12,7 +12,8 @@ as a number.
 devinterp is an optional extra (``pip install -e ".[llc]"``, Python >= 3.11): ``chosen`` refuses the
 measure in one line where it is missing. It is a guest in the run: the global random generators,
 the model's train/eval modes and its device stay as they were, its progress bars are off (the run
-shows one), and its samples go to a scratch folder that is removed.
+shows one), and its samples go to a scratch folder inside the run directory that is removed after
+each estimate.
 """
 
 from __future__ import annotations
@@ -215,13 +216,17 @@ def estimate(
     settings: Settings,
     device: torch.device,
     masks: dict[str, torch.Tensor] | None = None,
+    scratch: Path | None = None,
 ) -> Estimate:
-    """One LLC estimate with devinterp (``masks``: a head's coordinates; None: every weight)."""
+    """One LLC estimate with devinterp (``masks``: a head's coordinates; None: every weight); its samples
+    are written under ``scratch`` (None: the system's temporary folder) and removed."""
     from datasets import Dataset
     from devinterp.slt.sampling import sample
 
     dataset = Dataset.from_dict({"input_ids": tokens.tolist()}).with_format("torch")
-    with tempfile.TemporaryDirectory(prefix="emergence-llc-") as scratch, guest(model):
+    if scratch is not None:
+        scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="llc-", dir=scratch) as samples_dir, guest(model):
         samples = sample(
             model,
             dataset,
@@ -238,7 +243,7 @@ def estimate(
             localization=settings.localization,
             sampling_method=SAMPLERS[settings.sampler],
             device=str(device),
-            output_path=Path(scratch) / "samples.zarr",
+            output_path=Path(samples_dir) / "samples.zarr",
             loss_fn=eval_mode_loss,
         )
         data = samples.dataset
@@ -286,10 +291,10 @@ def compute(inputs: MeasureInput) -> MeasureResult:
     whole: Estimate | None = None
     for which in runs:
         if which is None:
-            whole = estimate(model, tokens, settings, inputs.device)
+            whole = estimate(model, tokens, settings, inputs.device, scratch=inputs.scratch)
             continue
         layer, head = which
-        found = estimate(model, tokens, settings, inputs.device, head_masks(model, layer, head))
+        found = estimate(model, tokens, settings, inputs.device, head_masks(model, layer, head), inputs.scratch)
         head_estimates[f"L{layer}H{head}"] = asdict(found)
         per_head[layer, head] = np.nan if found.llc is None else found.llc
     assert whole is not None  # the first estimate

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -72,6 +73,9 @@ class MeasureInput:
     device: torch.device
     settings: Any  # the measure's settings (its ``Measure.settings``, filled from ``measures.<name>``)
     training_data: TrainingData | None = None  # None: the training distribution is not known to the tool
+    # a folder inside the run directory a measure may write its scratch files to (the run removes it once
+    # the measures ran); None: the system's temporary folder
+    scratch: Path | None = None
 
 
 class MeasureAccumulator(Accumulator):

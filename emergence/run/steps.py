@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import cast
@@ -307,7 +308,10 @@ def training_data(cfg: Config) -> measures.TrainingData | None:
     )
 
 
-def measure_input(loaded: Loaded, chosen: measures.Chosen) -> measures.MeasureInput:
+SCRATCH = ".measures-scratch"  # the measures' scratch folder inside the run directory, removed after step 1
+
+
+def measure_input(loaded: Loaded, chosen: measures.Chosen, out_dir: Path | None = None) -> measures.MeasureInput:
     assert loaded.subject is not None  # a measure the cache lacks loads the model (``cache.needs_weights``)
     arch = loaded.subject.arch
     p = loaded.cfg.probe
@@ -321,13 +325,22 @@ def measure_input(loaded: Loaded, chosen: measures.Chosen) -> measures.MeasureIn
         loaded.device,
         chosen.settings,
         training_data(loaded.cfg),
+        None if out_dir is None else out_dir / SCRATCH / chosen.name,
     )
 
 
-def measure(cfg: Config, loaded: Loaded) -> Measured:
+def measure(cfg: Config, loaded: Loaded, out_dir: Path) -> Measured:
     """Step 1: the probe pass, reduced on the fly, with the accumulators of the measures that read it,
     unless the cache serves the pass and every such measure (mean ablation runs it anyway: it needs
-    the per-position means); then the measures that read the weights alone, where the cache lacks them."""
+    the per-position means); then the measures that read the weights alone, where the cache lacks them.
+    Their scratch folder inside the run directory ``out_dir`` is gone when it returns (or raises)."""
+    try:
+        return _measure(cfg, loaded, out_dir)
+    finally:
+        shutil.rmtree(out_dir / SCRATCH, ignore_errors=True)
+
+
+def _measure(cfg: Config, loaded: Loaded, out_dir: Path) -> Measured:
     p = cfg.probe
     mean_ablation = cfg.ablate.enabled and cfg.ablate.mode == "mean"
     missing = [c for c in loaded.chosen if c.name not in loaded.cached_results]
@@ -344,13 +357,15 @@ def measure(cfg: Config, loaded: Loaded) -> Measured:
             loss_positions=loss_positions(p),
         )
         assert loaded.subject is not None  # the model loads where the pass runs (cache.needs_weights)
-        accumulators = {c.name: c.measure.accumulate(measure_input(loaded, c)) for c in in_pass if c.measure.accumulate}
+        accumulators = {
+            c.name: c.measure.accumulate(measure_input(loaded, c, out_dir)) for c in in_pass if c.measure.accumulate
+        }
         cap = capture.run_probe(loaded.subject, options, ablation.metrics_per_sequence, list(accumulators.values()))
         shape = (loaded.subject.arch.n_layers, loaded.subject.arch.n_heads)
         computed = {c.name: c.measure.checked(accumulators[c.name].result(), shape) for c in in_pass}
     for c in missing:
         if not c.measure.in_pass:
-            computed[c.name] = c.measure.run(measure_input(loaded, c))
+            computed[c.name] = c.measure.run(measure_input(loaded, c, out_dir))
     results = {c.name: loaded.cached_results.get(c.name) or computed[c.name] for c in loaded.chosen}
     sources = {
         c.name: "cache" if c.name in loaded.cached_results else ("pass" if c.measure.in_pass else "weights")

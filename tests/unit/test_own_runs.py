@@ -44,6 +44,26 @@ def test_without_recorded_tokens_tokens_come_from_tokens_per_step_or_stay_unknow
     assert [e.tokens for e in existing_checkpoints(cfg_of(run, "model.tokens_per_step=1000"))] == [10_000, 20_000]
 
 
+def test_a_trainer_state_cut_mid_json_is_named_once_with_the_tokens_unknown(trainer_run, tmp_path, caplog):
+    run = tmp_path / "run"
+    for name in ("checkpoint-10", "checkpoint-20"):
+        shutil.copytree(trainer_run / name, run / name)
+    state = run / "checkpoint-20" / "trainer_state.json"
+    state.write_text(state.read_text()[:40])  # the run was killed while writing it
+    with caplog.at_level("WARNING"):
+        for _ in range(2):  # a second listing (watch looks again) says nothing new
+            entries = existing_checkpoints(cfg_of(run))
+    assert [(e.revision, e.step, e.tokens) for e in entries] == [
+        ("checkpoint-10", 10, tokens_at(10)),
+        ("checkpoint-20", 20, None),
+    ]
+    named = [r.getMessage() for r in caplog.records if "trainer_state.json" in r.getMessage()]
+    assert named == [
+        f"warning: {state} does not parse (cut short, or still being written): step 20 from the folder's name, "
+        "tokens unknown"
+    ]
+
+
 def test_step_folders_read_as_the_hub_families_branch_names(trainer_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trainer_run / "checkpoint-10", run / "step10", ignore=shutil.ignore_patterns("trainer_state.json"))
