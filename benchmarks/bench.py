@@ -1243,11 +1243,11 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
 
 
 def probe_measurements(model, n: int):
-    """``measurements.Measurements`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
+    """``measurements.PassRecord`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
     from emergence.recipe import spectral
     from emergence.recipe.ablation import metrics_per_sequence
     from emergence.recipe.capture import Architecture, PassOptions, Subject, run_probe
-    from emergence.recipe.measurements import Measurements
+    from emergence.recipe.pass_record import PassRecord
     from emergence.recipe.probe import baseline_positions, make_probe_batch
 
     batch = make_probe_batch(n, DTYPE_SEQ_LEN, 10, DTYPE_VOCAB, 42)
@@ -1255,7 +1255,7 @@ def probe_measurements(model, n: int):
     cap = run_probe(
         Subject(model, arch, batch, 50), PassOptions(baseline_positions(DTYPE_SEQ_LEN, 50), n), metrics_per_sequence
     )
-    return Measurements.of(cap, spectral.estimates(cap.gram, cap.total, cap.spectral_n), arch, batch.fingerprint())
+    return PassRecord.of(cap, spectral.estimates(cap.gram, cap.total, cap.spectral_n), arch, batch.fingerprint())
 
 
 def relative_error(value: np.ndarray, reference: np.ndarray) -> dict:

@@ -28,7 +28,7 @@ from emergence.core.config import Config
 from emergence.core.errors import UsageError
 from emergence.hub import integrity
 from emergence.recipe import ablation, screen, spectral, stats
-from emergence.recipe.measurements import Measurements
+from emergence.recipe.pass_record import PassRecord
 from emergence.recipe.tasks.step import measure_task
 from emergence.run import interrupt, prefetch, results, steps, sweep, tracking
 from emergence.run.validation import validate
@@ -81,7 +81,7 @@ def analyse(
             assert cap is not None  # no cache: the pass ran on the model
             estimates = spectral.estimates(cap.gram, cap.total, cap.spectral_n)  # step 3
             assert loaded.subject is not None  # the pass ran on it
-            measured = Measurements.of(cap, estimates, loaded.subject.arch, loaded.batch.fingerprint())
+            measured = PassRecord.of(cap, estimates, loaded.subject.arch, loaded.batch.fingerprint())
         lap("spectral")
         screened = screen.screen_heads(cfg.threshold, measured.mean_attention, loaded.dtype)
         lap("screen_spectral")

@@ -28,15 +28,15 @@ from emergence.core.errors import UsageError
 from emergence.measures import attention_entropy, llc, prefix_matching, value_drain, weight_circuits
 from emergence.measures.plugin import (
     Column,
+    ColumnTrajectory,
     Crossing,
     Measure,
     MeasureAccumulator,
     MeasureInput,
+    MeasureResult,
     RunSeries,
     TrainingData,
-    Trajectory,
 )
-from emergence.recipe.measurements import MeasureResult
 
 REGISTRY: dict[str, Measure] = {
     m.name: m
@@ -138,7 +138,7 @@ def columns(measures: list[Measure] | None = None) -> list[Column]:
     return [c for m in (measures if measures is not None else REGISTRY.values()) for c in m.columns]
 
 
-def trajectories(measures: list[Measure] | None = None) -> list[Trajectory]:
+def trajectories(measures: list[Measure] | None = None) -> list[ColumnTrajectory]:
     """The panel report's trajectories of ``measures`` (the registry's by default), in order."""
     return [t for m in (measures if measures is not None else REGISTRY.values()) for t in m.trajectories]
 
@@ -154,7 +154,7 @@ __all__ = [
     "MeasureResult",
     "RunSeries",
     "TrainingData",
-    "Trajectory",
+    "ColumnTrajectory",
     "chosen",
     "columns",
     "crossings",

@@ -34,9 +34,8 @@ import torch
 from tqdm.auto import tqdm
 
 from emergence.core.errors import UsageError
-from emergence.measures.plugin import Column, Measure, MeasureInput, RunSeries, Trajectory
+from emergence.measures.plugin import Column, ColumnTrajectory, Measure, MeasureInput, MeasureResult, RunSeries
 from emergence.recipe import head_weights
-from emergence.recipe.measurements import MeasureResult
 from emergence.recipe.screen import head_of, parse_head_name
 
 SAMPLERS = {"rmsprop_sgld": "rmsprop_sgld", "sgld": "sgmcmc_sgld"}  # our name -> devinterp's
@@ -325,7 +324,7 @@ MEASURE = Measure(
         ),
     ),
     run_fields=RUN_FIELDS,
-    trajectories=(Trajectory("llc_refined", "max", "top refined LLC"),),
+    trajectories=(ColumnTrajectory("llc_refined", "max", "top refined LLC"),),
     # the model's LLC at each checkpoint, for the report's F7 (stage boundaries)
     series=RunSeries(field="llc", label="LLC", spread="std", failed="failed"),
     compute=compute,

@@ -4,7 +4,7 @@ A measure is one module with a ``MEASURE``: its name and version, what it needs 
 (``Need``), its settings (a dataclass the config's ``measures.<name>`` fills), the per-head columns
 it adds to heads.csv (and W&B's head table), the per-run fields it adds to summary.json's
 ``measures[<name>]`` (each scalar logged to W&B as ``<name>/<field>``), and the trajectories the panel
-report draws of it over a model's checkpoints (``Trajectory``). It computes in one of two ways:
+report draws of it over a model's checkpoints (``ColumnTrajectory``). It computes in one of two ways:
 
 * ``accumulate``: an accumulator subscribed to the probe pass's hook sites (``recipe.sites``), which
   reduces minibatch by minibatch as the one forward pass runs, then gives its ``result()``;
@@ -25,7 +25,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from emergence.recipe.measurements import MeasureResult
 from emergence.recipe.probe import ProbeBatch
 from emergence.recipe.sites import Accumulator
 
@@ -45,6 +44,14 @@ def reduce_heads(grid: np.ndarray | None, how: Reduction) -> float | None:
     if grid is None or np.isnan(grid).all():
         return None
     return float(REDUCTIONS[how](grid))
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """One measure's results on one checkpoint (``emergence/measures``)."""
+
+    per_head: dict[str, np.ndarray]  # heads.csv column -> [layers, heads] float64
+    per_run: dict[str, Any]  # summary.json ``measures[<name>]``: field -> a JSON value (a number, a list, a dict)
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ class Column:
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class ColumnTrajectory:
     """What the panel report draws of a column over a model's checkpoints: its ``reduce`` over the heads
     (``max``, ``min`` or ``mean``) at each checkpoint, as a panel of the token axis (docs/probes.md), for
     the runs of the ``probes`` it is measured on."""
@@ -143,7 +150,7 @@ class Measure:
     needs: frozenset[Need]
     columns: tuple[Column, ...]
     run_fields: tuple[str, ...]  # the per-run fields it returns (JSON values: numbers, lists, dicts)
-    trajectories: tuple[Trajectory, ...]
+    trajectories: tuple[ColumnTrajectory, ...]
     compute: Callable[[MeasureInput], MeasureResult] | None = None  # after the pass
     accumulate: Callable[[MeasureInput], MeasureAccumulator] | None = None  # in the pass
     settings: type = NoSettings  # a frozen dataclass; ``__post_init__`` raises ValueError on a bad value

@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from emergence.measures.plugin import Column, Measure, MeasureAccumulator, MeasureInput, Trajectory
-from emergence.recipe.measurements import MeasureResult
+from emergence.measures.plugin import Column, ColumnTrajectory, Measure, MeasureAccumulator, MeasureInput, MeasureResult
 from emergence.recipe.probe import RepeatLayout
 from emergence.recipe.sites import AttentionCall, Reads
 
@@ -52,6 +51,6 @@ MEASURE = Measure(
         ),
     ),
     run_fields=(),
-    trajectories=(Trajectory("prefix_matching", "max", "top prefix matching", probes=("repeat",)),),
+    trajectories=(ColumnTrajectory("prefix_matching", "max", "top prefix matching", probes=("repeat",)),),
     accumulate=PrefixSums,
 )

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from emergence.measures.plugin import Column, Measure, MeasureAccumulator, MeasureInput, Trajectory
+from emergence.measures.plugin import Column, ColumnTrajectory, Measure, MeasureAccumulator, MeasureInput, MeasureResult
 from emergence.recipe import mechanism
-from emergence.recipe.measurements import MeasureResult
 from emergence.recipe.sites import AttentionCall
 
 
@@ -50,6 +49,6 @@ MEASURE = Measure(
         ),
     ),
     run_fields=(),
-    trajectories=(Trajectory("value_norm_ratio", "min", "lowest |v_0| / |v|"),),
+    trajectories=(ColumnTrajectory("value_norm_ratio", "min", "lowest |v_0| / |v|"),),
     accumulate=ValueNorms,
 )

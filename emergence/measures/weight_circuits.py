@@ -33,9 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from emergence.measures.plugin import Column, Crossing, Measure, MeasureInput, Trajectory
+from emergence.measures.plugin import Column, ColumnTrajectory, Crossing, Measure, MeasureInput, MeasureResult
 from emergence.recipe import head_weights
-from emergence.recipe.measurements import MeasureResult
 
 VOCAB_BLOCK = 8192  # rows of W_E (columns of W_U) upcast at a time for W_U W_E
 
@@ -120,9 +119,9 @@ MEASURE = Measure(
     ),
     run_fields=("copying_heads",),  # heads with ov_copying >= settings.copying
     trajectories=(
-        Trajectory("ov_copying", "max", "top OV copying score"),
-        Trajectory("qk_sigma1", "max", "top QK sigma_1"),
-        Trajectory("ov_stable_rank", "mean", "mean OV stable rank"),
+        ColumnTrajectory("ov_copying", "max", "top OV copying score"),
+        ColumnTrajectory("qk_sigma1", "max", "top QK sigma_1"),
+        ColumnTrajectory("ov_stable_rank", "mean", "mean OV stable rank"),
     ),
     compute=compute,
     settings=Settings,

@@ -49,7 +49,7 @@ ConditionName = Literal[
 
 
 @dataclass(frozen=True)
-class Source(Record):
+class PublishedSource(Record):
     repository: str
     folder: str  # the files' folder in the repository; each row names its file inside it
 
@@ -75,7 +75,7 @@ class Ablation(Record):
     model: ModelKey
     task: PublishedTask
     experiment: Experiment
-    file: str  # inside Source.folder
+    file: str  # inside PublishedSource.folder
     conditions: list[Condition]
 
     def condition(self, name: ConditionName) -> Condition:
@@ -122,7 +122,7 @@ class SweepSummary(Record):
 
 @dataclass(frozen=True)
 class PublishedTasks(Record):
-    source: Source
+    source: PublishedSource
     models: dict[str, ModelShape]  # ModelKey -> shape
     ablations: list[Ablation]
     screens: list[Screen]

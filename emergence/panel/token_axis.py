@@ -29,8 +29,8 @@ def _nan_to_none(x) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
 
 
-def _plugin_value(trajectory: measures.Trajectory) -> Callable[[Checkpoint], float | None]:
-    """A plug-in measure's trajectory's value at a checkpoint (``plugin.Trajectory.value``)."""
+def _plugin_value(trajectory: measures.ColumnTrajectory) -> Callable[[Checkpoint], float | None]:
+    """A plug-in measure's trajectory's value at a checkpoint (``plugin.ColumnTrajectory.value``)."""
     return lambda c: trajectory.value(c.plugin_columns.get(trajectory.column))
 
 

@@ -30,8 +30,9 @@ from emergence import measures
 from emergence.core.atomic import atomic_write_bytes, npz_bytes
 from emergence.hub import checkpoints
 from emergence.measures import Chosen
+from emergence.measures.plugin import MeasureResult
 from emergence.recipe import mechanism
-from emergence.recipe.measurements import Measurements, MeasureResult
+from emergence.recipe.pass_record import PassRecord
 
 # Bump when the capture, the probe or what an entry holds changes: old entries then stop matching.
 MEASUREMENT_VERSION = 6
@@ -127,7 +128,7 @@ def entry_path(cache_dir: str, entry: str) -> Path:
     return Path(cache_dir).expanduser() / "measurements" / f"{entry}.npz"
 
 
-def load(path: Path) -> Measurements | None:
+def load(path: Path) -> PassRecord | None:
     """The measurements of the cache entry ``path`` (``entry_path``); None if it is not there."""
     if not path.exists():
         return None
@@ -137,10 +138,10 @@ def load(path: Path) -> Measurements | None:
             **{k.removeprefix(RESIDUAL_PREFIX): data[k] for k in data.files if k.startswith(RESIDUAL_PREFIX)}
         )
         optional: dict[str, Any] = {name: data[name] if name in data.files else None for name in OPTIONAL_ARRAYS}
-        return Measurements(**{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta)
+        return PassRecord(**{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta)
 
 
-def save(path: Path, m: Measurements) -> None:
+def save(path: Path, m: PassRecord) -> None:
     meta = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in (*ARRAYS, *OPTIONAL_ARRAYS, "residual")}
     residual = {RESIDUAL_PREFIX + name: a for name, a in m.residual.arrays().items()}
     optional = {name: getattr(m, name) for name in OPTIONAL_ARRAYS if getattr(m, name) is not None}

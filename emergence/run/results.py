@@ -170,7 +170,7 @@ class HeadMeasures:
 
     @classmethod
     def of(cls, measured, measure_results: dict, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
-        """From a run's ``measurements.Measurements``, its measures' results (``MeasureResult`` by name) and
+        """From a run's ``measurements.PassRecord``, its measures' results (``MeasureResult`` by name) and
         its task's scores."""
         plugin_columns = {column: grid for r in measure_results.values() for column, grid in r.per_head.items()}
         return cls(

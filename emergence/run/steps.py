@@ -25,8 +25,9 @@ from emergence.core.config import Config, config_digest
 from emergence.core.errors import UsageError
 from emergence.hub import checkpoints, integrity, revisions
 from emergence.hub.gguf import GgufHeader
+from emergence.measures.plugin import MeasureResult
 from emergence.recipe import ablation, capture, icl, probe, sinks, stats, text
-from emergence.recipe.measurements import Measurements, MeasureResult
+from emergence.recipe.pass_record import PassRecord
 from emergence.recipe.screen import CLASSES, Screened
 from emergence.recipe.tasks.batches import TaskBatch
 from emergence.recipe.tasks.step import TaskResult
@@ -56,7 +57,7 @@ class Loaded:
     baseline: Int[np.ndarray, " n_baseline"]  # the baseline's key positions
     tokenizer: str | None  # the text probe's tokenizer: the checkpoint's (repo@revision) or bytes
     cache_file: Path | None  # where the measurements are kept (reuse=true); None: not kept
-    cached: Measurements | None  # the probe's measurements from the cache (reuse=true), if there
+    cached: PassRecord | None  # the probe's measurements from the cache (reuse=true), if there
     subject: capture.Subject | None  # model, layout, batch; None: the cache serves everything, ablation is off
     chosen: list[measures.Chosen]  # the measures the run computes (``Config.measures``)
     result_files: dict[str, Path | None]  # where each one's results are kept (reuse=true); None: not kept
@@ -400,7 +401,7 @@ class Findings:
 
 
 def summarise(
-    cfg: Config, loaded: Loaded, measured: Measurements, found: Findings, timings: dict[str, float]
+    cfg: Config, loaded: Loaded, measured: PassRecord, found: Findings, timings: dict[str, float]
 ) -> results.RunSummary:
     """The run's record, ``summary.json``."""
     screened, uncertainty, ablated = found.screened, found.uncertainty, found.ablated
@@ -484,7 +485,7 @@ def summarise(
 
 
 def write_outputs(
-    out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: Measurements, found: Findings
+    out_dir: Path, run, summary: results.RunSummary, loaded: Loaded, measured: PassRecord, found: Findings
 ) -> None:
     """The class grid, the W&B run's log, the cache entry (reuse=true), the task's prompts.jsonl,
     then heads.csv, per_sequence.npz (with the token batch [n, T]) and summary.json (last)."""

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from emergence.measures.plugin import Column, Measure, MeasureAccumulator, MeasureInput, Trajectory
-from emergence.recipe.measurements import MeasureResult
+from emergence.measures.plugin import Column, ColumnTrajectory, Measure, MeasureAccumulator, MeasureInput, MeasureResult
 from emergence.recipe.sites import AttentionCall
 
 
@@ -56,7 +55,7 @@ MEASURE = Measure(
     needs=frozenset({"pass"}),
     columns=(Column("head_entropy", "mean entropy (nats) of a query's attention over its keys, queries 1..T-1"),),
     run_fields=(),
-    trajectories=(Trajectory("head_entropy", "mean", "mean attention entropy (nats)"),),
+    trajectories=(ColumnTrajectory("head_entropy", "mean", "mean attention entropy (nats)"),),
     accumulate=EntropySums,
     settings=Settings,
 )

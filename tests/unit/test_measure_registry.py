@@ -11,10 +11,9 @@ from transformers import AutoModelForCausalLM
 from emergence import measures
 from emergence.measures import attention_entropy
 from emergence.measures.__main__ import main as docs_main
-from emergence.measures.plugin import Column, Measure, MeasureInput
+from emergence.measures.plugin import Column, Measure, MeasureInput, MeasureResult
 from emergence.recipe.ablation import metrics_per_sequence
 from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
-from emergence.recipe.measurements import MeasureResult
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from tests.helpers.reference_impl import eager_attention_entropy, eager_model
 from tests.helpers.tiny_models import VOCAB

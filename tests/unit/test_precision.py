@@ -12,7 +12,7 @@ from emergence.core.config import compose_config
 from emergence.main import analyse
 from emergence.panel.report import write_report
 from emergence.panel.runs import Checkpoint, load_runs
-from emergence.recipe.measurements import sequence_mean
+from emergence.recipe.pass_record import sequence_mean
 from emergence.recipe.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, near_threshold, selectivity
 from emergence.run.results import PER_SEQUENCE_FILE, dtype_differs, read_run
 from tests.helpers.cli import SMALL_RUN

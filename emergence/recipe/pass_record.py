@@ -7,7 +7,6 @@ depends on the checkpoint, the probe, the null's draws and the dtype, not on the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from jaxtyping import Float
@@ -17,15 +16,7 @@ from emergence.recipe.ablation import METRICS
 
 
 @dataclass(frozen=True)
-class MeasureResult:
-    """One measure's results on one checkpoint (``emergence/measures``)."""
-
-    per_head: dict[str, np.ndarray]  # heads.csv column -> [layers, heads] float64
-    per_run: dict[str, Any]  # summary.json ``measures[<name>]``: field -> a JSON value (a number, a list, a dict)
-
-
-@dataclass(frozen=True)
-class Measurements:
+class PassRecord:
     """Per-head results of one probe pass. Arrays are [layers, heads, ...] unless said."""
 
     targets: Float[np.ndarray, "n layers heads 7"]  # float32: per-sequence attention from T-1 to the targets
@@ -56,7 +47,7 @@ class Measurements:
         return sequence_mean(self.sink_importance)
 
     @classmethod
-    def of(cls, cap, spectral_estimates: spectral.SpectralEstimates, arch, probe_fingerprint: str) -> Measurements:
+    def of(cls, cap, spectral_estimates: spectral.SpectralEstimates, arch, probe_fingerprint: str) -> PassRecord:
         """Reduce a probe pass (``capture.Capture``, scored with ``ablation.metrics_per_sequence``) and its
         spectral estimates (step 3) to what the screen, interval and ablation steps keep."""
         clean_metrics = dict(zip(METRICS, cap.scores.mean(axis=0).tolist()))
