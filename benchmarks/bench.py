@@ -532,11 +532,27 @@ def llc_cost(repeats: int) -> dict:
     return out
 
 
+def default_accumulators(model, arch, batch) -> list:
+    """Fresh accumulators of the default measures that read the probe pass (``conf/measures/default.yaml``)."""
+    from emergence import measures
+    from emergence.core.config import compose_config
+
+    chosen = measures.chosen(compose_config([]).measures)
+    device = next(model.parameters()).device
+    inputs = [
+        (c, measures.MeasureInput(model, arch.n_layers, arch.n_heads, batch, "synthetic", None, device, c.settings))
+        for c in chosen
+    ]
+    return [c.measure.accumulate(i) for c, i in inputs if c.measure.accumulate is not None]
+
+
 def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
-    """(f): seconds of the probe pass (with and without the sink metric) and of the bare SDPA forward,
-    fastest of ``repeats`` alternations."""
+    """(f): seconds of the probe pass with every default measure that reads it (and without the sink
+    metric; without the sink mechanism: no massive activations, no value drain) and of the bare SDPA
+    forward, fastest of ``repeats`` alternations."""
     from transformers import AutoModelForCausalLM
 
+    from emergence.measures import massive_activations, value_drain
     from emergence.recipe.ablation import metrics_per_sequence
     from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
 
@@ -546,16 +562,23 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     ).eval()
     arch = Architecture.of(ours)
     batch, baseline, batch_size = paper_probe(n)
+    sink_mechanism = (value_drain.ValueNorms, massive_activations.MassiveActivations)  # the measures it prices
     variants = {
         "probe_pass_s": {},
         "probe_pass_without_sink_metric_s": {"sink_importance": False},
-        "probe_pass_without_sink_mechanism_s": {"sink_mechanism": False},
+        "probe_pass_without_sink_mechanism_s": {},
     }
     times: dict[str, list[float]] = {**{name: [] for name in variants}, "bare_forward_s": []}
     for _ in range(repeats):
         for name, options in variants.items():
+            accumulators = [
+                a
+                for a in default_accumulators(ours, arch, batch)
+                if not (name == "probe_pass_without_sink_mechanism_s" and isinstance(a, sink_mechanism))
+            ]
             start = time.perf_counter()
-            run_probe(Subject(ours, arch, batch, batch_size), PassOptions(baseline, n, **options), metrics_per_sequence)
+            options_ = PassOptions(baseline, n, **options)
+            run_probe(Subject(ours, arch, batch, batch_size), options_, metrics_per_sequence, accumulators)
             times[name].append(time.perf_counter() - start)
         start = time.perf_counter()
         forward(bare, batch, batch_size)

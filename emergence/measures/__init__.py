@@ -25,7 +25,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from emergence.core.config import one_line
 from emergence.core.errors import UsageError
-from emergence.measures import attention_entropy, llc, prefix_matching, value_drain, weight_circuits
+from emergence.measures import (
+    attention_entropy,
+    llc,
+    massive_activations,
+    prefix_matching,
+    value_drain,
+    weight_circuits,
+)
 from emergence.measures.plugin import (
     Column,
     ColumnTrajectory,
@@ -35,6 +42,7 @@ from emergence.measures.plugin import (
     MeasureInput,
     MeasureResult,
     RunSeries,
+    RunTrajectory,
     TrainingData,
 )
 
@@ -44,6 +52,7 @@ REGISTRY: dict[str, Measure] = {
         value_drain.MEASURE,
         prefix_matching.MEASURE,
         weight_circuits.MEASURE,
+        massive_activations.MEASURE,
         attention_entropy.MEASURE,
         llc.MEASURE,
     )
@@ -128,6 +137,21 @@ def crossings() -> list[Crossing]:
     return [c for m in REGISTRY.values() for c in m.crossings]
 
 
+def run_trajectories() -> list[tuple[str, RunTrajectory]]:
+    """(measure name, a per-run trajectory it declares) over the registry, in order."""
+    return [(m.name, t) for m in REGISTRY.values() for t in m.run_trajectories]
+
+
+def legacy_fields(summary: dict) -> dict[str, dict]:
+    """The registry's measures' fields an old summary.json (schemas 2 and 3) held under other names."""
+    found = {}
+    for m in REGISTRY.values():
+        fields = None if m.legacy is None else m.legacy(summary)
+        if fields is not None:
+            found[m.name] = fields
+    return found
+
+
 def series() -> list[tuple[str, RunSeries]]:
     """(measure name, its per-run series) of the registry's measures that declare one (F7)."""
     return [(m.name, m.series) for m in REGISTRY.values() if m.series is not None]
@@ -153,11 +177,14 @@ __all__ = [
     "MeasureInput",
     "MeasureResult",
     "RunSeries",
+    "RunTrajectory",
     "TrainingData",
     "ColumnTrajectory",
     "chosen",
     "columns",
     "crossings",
+    "legacy_fields",
+    "run_trajectories",
     "series",
     "trajectories",
 ]

@@ -122,6 +122,21 @@ class ColumnTrajectory:
 
 
 @dataclass(frozen=True)
+class RunTrajectory:
+    """What the panel report draws of a per-run number over a model's checkpoints (``summary.json``
+    ``measures[<name>][field]``): a panel of the token axis, and, where ``level`` is given, the event
+    ``event`` at the first checkpoint over it."""
+
+    key: str  # its name among the token axis's measures
+    field: str
+    label: str  # the panel's axis label
+    level: float | None = None
+    event: str | None = None  # the token axis's event name for the first checkpoint over ``level``
+    log_scale: bool = False
+    probes: tuple[ProbeKind, ...] = ("synthetic", "repeat", "text")
+
+
+@dataclass(frozen=True)
 class Crossing:
     """A per-head milestone a measure declares: the first checkpoint where a head's ``column`` reaches
     ``level``. The panel's F6 orders it against the head's induction selectivity crossing."""
@@ -156,6 +171,10 @@ class Measure:
     settings: type = NoSettings  # a frozen dataclass; ``__post_init__`` raises ValueError on a bad value
     crossings: tuple[Crossing, ...] = ()  # per-head milestones the panel places (F6)
     series: RunSeries | None = None  # a per-run number the panel finds stages in (F7)
+    run_trajectories: tuple[RunTrajectory, ...] = ()  # per-run numbers the token axis draws
+    # its per-run fields from an old summary.json (schemas 2 and 3) that held them under other names; None:
+    # none there (``RunSummary.read``)
+    legacy: Callable[[dict], dict | None] | None = None
     requires: tuple[str, ...] = ()  # modules of an optional extra it imports when it runs
     extra: str | None = None  # that extra's name: pip install -e ".[<extra>]"
 

@@ -222,13 +222,16 @@ TASK_PANEL = "task"  # the token axis's panel of the tasks' capability
 RUN_MEASURE_LABELS = {
     "icl_score": "ICL score (nats)",
     "loss_drop": "repeat loss drop (nats)",
-    "massive_activation_ratio": "top / median |h|",
 }
 
 
 def measure_labels() -> dict[str, str]:
     """The token axis's panel labels: the runs' own measures', then the registry's trajectories'."""
-    return {**RUN_MEASURE_LABELS, **{t.key: t.label for t in measures.trajectories()}}
+    return {
+        **RUN_MEASURE_LABELS,
+        **{t.key: t.label for _, t in measures.run_trajectories()},
+        **{t.key: t.label for t in measures.trajectories()},
+    }
 
 
 def token_axis(findings: PanelFindings, out: Path) -> Path | None:
@@ -236,13 +239,13 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
     induction onset and BOS / Sink_eps 50 % of each probe marked; None without any."""
     if not findings.token_axis:
         return None
-    measures = list(dict.fromkeys(t.measure for axis in findings.token_axis.values() for t in axis.transitions))
+    drawn = list(dict.fromkeys(t.measure for axis in findings.token_axis.values() for t in axis.transitions))
     tasks = {
         model: task
         for model in findings.token_axis
         if model in findings.models and (task := findings.models[model].task) is not None
     }
-    panels = measures + ([TASK_PANEL] if tasks else [])
+    panels = drawn + ([TASK_PANEL] if tasks else [])
     fig, axes = plt.subplots(len(panels), 1, figsize=(6.5, 2.2 * len(panels)), sharex=True, squeeze=False)
     axes = axes[:, 0]
     for model, t in tasks.items():  # each task's top-1 share (its last level: one scale for every task)
@@ -262,7 +265,7 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
                 each.axvline(t.emergence.tokens, color=colour, lw=1.2)
     for model, axis in findings.token_axis.items():
         for tr in axis.transitions:
-            ax = axes[measures.index(tr.measure)]
+            ax = axes[drawn.index(tr.measure)]
             shown = [(x, v) for x, v in zip(tr.tokens, tr.values) if v is not None]
             ax.plot(*zip(*shown), "o-", ms=3, label=f"{model} ({tr.probe})")
             if tr.half_way is not None:
@@ -282,7 +285,7 @@ def token_axis(findings: PanelFindings, out: Path) -> Path | None:
                     )
     for ax, measure in zip(axes, panels):
         ax.set_ylabel(measure_labels().get(measure, "task capability"), fontsize=8)
-        if measure == "massive_activation_ratio":
+        if measure in {t.key for _, t in measures.run_trajectories() if t.log_scale}:
             ax.set_yscale("log")
         ax.legend(fontsize=6)
     _tokens_axis(

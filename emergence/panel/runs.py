@@ -56,9 +56,6 @@ class Checkpoint:
     sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
     run_dir: Path | None = None  # the run directory it was read from (run directories only)
     refined: bool = False  # analysed by ``python -m emergence.refine`` (a run under <sweep>/refine/), not the panel
-    # The sink mechanism's massive activations (run directories of this version): summary.json's
-    # massive_activations' ratio per layer [layers]
-    massive_activation_ratio: np.ndarray | None = None
     # What its run recorded (run directories; the reference study's data states the dtypes only)
     dtype: str | None = None  # the dtype it was computed in
     reference_dtype: str | None = None  # the dtype the reference study ran its model in
@@ -213,9 +210,6 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
             for name, grid in plugin_columns.items():
                 grid[r["layer"], r["head"]] = r[name]
-        massive = (
-            None if summary.massive_activations is None else np.array([m.ratio for m in summary.massive_activations])
-        )
         classes = set(summary.thresholds.classes.values())
         panel = (
             summary.model,
@@ -239,7 +233,6 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             **arrays,
             run_dir=run_dir,
             refined=refined,
-            massive_activation_ratio=massive,
             dtype=summary.dtype,
             reference_dtype=summary.reference_dtype,
             weights_sha256=summary.weights_sha256,

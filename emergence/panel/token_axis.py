@@ -4,9 +4,10 @@ trajectories under every probe it was run with, side by side.
 A *transition* of a measure is its largest change between adjacent revisions, and the first
 revision past the midpoint of that change (``Transition.half_way``, a milestone with its
 bracket). The *events* are the probes' milestones (induction onset, BOS 50 %, Sink_eps 50 %, a
-task's emergence ``task_<task>``), the transitions' half-ways and the first revision with a massive activation (over
-``MASSIVE_RATIO`` x the median, Sun et al. 2024); every pair of reached events gets F3's
-separation, the ratio of their tokens with its range over both brackets.
+task's emergence ``task_<task>``), the transitions' half-ways and the first revision over the level of
+each measure's per-run trajectory that declares one (``RunTrajectory``: a massive activation, over 1000x
+the median, Sun et al. 2024); every pair of reached events gets F3's separation, the ratio of their
+tokens with its range over both brackets.
 """
 
 from __future__ import annotations
@@ -17,12 +18,9 @@ from collections.abc import Callable
 import numpy as np
 
 from emergence import measures
-from emergence.measures.plugin import reduce_heads
 from emergence.panel.records import Milestone, ModelFindings, Separation, SinkProbes, TokenAxis, Transition
 from emergence.panel.runs import Checkpoint, Trajectory
 from emergence.panel.uncertainty import bracket
-
-MASSIVE_RATIO = 1000.0  # a massive activation: top |activation| over this many times the median (Sun et al. 2024)
 
 
 def _nan_to_none(x) -> float | None:
@@ -40,18 +38,23 @@ Drawn = dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]]
 RUN_MEASURES: Drawn = {
     "icl_score": (("text",), lambda c: None if c.text is None else c.text.icl_score),
     "loss_drop": (("repeat",), lambda c: None if c.repeat is None else c.repeat.loss_drop),
-    "massive_activation_ratio": (
-        ("synthetic", "repeat", "text"),
-        lambda c: reduce_heads(c.massive_activation_ratio, "max"),
-    ),
 }
+
+
+def _run_value(name: str, trajectory: measures.RunTrajectory) -> Callable[[Checkpoint], float | None]:
+    """A measure's per-run trajectory's value at a checkpoint (``summary.json`` ``measures[name][field]``)."""
+    return lambda c: (c.measure_fields.get(name) or {}).get(trajectory.field)
 
 
 def drawn() -> Drawn:
     """What the token axis draws: the runs' own measures, then the registry's trajectories
     (``emergence.measures``), on the probes each is measured on; read when drawn, so a measure
     registered after import is drawn too."""
-    return {**RUN_MEASURES, **{t.key: (t.probes, _plugin_value(t)) for t in measures.trajectories()}}
+    return {
+        **RUN_MEASURES,
+        **{t.key: (t.probes, _run_value(name, t)) for name, t in measures.run_trajectories()},
+        **{t.key: (t.probes, _plugin_value(t)) for t in measures.trajectories()},
+    }
 
 
 def transition(traj: Trajectory, measure: str) -> Transition | None:
@@ -84,11 +87,14 @@ def transition(traj: Trajectory, measure: str) -> Transition | None:
     )
 
 
-def massive_onset(traj: Trajectory) -> Milestone | None:
-    """The first revision whose largest activation is over ``MASSIVE_RATIO`` x the median."""
+def level_onset(traj: Trajectory, name: str, trajectory: measures.RunTrajectory) -> Milestone | None:
+    """The first revision whose per-run value is over the trajectory's ``level`` (the massive activations':
+    the largest activation over 1000x the median)."""
+    assert trajectory.level is not None  # only a trajectory with a level has an onset
+    value = _run_value(name, trajectory)
     for k, c in enumerate(traj.checkpoints):
-        ratio = reduce_heads(c.massive_activation_ratio, "max")
-        if ratio is not None and ratio > MASSIVE_RATIO:
+        v = value(c)
+        if v is not None and v > trajectory.level:
             return Milestone(c.revision, c.tokens, bracket(traj.tokens, k))
     return None
 
@@ -159,7 +165,9 @@ def token_axis(trajectories: dict[str, Trajectory], findings: dict[str, ModelFin
         events[f"bos_50 ({probe})"] = f.f3.bos_50
         if f.sinks_gu is not None:
             events[f"sink_50 ({probe})"] = f.sinks_gu.f3.sink_50
-        events[f"massive_activation ({probe})"] = massive_onset(trajectories[probe])
+        for name, run_trajectory in measures.run_trajectories():
+            if run_trajectory.level is not None and run_trajectory.event is not None:
+                events[f"{run_trajectory.event} ({probe})"] = level_onset(trajectories[probe], name, run_trajectory)
         if f.task is not None:
             events[f"task_{f.task.task} ({probe})"] = f.task.emergence
     for t in transitions:

@@ -41,8 +41,7 @@ ask for. One of them is the screen's own, the ``Recorder``, which keeps only:
   reference null (``stats.null_positions``), the attention from T-1 to that draw's random
   position, summed over sequences.
 
-Another reduces the residual stream (``mechanism.ResidualRecorder``: massive activations); the
-registry's measures bring theirs (``emergence.measures``). On the text and repeat probes, a hook
+The registry's measures bring theirs (``emergence.measures``). On the text and repeat probes, a hook
 on the output embeddings keeps the final hidden states and lets the model project T-1 alone;
 every token's loss then comes from them for all positions at once, over blocks of the vocabulary
 (``token_losses``), so the [b, T, vocabulary] logits never exist and W_U is read once per minibatch.
@@ -76,7 +75,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from emergence.core.errors import UsageError
-from emergence.recipe import mechanism, sinks
+from emergence.recipe import sinks
 from emergence.recipe.probe import LOCAL_OFFSETS, ProbeBatch
 from emergence.recipe.screen import N_TARGETS
 from emergence.recipe.sites import SITES, Accumulator, AttentionCall, BatchSlice, Final, Reads, Site, softcapped
@@ -584,8 +583,6 @@ class Capture:
     null_sums: Float[np.ndarray, "layers heads draws"]  # float64 (draws = 0 without the null)
     position_losses: Float[np.ndarray, "n T-1"] | None  # float32: the loss of the token at each position 1..T-1
     # (NaN where ``PassOptions.loss_positions`` holds no position)
-    residual: mechanism.ResidualStats | None  # the decoder layers' outputs: massive activations
-    # (None when the pass skipped them)
 
 
 @dataclass(frozen=True)
@@ -644,26 +641,23 @@ class PassOptions:
     # The positions (in 1..T-1) whose token's loss the pass computes from the final hidden states
     # (``sequence_losses``); None: none
     loss_positions: Int[np.ndarray, " positions"] | None = None
-    sink_mechanism: bool = True  # the massive activations (the benchmark prices them)
 
 
 def run_probe(subject: Subject, options: PassOptions, score, accumulators: Sequence[Accumulator] = ()) -> Capture:
-    """Forward the probe in minibatches, the screen's ``Recorder``, the massive activations' reductions
-    and ``accumulators`` (the measures', ``sites``) reading its sites through one ``Dispatch``.
+    """Forward the probe in minibatches, the screen's ``Recorder`` and ``accumulators`` (the measures',
+    ``sites``) reading its sites through one ``Dispatch``.
 
     ``score(logits [b, V], b [b])`` returns each sequence's next-token metrics [b, metrics]
     (``ablation.metrics_per_sequence``), kept for the clean model.
     """
     model, arch, batch, batch_size = subject.model, subject.arch, subject.batch, subject.batch_size
-    sink_mechanism = options.sink_mechanism
     position_losses = options.loss_positions is not None
     check_loaded_for_capture(model)
     device = next(model.parameters()).device
     loss_positions = None if not position_losses else torch.as_tensor(options.loss_positions, device=device)
     n = batch.n
     rec = Recorder(subject, options, device)
-    residual = mechanism.ResidualRecorder(arch.n_layers, device)
-    dispatch = Dispatch([rec, *([residual] if sink_mechanism else []), *accumulators], arch.attentions)
+    dispatch = Dispatch([rec, *accumulators], arch.attentions)
     hooks = (
         [layer.register_forward_hook(dispatch.resid_post_hook(i)) for i, layer in enumerate(arch.decoder_layers)]
         if dispatch.reads_site("resid_post")
@@ -712,5 +706,4 @@ def run_probe(subject: Subject, options: PassOptions, score, accumulators: Seque
         scores=torch.cat(scores).double().numpy(),
         null_sums=rec.null_sums.cpu().numpy(),
         position_losses=torch.cat(losses).numpy() if position_losses else None,
-        residual=residual.result() if sink_mechanism else None,
     )

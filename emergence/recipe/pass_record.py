@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float
 
-from emergence.recipe import mechanism, spectral
+from emergence.recipe import spectral
 from emergence.recipe.ablation import METRICS
 
 
@@ -27,7 +27,6 @@ class PassRecord:
     spectral_n: int
     clean_metrics: dict  # the clean model's metrics of B at T-1 (``ablation.METRICS``), means over sequences
     clean_loss: Float[np.ndarray, " n"]  # per-sequence clean loss of B, in probe order
-    residual: mechanism.ResidualStats  # [layers] each: the decoder layers' massive activations
     position_losses: Float[np.ndarray, "n T-1"] | None  # each token's loss (text and repeat probes; else None)
     probe_fingerprint: str  # the probe batch's sha256 (``ProbeBatch.fingerprint``): a text probe's batch is
     # named by its dataset, whose content can change under the same name
@@ -56,7 +55,6 @@ class PassRecord:
             sink_importance=cap.sink_importance,
             null_sums=cap.null_sums,
             clean_loss=cap.scores[:, METRICS.index("loss")],
-            residual=cap.residual,
             position_losses=cap.position_losses,
             probe_fingerprint=probe_fingerprint,
             pr=spectral_estimates.pr,

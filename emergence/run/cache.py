@@ -1,11 +1,10 @@
 """Reuse: the probe pass's per-head measurements of a checkpoint, and each measure's results, cached on disk.
 
-Everything the screen, the spectral step and the intervals need (per-sequence attention
-to the targets and key 0's sink importance, the null's sums, both spectral estimators, the clean metrics,
-the residual stream's massive activations) depends on the checkpoint (the content of the weight files
-read, and its config), the probe, the null's draws, the dtype and this code, not on the thresholds or
-the bootstrap. Keyed by those, a threshold re-sweep (``-m threshold=paper,strict,lenient``) with
-ablation off runs no model at all.
+Everything the screen, the spectral step and the intervals need (per-sequence attention to the targets
+and key 0's sink importance, the null's sums, both spectral estimators, the clean metrics) depends on
+the checkpoint (the content of the weight files read, and its config), the probe, the null's draws, the
+dtype and this code, not on the thresholds or the bootstrap. Keyed by those, a threshold re-sweep
+(``-m threshold=paper,strict,lenient``) with ablation off runs no model at all.
 
 Each chosen measure's results have an entry of their own, keyed by the checkpoint, the dtype, the
 measure's name, version and settings, and the probe where the measure reads the pass: adding,
@@ -31,17 +30,15 @@ from emergence.core.atomic import atomic_write_bytes, npz_bytes
 from emergence.hub import checkpoints
 from emergence.measures import Chosen
 from emergence.measures.plugin import MeasureResult
-from emergence.recipe import mechanism
 from emergence.recipe.pass_record import PassRecord
 
 # Bump when the capture, the probe or what an entry holds changes: old entries then stop matching.
-MEASUREMENT_VERSION = 6
+MEASUREMENT_VERSION = 7
 
 
-# stored as arrays (the residual's as residual_<field>; an optional one only where measured); the rest as JSON
+# stored as arrays (an optional one only where measured); the rest as JSON
 ARRAYS = ("targets", "sink_importance", "null_sums", "pr", "entropy_rank", "clean_loss")
 OPTIONAL_ARRAYS = ("position_losses",)
-RESIDUAL_PREFIX = "residual_"
 COLUMN_PREFIX = "column__"  # a measure's per-head column in its entry
 
 
@@ -134,17 +131,13 @@ def load(path: Path) -> PassRecord | None:
         return None
     with np.load(path) as data:
         meta = json.loads(str(data["meta"]))
-        residual = mechanism.ResidualStats(
-            **{k.removeprefix(RESIDUAL_PREFIX): data[k] for k in data.files if k.startswith(RESIDUAL_PREFIX)}
-        )
         optional: dict[str, Any] = {name: data[name] if name in data.files else None for name in OPTIONAL_ARRAYS}
-        return PassRecord(**{name: data[name] for name in ARRAYS}, **optional, residual=residual, **meta)
+        return PassRecord(**{name: data[name] for name in ARRAYS}, **optional, **meta)
 
 
 def save(path: Path, m: PassRecord) -> None:
-    meta = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in (*ARRAYS, *OPTIONAL_ARRAYS, "residual")}
-    residual = {RESIDUAL_PREFIX + name: a for name, a in m.residual.arrays().items()}
+    meta = {f.name: getattr(m, f.name) for f in fields(m) if f.name not in (*ARRAYS, *OPTIONAL_ARRAYS)}
     optional = {name: getattr(m, name) for name in OPTIONAL_ARRAYS if getattr(m, name) is not None}
     # atomic: a crash leaves no half entry
-    arrays = {**{name: getattr(m, name) for name in ARRAYS}, **residual, **optional}
+    arrays = {**{name: getattr(m, name) for name in ARRAYS}, **optional}
     atomic_write_bytes(path, npz_bytes(**arrays, meta=json.dumps(meta)))

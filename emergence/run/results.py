@@ -21,13 +21,13 @@ import numpy as np
 from jaxtyping import Float
 
 import emergence
+from emergence import measures
 from emergence.core.atomic import atomic_write_bytes, atomic_write_text, npz_bytes
 from emergence.core.config import ProbeConfig, StatsConfig
 from emergence.core.record import Record
 from emergence.hub.gguf import GgufHeader
 from emergence.recipe.ablation import AblationResult
 from emergence.recipe.icl import RepeatScores, TextScores
-from emergence.recipe.mechanism import MassiveActivation
 from emergence.recipe.probe import FirstToken
 from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, HeadClasses, head_name
 from emergence.recipe.sinks import SinkMetric
@@ -225,10 +225,11 @@ def head_rows(
     return rows
 
 
-SCHEMA_VERSION = 3  # summary.json's layout: bump when a field is renamed or changes meaning
+SCHEMA_VERSION = 4  # summary.json's layout: bump when a field is renamed or changes meaning
 # Schema 3 types the summary's parts as records, under schema 2's keys, and renames the toys'
 # icl_score copy_loss_drop (``RunSummary.read`` maps it): the report reads both.
-READABLE_SCHEMAS = (2, SCHEMA_VERSION)
+# Schema 4 moves the massive activations into ``measures``: a measure maps its old field (``Measure.legacy``).
+READABLE_SCHEMAS = (2, 3, SCHEMA_VERSION)
 
 
 @dataclass
@@ -350,7 +351,6 @@ class RunSummary(Record):
     timings: dict[str, float]  # seconds per step
     versions: dict[str, str]
     # the sink mechanism (``mechanism``): each decoder layer's output over the probe
-    massive_activations: list[MassiveActivation] | None = None
     text: TextScores | None = None  # probe.kind=text: Olsson et al.'s in-context learning score (``icl``)
     repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy (``icl``)
     # a config whose model_type is a development name (olmo_1124) is read as the released one (``architecture``)
@@ -372,6 +372,8 @@ class RunSummary(Record):
         if data["schema_version"] == 2:  # it named the toys' copy loss drop icl_score (Olsson's is ``text``'s)
             data["copy_loss_drop"] = data.pop("icl_score", None)
         data["probe"].setdefault("loss_curve", "all")  # a run before the field measured every position
+        if data["schema_version"] < 4:  # fields the registry's measures hold now, under their old names
+            data["measures"] = {**measures.legacy_fields(data), **data.get("measures", {})}
         return cls.from_json(data)
 
 

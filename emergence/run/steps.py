@@ -472,7 +472,6 @@ def summarise(
         config_digest=digest,
         timings=timings,
         versions=versions,
-        massive_activations=measured.residual.records(),
         text=text_scores,
         repeat=repeat_scores,
         model_type_mapped_from=loaded.model_type_mapped_from,

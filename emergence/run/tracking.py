@@ -159,8 +159,6 @@ def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
         "n_induction": len(summary.induction_circuit),
         **{f"class_counts/{k}": v for k, v in summary.class_counts.items()},
     }
-    if summary.massive_activations:  # the sink mechanism: the largest activation over its median, any layer
-        metrics["massive_activation_ratio"] = max(m.ratio for m in summary.massive_activations)
     if summary.copy_loss_drop is not None:  # toy models
         metrics["copy_loss_drop"] = summary.copy_loss_drop
     if summary.text is not None:

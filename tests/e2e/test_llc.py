@@ -46,6 +46,7 @@ def test_the_toy_panels_llc_stages_bracket_the_induction_onset(toy_panel, tmp_pa
             "value_drain": "cache",
             "prefix_matching": "cache",
             "weight_circuits": "cache",
+            "massive_activations": "cache",
             "llc": "weights",
         }
         assert s["measures"]["llc"]["failed"] is None and "training corpus" in s["measures"]["llc"]["data"]

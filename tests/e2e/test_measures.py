@@ -100,6 +100,7 @@ def test_each_measure_is_cached_on_its_own(tiny_dirs, tmp_path, forwards, monkey
         "value_drain": "cache",
         "prefix_matching": "cache",
         "weight_circuits": "cache",
+        "massive_activations": "cache",
         "attention_entropy": "pass",
     }
     assert added.reused_measurements and len(forwards) == DISCOVERY + BATCHES  # one pass, for it
@@ -113,7 +114,11 @@ def test_each_measure_is_cached_on_its_own(tiny_dirs, tmp_path, forwards, monkey
 
     monkeypatch.setattr(checkpoints, "load_model", no_model)
     dropped = analyse(compose_config([*base, "~measures.prefix_matching"]), tmp_path / "dropped")
-    assert dropped.measure_sources == {"value_drain": "cache", "weight_circuits": "cache"}
+    assert dropped.measure_sources == {
+        "value_drain": "cache",
+        "weight_circuits": "cache",
+        "massive_activations": "cache",
+    }
     _, c = read_run(tmp_path / "dropped")
     assert "prefix_matching" not in c[0] and [r["ov_copying"] for r in c] == [r["ov_copying"] for r in a]
     with pytest.raises(AssertionError, match="the model was loaded"):  # another setting is another entry
@@ -148,6 +153,6 @@ def test_the_command_line_refuses_an_unknown_measure_in_one_line(tmp_path):
     assert done.returncode == 2
     assert last_line(done.stderr) == (
         "error: measures.entropy: no such measure; use one of value_drain, prefix_matching, weight_circuits, "
-        "attention_entropy (or give your own with measures.entropy._target_=<module.MEASURE>)"
+        "massive_activations, attention_entropy, llc (or give your own with measures.entropy._target_=<module.MEASURE>)"
     )
     assert not (tmp_path / "run").exists()

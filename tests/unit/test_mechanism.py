@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from emergence.measures import MeasureInput, value_drain
+from emergence.measures import MeasureInput, massive_activations, value_drain
 from emergence.recipe import mechanism
 from emergence.recipe.ablation import metrics_per_sequence
 from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
@@ -23,11 +23,19 @@ def probe_batch():
 
 
 def captured(path, batch, baseline):
+    """The model, its layout, and the massive activations' records of one probe pass over ``batch``."""
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch.float32, attn_implementation=register_attention()
     ).eval()
     arch = Architecture.of(model)
-    return model, arch, run_probe(Subject(model, arch, batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
+    return model, arch, massive_records(model, arch, batch, baseline)
+
+
+def massive_records(model, arch, batch, baseline) -> list[dict]:
+    inputs = MeasureInput(model, arch.n_layers, arch.n_heads, batch, "synthetic", None, torch.device("cpu"), None)
+    reduced = massive_activations.MassiveActivations(inputs)  # the measure's accumulator
+    run_probe(Subject(model, arch, batch, 5), PassOptions(baseline, 12), metrics_per_sequence, [reduced])
+    return reduced.result().per_run["layers"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -40,21 +48,21 @@ def test_decoder_layers_are_the_families_own(arch, tiny_dirs):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_massive_activations_equal_hooks_on_the_hidden_states(arch, tiny_dirs, probe_batch):
     batch, baseline = probe_batch
-    _, _, cap = captured(tiny_dirs[arch], batch, baseline)
+    _, _, records = captured(tiny_dirs[arch], batch, baseline)
     hidden, _ = eager_residual_and_values(tiny_dirs[arch], arch, batch.tokens)
-    records = cap.residual.records()
-    assert [r.layer for r in records] == [0, 1]
+    assert [r["layer"] for r in records] == [0, 1]
     for record, h in zip(records, hidden):  # h [n, T, D]
         magnitude = np.abs(h)
         position, dimension = np.unravel_index(magnitude.max(axis=0).argmax(), magnitude.shape[1:])
         flat = np.sort(magnitude.reshape(len(h), -1), axis=1)
         median = flat[:, (flat.shape[1] - 1) // 2].mean()  # each sequence's lower median, averaged
         norms = np.linalg.norm(h, axis=-1)
-        assert record.top == pytest.approx(magnitude.max(), rel=1e-5)
-        assert (record.position, record.dimension) == (position, dimension)
-        assert record.median == pytest.approx(median, rel=1e-5)
-        assert record.ratio == pytest.approx(magnitude.max() / median, rel=1e-5)
-        assert record.first_position_norm_ratio == pytest.approx(norms[:, 0].mean() / norms[:, 1:].mean(), rel=1e-5)
+        assert record["top"] == pytest.approx(magnitude.max(), rel=1e-5)
+        assert (record["position"], record["dimension"]) == (position, dimension)
+        assert record["median"] == pytest.approx(median, rel=1e-5)
+        assert record["ratio"] == pytest.approx(magnitude.max() / median, rel=1e-5)
+        ratio = norms[:, 0].mean() / norms[:, 1:].mean()
+        assert record["first_position_norm_ratio"] == pytest.approx(ratio, rel=1e-5)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -89,11 +97,10 @@ def test_a_massive_activation_planted_at_the_first_position_is_found(tiny_dirs, 
         return output
 
     handle = model.model.embed_tokens.register_forward_hook(plant)
-    cap = run_probe(Subject(model, arch, batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
+    first = massive_records(model, arch, batch, baseline)[0]
     handle.remove()
-    first = cap.residual.records()[0]
-    assert (first.position, first.dimension) == (0, 5) and first.ratio > 1000
-    assert first.first_position_norm_ratio > 10
+    assert (first["position"], first["dimension"]) == (0, 5) and first["ratio"] > 1000
+    assert first["first_position_norm_ratio"] > 10
 
 
 def test_the_median_of_a_long_sequence_is_taken_over_an_even_sample_of_every_dimension():

@@ -184,14 +184,16 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     summary, rows = read_run(VERSION_2_RUN)
     # no task before schema 3: the probe's task settings read as their defaults; no first token, GGUF,
     # probe fit or control_draw record before them (the report reads a missing first token as random, the study's);
-    # a run before probe.loss_curve measured every position's loss: it reads as all; no plug-in measures
+    # a run before probe.loss_curve measured every position's loss: it reads as all; its massive activations
+    # read as the massive_activations measure's fields (``Measure.legacy``)
+    layers = written["massive_activations"]
     renamed = {
         **written,
         "copy_loss_drop": written["icl_score"],
         "task": None,
         "gguf": None,
         "probe_fit": None,
-        "measures": {},
+        "measures": {"massive_activations": {"layers": layers, "top_ratio": max(r["ratio"] for r in layers)}},
         "probe": {
             **written["probe"],
             "task": None,
@@ -206,7 +208,7 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
         "ablation": {**written["ablation"], "control_draw": None},
         "measure_sources": {},
     }
-    del renamed["icl_score"]
+    del renamed["icl_score"], renamed["massive_activations"]
     assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
     assert isinstance(summary.sink_metric, SinkMetric) and summary.probe.n_sequences == 16

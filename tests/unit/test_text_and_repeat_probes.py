@@ -136,9 +136,9 @@ def test_text_probe_losses_icl_score_sinks_and_mechanism_equal_the_models_own(ar
     importance = eager_sink_importance(model, tokens)  # Sink_eps on text, eager attention's
     assert abs(summary.sink_metric.fraction - (importance > 0.3).mean()) <= 1 / importance.size
     hidden, values = eager_residual_and_values(text_models[arch], arch, tokens)
-    for record, h in zip(summary.massive_activations, hidden):
+    for record, h in zip(summary.measures["massive_activations"]["layers"], hidden):
         flat = np.sort(np.abs(h).reshape(len(h), -1), axis=1)
-        assert record.ratio == pytest.approx(np.abs(h).max() / flat[:, (flat.shape[1] - 1) // 2].mean(), rel=1e-5)
+        assert record["ratio"] == pytest.approx(np.abs(h).max() / flat[:, (flat.shape[1] - 1) // 2].mean(), rel=1e-5)
     n_rep = 4 // values[0].shape[1]
     for r in rows:
         norms = np.linalg.norm(values[r["layer"]][:, r["head"] // n_rep], axis=-1)  # [n, T]
