@@ -193,6 +193,6 @@ def test_help_names_the_tool_its_groups_options_and_sibling_commands():
     for group, option in [("model", "toy_neox"), ("revision", "r9"), ("probe", "paper"), ("threshold", "strict")]:
         assert any(line.startswith(f"{group}: ") and option in line for line in lines), group
     assert "ablate:" in lines and "  n_controls: 5" in lines  # every option, with its default
-    for sibling in ("refine", "report", "revisions", "toy"):
+    for sibling in ("refine", "report", "revisions", "toy", "edge", "llc.calibrate"):
         assert any(line.startswith(f"python -m emergence.{sibling} ") for line in lines), sibling
     assert "powered by Hydra" not in res.stdout
