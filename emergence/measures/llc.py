@@ -132,13 +132,18 @@ def diagnose(loss_trace: np.ndarray, per_chain: np.ndarray, settings: Settings) 
 
 @contextlib.contextmanager
 def guest(model: torch.nn.Module) -> Iterator[None]:
-    """While devinterp runs: afterwards, the global random generators, every module's train/eval mode and
-    the model's device are as they were, and devinterp's progress bars stay off."""
+    """While devinterp runs: afterwards, the global random generators, every module's train/eval mode, the
+    parameters' gradients and the model's device are as they were, and devinterp's progress bars stay off.
+    The gradients are set aside while it runs: its chains copy the model, and a training's gradients in
+    the middle of an accumulation would join their first step."""
     from devinterp.slt import sampler
 
     states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     modes = [(m, m.training) for m in model.modules()]
+    grads = [(p, p.grad) for p in model.parameters()]
+    for p, _ in grads:
+        p.grad = None
     device = next(model.parameters()).device
     trange = sampler.trange
     sampler.trange = lambda *args, **kwargs: tqdm(range(*args), **{**kwargs, "disable": True})
@@ -160,6 +165,8 @@ def guest(model: torch.nn.Module) -> Iterator[None]:
         for module, training in modes:
             module.train(training)
         model.to(device)
+        for p, grad in grads:
+            p.grad = grad
 
 
 def eval_mode_loss(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:

@@ -110,10 +110,12 @@ def test_head_coordinates_are_devinterps_mask_without_biases(arch, tiny_dirs):
     )
 
 
-def test_a_call_leaves_the_random_state_and_modes_as_they_were(tiny_dirs, tokens):
+def test_a_call_leaves_the_random_state_modes_and_gradients_as_they_were(tiny_dirs, tokens):
     model = loaded(tiny_dirs["llama"]).train()
     model.model.layers[0].eval()  # a mixed state, as in the middle of a training's evaluation
     modes = [m.training for m in model.modules()]
+    model(tokens[:2], labels=tokens[:2]).loss.backward()  # a training's gradients, mid-accumulation
+    grads = [p.grad.clone() for p in model.parameters()]
     torch.manual_seed(3), np.random.seed(3), random.seed(3)
     expected = (torch.rand(3), np.random.rand(3), random.random())
     torch.manual_seed(3), np.random.seed(3), random.seed(3)
@@ -121,6 +123,7 @@ def test_a_call_leaves_the_random_state_and_modes_as_they_were(tiny_dirs, tokens
     got = (torch.rand(3), np.random.rand(3), random.random())
     assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1]) and got[2] == expected[2]
     assert [m.training for m in model.modules()] == modes
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads))
 
 
 def test_a_step_size_far_too_large_fails_the_estimate_with_its_reason(tiny_dirs, tokens):
