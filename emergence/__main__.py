@@ -15,7 +15,7 @@ try:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from emergence.core.config import refused_override, register_configs
+    from emergence.core.config import raised_by_hydra, refused_override, register_configs
     from emergence.main import main
 
     if interrupt.received.is_set():  # a library swallowed the KeyboardInterrupt while importing
@@ -24,6 +24,11 @@ try:
     try:
         main()
     except (HydraException, OmegaConfBaseException) as err:  # an override refused while composing
+        sys.stderr.write(f"error: {refused_override(err)}\n")
+        sys.exit(2)
+    except (ValueError, OSError) as err:  # one Hydra raises looking up a group option (measures=null)
+        if not raised_by_hydra(err):
+            raise
         sys.stderr.write(f"error: {refused_override(err)}\n")
         sys.exit(2)
 except KeyboardInterrupt:  # before main's handling (or after it): nothing was written

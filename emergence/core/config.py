@@ -350,6 +350,21 @@ def compose_config(overrides: list[str]) -> Config:
             return cast(Config, OmegaConf.to_object(compose(config_name="config", overrides=overrides)))
     except (HydraException, OmegaConfBaseException) as err:
         raise refused_override(err) from None
+    except (ValueError, OSError) as err:  # a group option Hydra cannot look up (measures=null, a name too long)
+        if not raised_by_hydra(err):
+            raise
+        raise refused_override(err) from None
+
+
+def raised_by_hydra(err: BaseException) -> bool:
+    """Whether ``err`` was raised while Hydra composed the config (its config loader is on the traceback),
+    not by the run it composed."""
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(f"hydra{os.sep}_internal{os.sep}config_loader_impl.py"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def refused_override(err: Exception):
@@ -368,6 +383,10 @@ def refused_override(err: Exception):
             return UsageError(
                 f"{group}={option} is invalid: no such preset in conf/{group}; use one of {', '.join(options)}"
             )
+    if isinstance(err, OSError):  # its message holds the whole path asked for, whatever its length
+        return UsageError(
+            f"an override names a config option that cannot be read ({err.strerror}): use a preset's name"
+        )
     # Hydra's "Error merging override x=y" says why only in its cause (OmegaConf's)
     cause = f": {one_line(err.__cause__)}" if isinstance(err.__cause__, OmegaConfBaseException) else ""
     return UsageError(one_line(err) + cause)

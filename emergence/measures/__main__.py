@@ -4,11 +4,11 @@ declares (``Column.meaning``); ``--check`` exits 1 where DOC's table differs, wr
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from emergence.core.atomic import atomic_write_text
+from emergence.core.errors import CommandParser
 from emergence.measures import REGISTRY
 
 TABLE_START = "<!-- measures' columns: written by python -m emergence.measures docs/outputs.md -->"
@@ -34,7 +34,7 @@ def with_table(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emergence.measures", description=__doc__)
+    parser = CommandParser("python -m emergence.measures", __doc__)
     parser.add_argument("doc", type=Path)
     parser.add_argument("--check", action="store_true", help="exit 1 where the table differs; write nothing")
     args = parser.parse_args(argv)

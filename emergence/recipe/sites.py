@@ -87,7 +87,7 @@ class AttentionCall:
     softcap: float | None
     out: Float[torch.Tensor, "b T heads d_head"]  # each head's output (TransformerLens's hook_z)
     to_key0: Float[torch.Tensor, "b heads T"] | None = None  # float32, where some accumulator reads first_key
-    to_lagged: Float[torch.Tensor, "b heads T_minus_lag"] | None = None  # float32, where one reads a lag
+    to_lagged: Float[torch.Tensor, "b heads lagged"] | None = None  # float32, where one reads a lag
 
     def rows(self, queries: torch.Tensor | slice) -> torch.Tensor:
         """[b, heads, Q, T] float32: the attention of the ``queries`` to every key (``pattern_rows``)."""

@@ -43,6 +43,8 @@ COMMANDS = (
     "emergence.panel.seeds",
     "emergence.watch",
     "emergence.edge",
+    "emergence.measures",
+    "emergence.llc.calibrate",
     "benchmarks.bench",
 )
 INTERNAL = ("emergence.run.prefetch",)  # a sweep's downloader child process (docs/hub.md), not a user's command
@@ -111,6 +113,20 @@ def command_cases(tmp) -> dict[tuple[str, str], tuple[list, list[str], list]]:
             ["model=toy_neox", "edge.projection=nope", "--out", tmp / "edge"],
             ["edge.projection='nope'", "exact, sketch"],
             [tmp / "edge"],
+        ),
+        ("emergence.measures", "missing path"): ([missing], [str(missing), "No such file"], [missing]),
+        ("emergence.measures", "garbage"): ([garbage], [str(garbage), "<!-- measures' columns"], []),
+        ("emergence.measures", "unknown name"): (["--chek", garbage], ["--chek"], []),
+        ("emergence.llc.calibrate", "missing path"): (
+            ["model=local", f"model.name_or_path={missing}", "--out", tmp / "calibration"],
+            [f"model.name_or_path='{missing}'"],
+            [tmp / "calibration"],
+        ),
+        ("emergence.llc.calibrate", "garbage"): (["--lr", "abc"], ["--lr", "abc"], []),
+        ("emergence.llc.calibrate", "unknown name"): (
+            ["model=gpt5", "--out", tmp / "calibration"],
+            ["model=gpt5", *PRESETS],
+            [tmp / "calibration"],
         ),
         ("benchmarks.bench", "missing path"): (["--out", missing / "bench.json"], [str(missing)], [missing]),
         ("benchmarks.bench", "garbage"): (["--sequences", "abc"], ["--sequences", "abc"], []),

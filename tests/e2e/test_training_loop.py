@@ -158,7 +158,7 @@ def test_the_report_reads_the_callbacks_runs_as_a_panel_with_tokens_on_the_axis(
 
 @pytest.mark.slow
 def test_a_recipe_error_inside_training_is_one_warning_line_and_the_training_goes_on(tmp_path, monkeypatch, caplog):
-    def broken(cfg, loaded):
+    def broken(cfg, loaded, out_dir):
         raise RuntimeError("the capture broke")
 
     monkeypatch.setattr("emergence.run.steps.measure", broken)

@@ -70,7 +70,7 @@ def test_track_writes_the_run_and_leaves_the_model_and_the_random_streams_as_the
 
 
 def test_a_failure_is_one_warning_line_and_failed_and_the_next_call_clears_it(model, tmp_path, monkeypatch, caplog):
-    def broken(cfg, loaded):
+    def broken(cfg, loaded, out_dir):
         raise RuntimeError("the capture broke\nsecond line")
 
     monkeypatch.setattr("emergence.run.steps.measure", broken)
