@@ -62,7 +62,8 @@
       training batch: forward, backward, update) and a bare SDPA forward over that batch
       (logits at T-1); the call's probe pass (its ``timings``' ``capture``) over the bare forward,
       and the call's whole time over the training step; with devinterp installed, a call with the LLC at
-      its defaults too (``measures=[default,llc]``: what it adds per checkpoint); fastest of ``--repeats``;
+      its defaults but for its data (the probe batch, as many sequences as it holds: ``measures=[default,llc]``):
+      what it adds per checkpoint; fastest of ``--repeats``;
   (load) loading a checkpoint (``--only load``): the same random float16 weights of a
       Pythia-1B-shaped GPTNeoX (``--load-shape``) written as ``model.safetensors`` and as a
       pickled ``pytorch_model.bin`` (``torch.save``'s zipfile format), each loaded through
@@ -119,6 +120,7 @@ from emergence.core.errors import CommandParser
 from emergence.run.results import RunSummary
 
 HEADS = ["ablate.heads=[L3H1,L5H2,L7H0]"]  # a random model has no circuit: a fixed 3-head set (+5 controls)
+TOY_HEADS = ["ablate.heads=[L1H1,L2H2,L3H0]"]  # the same on the 4-layer toy_neox shape
 RECIPE = ("capture", "screen_spectral", "intervals", "ablate")  # the recipe's steps in summary.json's timings
 
 # Random-weight stand-ins for a real checkpoint of each shape: (description, config class, arguments).
@@ -953,10 +955,12 @@ def track_cost(path: str, n: int, repeats: int) -> dict:
         for step in range(repeats):
             variants = [
                 ("track_no_ablation_s", [*probe, "ablate.enabled=false"]),
-                ("track_ablation_s", [*probe, *HEADS]),
+                ("track_ablation_s", [*probe, *(TOY_HEADS if model.config.num_hidden_layers < 8 else HEADS)]),
             ]
             if importlib.util.find_spec("devinterp") is not None:  # the LLC at its defaults ([llc] extra)
-                variants.append(("track_llc_s", [*probe, "ablate.enabled=false", "measures=[default,llc]"]))
+                # its chains draw from the probe batch (a random model has no training data): all of it
+                llc = ["measures=[default,llc]", f"measures.llc.sequences={batch.n}"]
+                variants.append(("track_llc_s", [*probe, "ablate.enabled=false", *llc]))
             for name, overrides in variants:
                 start = time.perf_counter()
                 summary = track(model, step, out=Path(out) / name, overrides=overrides)

@@ -232,7 +232,13 @@ def estimate(
     dataset = Dataset.from_dict({"input_ids": tokens.tolist()}).with_format("torch")
     if scratch is not None:
         scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="llc-", dir=scratch) as samples_dir, guest(model):
+    # gradients on, whatever the caller runs under (``track`` analyses under torch.no_grad)
+    with (
+        tempfile.TemporaryDirectory(prefix="llc-", dir=scratch) as samples_dir,
+        guest(model),
+        torch.inference_mode(False),
+        torch.enable_grad(),
+    ):
         samples = sample(
             model,
             dataset,

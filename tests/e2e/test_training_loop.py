@@ -10,6 +10,7 @@ import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,8 +39,11 @@ def tracked(tmp_path_factory):
         env.setenv("WANDB_DIR", str(root))
         callback = EmergenceCallback(overrides=[f"edge.window={LIVE_WINDOW}"])
         out = train_run(root / "out", save_steps=SAVED[0], callbacks=[callback], report_to=["wandb"])
+        # the run's own folder: W&B settings made earlier in this worker (another test's run) may place it
+        # outside WANDB_DIR
+        assert wandb.run is not None, "the Trainer's W&B run is not open"
+        run = Path(wandb.run.dir).parent  # <offline-run-...>/files
         wandb.finish()  # the Trainer leaves its run open; its file is whole once finished
-    (run,) = (root / "wandb").glob("offline-run-*")
     return out, run
 
 

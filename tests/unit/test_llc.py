@@ -196,3 +196,11 @@ def test_without_devinterp_the_measure_is_refused_in_one_line(monkeypatch, tmp_p
     assert last_line(done.stderr).startswith(
         'error: measures.llc needs devinterp, which is not installed: pip install -e ".[llc]"'
     )
+
+
+def test_the_estimate_runs_under_no_grad_as_track_calls_it(tiny_dirs, tokens):
+    """``track`` analyses under ``torch.no_grad``: the chains still take gradients."""
+    model = loaded(tiny_dirs["gpt_neox"]).eval()
+    with torch.no_grad():
+        found = llc.estimate(model, tokens, llc.Settings(**{**QUICK, "burn_in": 4}), torch.device("cpu"))
+    assert all(np.isfinite(c) for c in found.chains) and not torch.is_grad_enabled()
