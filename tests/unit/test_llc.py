@@ -203,4 +203,5 @@ def test_the_estimate_runs_under_no_grad_as_track_calls_it(tiny_dirs, tokens):
     model = loaded(tiny_dirs["gpt_neox"]).eval()
     with torch.no_grad():
         found = llc.estimate(model, tokens, llc.Settings(**{**QUICK, "burn_in": 4}), torch.device("cpu"))
-    assert all(np.isfinite(c) for c in found.chains) and not torch.is_grad_enabled()
+        assert not torch.is_grad_enabled()  # the caller's mode, given back
+    assert all(np.isfinite(c) for c in found.chains)
