@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from emergence.core.errors import UsageError
 from emergence.measures.plugin import Column, ColumnTrajectory, Measure, MeasureInput, MeasureResult, RunSeries
 from emergence.recipe import head_weights
-from emergence.recipe.screen import head_of, parse_head_name
+from emergence.recipe.screen import head_name, head_of, parse_head_name
 
 SAMPLERS = {"rmsprop_sgld": "rmsprop_sgld", "sgld": "sgmcmc_sgld"}  # our name -> devinterp's
 
@@ -299,17 +299,14 @@ def compute(inputs: MeasureInput) -> MeasureResult:
     data, tokens = sampling_data(inputs, settings)
     per_head = np.full((inputs.layers, inputs.heads), np.nan)
     head_estimates: dict[str, Any] = {}
-    runs = tqdm([None, *heads], desc="llc", unit="estimate", leave=False)
-    whole: Estimate | None = None
-    for which in runs:
-        if which is None:
-            whole = estimate(model, tokens, settings, inputs.device, scratch=inputs.scratch)
-            continue
-        layer, head = which
-        found = estimate(model, tokens, settings, inputs.device, head_masks(model, layer, head), inputs.scratch)
-        head_estimates[f"L{layer}H{head}"] = asdict(found)
-        per_head[layer, head] = np.nan if found.llc is None else found.llc
-    assert whole is not None  # the first estimate
+    with tqdm(total=1 + len(heads), desc="llc", unit="estimate", leave=False) as bar:  # the model's, then each head's
+        whole = estimate(model, tokens, settings, inputs.device, scratch=inputs.scratch)
+        bar.update()
+        for layer, head in heads:
+            found = estimate(model, tokens, settings, inputs.device, head_masks(model, layer, head), inputs.scratch)
+            head_estimates[head_name(layer, head)] = asdict(found)
+            per_head[layer, head] = np.nan if found.llc is None else found.llc
+            bar.update()
     return MeasureResult(
         {"llc_refined": per_head},
         {

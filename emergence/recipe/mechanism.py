@@ -25,7 +25,7 @@ The decoder layers are the attention modules' parents (``capture.decoder_layers`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -69,10 +69,6 @@ class ResidualStats:
             )
             for i in range(len(self.top))
         ]
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The arrays by field name (the measurement cache stores them so)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass

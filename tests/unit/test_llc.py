@@ -33,27 +33,32 @@ def tokens():
     return make_probe_batch(32, 48, 10, 500, 42).tokens
 
 
-def test_the_estimate_equals_devinterps_own_with_the_same_seed_data_and_settings(tiny_dirs, tokens):
-    """With no burn-in devinterp's ``llc`` averages the same draws: its per-chain values are ours."""
-    settings = llc.Settings(**QUICK)
-    ours = llc.estimate(loaded(tiny_dirs["gpt_neox"]).eval(), tokens, settings, torch.device("cpu"))
-    theirs = devinterp_llc(
-        loaded(tiny_dirs["gpt_neox"]).eval(),
-        Dataset.from_dict({"input_ids": tokens.tolist()}).with_format("torch"),
-        {},
+def direct(settings: llc.Settings, tokens) -> dict:
+    """devinterp's own arguments for ``settings`` on ``tokens``: the data set, then the sampler's keywords
+    (what ``llc.estimate`` passes it, written out independently)."""
+    return dict(
+        dataset=Dataset.from_dict({"input_ids": tokens.tolist()}).with_format("torch"),
+        observables={},
         lr=settings.lr,
         n_beta=settings.inverse_temperature,
         num_chains=settings.chains,
         num_draws=settings.draws,
         batch_size=settings.batch,
+        num_burnin_steps=settings.burn_in,
         num_init_loss_batches=settings.sequences // settings.batch,
         init_seed=settings.seed,
         localization=settings.localization,
         sampling_method="rmsprop_sgld",
         device="cpu",
         loss_fn=llc.eval_mode_loss,
-        output_path=None,
     )
+
+
+def test_the_estimate_equals_devinterps_own_with_the_same_seed_data_and_settings(tiny_dirs, tokens):
+    """With no burn-in devinterp's ``llc`` averages the same draws: its per-chain values are ours."""
+    settings = llc.Settings(**QUICK)
+    ours = llc.estimate(loaded(tiny_dirs["gpt_neox"]).eval(), tokens, settings, torch.device("cpu"))
+    theirs = devinterp_llc(loaded(tiny_dirs["gpt_neox"]).eval(), **direct(settings, tokens), output_path=None)
     # the same draws and losses; devinterp averages them in float32, we in float64
     # (twelve draws without burn-in still climb from w*: ``diagnose`` fails them, the numbers are compared)
     np.testing.assert_allclose(ours.chains, theirs.llc_per_chain.values, rtol=1e-5)
@@ -64,22 +69,7 @@ def test_burn_in_draws_are_left_out(tiny_dirs, tokens, tmp_path):
     settings = llc.Settings(**{**QUICK, "burn_in": 5})
     ours = llc.estimate(loaded(tiny_dirs["llama"]).eval(), tokens, settings, torch.device("cpu"))
     samples = sample(
-        loaded(tiny_dirs["llama"]).eval(),
-        Dataset.from_dict({"input_ids": tokens.tolist()}).with_format("torch"),
-        {},
-        lr=settings.lr,
-        n_beta=settings.inverse_temperature,
-        num_chains=2,
-        num_draws=12,
-        batch_size=8,
-        num_burnin_steps=5,
-        num_init_loss_batches=4,
-        init_seed=settings.seed,
-        localization=settings.localization,
-        sampling_method="rmsprop_sgld",
-        device="cpu",
-        loss_fn=llc.eval_mode_loss,
-        output_path=tmp_path / "samples.zarr",
+        loaded(tiny_dirs["llama"]).eval(), **direct(settings, tokens), output_path=tmp_path / "samples.zarr"
     ).dataset
     trace = samples.sampling_loss_micro.values.astype(np.float64).mean(axis=(2, 3))  # [chain, step]
     assert trace.shape == (2, 17)
