@@ -16,12 +16,12 @@ from emergence.recipe.ablation import metrics_per_sequence
 from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
 from emergence.recipe.probe import baseline_positions, make_probe_batch
 from tests.helpers.reference_impl import eager_attention_entropy, eager_model
-from tests.helpers.tiny_models import VOCAB
+from tests.helpers.tiny_models import ARCHS, VOCAB
 
 DOCS = Path(__file__).parents[2] / "docs"
 
 
-@pytest.mark.parametrize("arch", ["gpt_neox", "llama", "gemma2", "mistral"])  # fused qkv, GQA, soft-cap, window
+@pytest.mark.parametrize("arch", ARCHS)  # fused qkv, GQA, soft-caps, sliding windows among them
 @pytest.mark.parametrize("block", [1, 7, 64])
 def test_attention_entropy_equals_eager_patterns(arch, block, tiny_dirs):
     batch = make_probe_batch(6, 48, 10, VOCAB, 3)
