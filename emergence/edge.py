@@ -53,7 +53,7 @@ def check_edge_config(cfg: Config) -> None:
             "edge.projection",
             "jl",
             "a dense Gaussian projection is not offered: exact (the default) streams any model size, sketch "
-            "(a count sketch) is 40x faster than Gaussian draws; use one of those",
+            "(a count sketch) is over 35x faster than Gaussian draws; use one of those",
         )
     if edge.projection not in PROJECTIONS:
         raise invalid("edge.projection", edge.projection, f"use one of {', '.join(PROJECTIONS)}")

@@ -10,8 +10,10 @@ weights at the step, from which the live spectral edge is drawn (``spectral_edge
 The training must not notice: the model is never copied or reloaded, and runs in eval mode under
 ``torch.no_grad`` with our attention function only for the call; each module's train mode, the
 attention implementation and every random stream the training draws from are as they were after it.
-A failure of the recipe is one warning line and a ``FAILED`` file in the step's run directory, never
-an exception into the training loop.
+A failure of the recipe is one warning line and a ``FAILED`` file in the step's run directory (where
+the disk takes it), never an exception into the training loop. A SIGTERM in the middle of a call
+discards the step's run directory, then reaches whatever the training set for it (its own handler, or
+Python's default: the process ends), as if no call had been running.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import signal
+import threading
 import traceback
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -72,7 +76,7 @@ def track(
         cfg = live_config(out, overrides)
         revision = checkpoints.panel_revision(PanelEntry(f"step{step}", step, tokens), cfg.model.tokens_per_step)
         sweep.clear_failure(out_dir)  # an earlier call at this step failed: this one is run again
-        with rng_untouched(), live(model):
+        with sigterm_interrupts(), rng_untouched(), live(model):
             summary = analyse(
                 cfg,
                 out_dir,
@@ -81,17 +85,56 @@ def track(
             keep_live_edge(model, PanelEntry(f"step{step}", step, revision.tokens), out_dir.parent, cfg)
         assert isinstance(summary, results.RunSummary)  # no integrity store: never a duplicate branch
         return summary
-    except KeyboardInterrupt:  # the user stops the training: no half-written run directory stays
+    except (KeyboardInterrupt, Terminated) as err:  # the training is being stopped: no half-written run stays
         discard_run_dir(out_dir)
-        raise
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        log.warning(f"emergence: step {step} not analysed (SIGTERM); the signal goes on to the training")
+        signal.raise_signal(signal.SIGTERM)  # the training's own handler is back: it decides
+        return None
     except Exception as err:  # whatever went wrong, the training goes on
         why = str(err) if isinstance(err, UsageError) else f"{type(err).__name__}: {first_line(err)}"
         discard_run_dir(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
         # a bad setting is its one line; anything else keeps its traceback for whoever reads the file
-        sweep.record_failure(out_dir, why if isinstance(err, UsageError) else f"{why}\n{traceback.format_exc()}")
-        log.warning(f"emergence: step {step} not analysed ({why}); training goes on ({out_dir / sweep.FAILED_FILE})")
+        where = record_failure(out_dir, why if isinstance(err, UsageError) else f"{why}\n{traceback.format_exc()}")
+        log.warning(f"emergence: step {step} not analysed ({why}); training goes on ({where})")
         return None
+
+
+def record_failure(out_dir: Path, message: str) -> str:
+    """The step's ``FAILED`` file, and where it is; on a disk that takes nothing more, why there is none
+    (the run directory is not left behind half-made)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        sweep.record_failure(out_dir, message)
+        return str(out_dir / sweep.FAILED_FILE)
+    except OSError as err:
+        discard_run_dir(out_dir)
+        return f"no {sweep.FAILED_FILE} file either: {type(err).__name__}: {first_line(err)}"
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived during a call (a BaseException, as KeyboardInterrupt: no ``except Exception`` of the
+    recipe takes it for a failure of its own)."""
+
+
+@contextmanager
+def sigterm_interrupts():
+    """SIGTERM raises ``Terminated`` for the call, so that the step's run directory can be discarded
+    before the signal goes on; the training's handler is back afterwards. Signals reach only the main
+    thread: a call from another thread leaves them alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def keep_live_edge(model, entry: PanelEntry, runs: Path, cfg) -> None:

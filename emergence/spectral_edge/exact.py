@@ -7,8 +7,8 @@ values), and their inner products added to every scope the block's cells belong 
 Only the products a window can use are kept: ``BandGram`` holds, per scope, each update's inner
 product with itself and the ``width`` - 1 updates before it (width: the largest W).
 
-Memory is the read buffers (two sets, one filled by a reader thread while the other is reduced, each
-one block per checkpoint), bounded by ``memory_bytes`` whatever the model's size, plus float64 copies
+Memory is the read buffers (``BUFFER_SETS`` sets, each one block per checkpoint: the one being reduced
+and those a reader thread fills ahead), bounded by ``memory_bytes`` whatever the model's size, plus float64 copies
 of one chunk of about ``CHUNK_ELEMENTS`` per checkpoint.
 """
 
@@ -29,7 +29,7 @@ from emergence.spectral_edge.scopes import Cell, Layout
 from emergence.spectral_edge.tensor_files import Reader, StoredTensor
 
 # Elements per checkpoint converted to float64 and reduced at once: small enough to stay in the CPU's
-# caches (8 checkpoints x 64k x 8 bytes = 4 MiB), large enough that Python's per-call cost is noise.
+# caches (16 checkpoints x 32k x 8 bytes = 4 MiB), large enough that Python's per-call cost is noise.
 CHUNK_ELEMENTS = 2**15
 
 # Sets of read buffers: the one being reduced and those the reader thread fills ahead (a cold disk's reads
