@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.helpers.cli import last_line, run_cli, start_cli
+from tests.helpers.wandb_offline import finished_records
 
 SMALL = ["probe=quick", "probe.n_sequences=16", "probe.seq_len=64", "probe.vocab_low=10", "probe.vocab_high=500"]
 
@@ -152,14 +153,14 @@ def test_wandb_environment_group_tags_and_resume(tiny_dirs, tmp_path):
         for j in ("local/final_0", "local/final_1")
     }
     assert len(ids) == 2  # each job its own run
-    for record in sweep.rglob("run-*.wandb"):  # W&B's run record holds the group it was given
-        assert b'"group":"sweep-7f3a"' in record.read_bytes()
+    for run in sweep.rglob("offline-run-*"):  # W&B's run record holds the group it was given
+        (record,) = [r.run for r in finished_records(run) if r.WhichOneof("record_type") == "run"]
+        assert record.run_group == "sweep-7f3a"
 
 
 def test_tracked_run_passes_group_tags_id_and_dir(monkeypatch, tmp_path):
     """What reaches wandb.init: the sweep's group, model and revision tags, a stable id, $WANDB_DIR."""
     import wandb
-
     from emergence.core.config import compose_config
     from emergence.run import tracking
 

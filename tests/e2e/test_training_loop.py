@@ -43,7 +43,7 @@ def tracked(tmp_path_factory):
         # outside WANDB_DIR
         assert wandb.run is not None, "the Trainer's W&B run is not open"
         run = Path(wandb.run.dir).parent  # <offline-run-...>/files
-        wandb.finish()  # the Trainer leaves its run open; its file is whole once finished
+        wandb.finish()  # the Trainer leaves its run open (history() reads its file once the exit record is in)
     return out, run
 
 

@@ -428,16 +428,9 @@ def test_the_edge_is_a_wandb_run_of_the_sweeps_group(series, tmp_path, monkeypat
     assert [row[axis] for row in logged] == [w["last_tokens" if axis == "tokens" else "last_step"] for w in windows]
     assert [row["edge/r23"] for row in logged] == pytest.approx([w["r23"] for w in windows])
     assert [row["edge/drift_speed"] for row in logged] == pytest.approx([w["drift_speed"] for w in windows])
-    from wandb.proto import wandb_internal_pb2
+    from tests.helpers.wandb_offline import finished_records
 
-    from tests.helpers.wandb_offline import records
-
-    runs = []
-    for raw in records(next(run_dir.glob("run-*.wandb"))):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "run":
-            runs.append(record.run)
+    runs = [r.run for r in finished_records(run_dir) if r.WhichOneof("record_type") == "run"]
     assert {(r.run_group, r.job_type) for r in runs} == {("my_sweep", "edge")}
 
 
