@@ -262,12 +262,17 @@ def load_child(path: str, dtype: str) -> None:
     from emergence.recipe import capture
 
     cfg = compose_config(["model=local", f"model.name_or_path={path}", f"model.dtype={dtype}"])
-    src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
-    checkpoint = checkpoints.load_config(cfg, src)
+    src = checkpoints.source(cfg.model, checkpoints.resolve_revision(cfg.model, cfg.revision, cfg.cache_dir))
+    checkpoint = checkpoints.load_config(cfg.model, src)
     baseline = rss_kib()["VmRSS"]
     start = time.perf_counter()
     model = checkpoints.load_model(
-        cfg, src, checkpoint, torch.device("cpu"), checkpoints.pick_dtype(cfg.model.dtype), capture.register_attention()
+        cfg.model,
+        src,
+        checkpoint,
+        torch.device("cpu"),
+        checkpoints.pick_dtype(cfg.model.dtype),
+        capture.register_attention(),
     )
     seconds = time.perf_counter() - start
     peak = rss_kib()["VmHWM"]
@@ -1176,7 +1181,9 @@ def clear_verdict_recipe(repeats: int) -> dict:
     cfg = config("all")
     ensure_trained(cfg.model)
     model = AutoModelForCausalLM.from_pretrained(
-        source(cfg, resolve_revision(cfg)).path, dtype=torch.float32, attn_implementation="sdpa"
+        source(cfg.model, resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)).path,
+        dtype=torch.float32,
+        attn_implementation="sdpa",
     ).eval()
     p = cfg.probe
     batch = make_probe_batch(p.n_sequences, p.seq_len, p.vocab_low, p.vocab_high, p.seed)

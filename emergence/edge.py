@@ -134,8 +134,8 @@ def edge(cfg: Config, entries: list[PanelEntry], out_dir: Path) -> Edge:
     check_series(entries)
     needed = needed_checkpoints(entries, cfg.edge.windows)
     series = [entries[i] for i in needed]
-    first = source(cfg, panel_revision(series[0], cfg.model.tokens_per_step))
-    skeleton = meta_model(load_config(cfg, first).hf_config, cfg.model.trust_remote_code)
+    first = source(cfg.model, panel_revision(series[0], cfg.model.tokens_per_step))
+    skeleton = meta_model(load_config(cfg.model, first).hf_config, cfg.model.trust_remote_code)
     layout = layout_of(skeleton)
     if cfg.edge.projection == "exact":
         band = series_gram(cfg, series, layout, skeleton, out_dir)

@@ -26,7 +26,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from emergence.core.config import Config
+from emergence.core.config import ModelConfig, RevisionConfig
 from emergence.core.errors import UsageError, first_line
 from emergence.hub import gguf, revisions, text_sources, weights
 from emergence.hub.endpoint import caused_by, connection_lost, hub_endpoint, hub_reachable
@@ -43,9 +43,9 @@ class Revision:
     tokens: int | None
 
 
-def resolve_revision(cfg: Config) -> Revision:
-    model = cfg.model
-    revision = _resolve(cfg)
+def resolve_revision(model: ModelConfig, asked: RevisionConfig, cache_dir: str) -> Revision:
+    """The revision ``asked`` names of ``model`` (``cache_dir``: where a discovered panel is kept)."""
+    revision = _resolve(model, asked, cache_dir)
     required = model.revision_required_for
     if required and re.search(required, model.name_or_path) and revision.name in (None, "main"):
         raise UsageError(
@@ -56,8 +56,7 @@ def resolve_revision(cfg: Config) -> Revision:
     return revision
 
 
-def _resolve(cfg: Config) -> Revision:
-    model, rev = cfg.model, cfg.revision
+def _resolve(model: ModelConfig, rev: RevisionConfig, cache_dir: str) -> Revision:
     panel = list(model.panel)
     series = revisions.local_series(model)  # a local folder of a run's checkpoints: its panel is proposed
     if rev.index is not None:
@@ -71,7 +70,7 @@ def _resolve(cfg: Config) -> Revision:
                 f"revision.index={rev.index} is invalid: model {model.key!r} has no panel; "
                 "use revision=custom revision.name=<branch> or revision=final"
             )
-        panel = panel or revisions.discovered_panel(model, cfg.cache_dir)
+        panel = panel or revisions.discovered_panel(model, cache_dir)
         if not -len(panel) <= rev.index < len(panel):
             raise UsageError(
                 f"revision.index={rev.index} is invalid: model {model.key!r} has {len(panel)} panel "
@@ -183,19 +182,17 @@ def _cached_snapshot(src: Source) -> Path | None:
     return None if cached is None else cached[0]
 
 
-def source(cfg: Config, revision: Revision) -> Source:
+def source(model: ModelConfig, revision: Revision) -> Source:
     """A toy panel and a local series keep each revision in a subdirectory, the way a Hub repo keeps it in
     a branch."""
-    if cfg.model.toy is not None or (revision.name is not None and revisions.local_series(cfg.model) is not None):
+    if model.toy is not None or (revision.name is not None and revisions.local_series(model) is not None):
         assert revision.name is not None  # a toy's revisions are named folders too
         return Source(
-            str(Path(cfg.model.name_or_path).expanduser() / revision.name), None, True, True, cfg.model.weights_format
+            str(Path(model.name_or_path).expanduser() / revision.name), None, True, True, model.weights_format
         )
-    path = cfg.model.name_or_path
+    path = model.name_or_path
     if Path(path).expanduser().is_dir():
-        return Source(
-            str(Path(path).expanduser()), revision.name, True, True, cfg.model.weights_format, cfg.model.gguf_file
-        )
+        return Source(str(Path(path).expanduser()), revision.name, True, True, model.weights_format, model.gguf_file)
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -204,13 +201,13 @@ def source(cfg: Config, revision: Revision) -> Source:
         raise UsageError(
             f"model.name_or_path={path!r} is invalid: it is neither a directory nor a Hub repo id (org/name)"
         ) from None
-    if cfg.model.gguf_file:
+    if model.gguf_file:
         from huggingface_hub import try_to_load_from_cache
 
-        cached = isinstance(try_to_load_from_cache(path, cfg.model.gguf_file, revision=revision.name), str)
+        cached = isinstance(try_to_load_from_cache(path, model.gguf_file, revision=revision.name), str)
     else:
-        cached = weights.cached_snapshot(path, revision.name, cfg.model.weights_format) is not None
-    return Source(path, revision.name, cached, cached, cfg.model.weights_format, cfg.model.gguf_file)
+        cached = weights.cached_snapshot(path, revision.name, model.weights_format) is not None
+    return Source(path, revision.name, cached, cached, model.weights_format, model.gguf_file)
 
 
 def gguf_file_path(src: Source) -> Path:
@@ -246,7 +243,7 @@ def check_hub(src: Source) -> None:
     )
 
 
-def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None:
+def _download_error(model: ModelConfig, src: Source, err: OSError) -> UsageError | None:
     """A one-line UsageError for a Hub checkpoint whose download failed for a reason the user
     can act on: the server went away, or it has no such repo or revision. None otherwise."""
     if src.local_only:
@@ -267,7 +264,7 @@ def _download_error(cfg: Config, src: Source, err: OSError) -> UsageError | None
     return UsageError(
         f"model.name_or_path={_where(src)!r} cannot be loaded: {src.path} on {hub_endpoint()} has no "
         f"revision {src.revision!r} ({len(branches)} branches); list them: python -m emergence.revisions "
-        f"{cfg.model.key} --repo {src.path}"
+        f"{model.key} --repo {src.path}"
     )
 
 
@@ -280,15 +277,15 @@ class CheckpointConfig:
     gguf: gguf.GgufHeader | None = None  # model.gguf_file: its tensors' types before dequantization
 
 
-def load_config(cfg: Config, src: Source) -> CheckpointConfig:
+def load_config(model: ModelConfig, src: Source) -> CheckpointConfig:
     """The checkpoint's config.json (a GGUF file's header): cheap, and enough to validate before loading weights."""
     if src.gguf_file:
-        return _gguf_config(cfg, src)
+        return _gguf_config(model, src)
     check_hub(src)
     options = dict(revision=src.revision, local_files_only=src.local_only)
     mapped_from = None
     try:
-        hf_config = AutoConfig.from_pretrained(src.path, trust_remote_code=cfg.model.trust_remote_code, **options)
+        hf_config = AutoConfig.from_pretrained(src.path, trust_remote_code=model.trust_remote_code, **options)
     except (OSError, ValueError) as err:  # unknown repo, branch or model type, bad path, broken download
         unknown = re.search(r"model type `([^`]+)` but Transformers does not recognize", str(err))
         if unknown and unknown.group(1) in MODEL_TYPE_ALIASES:
@@ -300,31 +297,31 @@ def load_config(cfg: Config, src: Source) -> CheckpointConfig:
                 f"{transformers.__version__} does not know it; {SUPPORTED}"
             ) from None
         else:
-            hub_error = _download_error(cfg, src, err) if isinstance(err, OSError) else None
+            hub_error = _download_error(model, src, err) if isinstance(err, OSError) else None
             if hub_error:
                 raise hub_error from None
             raise UsageError(
                 f"model.name_or_path={_where(src)!r} cannot be loaded: {type(err).__name__}: {first_line(err)}"
             ) from None
-    check_attention_support(hf_config, cfg.model.trust_remote_code)
+    check_attention_support(hf_config, model.trust_remote_code)
     return CheckpointConfig(hf_config, mapped_from)
 
 
-def _gguf_config(cfg: Config, src: Source) -> CheckpointConfig:
+def _gguf_config(model: ModelConfig, src: Source) -> CheckpointConfig:
     """A GGUF file's config, as transformers maps its header onto the architecture's config class;
     the header is read first, which refuses a truncated or foreign file in one line."""
     path = gguf_file_path(src)
     header = gguf.read_header(path)
     try:
         hf_config = AutoConfig.from_pretrained(
-            path.parent, gguf_file=path.name, trust_remote_code=cfg.model.trust_remote_code
+            path.parent, gguf_file=path.name, trust_remote_code=model.trust_remote_code
         )
     except (ValueError, KeyError) as err:  # an architecture transformers' GGUF path does not map
         raise UsageError(
             f"model.gguf_file={src.gguf_file!r} cannot be loaded: transformers {transformers.__version__} "
             f"does not read GGUF architecture {header.architecture!r} ({first_line(err)})"
         ) from None
-    check_attention_support(hf_config, cfg.model.trust_remote_code)
+    check_attention_support(hf_config, model.trust_remote_code)
     return CheckpointConfig(hf_config, None, header)
 
 
@@ -339,7 +336,7 @@ def _aliased_config(path: str, options: dict):
     return CONFIG_MAPPING[model_type].from_dict(values)
 
 
-def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFiles]:
+def checkpoint_files(model: ModelConfig, src: Source) -> tuple[Path, weights.WeightFiles]:
     """The local directory holding the checkpoint's config and weights, and the weight files a run
     reads there (``weights.select``): a local checkpoint as it is; a Hub revision from the cache,
     or else downloaded (its config and those files only)."""
@@ -357,7 +354,7 @@ def checkpoint_files(cfg: Config, src: Source) -> tuple[Path, weights.WeightFile
         weights.download(src.path, src.revision, files)
     except OSError as err:  # the server gone, no such revision (huggingface_hub's errors are OSErrors)
         raise (
-            _download_error(cfg, src, err)
+            _download_error(model, src, err)
             or UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {first_line(err)}")
         ) from None
     cached = weights.cached_snapshot(src.path, src.revision, src.weights_format)
@@ -384,7 +381,7 @@ class TokenizerSource:
     gguf_file: str | None = None  # a GGUF file in ``directory`` that holds the tokenizer (``model.gguf_file``)
 
 
-def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
+def tokenizer_source(model: ModelConfig, src: Source) -> TokenizerSource:
     """The text probe's tokenizer: the revision's own files, else ``main``'s, else those of the
     family's first branch that has them (tokenizers do not change in pretraining; Amber's and CRFM's
     step branches carry none, SmolLM2's main holds nothing). Only the tokenizer's files are fetched
@@ -407,7 +404,7 @@ def tokenizer_source(cfg: Config, src: Source) -> TokenizerSource:
         branches = (
             e.revision
             for e in revisions.parse_branches(
-                revisions.list_branches(src.path), cfg.model.revision_pattern, cfg.model.tokens_per_step
+                revisions.list_branches(src.path), model.revision_pattern, model.tokens_per_step
             )
         )
         for revision in itertools.chain(candidates, branches):  # the branches are listed only if needed
@@ -430,8 +427,8 @@ class TokenizerLookup:
     task each ask for it, and on the Hub each ``tokenizer_source`` lists the revision's files. A model in
     memory (``emergence.track``, ``src`` None) has no files: its tokenizer is the one handed in, if any."""
 
-    def __init__(self, cfg: Config, src: Source | None, given=None):
-        self.cfg, self.src, self.given = cfg, src, given
+    def __init__(self, model: ModelConfig, src: Source | None, given=None):
+        self.model, self.src, self.given = model, src, given
 
     @property
     def where(self) -> str:
@@ -446,7 +443,7 @@ class TokenizerLookup:
             raise UsageError(f"the model in memory has no tokenizer: hand it to track (tokenizer=...); {fix}")
         found = self.source()
         return text_sources.load_tokenizer(
-            found.directory, found.name, self.cfg.model.trust_remote_code, fix, found.gguf_file
+            found.directory, found.name, self.model.trust_remote_code, fix, found.gguf_file
         ), found.name
 
     @functools.cached_property
@@ -454,7 +451,7 @@ class TokenizerLookup:
         if self.src is None:
             return UsageError("the model in memory has no tokenizer files: hand its tokenizer to track")
         try:
-            return tokenizer_source(self.cfg, self.src)
+            return tokenizer_source(self.model, self.src)
         except UsageError as err:  # kept: each asker says it in its own way, or raises it
             return err
 
@@ -498,11 +495,6 @@ def weights_identity(src: Source) -> str | None:
     if not digests or None in digests.values():
         return None
     return weights.fingerprint(cast(dict[str, str], digests))  # no None among them
-
-
-def current_weights(cfg: Config) -> str | None:
-    """``weights_identity`` of the checkpoint a run of ``cfg`` names, as it is now."""
-    return weights_identity(source(cfg, resolve_revision(cfg)))
 
 
 def downloaded_bytes(src: Source) -> int:
@@ -572,7 +564,7 @@ def auto_batch_size(free_bytes: int, seq_len: int, hf_config, dtype: torch.dtype
 
 
 def load_model(
-    cfg: Config,
+    model: ModelConfig,
     src: Source,
     checkpoint: CheckpointConfig,
     device: torch.device,
@@ -586,18 +578,18 @@ def load_model(
     from safetensors import SafetensorError
 
     if src.gguf_file:
-        return _load_gguf_model(cfg, src, checkpoint, (device, dtype), attn_implementation)
-    directory, files = checkpoint_files(cfg, src)
+        return _load_gguf_model(model, src, checkpoint, (device, dtype), attn_implementation)
+    directory, files = checkpoint_files(model, src)
     os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"  # transformers must not ask the Hub to convert a pickle
     try:
-        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
+        net: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
             directory,
             config=checkpoint.hf_config,
             local_files_only=True,
             dtype=dtype,
             use_safetensors=files.format == "safetensors",
             weights_only=True,
-            trust_remote_code=cfg.model.trust_remote_code,
+            trust_remote_code=model.trust_remote_code,
             attn_implementation=attn_implementation,
         )
     except SafetensorError as err:  # a download cut short, a disk error
@@ -629,11 +621,11 @@ def load_model(
         if not isinstance(err, OSError):
             raise
         raise UsageError(f"model.name_or_path={_where(src)!r} cannot be loaded: {first_line(err)}") from None
-    return model.to(device).eval()
+    return net.to(device).eval()
 
 
 def _load_gguf_model(
-    cfg: Config,
+    model: ModelConfig,
     src: Source,
     checkpoint: CheckpointConfig,
     placement: tuple[torch.device, torch.dtype],
@@ -643,16 +635,16 @@ def _load_gguf_model(
     code), then moves it to its device."""
     device, dtype = placement
     path = gguf_file_path(src)
-    model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
+    net: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
         path.parent,
         gguf_file=path.name,
         config=checkpoint.hf_config,
         local_files_only=True,
         dtype=dtype,
-        trust_remote_code=cfg.model.trust_remote_code,
+        trust_remote_code=model.trust_remote_code,
         attn_implementation=attn_implementation,
     )
-    return model.to(device).eval()
+    return net.to(device).eval()
 
 
 def _refused_global(err: pickle.UnpicklingError) -> str | None:

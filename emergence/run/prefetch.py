@@ -218,7 +218,7 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
         cfg, out_dir = compose_job(master, overrides, num)
         if already_done(cfg, out_dir):
             return None
-        src = checkpoints.source(cfg, checkpoints.resolve_revision(cfg))
+        src = checkpoints.source(cfg.model, checkpoints.resolve_revision(cfg.model, cfg.revision, cfg.cache_dir))
         stored = stored_verdicts(Path(master.hydra.sweep.dir) / INTEGRITY_FILE).get(src.path, {})
         verdict = None if src.revision is None else stored.get(src.revision)
         if verdict is not None and (verdict.verdict == "duplicate" or verdict.fails):
@@ -227,7 +227,7 @@ def hub_download_of(master: DictConfig, overrides: list[str], num: int) -> Key |
         if src.local_only or src.gguf_file:
             return None
         dtype = checkpoints.dtype_name(checkpoints.pick_dtype(cfg.model.dtype))
-        identity = cache.checkpoint_identity(src, checkpoints.load_config(cfg, src).hf_config)
+        identity = cache.checkpoint_identity(src, checkpoints.load_config(cfg.model, src).hf_config)
         cached = cfg.reuse and cache.has(cfg.cache_dir, cache.entry_of(cfg, identity, dtype))
         if not cache.needs_weights(cfg, cached, cache.measures_missing(cfg, identity, dtype)):
             return None

@@ -77,7 +77,7 @@ def check_branch(cfg: Config, store: Path | None) -> results.DuplicateRun | None
     if store is None:
         return None
     training_seed = results.training_seed(cfg.model)
-    revision = checkpoints.resolve_revision(cfg)
+    revision = checkpoints.resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     repo = cfg.model.name_or_path
     if revision.name is None:  # the checkpoint as it is: no branch the sweep checked
         return None
@@ -168,14 +168,14 @@ def load(cfg: Config) -> Loaded:
     if cfg.model.toy is not None:
         toy_train.ensure_trained(cfg.model)
     # the Hub: what the checkpoint is, before its weights
-    revision = checkpoints.resolve_revision(cfg)
+    revision = checkpoints.resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     device = checkpoints.pick_device(cfg.device)
     dtype = checkpoints.pick_dtype(cfg.model.dtype)
-    src = checkpoints.source(cfg, revision)  # before anything is fetched: was it cached already?
-    checkpoint = checkpoints.load_config(cfg, src)
+    src = checkpoints.source(cfg.model, revision)  # before anything is fetched: was it cached already?
+    checkpoint = checkpoints.load_config(cfg.model, src)
     hf_config = checkpoint.hf_config
     weight_bytes = checkpoints.check_memory(hf_config, dtype, device)
-    probes = probes_for(cfg, hf_config, checkpoints.TokenizerLookup(cfg, src))
+    probes = probes_for(cfg, hf_config, checkpoints.TokenizerLookup(cfg.model, src))
     cfg, batch = probes.cfg, probes.batch
     dtype_name = checkpoints.dtype_name(dtype)
     # the run's bookkeeping: the sweep's prefetch, the cache
@@ -201,7 +201,7 @@ def load(cfg: Config) -> Loaded:
     # the Hub again: the weights, where the run needs them
     subject = None
     if need_model:
-        model = checkpoints.load_model(cfg, src, checkpoint, device, dtype, capture.register_attention())
+        model = checkpoints.load_model(cfg.model, src, checkpoint, device, dtype, capture.register_attention())
         subject = subject_of(cfg, model, batch, device, dtype)
     download = results.Download(
         bytes_downloaded=checkpoints.downloaded_bytes(src),
@@ -248,7 +248,7 @@ def load_live(cfg: Config, model, revision: checkpoints.Revision, tokenizer=None
     measured twice at the same weights."""
     parameter = next(model.parameters())
     device, dtype = parameter.device, parameter.dtype
-    probes = probes_for(cfg, model.config, checkpoints.TokenizerLookup(cfg, None, tokenizer))
+    probes = probes_for(cfg, model.config, checkpoints.TokenizerLookup(cfg.model, None, tokenizer))
     subject = subject_of(probes.cfg, model, probes.batch, device, dtype)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return Loaded(

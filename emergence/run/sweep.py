@@ -60,7 +60,11 @@ def already_done(cfg: Config, out_dir: Path) -> bool:
     from emergence.hub import checkpoints
     from emergence.run import results
 
-    return cfg.resume and results.is_done(out_dir, config_digest(cfg), lambda: checkpoints.current_weights(cfg))
+    def weights_now() -> str | None:  # the weights of the checkpoint the run names, as they are now
+        revision = checkpoints.resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
+        return checkpoints.weights_identity(checkpoints.source(cfg.model, revision))
+
+    return cfg.resume and results.is_done(out_dir, config_digest(cfg), weights_now)
 
 
 def job_overrides(config: DictConfig) -> list[list[str]]:
@@ -113,7 +117,7 @@ class CheckBranches(Callback):
                     Path(cfg.model.name_or_path).expanduser().is_dir() and local_series(cfg.model) is None
                 ):
                     continue  # a local checkpoint: no branches to compare (a run's folder of them: its folders)
-                revision = resolve_revision(cfg)
+                revision = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
             except (UsageError, ValueError) as err:  # the job itself says why
                 log.debug(f"no integrity check for job {num}: {err}")
                 continue

@@ -83,7 +83,7 @@ class SeriesFiles:
     def __init__(self, cfg: Config, entries: Sequence[PanelEntry], layout: Layout, skeleton, scratch: Path):
         self.cfg, self.layout, self.scratch = cfg, layout, scratch
         self.rename = legacy_renamer(skeleton)
-        self.sources = [source(cfg, panel_revision(e, cfg.model.tokens_per_step)) for e in entries]
+        self.sources = [source(cfg.model, panel_revision(e, cfg.model.tokens_per_step)) for e in entries]
         self.remote = [s for s in self.sources if not s.local_only]
         self.downloader = prefetch.Downloader() if self.remote and cfg.hub.prefetch > 0 else None
         self.converted: dict[int, Path] = {}
@@ -94,7 +94,7 @@ class SeriesFiles:
         src = self.sources[i]
         if src.gguf_file:
             return None
-        directory, files = checkpoint_files(self.cfg, src)
+        directory, files = checkpoint_files(self.cfg.model, src)
         if files.format != "safetensors":
             return None
         return stored_parameters(directory, files.shards, self.layout, self.rename)
@@ -127,7 +127,7 @@ class SeriesFiles:
         self.fetch(i)
         src = self.sources[i]
         device, dtype = torch.device("cpu"), pick_dtype(self.cfg.model.dtype)
-        return load_model(self.cfg, src, load_config(self.cfg, src), device, dtype, "eager")
+        return load_model(self.cfg.model, src, load_config(self.cfg.model, src), device, dtype, "eager")
 
     def convert(self, i: int) -> Checkpoint:
         """Checkpoint i loaded whole and written as a scratch safetensors file."""

@@ -80,9 +80,9 @@ def measured_afresh(monkeypatch) -> list[str]:
     loaded = []
     real = checkpoints.load_model
 
-    def load_model(cfg, src, *args):
+    def load_model(model, src, *args):
         loaded.append(src.path)
-        return real(cfg, src, *args)
+        return real(model, src, *args)
 
     monkeypatch.setattr(checkpoints, "load_model", load_model)
     return loaded

@@ -34,7 +34,8 @@ def test_every_option_composes_and_validates(group, option, tmp_path):
         kept = revisions.panel_file(cfg.cache_dir, cfg.model.name_or_path)
         kept.parent.mkdir(parents=True, exist_ok=True)
         kept.write_text(json.dumps([{"revision": f"step-{s}", "step": s, "tokens": s * 1048576} for s in (10, 2000)]))
-    rev = resolve_revision(cfg)  # revision=final: the last panel entry, or the checkpoint as it is without a panel
+    # revision=final: the last panel entry, or the checkpoint as it is without a panel
+    rev = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert (rev.name is not None) == bool(cfg.model.panel or cfg.model.key == "smollm2"), (group, option)
     if cfg.model.key == "smollm2":
         assert (rev.name, rev.step) == ("step-2000", 2000)

@@ -182,10 +182,11 @@ def test_a_seed_repo_needs_a_named_revision(hub_cache, tmp_path):
     ):
         cfg = compose_config([*overrides, "model.name_or_path=EleutherAI/pythia-410m-seed7", *QUICK])
         with pytest.raises(UsageError, match=says) as err:
-            resolve_revision(cfg)
+            resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
         assert "\n" not in str(err.value)
     # the same names on a repo that is not a seed repo are fine
-    assert resolve_revision(compose_config(["model=local", "model.name_or_path=EleutherAI/pythia-410m"])).name is None
+    cfg = compose_config(["model=local", "model.name_or_path=EleutherAI/pythia-410m"])
+    assert resolve_revision(cfg.model, cfg.revision, cfg.cache_dir).name is None
 
 
 def test_weights_fingerprint_is_read_from_the_blob_names(hub_cache):

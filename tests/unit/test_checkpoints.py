@@ -30,7 +30,8 @@ PRESETS_WITH_PANELS = [
     ],
 )
 def test_panel_revisions_resolve_to_branch_step_and_tokens(model, revision, step, tokens):
-    rev = resolve_revision(compose_config([f"model={model}", f"revision={revision}"]))
+    cfg = compose_config([f"model={model}", f"revision={revision}"])
+    rev = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert (rev.step, rev.tokens) == (step, tokens)
 
 
@@ -51,9 +52,11 @@ def test_each_panel_branch_name_gives_its_listed_step_and_tokens(model):
 
 
 def test_custom_revisions_parse_tokens():
-    rev = resolve_revision(compose_config(["model=pythia", "revision=custom", "revision.name=step2000"]))
+    cfg = compose_config(["model=pythia", "revision=custom", "revision.name=step2000"])
+    rev = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert (rev.step, rev.tokens) == (2000, 2000 * 2_097_152)
-    rev = resolve_revision(compose_config(["model=olmo", "revision=custom", "revision.name=step20000-tokens42B"]))
+    cfg = compose_config(["model=olmo", "revision=custom", "revision.name=step20000-tokens42B"])
+    rev = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert (rev.step, rev.tokens) == (20000, 42 * 10**9)
     assert parse_revision_name("main", None, None) == (None, None)
 
@@ -76,7 +79,7 @@ def test_custom_revisions_parse_tokens():
 def test_malformed_custom_revisions_name_the_nearest_valid_ones(model, name, nearest):
     cfg = compose_config([f"model={model}", "revision=custom", f"revision.name={name}"])
     with pytest.raises(UsageError) as err:
-        resolve_revision(cfg)
+        resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert name in str(err.value) and nearest in str(err.value) and "\n" not in str(err.value)
 
 
@@ -100,7 +103,8 @@ def test_pythia_names_accept_exactly_the_published_branches():
     ],
 )
 def test_new_preset_panels(model, revision, name, step, tokens):
-    rev = resolve_revision(compose_config([f"model={model}", f"revision={revision}"]))
+    cfg = compose_config([f"model={model}", f"revision={revision}"])
+    rev = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert (rev.name, rev.step, rev.tokens) == (name, step, tokens)
 
 
@@ -108,7 +112,7 @@ def test_index_out_of_range():
     cfg = compose_config(["model=olmo", "revision=r9"])
     cfg.revision.index = 12
     with pytest.raises(UsageError, match="r0..r9"):
-        resolve_revision(cfg)
+        resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
 
 
 def test_pythia_refuses_float16_unless_forced():

@@ -83,29 +83,32 @@ def test_the_panel_is_ten_distinct_log_spaced_checkpoints_the_same_each_time(tra
     assert [e.step for e in panel] == [10, 20, 30, 40, 50, 60, 70, 80, 90, 120]
     assert discovered_panel(cfg.model, cfg.cache_dir) == panel
     for k, entry in enumerate(panel):
-        revision = resolve_revision(cfg_of(trainer_run, f"revision=r{k}"))
+        cfg = cfg_of(trainer_run, f"revision=r{k}")
+        revision = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
         assert (revision.name, revision.step, revision.tokens) == (entry.revision, entry.step, tokens_at(entry.step))
-    final = resolve_revision(cfg_of(trainer_run, "revision=final"))
+    cfg = cfg_of(trainer_run, "revision=final")
+    final = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert (final.name, final.step) == ("checkpoint-120", 120)
 
 
 def test_a_custom_revision_is_a_checkpoint_folder(trainer_run):
     cfg = cfg_of(trainer_run, "revision=custom", "revision.name=checkpoint-50")
-    revision = resolve_revision(cfg)
+    revision = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert (revision.name, revision.step, revision.tokens) == ("checkpoint-50", 50, tokens_at(50))
-    assert source(cfg, revision).path == str(trainer_run / "checkpoint-50")
+    assert source(cfg.model, revision).path == str(trainer_run / "checkpoint-50")
     with pytest.raises(
         UsageError,
         match=r"revision.name='checkpoint-55' is invalid: .* nearest: checkpoint-50, "
         r"checkpoint-60",
     ):
-        resolve_revision(cfg_of(trainer_run, "revision=custom", "revision.name=checkpoint-55"))
+        cfg = cfg_of(trainer_run, "revision=custom", "revision.name=checkpoint-55")
+        resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
 
 
 def test_a_folder_of_one_checkpoint_works_as_before(trainer_run):
     cfg = cfg_of(trainer_run / "checkpoint-30")
     assert revisions.local_series(cfg.model) is None
-    assert resolve_revision(cfg).name is None
+    assert resolve_revision(cfg.model, cfg.revision, cfg.cache_dir).name is None
     with pytest.raises(UsageError, match="one checkpoint"):
         existing_checkpoints(cfg)
 

@@ -55,7 +55,7 @@ def test_a_preset_without_a_panel_proposes_one_from_the_hubs_branches_and_keeps_
 
     monkeypatch.setattr(revisions, "list_branches", lambda repo: SMOLLM2_BRANCHES)
     cfg = compose_config(["model=smollm2", "revision=r0", f"cache_dir={tmp_path}"])
-    first = resolve_revision(cfg)
+    first = resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert (first.name, first.step, first.tokens) == ("step-20000", 20_000, 20_000 * 1_048_576)
     printed = capsys.readouterr().out
     assert "proposed panel" in printed and "step-2000000" in printed
@@ -69,7 +69,7 @@ def test_a_preset_without_a_panel_proposes_one_from_the_hubs_branches_and_keeps_
 
     monkeypatch.setattr(revisions, "list_branches", offline)  # the kept panel needs no Hub
     cfg.revision.index = 9
-    assert resolve_revision(cfg).name == "step-2000000"
+    assert resolve_revision(cfg.model, cfg.revision, cfg.cache_dir).name == "step-2000000"
 
 
 def test_a_preset_without_a_panel_offline_names_the_propose_command(tmp_path, monkeypatch):
@@ -79,5 +79,6 @@ def test_a_preset_without_a_panel_offline_names_the_propose_command(tmp_path, mo
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UsageError, match="python -m emergence.revisions olmo2 --propose 10") as err:
-        resolve_revision(compose_config(["model=olmo2", "revision=r3", f"cache_dir={tmp_path}"]))
+        cfg = compose_config(["model=olmo2", "revision=r3", f"cache_dir={tmp_path}"])
+        resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert "\n" not in str(err.value)

@@ -444,12 +444,12 @@ def test_the_run_builds_its_batch_from_probe_task_words_and_the_bos(tmp_path):
     overrides = ["model=local", f"model.name_or_path={tmp_path}", "probe=ioi", "probe.task_prompts=8"]
     source = Source(str(tmp_path), None, True, True)
     cfg = compose_config(overrides)
-    batch, name = task_batch(cfg, FirstToken("bos_token", 3, "given"), TokenizerLookup(cfg, source))
+    batch, name = task_batch(cfg, FirstToken("bos_token", 3, "given"), TokenizerLookup(cfg.model, source))
     assert name == f"{tmp_path}@main" and batch.words.dropped["names"] == ["Sandra"]
     assert (batch.tokens[:, 0] == 3).all() and batch.tokens.shape == (8, 15)
     study = compose_config([*overrides, "probe.task_words=study"])
     with pytest.raises(UsageError, match="' Sandra' is the unknown token"):
-        task_batch(study, RANDOM_FIRST, TokenizerLookup(study, source))
+        task_batch(study, RANDOM_FIRST, TokenizerLookup(study.model, source))
 
 
 def test_the_tokenizer_is_located_once_for_the_first_token_and_the_task(tmp_path, monkeypatch):
@@ -464,7 +464,7 @@ def test_the_tokenizer_is_located_once_for_the_first_token_and_the_task(tmp_path
         return tokenizer_source(*args)
 
     monkeypatch.setattr(checkpoints, "tokenizer_source", counted)
-    tokenizers = TokenizerLookup(cfg, Source(str(tmp_path), None, True, True))
+    tokenizers = TokenizerLookup(cfg.model, Source(str(tmp_path), None, True, True))
     first = first_token(cfg, tokenizers)
     task_batch(cfg, first, tokenizers)
     assert len(located) == 1 and tokenizers.source().directory == str(tmp_path)
@@ -474,7 +474,7 @@ def test_the_tokenizer_is_located_once_for_the_first_token_and_the_task(tmp_path
         raise UsageError("no tokenizer here")
 
     monkeypatch.setattr(checkpoints, "tokenizer_source", none_here)
-    missing = TokenizerLookup(cfg, Source(str(tmp_path), None, True, True))
+    missing = TokenizerLookup(cfg.model, Source(str(tmp_path), None, True, True))
     for _ in range(2):
         with pytest.raises(UsageError, match="no tokenizer here"):
             missing.source()
