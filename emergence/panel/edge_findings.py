@@ -10,9 +10,9 @@ Two questions the halves were written to answer together:
   checkpoint, with its range over the milestone's bracket (it happened after the revision before
   it, by its own) and the window's span.
 * **A weight milestone against selectivity** (as F5 asks of PR): per head of the final induction circuit,
-  the first revision whose column reaches the level a measure declares (``measures.crossings()``: the
-  OV circuit's copying score reaching 0.5) against the first whose induction selectivity reaches the
-  circuit threshold: before, at or after.
+  the first revision whose column reaches the level a measure declares (``measures.crossings()``; the
+  default measures declare the OV circuit's turn to copying) against the first whose induction
+  selectivity reaches the circuit threshold: before, at or after.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from emergence import measures
 from emergence.measures import Crossing
 from emergence.panel.findings import INDUCTION, final_circuit, first_index, milestone_at
-from emergence.panel.records import F6, CopyingOrder, EdgeDistance, EdgePhase, EdgePoint, Milestone, PanelFindings
+from emergence.panel.records import F6, CrossingOrder, EdgeDistance, EdgePhase, EdgePoint, Milestone, PanelFindings
 from emergence.panel.runs import Trajectory
 from emergence.recipe.screen import head_name
 from emergence.spectral_edge.records import EDGE_FILE, MODEL_SCOPE, Edge, EdgeWindow
@@ -70,7 +70,7 @@ def distance(phase: EdgePhase, name: str, milestone: Milestone | None) -> EdgeDi
     return EdgeDistance(phase.name, name, milestone.tokens - phase.last, [low, milestone.tokens - phase.first])
 
 
-def copying_orders(traj: Trajectory, circuit_threshold: float, crossing: Crossing) -> dict[str, CopyingOrder]:
+def crossing_orders(traj: Trajectory, circuit_threshold: float, crossing: Crossing) -> dict[str, CrossingOrder]:
     """Per head of the final circuit: its first ``crossing`` against its selectivity's; empty where
     no checkpoint measured the crossing's column."""
     column = crossing.column
@@ -79,23 +79,19 @@ def copying_orders(traj: Trajectory, circuit_threshold: float, crossing: Crossin
     heads = {}
     for layer, head in final_circuit(traj, circuit_threshold):
         grids = [c.plugin_columns.get(column) for c in traj.checkpoints]
-        copying = np.array([np.nan if g is None else g[layer, head] for g in grids])
-        copying_cross = first_index(copying >= crossing.level)  # NaN compares False: not measured, not crossed
+        values = np.array([np.nan if g is None else g[layer, head] for g in grids])
+        crossed = first_index(values >= crossing.level)  # NaN compares False: not measured, not crossed
         selectivity_cross = first_index(traj.sel[:, layer, head, INDUCTION] >= circuit_threshold)
         order = None
-        if copying_cross is not None and selectivity_cross is not None:
-            order = (
-                "before"
-                if copying_cross < selectivity_cross
-                else "at"
-                if copying_cross == selectivity_cross
-                else "after"
-            )
-        heads[head_name(layer, head)] = CopyingOrder(
-            milestone_at(traj, copying_cross),
+        if crossed is not None and selectivity_cross is not None:
+            order = "before" if crossed < selectivity_cross else "at" if crossed == selectivity_cross else "after"
+        heads[head_name(layer, head)] = CrossingOrder(
+            column,
+            crossing.level,
+            milestone_at(traj, crossed),
             milestone_at(traj, selectivity_cross),
             order,
-            [None if np.isnan(v) else float(v) for v in copying],
+            [None if np.isnan(v) else float(v) for v in values],
         )
     return heads
 
@@ -104,10 +100,12 @@ def f6(
     traj: Trajectory, milestones: dict[str, Milestone | None], circuit_threshold: float, edge: tuple[str, Edge] | None
 ) -> F6:
     """F6 of one trajectory; ``edge``: (its edge.json's path, the edge) where one lies beside the runs."""
-    crossing = measures.crossings()[0]  # the OV circuit's copying (``weight_circuits``)
-    heads = copying_orders(traj, circuit_threshold, crossing)
+    heads: dict[str, list[CrossingOrder]] = {}
+    for crossing in measures.crossings():
+        for name, order in crossing_orders(traj, circuit_threshold, crossing).items():
+            heads.setdefault(name, []).append(order)
     if edge is None:
-        return F6(None, None, [], [], [], crossing.level, heads)
+        return F6(None, None, [], [], [], heads)
     path, found = edge
     placed = phases(found, traj.unit)
     series = [
@@ -121,7 +119,6 @@ def f6(
         placed,
         [distance(p, name, milestones.get(name)) for p in placed for name in EDGE_MILESTONES],
         series,
-        crossing.level,
         heads,
     )
 
@@ -143,8 +140,8 @@ def with_f6(
     circuit_threshold: float,
     edges: dict[str, tuple[str, Edge]],
 ) -> PanelFindings:
-    """Every model's F6: its ov_copying against its selectivity, and, where an edge of its model lies
-    beside the runs, the edge's phases against its milestones."""
+    """Every model's F6: the crossings its measures declare against its selectivity, and, where an edge of
+    its model lies beside the runs, the edge's phases against its milestones."""
     models = {}
     for name, f in findings.models.items():
         traj = trajectories[name]

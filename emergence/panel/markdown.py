@@ -331,7 +331,8 @@ def _distance(d: EdgeDistance) -> str:
 
 
 def f6_lines(f6: F6, circuit_threshold: float) -> list[str]:
-    """F6 in words: the edge's phases against the milestones, and OV copying against selectivity."""
+    """F6 in words: the edge's phases against the milestones, and each crossing a measure declares
+    against selectivity."""
     out = []
     if f6.edge is None:
         out.append(
@@ -360,14 +361,16 @@ def f6_lines(f6: F6, circuit_threshold: float) -> list[str]:
         if not any(p.name == "r23_collapse" for p in f6.phases):
             phrases.append("it does not collapse below 1.20 after its peak")
         out.append(f"- **F6 the spectral edge** (W={f6.window}, {f6.edge}): " + ". ".join(phrases) + ".")
-    if f6.heads:
-        orders = [
-            f"{name}: ov_copying >= {f6.copying_level:g} at {milestone_text(h.copying_cross)}, "
-            f"selectivity >= {circuit_threshold:g}x at {milestone_text(h.selectivity_cross)}"
-            + ("" if h.order is None else f": copying {h.order}")
-            for name, h in f6.heads.items()
-        ]
-        out.append("- **F6 OV copying against selectivity**: " + "; ".join(orders) + ".")
+    by_column: dict[str, list[str]] = {}
+    for name, orders in f6.heads.items():
+        for h in orders:
+            by_column.setdefault(h.column, []).append(
+                f"{name}: {h.column} >= {h.level:g} at {milestone_text(h.crossing)}, "
+                f"selectivity >= {circuit_threshold:g}x at {milestone_text(h.selectivity_cross)}"
+                + ("" if h.order is None else f": {h.order}")
+            )
+    for column, phrases in by_column.items():
+        out.append(f"- **F6 {column} against selectivity**: " + "; ".join(phrases) + ".")
     return out
 
 

@@ -566,14 +566,17 @@ class EdgeDistance:
 
 
 @dataclass(frozen=True)
-class CopyingOrder:
-    """F6 for one head of the final circuit: did its OV circuit copy (``ov_copying`` >= ``F6.copying_level``)
-    before, at or after its induction selectivity crossed the circuit threshold?"""
+class CrossingOrder:
+    """F6 for one head of the final circuit and one crossing a measure declares (``measures.crossings()``):
+    did the head's ``column`` reach ``level`` before, at or after its induction selectivity crossed the
+    circuit threshold?"""
 
-    copying_cross: Milestone | None  # the first revision with ov_copying >= the level; None: never
+    column: str
+    level: float
+    crossing: Milestone | None  # the first revision with the column >= the level; None: never
     selectivity_cross: Milestone | None  # the first with induction selectivity >= the circuit threshold
-    order: str | None  # "before", "at" or "after": the copying crossing against the selectivity's; None: one missing
-    ov_copying: list[float | None]  # per revision (None: not measured)
+    order: str | None  # "before", "at" or "after": the column's crossing against the selectivity's; None: one missing
+    values: list[float | None]  # the column per revision (None: not measured)
 
 
 @dataclass(frozen=True)
@@ -589,15 +592,15 @@ class EdgePoint:
 @dataclass(frozen=True)
 class F6:
     """F6, the two halves on one axis: the spectral edge's phases (parameter space) against the
-    activation milestones, and per final-circuit head the OV copying score against its selectivity."""
+    activation milestones, and per final-circuit head each crossing a measure declares against its
+    selectivity's."""
 
     edge: str | None  # the edge.json read; None: none beside the runs (no phases then)
     window: int | None  # its W
     phases: list[EdgePhase]  # r23_peak and r23_collapse where found
     distances: list[EdgeDistance]  # every phase against every milestone
     series: list[EdgePoint]  # the whole model's windows, in order
-    copying_level: float
-    heads: dict[str, CopyingOrder]  # by head name; empty where no run measured ov_copying
+    heads: dict[str, list[CrossingOrder]]  # by head name, one per declared crossing the runs measured
 
 
 @dataclass(frozen=True)

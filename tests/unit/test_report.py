@@ -581,11 +581,18 @@ def test_f6_places_the_edge_and_the_ov_copying_against_the_milestones(tmp_path):
         for m in milestone
     ]
     assert [(d["phase"], d["milestone"], d["distance"], d["range"]) for d in f6["distances"]] == expected
-    assert {h: o["order"] for h, o in f6["heads"].items()} == {"L0H0": "before", "L0H1": "at", "L0H2": "after"}
+    # the crossing the weight circuits declare (ov_copying >= 0.5) against each head's selectivity crossing
+    assert {h: [(o["column"], o["level"], o["order"]) for o in orders] for h, orders in f6["heads"].items()} == {
+        "L0H0": [("ov_copying", 0.5, "before")],
+        "L0H1": [("ov_copying", 0.5, "at")],
+        "L0H2": [("ov_copying", 0.5, "after")],
+    }
+    assert f6["heads"]["L0H0"][0]["crossing"]["revision"] == "r1" and f6["heads"]["L0H0"][0]["values"][:2] == [0.1, 0.9]
     assert [p["r23"] for p in f6["series"]] == r23 and f6["window"] == 10
     assert "edge_vs_tokens.png" in json.loads((out / "findings.json").read_text())["figures"]
     text = (out / "report.md").read_text()
-    assert "F6 the spectral edge" in text and "copying before" in text and "collapses below 1.20" in text
+    assert "F6 the spectral edge" in text and "collapses below 1.20" in text
+    assert "- **F6 ov_copying against selectivity**: L0H0: ov_copying >= 0.5 at r1" in text and ": before;" in text
 
 
 def test_f7_cuts_the_llc_into_stages_and_places_them_against_the_milestones(tmp_path):
