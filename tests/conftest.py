@@ -23,12 +23,15 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 def pytest_collection_modifyitems(items):
     """The tests of the trained toy panel run on one worker (``--dist loadgroup``), which trains it
     once, and first: it is the longest chain of the suite, so the other workers share the rest. The
-    tests of the real model (SmolLM2) likewise share one worker, which dequantizes it once."""
+    tests of the real model (SmolLM2) likewise share one worker, which dequantizes it once. The toy
+    panel's tests are all ``slow``: its training alone takes five minutes on one core."""
     shared = []
     for fixture in ("toy_panel", "smollm2"):
         group = [item for item in items if fixture in getattr(item, "fixturenames", ()) and item not in shared]
         for item in group:
             item.add_marker(pytest.mark.xdist_group(fixture))
+            if fixture == "toy_panel":
+                item.add_marker(pytest.mark.slow)
         shared += group
     items[:] = shared + [item for item in items if item not in shared]
 

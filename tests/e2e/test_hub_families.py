@@ -66,6 +66,7 @@ def cached_files(hub_cache: Path, repo_id: str) -> dict[str, set[str]]:
     }
 
 
+@pytest.mark.slow
 def test_check_reports_exactly_the_planted_defects_and_downloads_no_weights(hub_twin, tmp_path):
     for family, repo in hub_twin.repos.items():
         cache = tmp_path / family

@@ -93,6 +93,7 @@ def test_the_toy_panels_llc_stages_bracket_the_induction_onset(toy_panel, tmp_pa
     assert all(math.isnan(float(v)) for h, v in cells.items() if h not in ("L1H1", "L1H3"))
 
 
+@pytest.mark.slow
 def test_calibration_picks_the_largest_stable_step_and_writes_a_preset(tiny_dirs, tmp_path):
     out = tmp_path / "calibration"
     res = run_cli(

@@ -101,6 +101,7 @@ def test_copy_eval_batch_has_one_copied_span():
     assert torch.equal(tokens[:, first : first + 16], tokens[:, second : second + 16])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks"])
 def test_reduced_training_is_deterministic_and_loads_like_a_checkpoint(key, tmp_path):
     cfg = reduced(key, tmp_path / "a")
@@ -375,6 +376,7 @@ def test_a_bad_toy_recipe_is_one_line_exit_2_and_trains_nothing(tmp_path, model)
     assert not (tmp_path / "toy").exists()
 
 
+@pytest.mark.slow
 def test_portable_numerics_train_in_a_pinned_process_whatever_this_one_runs(tmp_path, monkeypatch):
     """ATen's AVX2 kernels, oneMKL's COMPATIBLE branch and one thread, however the caller was started."""
     from emergence.toy import repro

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CONFTEST = """
@@ -41,6 +43,7 @@ def test_marked_without_the_fixture():
 """
 
 
+@pytest.mark.slow
 def test_the_toy_panels_tests_share_one_worker(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_by_fixture.py").write_text(BY_FIXTURE)

@@ -233,6 +233,7 @@ def test_text_probe_reads_a_local_dataset_and_a_text_file_with_bytes(text_models
     assert as_bytes.text.tokenizer == "bytes"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "source, extra, names",
     [

@@ -78,6 +78,7 @@ def said(proc: subprocess.CompletedProcess, key: str) -> str:
     return line[len(key) + 1 :]
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_warning_nothing_left_and_the_next_call_runs(tmp_path):
     proc = training(tmp_path, "disk_full")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -89,6 +90,7 @@ def test_a_full_disk_is_one_warning_nothing_left_and_the_next_call_runs(tmp_path
     assert not (tmp_path / "emergence" / "step10" / FAILED_FILE).exists()
 
 
+@pytest.mark.slow
 def test_sigterm_mid_call_discards_the_step_then_reaches_the_trainings_handler(tmp_path):
     proc = training(tmp_path, "sigterm_handled")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -98,6 +100,7 @@ def test_sigterm_mid_call_discards_the_step_then_reaches_the_trainings_handler(t
     assert said(proc, "again") == "RunSummary" and said(proc, "summary") == "True"
 
 
+@pytest.mark.slow
 def test_sigterm_mid_call_without_a_handler_ends_the_training_and_leaves_no_half_run(tmp_path):
     proc = training(tmp_path, "sigterm_default")
     assert proc.returncode == -signal.SIGTERM  # Python's default: the process ends, as the signal asks
