@@ -16,6 +16,7 @@ the reads are buffered.
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -120,24 +121,33 @@ class Reader:
             file = self.files[tensor.path] = open_for_reading(tensor.path)
         start = tensor.offset + first * tensor.itemsize
         size = count * tensor.itemsize
-        if not file.direct:
-            read_into(file.fd, target[:size], start)
-            return
+        if file.direct:
+            try:
+                self.read_direct(file, start, size, target)
+                return
+            except OSError as err:  # EINVAL: a file system that opens O_DIRECT but refuses its reads
+                if err.errno != errno.EINVAL:
+                    raise
+                os.close(file.fd)
+                file = self.files[tensor.path] = OpenFile(os.open(tensor.path, os.O_RDONLY), direct=False)
+        read_into(file.fd, target[:size], start)
+
+    def read_direct(self, file: OpenFile, start: int, size: int, target: memoryview) -> None:
+        """Bytes [start, start + size) of a file open with O_DIRECT into ``target``, through whole pages."""
         lo, hi = start // PAGE * PAGE, -(-(start + size) // PAGE) * PAGE
         if len(self.aligned) < hi - lo:
             self.aligned.close()
             self.aligned = mmap.mmap(-1, hi - lo)
-        view = memoryview(self.aligned)
-        at = lo  # the first byte still to read from the disk
-        if file.last_page is not None and file.last_page[0] == lo:
-            kept = file.last_page[1]  # shorter than a page where the file ends in it
-            view[: len(kept)] = kept
-            at += PAGE
-        if at < hi:
-            end = at + read_into(file.fd, view[at - lo : hi - lo], at, needed=start + size - at)
-            file.last_page = (hi - PAGE, bytes(view[hi - PAGE - lo : end - lo]))  # the file may end in it
-        target[:size] = view[start - lo : start - lo + size]
-        view.release()
+        with memoryview(self.aligned) as view:
+            at = lo  # the first byte still to read from the disk
+            if file.last_page is not None and file.last_page[0] == lo:
+                kept = file.last_page[1]  # shorter than a page where the file ends in it
+                view[: len(kept)] = kept
+                at += PAGE
+            if at < hi:
+                end = at + read_into(file.fd, view[at - lo : hi - lo], at, needed=start + size - at)
+                file.last_page = (hi - PAGE, bytes(view[hi - PAGE - lo : end - lo]))  # the file may end in it
+            target[:size] = view[start - lo : start - lo + size]
 
     def close(self) -> None:
         for file in self.files.values():

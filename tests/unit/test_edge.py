@@ -3,6 +3,7 @@ each checked against a computation written independently here (numpy's SVD of th
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -250,6 +251,35 @@ def test_each_file_is_read_once_and_the_band_reads_only_the_last_update(arch_ser
     full = stream_gram(stored, layout, 4, 2**30)
     np.testing.assert_array_equal(last.values[:, :-1], 0)
     np.testing.assert_allclose(last.values[:, -1], full.values[:, -1], rtol=1e-12)
+
+
+def test_a_file_system_that_refuses_direct_reads_is_read_buffered(arch_series, monkeypatch):
+    """O_DIRECT opened but its reads refused (EINVAL, as some file systems do): the file is read again
+    buffered, and the products are those of buffered reads throughout."""
+    _, layout, stored, _ = arch_series("gpt_neox")
+    buffered_only = {"on": False}
+    real_open = tensor_files.open_for_reading
+
+    def no_direct(path):
+        return tensor_files.OpenFile(os.open(path, os.O_RDONLY), direct=False)
+
+    monkeypatch.setattr(tensor_files, "open_for_reading", no_direct)
+    want = stream_gram(stored, layout, 4, 2 * 4096 * len(stored))
+    monkeypatch.setattr(tensor_files, "open_for_reading", real_open)
+    real_preadv = os.preadv
+
+    def refusing(fd, buffers, offset):
+        if os.O_DIRECT & fcntl.fcntl(fd, fcntl.F_GETFL):
+            buffered_only["on"] = True
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(tensor_files.os, "preadv", refusing)
+    got = stream_gram(stored, layout, 4, 2 * 4096 * len(stored))
+    np.testing.assert_array_equal(got.values, want.values)
+    direct_here = tensor_files.open_for_reading(next(iter(stored[0].values())).path)
+    os.close(direct_here.fd)
+    assert buffered_only["on"] == direct_here.direct  # refused where this file system took O_DIRECT at all
 
 
 @pytest.mark.parametrize("arch", ["gpt_neox", "gpt2", "llama"])
