@@ -76,7 +76,8 @@ def track(
         cfg = live_config(out, overrides)
         revision = checkpoints.panel_revision(PanelEntry(f"step{step}", step, tokens), cfg.model.tokens_per_step)
         sweep.clear_failure(out_dir)  # an earlier call at this step failed: this one is run again
-        with sigterm_interrupts(), rng_untouched(), live(model):
+        # innermost: a SIGTERM during the analysis still finds the model's modes and the random state restored
+        with rng_untouched(), live(model), sigterm_interrupts():
             summary = analyse(
                 cfg,
                 out_dir,
@@ -122,8 +123,9 @@ class Terminated(BaseException):
 def sigterm_interrupts():
     """SIGTERM raises ``Terminated`` for the call, so that the step's run directory can be discarded
     before the signal goes on; the training's handler is back afterwards. Signals reach only the main
-    thread: a call from another thread leaves them alone."""
-    if threading.current_thread() is not threading.main_thread():
+    thread: a call from another thread leaves them alone, as does one where the training's handler was
+    not set from Python (it could not be put back)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is None:
         yield
         return
 
