@@ -313,6 +313,11 @@ def main(argv=None) -> None:
     if not (0 < args.low < args.high):  # also refuses nan
         p.error(f"--from {args.low:g} --to {args.high:g} is invalid: need 0 < --from < --to (token counts)")
     folder = Path(args.model).expanduser().is_dir()
+    if not folder and (os.sep in args.model or args.model.startswith((".", "~"))):  # a path, not a preset's name
+        p.error(
+            f"{args.model} is not a directory: give the folder of a training run's checkpoints, or a model "
+            "preset (conf/model: pythia, olmo2, ...)"
+        )
     overrides = ([f"model.tokens_per_step={args.tokens_per_step}"] if args.tokens_per_step else []) + (
         ["model=local", f"model.name_or_path={args.model}"]
         if folder

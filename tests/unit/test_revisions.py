@@ -82,3 +82,15 @@ def test_a_preset_without_a_panel_offline_names_the_propose_command(tmp_path, mo
         cfg = compose_config(["model=olmo2", "revision=r3", f"cache_dir={tmp_path}"])
         resolve_revision(cfg.model, cfg.revision, cfg.cache_dir)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("given", ["/no/such/run", "./no-such-run", "~/no-such-run", "runs/no-such-run"])
+def test_a_folder_that_is_not_there_is_named_as_one(given, capsys):
+    """A path that names no directory is said to be one, not read as a preset's name (``model=<path>``)."""
+    from emergence.hub.revisions import main
+
+    with pytest.raises(SystemExit) as stop:
+        main([given])
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: python -m emergence.revisions: {given} is not a directory: give the folder")
