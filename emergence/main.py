@@ -124,6 +124,8 @@ def discard_run_dir(out_dir: Path, job_name: str | None = None) -> None:
     """Remove what Hydra and W&B wrote for a run that never finished (its .hydra/, job log and
     wandb/), and the directory itself if that leaves it empty; nothing else is touched. ``job_name``:
     the Hydra job whose log goes too (None: a run Hydra did not start, ``track``'s or ``watch``'s)."""
+    if not out_dir.is_dir():  # never made, or not a directory at all (a file in its place): nothing of ours
+        return
     results.discard_partial(out_dir)
     for folder in (".hydra", "wandb"):
         shutil.rmtree(out_dir / folder, ignore_errors=True)

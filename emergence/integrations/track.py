@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import random
 import signal
 import threading
@@ -68,9 +69,18 @@ def track(
     it puts a BOS before every input (``probe.first_token=auto``) or the probe needs one. Writes
     ``<out>/emergence/step<step>/`` and returns its ``summary.json`` record; None where the recipe failed
     (one warning line, and the step's ``FAILED`` file says why): the training goes on either way."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:  # no step<-1>/ in the user's folder
+    # no step<-1>/ in the user's folder, no negative or fractional token count in its results
+    at, seen = count(step), None if tokens is None else count(tokens)
+    if at is None:
         log.warning(f"emergence: step={step!r} is invalid: pass the training step, an int >= 0; nothing analysed")
         return None
+    if tokens is not None and seen is None:
+        log.warning(
+            f"emergence: tokens={tokens!r} is invalid: pass the tokens seen so far, an int >= 0, or None; "
+            "nothing analysed"
+        )
+        return None
+    step, tokens = at, seen
     out_dir = run_dir(out, step)
     try:
         cfg = live_config(out, overrides)
@@ -100,6 +110,17 @@ def track(
         where = record_failure(out_dir, why if isinstance(err, UsageError) else f"{why}\n{traceback.format_exc()}")
         log.warning(f"emergence: step {step} not analysed ({why}); training goes on ({where})")
         return None
+
+
+def count(value) -> int | None:
+    """``value`` as a count (an int >= 0, numpy's too), None where it is none (a bool, a float, negative)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = operator.index(value)
+    except TypeError:
+        return None
+    return number if number >= 0 else None
 
 
 def record_failure(out_dir: Path, message: str) -> str:

@@ -185,12 +185,34 @@ def test_watch_ends_a_refused_override_in_one_line_exit_2(tmp_path, capsys):
     assert err.startswith("error: probe=nope is invalid: no such preset in conf/probe")
 
 
-def test_a_negative_step_is_one_line_and_writes_nothing(model, tmp_path, caplog):
+@pytest.mark.parametrize(
+    "step, tokens, says",
+    [
+        (-1, None, "step=-1 is invalid: pass the training step, an int >= 0; nothing analysed"),
+        (True, None, "step=True is invalid: pass the training step, an int >= 0; nothing analysed"),
+        (2.0, None, "step=2.0 is invalid: pass the training step, an int >= 0; nothing analysed"),
+        (5, -10, "tokens=-10 is invalid: pass the tokens seen so far, an int >= 0, or None; nothing analysed"),
+        (5, 1.5, "tokens=1.5 is invalid: pass the tokens seen so far, an int >= 0, or None; nothing analysed"),
+    ],
+)
+def test_a_bad_step_or_token_count_is_one_line_and_writes_nothing(step, tokens, says, model, tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
-        assert track(model, -1, out=tmp_path, overrides=FAST) is None
+        assert track(model, step, tokens, out=tmp_path, overrides=FAST) is None
     (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert line == "emergence: step=-1 is invalid: pass the training step, an int >= 0; nothing analysed"
+    assert line == f"emergence: {says}"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_numpy_counts_are_counts_and_a_file_in_the_way_is_one_warning(model, tmp_path, caplog):
+    summary = track(model, np.int64(5), np.int64(640), out=tmp_path / "ok", overrides=FAST)
+    assert summary is not None and (summary.step, summary.tokens) == (5, 640)
+    in_the_way = tmp_path / "a_file"
+    in_the_way.write_text("not a folder")
+    with caplog.at_level(logging.WARNING):
+        assert track(model, 5, out=in_the_way, overrides=FAST) is None  # no exception into the training
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.startswith("emergence: step 5 not analysed (") and "training goes on (no FAILED file either" in line
+    assert in_the_way.read_text() == "not a folder"
 
 
 def test_watch_ends_a_bad_setting_in_one_line_exit_2_before_any_checkpoint(tmp_path, capsys):
