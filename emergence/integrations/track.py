@@ -80,6 +80,12 @@ def track(
             "nothing analysed"
         )
         return None
+    if isinstance(overrides, str):  # its characters would be read as overrides, one by one
+        log.warning(
+            f"emergence: overrides={overrides!r} is invalid: pass a list of overrides, e.g. [{overrides!r}]; "
+            "nothing analysed"
+        )
+        return None
     step, tokens = at, seen
     out_dir = run_dir(out, step)
     try:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from emergence.core.errors import first_line
-from emergence.integrations.track import run_dir, track
+from emergence.integrations.track import count, run_dir, track
 from emergence.run import tracking
 from emergence.spectral_edge.live import LIVE_FILE
 from emergence.spectral_edge.records import MODEL_SCOPE, Edge
@@ -32,8 +32,10 @@ class EmergenceCallback(TrainerCallback):
     checkpoint the ``Trainer`` saves, N every N steps whether it saves or not."""
 
     def __init__(self, overrides: Sequence[str] = (), every_steps: int | None = None):
-        if every_steps is not None and every_steps < 1:
-            raise ValueError(f"every_steps={every_steps} is invalid: analyse every N >= 1 steps, or None (each save)")
+        if every_steps is not None and not count(every_steps):  # None or 0: no count, or no steps between
+            raise ValueError(f"every_steps={every_steps!r} is invalid: analyse every N >= 1 steps, or None (each save)")
+        if isinstance(overrides, str):  # list() of it would be its characters
+            raise ValueError(f"overrides={overrides!r} is invalid: pass a list of overrides, e.g. [{overrides!r}]")
         self.overrides, self.every_steps = list(overrides), every_steps
         self.refused = False  # a sharded model's line is said once
 

@@ -118,8 +118,13 @@ def test_the_callback_refuses_a_sharded_model_once_and_runs_on_the_main_process_
     state.is_world_process_zero = False  # another rank: nothing
     callback.on_save(callback_args(tmp_path), state, TrainerControl(), model=model)
     assert not (tmp_path / "emergence").exists()
-    with pytest.raises(ValueError, match="every_steps=0 is invalid"):
-        EmergenceCallback(every_steps=0)
+    for every in (0, 2.5, True):
+        with pytest.raises(ValueError, match=f"every_steps={every!r} is invalid: analyse every N >= 1 steps"):
+            EmergenceCallback(every_steps=every)
+    with pytest.raises(
+        ValueError, match=r"overrides='probe=quick' is invalid: pass a list of overrides, e.g. \['probe"
+    ):
+        EmergenceCallback(overrides="probe=quick")
 
 
 def save_checkpoint(model, folder):
@@ -185,21 +190,26 @@ def test_watch_ends_a_refused_override_in_one_line_exit_2(tmp_path, capsys):
     assert err.startswith("error: probe=nope is invalid: no such preset in conf/probe")
 
 
+COUNT = "an int >= 0"
+
+
 @pytest.mark.parametrize(
-    "step, tokens, says",
+    "step, tokens, overrides, says",
     [
-        (-1, None, "step=-1 is invalid: pass the training step, an int >= 0; nothing analysed"),
-        (True, None, "step=True is invalid: pass the training step, an int >= 0; nothing analysed"),
-        (2.0, None, "step=2.0 is invalid: pass the training step, an int >= 0; nothing analysed"),
-        (5, -10, "tokens=-10 is invalid: pass the tokens seen so far, an int >= 0, or None; nothing analysed"),
-        (5, 1.5, "tokens=1.5 is invalid: pass the tokens seen so far, an int >= 0, or None; nothing analysed"),
+        (-1, None, FAST, f"step=-1 is invalid: pass the training step, {COUNT}"),
+        (True, None, FAST, f"step=True is invalid: pass the training step, {COUNT}"),
+        (2.0, None, FAST, f"step=2.0 is invalid: pass the training step, {COUNT}"),
+        (5, -10, FAST, f"tokens=-10 is invalid: pass the tokens seen so far, {COUNT}, or None"),
+        (5, 1.5, FAST, f"tokens=1.5 is invalid: pass the tokens seen so far, {COUNT}, or None"),
+        (5, None, "probe=quick", "overrides='probe=quick' is invalid: pass a list of overrides, e.g. ['probe=quick']"),
     ],
 )
-def test_a_bad_step_or_token_count_is_one_line_and_writes_nothing(step, tokens, says, model, tmp_path, caplog):
+def test_a_bad_argument_is_one_line_and_writes_nothing(step, tokens, overrides, says, model, tmp_path, caplog):
+    """A step, a token count or overrides that are no such thing: one line, nothing in the user's folder."""
     with caplog.at_level(logging.WARNING):
-        assert track(model, step, tokens, out=tmp_path, overrides=FAST) is None
+        assert track(model, step, tokens, out=tmp_path, overrides=overrides) is None
     (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert line == f"emergence: {says}"
+    assert line == f"emergence: {says}; nothing analysed"
     assert list(tmp_path.iterdir()) == []
 
 
