@@ -218,6 +218,7 @@ def main(argv=None) -> None:
         p.error(f"one SWEEP_DIR at most, got {len(folders)}: {' '.join(map(str, folders))}")
     if folders and not folders[0].is_dir():
         p.error(f"{folders[0]} is not a directory: give the sweep directory of a panel multirun")
+    p.check_output_folder(args.out, "edge.json and edge.png")
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("emergence").setLevel(logging.INFO)
     from transformers.utils import logging as hf_logging

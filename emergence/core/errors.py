@@ -30,3 +30,8 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"error: {self.prog}: {' '.join(message.split())}; see {self.prog} --help\n")
         sys.exit(2)
+
+    def check_output_folder(self, path, holds: str) -> None:
+        """``--out``, where a file is in its place: one line now, not a traceback once the work is done."""
+        if path is not None and path.exists() and not path.is_dir():
+            self.error(f"--out {path} is a file: give a folder for {holds}")

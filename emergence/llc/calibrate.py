@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if any(not lr > 0 for lr in args.lr) or any(not b > 0 for b in args.nbeta or []):
         p.error("--lr and --nbeta values must be > 0")
+    p.check_output_folder(args.out, "llc_calibration.json and its measures preset")
     try:
         nbetas = sorted(set(args.nbeta)) if args.nbeta else None
         calibration = calibrate(args.overrides, sorted(set(args.lr)), nbetas, args.out)

@@ -86,6 +86,7 @@ def parse_args(argv=None):
             p.error(f"{name} {value} is invalid: a threshold must be a finite number > 0")
     if not 0 < args.sink_epsilon < 1:
         p.error("--sink-epsilon must be in (0, 1): a share of attention")
+    p.check_output_folder(args.out, "report.md, findings.json and the figures")
     return args
 
 

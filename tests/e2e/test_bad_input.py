@@ -336,3 +336,26 @@ def test_a_gguf_file_cut_short_is_one_line(where, tmp_path):
         res, "model.gguf_file='m.gguf' cannot be read", "is truncated or not a GGUF file", "download it again"
     )
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "command, args, holds",
+    [
+        ("emergence.edge", ["model=toy_neox"], "edge.json and edge.png"),
+        ("emergence.llc.calibrate", ["model=toy_neox"], "llc_calibration.json and its measures preset"),
+        ("emergence.panel.report", ["RUNS"], "report.md, findings.json and the figures"),
+    ],
+)
+def test_an_output_folder_that_is_a_file_is_one_line_before_any_work(command, args, holds, tmp_path, capsys):
+    import importlib
+
+    in_the_way = tmp_path / "out.txt"
+    in_the_way.write_text("a file")
+    (tmp_path / "runs").mkdir()
+    argv = [str(tmp_path / "runs") if a == "RUNS" else a for a in args]
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(command).main([*argv, "--out", str(in_the_way)])
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--out {in_the_way} is a file: give a folder for {holds}" in line and line.startswith("error: ")
+    assert in_the_way.read_text() == "a file"
