@@ -79,6 +79,8 @@ class Settings:
         for name in self.heads:
             if name != "all" and parse_head_name(name) is None:
                 raise ValueError(f"heads: {name!r} is not a head name; use L<layer>H<head> (L1H3) or all")
+        if self.data not in ("auto", "probe"):
+            token_file(self.data, self.sequences)  # before any weights load: the file is there and holds ids
 
     @property
     def inverse_temperature(self) -> float:
@@ -203,17 +205,32 @@ def sampling_data(inputs: MeasureInput, settings: Settings) -> tuple[str, torch.
                 f"lower it or raise probe.n_sequences"
             )
         return f"the probe batch (probe.kind={inputs.probe_kind})", tokens[:n]
-    path = Path(settings.data).expanduser()
     try:
-        ids = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise UsageError(f"measures.llc.data={settings.data}: not a readable .npy of token ids ({err})") from None
-    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer) or len(ids) < n:
+        ids = token_file(settings.data, n)
+    except ValueError as err:
+        raise UsageError(f"measures.llc.{err}") from None
+    vocab = inputs.model.get_input_embeddings().num_embeddings
+    if ids.min() < 0 or ids.max() >= vocab:  # read whole only now: the header was checked with the settings
         raise UsageError(
-            f"measures.llc.data={settings.data}: need [sequences, T] integer token ids with at least "
-            f"{n} sequences; it holds {ids.dtype} {list(ids.shape)}"
+            f"measures.llc.data={settings.data}: token ids run from {ids.min()} to {ids.max()}; this model's "
+            f"vocabulary is 0..{vocab - 1}"
         )
-    return f"{path} (token ids)", torch.from_numpy(ids[:n].astype(np.int64))
+    return f"{Path(settings.data).expanduser()} (token ids)", torch.from_numpy(ids[:n].astype(np.int64))
+
+
+def token_file(data: str, sequences: int) -> np.ndarray:
+    """A user's ``.npy`` of token ids, memory-mapped: [sequences, T] integers, at least ``sequences`` rows
+    (a ValueError naming ``data=`` otherwise; only the file's header is read to tell)."""
+    try:
+        ids = np.load(Path(data).expanduser(), mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"data={data}: not a readable .npy of token ids ({err})") from None
+    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer) or len(ids) < sequences:
+        raise ValueError(
+            f"data={data}: need [sequences, T] integer token ids with at least {sequences} sequences; it holds "
+            f"{ids.dtype} {list(ids.shape)}"
+        )
+    return ids
 
 
 def estimate(

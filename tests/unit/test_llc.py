@@ -14,6 +14,7 @@ from emergence.measures import MeasureInput, llc
 from emergence.recipe.capture import register_attention
 from emergence.recipe.probe import make_probe_batch
 from tests.helpers.cli import SMALL_RUN, last_line, run_cli
+from tests.helpers.tiny_models import VOCAB, tiny_config
 
 devinterp = pytest.importorskip("devinterp")
 from datasets import Dataset  # noqa: E402  # devinterp's data type
@@ -155,6 +156,28 @@ def test_diagnose_names_each_failure():
 def test_a_bad_setting_is_one_line(settings, says):
     with pytest.raises(UsageError, match=says):
         measures.chosen({"llc": settings})
+
+
+def test_a_token_file_is_checked_with_the_settings_and_its_ids_against_the_vocabulary(tmp_path):
+    """Before any weights load: the file is there, a .npy of [sequences, T] integers with enough rows
+    (its header only is read); once the model is there: its ids lie in the vocabulary."""
+    floats, short, good = tmp_path / "floats.npy", tmp_path / "short.npy", tmp_path / "ids.npy"
+    np.save(floats, np.zeros((300, 8)))
+    np.save(short, np.zeros((10, 8), dtype=np.int64))
+    np.save(good, np.full((300, 8), VOCAB, dtype=np.int64))  # one past the tiny models' vocabulary
+    for data, says in [
+        (tmp_path / "none.npy", "not a readable .npy of token ids"),
+        (floats, r"need \[sequences, T\] integer token ids with at least 256 sequences; it holds float64 \[300, 8\]"),
+        (short, r"need \[sequences, T\] integer token ids with at least 256 sequences; it holds int64 \[10, 8\]"),
+    ]:
+        with pytest.raises(UsageError, match=f"measures.llc: data={data}: {says}"):
+            measures.chosen({"llc": {"data": str(data)}})
+    settings = llc.Settings(data=str(good))  # a file of the right form: taken
+    model = AutoModelForCausalLM.from_config(tiny_config("gpt_neox"))
+    inputs = MeasureInput(model, 2, 4, None, "synthetic", None, torch.device("cpu"), settings)
+    says = f"data={good}: token ids run from {VOCAB} to {VOCAB}; this model's vocabulary is 0..{VOCAB - 1}"
+    with pytest.raises(UsageError, match=says):
+        llc.sampling_data(inputs, settings)
 
 
 def test_a_head_the_model_lacks_is_one_line(tiny_dirs):
