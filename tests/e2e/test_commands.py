@@ -161,6 +161,7 @@ def test_wandb_environment_group_tags_and_resume(tiny_dirs, tmp_path):
 def test_tracked_run_passes_group_tags_id_and_dir(monkeypatch, tmp_path):
     """What reaches wandb.init: the sweep's group, model and revision tags, a stable id, $WANDB_DIR."""
     import wandb
+
     from emergence.core.config import compose_config
     from emergence.run import tracking
 
