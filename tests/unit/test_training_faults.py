@@ -11,12 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM, TrainerState
+from transformers import TrainerState
 
 from emergence.integrations import EmergenceCallback
 from emergence.run.results import SUMMARY_FILE, RunSummary
 from emergence.run.sweep import FAILED_FILE
+from tests.unit import test_training_loop
 from tests.unit.test_training_loop import FAST, callback_args
 
 # A training's process: a tiny Llama, then the fault set up by FAULT, then a call of track at step 10;
@@ -108,20 +108,7 @@ def test_sigterm_mid_call_without_a_handler_ends_the_training_and_leaves_no_half
     assert (tmp_path / "emergence").is_dir() and not (tmp_path / "emergence" / "step10").exists()
 
 
-@pytest.fixture
-def model():
-    torch.manual_seed(0)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=128,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=4,
-            max_position_embeddings=64,
-        )
-    )
+model = test_training_loop.model  # the fixture: a tiny Llama as a training holds it
 
 
 def test_a_finished_wandb_run_is_one_warning_and_the_results_stand(model, tmp_path, monkeypatch, caplog):
