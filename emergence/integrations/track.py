@@ -102,10 +102,11 @@ def track(
             keep_live_edge(model, PanelEntry(f"step{step}", step, revision.tokens), out_dir.parent, cfg)
         assert isinstance(summary, results.RunSummary)  # no integrity store: never a duplicate branch
         return summary
-    except (KeyboardInterrupt, Terminated) as err:  # the training is being stopped: no half-written run stays
+    except KeyboardInterrupt:  # the user stops the training: no half-written run directory stays
         discard_run_dir(out_dir)
-        if isinstance(err, KeyboardInterrupt):
-            raise
+        raise
+    except Terminated:  # so does a SIGTERM, which then goes on as if no call had been running
+        discard_run_dir(out_dir)
         log.warning(f"emergence: step {step} not analysed (SIGTERM); the signal goes on to the training")
         signal.raise_signal(signal.SIGTERM)  # the training's own handler is back: it decides
         return None
@@ -113,7 +114,7 @@ def track(
         why = str(err) if isinstance(err, UsageError) else f"{type(err).__name__}: {first_line(err)}"
         discard_run_dir(out_dir)
         # a bad setting is its one line; anything else keeps its traceback for whoever reads the file
-        where = record_failure(out_dir, why if isinstance(err, UsageError) else f"{why}\n{traceback.format_exc()}")
+        where = leave_failure(out_dir, why if isinstance(err, UsageError) else f"{why}\n{traceback.format_exc()}")
         log.warning(f"emergence: step {step} not analysed ({why}); training goes on ({where})")
         return None
 
@@ -129,7 +130,7 @@ def count(value) -> int | None:
     return number if number >= 0 else None
 
 
-def record_failure(out_dir: Path, message: str) -> str:
+def leave_failure(out_dir: Path, message: str) -> str:
     """The step's ``FAILED`` file, and where it is; on a disk that takes nothing more, why there is none
     (the run directory is not left behind half-made)."""
     try:
