@@ -74,11 +74,11 @@ def crossing_orders(traj: Trajectory, circuit_threshold: float, crossing: Crossi
     """Per head of the final circuit: its first ``crossing`` against its selectivity's; empty where
     no checkpoint measured the crossing's column."""
     column = crossing.column
-    if not any(column in c.plugin_columns for c in traj.checkpoints):
+    if not any(column in c.measure_columns for c in traj.checkpoints):
         return {}
     heads = {}
     for layer, head in final_circuit(traj, circuit_threshold):
-        grids = [c.plugin_columns.get(column) for c in traj.checkpoints]
+        grids = [c.measure_columns.get(column) for c in traj.checkpoints]
         values = np.array([np.nan if g is None else g[layer, head] for g in grids])
         crossed = first_index(values >= crossing.level)  # NaN compares False: not measured, not crossed
         selectivity_cross = first_index(traj.sel[:, layer, head, INDUCTION] >= circuit_threshold)

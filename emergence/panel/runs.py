@@ -66,9 +66,9 @@ class Checkpoint:
     repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy
     task: TaskSummary | None = None  # probe.task: the task's capability, screens and ablations
     name_or_path: str | None = None  # the checkpoint's repository (run directories)
-    # the plug-in measures' heads.csv columns (``emergence.measures``), [layers, heads] each (run directories;
-    # NaN where not measured)
-    plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)
+    # heads.csv's columns after the screen's (the task's and the measures', ``HeadRow.measure_columns``),
+    # [layers, heads] each (run directories; NaN where not measured)
+    measure_columns: dict[str, np.ndarray] = field(default_factory=dict)
     # the measures' per-run fields (summary.json ``measures``), by measure name (run directories)
     measure_fields: dict[str, dict] = field(default_factory=dict)
 
@@ -202,13 +202,13 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         n_layers, n_heads = summary.n_layers, summary.n_heads
         sel = np.zeros((n_layers, n_heads, len(CLASSES)))
         spectral = np.zeros((n_layers, n_heads))
-        plugin_columns = {
+        measure_columns = {
             column: np.full((n_layers, n_heads), np.nan) for column in rows[0] if column not in HEAD_COLUMNS
         }
         for r in rows:
             sel[r["layer"], r["head"]] = [r[f"sel_{c}"] for c in CLASSES]
             spectral[r["layer"], r["head"]] = r[spectral_estimator]
-            for name, grid in plugin_columns.items():
+            for name, grid in measure_columns.items():
                 grid[r["layer"], r["head"]] = r[name]
         classes = set(summary.thresholds.classes.values())
         panel = (
@@ -242,7 +242,7 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             repeat=summary.repeat,
             task=summary.task,
             name_or_path=summary.name_or_path,
-            plugin_columns=plugin_columns,
+            measure_columns=measure_columns,
             measure_fields=summary.measures,
         )
     if not by_model:

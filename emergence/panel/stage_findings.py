@@ -87,7 +87,7 @@ def head_stages(
     traj: Trajectory, name: str, column: str, circuit_threshold: float, jump_multiple: float
 ) -> dict[str, HeadStage]:
     """Per head the series' column holds values for: its first rise against its selectivity's crossing."""
-    grids = [c.plugin_columns.get(column) for c in traj.checkpoints]
+    grids = [c.measure_columns.get(column) for c in traj.checkpoints]
     if not any(g is not None and np.isfinite(g).any() for g in grids):
         return {}
     shape = next(g.shape for g in grids if g is not None)

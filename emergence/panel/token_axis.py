@@ -28,8 +28,8 @@ def _nan_to_none(x) -> float | None:
 
 
 def _plugin_value(trajectory: measures.ColumnTrajectory) -> Callable[[Checkpoint], float | None]:
-    """A plug-in measure's trajectory's value at a checkpoint (``plugin.ColumnTrajectory.value``)."""
-    return lambda c: trajectory.value(c.plugin_columns.get(trajectory.column))
+    """A measure's trajectory's value at a checkpoint (``plugin.ColumnTrajectory.value``)."""
+    return lambda c: trajectory.value(c.measure_columns.get(trajectory.column))
 
 
 Drawn = dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]]

@@ -100,46 +100,26 @@ class HeadRow(Record):
     degenerate_baseline: bool  # its baseline attention is degenerate (``stats.degenerate_baseline``)
     sink_importance: float  # key 0's importance (``sinks``), the mean over sequences
     near_threshold: bool  # the run's dtype could flip its screen (``screen.near_threshold``)
-    # A task's head scores (``probe.task``; docs/tasks.md); NaN for the other tasks' and in runs without one.
-    # IOI: attention from T-1 to the indirect object, the subject's two occurrences, the rest; the name
-    # mover's selectivity and the S-inhibition scores
-    io_attn: float = float("nan")
-    s1_attn: float = float("nan")
-    s2_attn: float = float("nan")
-    nm_sel: float = float("nan")
-    subj_max: float = float("nan")
-    subj_ratio: float = float("nan")
-    decade_attn: float = float("nan")  # greater-than: to the start year's decade and century
-    century_attn: float = float("nan")
-    gt_sel: float = float("nan")
-    self_attn: float = float("nan")  # successor: to the last shown item itself and the one before
-    prev_attn: float = float("nan")
-    succ_sel: float = float("nan")
-    binding_attn: float = float("nan")  # binding: to the bound city, the other city, the query name
-    distractor_attn: float = float("nan")
-    query_name_attn: float = float("nan")
-    vb_sel: float = float("nan")
-    other_attn: float = float("nan")  # every task: to the positions none of the above names
-
-    # The plug-in measures' columns (``emergence.measures``), after the screen's: column -> value
-    plugin_columns: dict[str, float] = field(default_factory=dict)
+    # The columns after the screen's: the task step's head scores (``probe.task``: ``TaskScreen.scores``), then
+    # the chosen measures' (``emergence.measures``), column -> value
+    measure_columns: dict[str, float] = field(default_factory=dict)
 
     def columns(self) -> dict:
-        """The row as heads.csv's columns, in order: the fields', then the plug-in measures'."""
+        """The row as heads.csv's columns, in order: the fields', then ``measure_columns``."""
         row = self.to_json()
-        plugin_columns = row.pop("plugin_columns")
-        return {**row, **plugin_columns}
+        measure_columns = row.pop("measure_columns")
+        return {**row, **measure_columns}
 
     @classmethod
     def from_columns(cls, row: dict[str, str]) -> HeadRow:
         """A row as ``csv.DictReader`` reads it (strings), typed by the fields: a float is written
         as its ``repr`` and so reads back exactly (NaN included), a boolean as True / False; a column
-        that is no field is a plug-in measure's (a float)."""
-        names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls) if f.name != "plugin_columns"}
+        that is no field is one of ``measure_columns`` (a float)."""
+        names = {cls.JSON_NAMES.get(f.name, f.name): f.name for f in fields(cls) if f.name != "measure_columns"}
         types: dict[str, Any] = {f.name: f.type for f in fields(cls)}  # the annotations as written: "int", ...
         known = {names[column]: _PARSE[types[names[column]]](value) for column, value in row.items() if column in names}
         return cls(
-            **known, plugin_columns={column: float(value) for column, value in row.items() if column not in names}
+            **known, measure_columns={column: float(value) for column, value in row.items() if column not in names}
         )
 
 
@@ -152,8 +132,8 @@ def _parse_bool(value: str) -> bool:
 # heads.csv's cells by HeadRow's field types
 _PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _parse_bool, "str": str}
 
-# the screen's columns; the plug-in measures' follow them (``HeadRow.plugin_columns``)
-HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow) if f.name != "plugin_columns"]
+# the screen's columns; the task's and the measures' follow them (``HeadRow.measure_columns``)
+HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow) if f.name != "measure_columns"]
 
 
 @dataclass(frozen=True)
@@ -165,21 +145,17 @@ class HeadMeasures:
     pr: Float[np.ndarray, "layers heads"]  # the participation ratio of the head's outputs at T-1
     entropy_rank: Float[np.ndarray, "layers heads"]  # their entropy effective rank
     sink_importance: Float[np.ndarray, "layers heads"]  # key 0's importance (``sinks``) averaged over sequences
-    task_scores: dict[str, np.ndarray] | None = None  # a task's head scores by column (``TaskScreen.scores``)
-    plugin_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the plug-in measures' columns
+    # the columns after the screen's: the task step's scores, then the chosen measures' (``HeadRow.measure_columns``)
+    measure_columns: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def of(cls, measured, measure_results: dict, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
         """From a run's ``measurements.PassRecord``, its measures' results (``MeasureResult`` by name) and
-        its task's scores."""
-        plugin_columns = {column: grid for r in measure_results.values() for column, grid in r.per_head.items()}
+        its task's scores (``TaskScreen.scores``; None: no task)."""
+        measure_columns = dict(task_scores or {})
+        measure_columns.update({column: grid for r in measure_results.values() for column, grid in r.per_head.items()})
         return cls(
-            measured.mean_attention,
-            measured.pr,
-            measured.entropy_rank,
-            measured.mean_sink_importance,
-            task_scores,
-            plugin_columns,
+            measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance, measure_columns
         )
 
 
@@ -218,9 +194,7 @@ def head_rows(
             row["degenerate_baseline"] = bool(degenerate_baseline[layer, head])
             row["sink_importance"] = float(sink_importance[layer, head])
             row["near_threshold"] = bool(near_threshold[layer, head])
-            for name, values in (measures.task_scores or {}).items():
-                row[name] = float(values[layer, head])
-            row["plugin_columns"] = {name: float(grid[layer, head]) for name, grid in measures.plugin_columns.items()}
+            row["measure_columns"] = {name: float(grid[layer, head]) for name, grid in measures.measure_columns.items()}
             rows.append(HeadRow(**row))
     return rows
 

@@ -78,7 +78,7 @@ def test_the_panel_report_draws_a_registered_measures_trajectory(tmp_path, monke
         means.append(entropy.mean())
         write_checkpoint(
             root / f"r{k}",
-            Checkpoint(f"r{k}", tokens, np.ones((2, 3, 6)), plugin_columns={"head_entropy": entropy}),
+            Checkpoint(f"r{k}", tokens, np.ones((2, 3, 6)), measure_columns={"head_entropy": entropy}),
             {"model": "m", "revision": f"r{k}", "tokens": tokens, "step": None, "n_layers": 2, "n_heads": 3},
         )
     report_main([str(root), "--out", str(tmp_path / "report")])

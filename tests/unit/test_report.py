@@ -101,7 +101,7 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
         np.full(c.sel.shape[:2], np.nan),
         spectral,
         np.zeros(c.sel.shape[:2]),
-        plugin_columns=c.plugin_columns,
+        measure_columns=c.measure_columns,
     )
     rows = head_rows(
         scr,
@@ -513,7 +513,7 @@ def test_the_report_draws_the_plug_in_measures_trajectories(tmp_path):
     root, grids = tmp_path / "multirun", {}
     for k, (revision, tokens) in enumerate((("r0", 1e6), ("r1", 1e7), ("r2", 1e8))):
         grids[revision] = {c.name: rng.uniform(-1, 1, (2, 3)) + k for c in measures.columns()}
-        checkpoint = Checkpoint(revision, tokens, np.ones((2, 3, 6)), plugin_columns=grids[revision])
+        checkpoint = Checkpoint(revision, tokens, np.ones((2, 3, 6)), measure_columns=grids[revision])
         write_checkpoint(
             root / revision,
             checkpoint,
@@ -555,7 +555,7 @@ def test_f6_places_the_edge_and_the_ov_copying_against_the_milestones(tmp_path):
         grids = {c.name: copying if c.name == "ov_copying" else np.ones((2, 3)) for c in measures.columns()}
         write_checkpoint(
             root / f"r{k}",
-            Checkpoint(f"r{k}", t, sel, plugin_columns=grids),
+            Checkpoint(f"r{k}", t, sel, measure_columns=grids),
             {"model": "m", "revision": f"r{k}", "tokens": t, "step": None, "n_layers": 2, "n_heads": 3},
         )
     last = [3e6, 5e6, 6e6, 9e6, 12e6]
@@ -618,7 +618,7 @@ def test_f7_cuts_the_llc_into_stages_and_places_them_against_the_milestones(tmp_
         }
         write_checkpoint(
             root / f"r{k}",
-            Checkpoint(f"r{k}", t, sel, plugin_columns={"llc_refined": refined}),
+            Checkpoint(f"r{k}", t, sel, measure_columns={"llc_refined": refined}),
             {
                 "model": "m",
                 "revision": f"r{k}",

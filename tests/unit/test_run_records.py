@@ -141,7 +141,7 @@ def test_heads_csv_reads_back_exactly_through_head_row(tmp_path):
         "float": lambda i, k: awkward[(i + k) % len(awkward)],
         "bool": lambda i, k: (i + k) % 2 == 0,
         "str": lambda i, k: f"name {i} {k}",
-        # a plug-in measure's columns follow the screen's
+        # the task's and the measures' columns follow the screen's
         "dict[str, float]": lambda i, k: {"a_measure": awkward[(i + k) % len(awkward)], "b_measure": -0.0},
     }
     written = [HeadRow(**{f.name: by_type[f.type](i, k) for k, f in enumerate(fields(HeadRow))}) for i in range(3)]
@@ -155,23 +155,28 @@ def test_heads_csv_reads_back_exactly_through_head_row(tmp_path):
             assert type(row[column]) is type(value) and repr(row[column]) == repr(value), column
 
 
-def test_heads_csv_of_a_run_before_the_task_and_plug_in_columns_reads_without_them(tmp_path):
+def test_heads_csv_of_an_earlier_layout_reads_its_columns_after_the_screens(tmp_path):
+    """Runs before the measures' columns wrote every task's columns, empty (NaN) without a task, and no
+    measure's: they read as columns after the screen's, and the measures they had not have none."""
     row = HeadRow(
         **{
             f.name: {"int": 0, "float": 1.5, "bool": False, "str": "bos"}[f.type]
             for f in fields(HeadRow)
-            if f.name != "plugin_columns"
+            if f.name != "measure_columns"
         },
-        plugin_columns={"value_norm_ratio": 0.25},
+        measure_columns={"value_norm_ratio": 0.25},
     )
     write_run(tmp_path, [row], run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1))
     lines = (tmp_path / HEADS_FILE).read_text().splitlines()
-    assert lines[0].split(",")[-1] == "value_norm_ratio"  # the plug-in measures' columns follow the screen's
-    cut = HEAD_COLUMNS.index("io_attn")  # the task's columns, and the plug-in measures' after them
-    old = [",".join(cells.split(",")[:cut]) for cells in lines]
+    assert lines[0].split(",") == [*HEAD_COLUMNS, "value_norm_ratio"]  # the measures' columns follow the screen's
+    cut = len(HEAD_COLUMNS)
+    old = [
+        ",".join([*cells.split(",")[:cut], *extra])
+        for cells, extra in zip(lines, (["io_attn", "other_attn"], ["nan"] * 2))
+    ]
     (tmp_path / HEADS_FILE).write_text("\n".join(old) + "\n")
     (read,) = read_run(tmp_path)[1]
-    assert read["sel_bos"] == 1.5 and math.isnan(read["nm_sel"]) and math.isnan(read["other_attn"])
+    assert read["sel_bos"] == 1.5 and math.isnan(read["io_attn"]) and math.isnan(read["other_attn"])
     assert "value_norm_ratio" not in read  # a measure the run had not: no column (the panel draws nothing of it)
 
 
@@ -214,7 +219,7 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     assert isinstance(summary.sink_metric, SinkMetric) and summary.probe.n_sequences == 16
     assert summary.thresholds.circuit == 50.0 and summary.download.prefetched is False
     assert summary.intervals.class_counts == written["intervals"]["class_counts"]
-    # its value drain and prefix-matching columns read as the plug-in measures' of those names
+    # its value drain and prefix-matching columns read as the measures' of those names
     assert len(rows) == 2 * 4 and list(rows[0]) == [*HEAD_COLUMNS, "value_norm_ratio", "prefix_matching"]
     assert is_done(VERSION_2_RUN, written["config_digest"], lambda: written["weights_sha256"])  # resume=true keeps it
 
@@ -277,7 +282,7 @@ def test_the_toys_copy_loss_drop_reaches_w_and_b_under_its_name():
     log_checkpoint(run, toy, rows, figure)
     plt.close(figure)
     assert run.summary["copy_loss_drop"] == 1.25 and "icl_score" not in run.summary
-    heads = run.logged["heads"]  # the plug-in measures' columns after the screen's
+    heads = run.logged["heads"]  # the measures' columns after the screen's
     assert heads.columns == [*HEAD_COLUMNS, "value_norm_ratio", "prefix_matching"] and len(heads.data) == len(rows)
 
 
@@ -344,7 +349,7 @@ def test_the_plug_in_measures_reach_w_and_b():
 
     with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
         rows = [
-            replace(HeadRow.from_columns(r), plugin_columns={"ov_copying": 0.25 * i, "qk_sigma1": 2.0})
+            replace(HeadRow.from_columns(r), measure_columns={"ov_copying": 0.25 * i, "qk_sigma1": 2.0})
             for i, r in enumerate(csv.DictReader(f))
         ]
     summary = replace(RunSummary.read(VERSION_2_RUN), measures={"weight_circuits": {"copying_heads": 3.0}})

@@ -109,7 +109,8 @@ class ScreenSums:
 @dataclass(frozen=True)
 class TaskScreen:
     """The head scores of one task on one checkpoint. ``scores`` maps each score's name (a heads.csv
-    column) to its [layers, heads] float64 array; ``ranked`` maps each of the task's screens
+    column, after the screen's; docs/outputs.md) to its [layers, heads] float64 array, the rest of T-1's row
+    (``other_attn``) last; ``ranked`` maps each of the task's screens
     (``SCREENS[task]``) to its top heads, (layer, head), best first."""
 
     task: Task
@@ -152,10 +153,10 @@ def task_screen(task: Task, sums: ScreenSums, T: int, k: int = 5) -> TaskScreen:
             "io_attn": attn["io"],
             "s1_attn": attn["s1"],
             "s2_attn": attn["s2"],
-            "other_attn": other,
             "nm_sel": attn["io"] / np.maximum(subj_max, NAME_MOVER_GUARD),  # max, not mean (docs/tasks.md)
             "subj_max": subj_max,
             "subj_ratio": subj_ratio,
+            "other_attn": other,
         }
         s_inhibition = (subj_ratio >= S_INHIBITION_MIN_RATIO) & (subj_max >= S_INHIBITION_MIN_SUBJECT)
         ranked = {"name_mover": _top(scores["nm_sel"], k), "s_inhibition": _top(subj_max, k, s_inhibition)}
@@ -163,16 +164,16 @@ def task_screen(task: Task, sums: ScreenSums, T: int, k: int = 5) -> TaskScreen:
         scores = {
             "decade_attn": attn["decade"],
             "century_attn": attn["century"],
-            "other_attn": other,
             "gt_sel": _over_uniform(attn["decade"], other, T - 2),
+            "other_attn": other,
         }  # the study's 10 other keys (T = 12)
         ranked = {"greater_than": _top(scores["gt_sel"], k)}
     elif task == "successor":
         scores = {
             "self_attn": attn["self"],
             "prev_attn": attn["prev"],
-            "other_attn": other,
             "succ_sel": _over_uniform(attn["self"], other, T - 2),
+            "other_attn": other,
         }  # the study's 3 other keys (T = 5)
         ranked = {"successor": _top(scores["succ_sel"], k)}
     else:
@@ -180,8 +181,8 @@ def task_screen(task: Task, sums: ScreenSums, T: int, k: int = 5) -> TaskScreen:
             "binding_attn": attn["binding"],
             "distractor_attn": attn["distractor"],
             "query_name_attn": attn["query_name"],
-            "other_attn": other,
             "vb_sel": _over_uniform(attn["binding"], other, T - 3),
+            "other_attn": other,
         }  # the study's 10 other keys (T = 13)
         ranked = {"binding": _top(scores["vb_sel"], k)}
     return TaskScreen(task=task, n_prompts=sums.n_prompts, seq_len=T, scores=scores, ranked=ranked)

@@ -1,0 +1,71 @@
+"""Olsson et al.'s in-context learning score on the text probe (``recipe.icl``, docs/probes.md).
+
+The probe pass's ``final`` site hands each minibatch's per-token losses [b, T-1] (the text probe's
+curve positions, NaN elsewhere); ``PositionLosses`` keeps them, [n, T-1] float32 in all, and the
+result is ``recipe.icl.text_scores`` on them: per run, ``icl_score`` (the mean loss at
+``probe.icl_positions[1]`` minus at ``[0]``), its bootstrap interval over sequences, the loss curve
+``loss_by_position`` and what it was measured on. On the other probes it reads nothing and its fields
+are None. Runs before the registry held these fields as summary.json ``text`` (``legacy``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import torch
+
+from emergence.measures.plugin import Measure, MeasureAccumulator, MeasureInput, MeasureResult, RunTrajectory
+from emergence.recipe import icl, text
+from emergence.recipe.sites import Final
+
+FIELDS = tuple(f.name for f in fields(icl.TextScores))
+
+
+class PositionLosses(MeasureAccumulator):
+    """The ``final`` site's per-token losses of every sequence, [n, T-1] float32 (on ``probe``'s runs only)."""
+
+    def __init__(self, inputs: MeasureInput, probe: str):
+        self.inputs = inputs
+        self.reading = inputs.probe_kind == probe
+        if self.reading:
+            self.sites = frozenset({"final"})
+        self.losses: list[torch.Tensor] = []
+
+    def final(self, final: Final) -> None:
+        assert final.losses is not None  # the text and repeat probes' passes compute them
+        self.losses.append(final.losses.cpu())
+
+    def all_losses(self) -> np.ndarray:
+        return torch.cat(self.losses).numpy()
+
+
+class TextLosses(PositionLosses):
+    def __init__(self, inputs: MeasureInput):
+        super().__init__(inputs, "text")
+
+    def result(self) -> MeasureResult:
+        if not self.reading:
+            return MeasureResult({}, dict.fromkeys(FIELDS))
+        p, inputs = self.inputs.probe, self.inputs
+        assert inputs.tokenizer is not None  # the text probe's (``batches.probe_batch``)
+        scores = icl.text_scores(self.all_losses(), list(p.icl_positions), inputs.stats, text.source_name(p), inputs.tokenizer)
+        return MeasureResult({}, scores.to_json())
+
+
+def legacy(summary: dict) -> dict | None:
+    """This measure's fields from a summary.json of schemas 2 to 4 (``text``); None: none there."""
+    return summary.get("text")
+
+
+MEASURE = Measure(
+    name="icl",
+    version=1,
+    needs=frozenset({"pass"}),
+    columns=(),
+    run_fields=FIELDS,
+    trajectories=(),
+    accumulate=TextLosses,
+    run_trajectories=(RunTrajectory(key="icl_score", field="icl_score", label="ICL score (nats)", probes=("text",)),),
+    legacy=legacy,
+)
