@@ -27,9 +27,11 @@ from emergence.core.config import one_line
 from emergence.core.errors import UsageError
 from emergence.measures import (
     attention_entropy,
+    icl,
     llc,
     massive_activations,
     prefix_matching,
+    repeat_loss,
     value_drain,
     weight_circuits,
 )
@@ -49,6 +51,8 @@ from emergence.measures.plugin import (
 REGISTRY: dict[str, Measure] = {
     m.name: m
     for m in (
+        icl.MEASURE,
+        repeat_loss.MEASURE,
         value_drain.MEASURE,
         prefix_matching.MEASURE,
         weight_circuits.MEASURE,

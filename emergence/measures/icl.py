@@ -49,7 +49,9 @@ class TextLosses(PositionLosses):
             return MeasureResult({}, dict.fromkeys(FIELDS))
         p, inputs = self.inputs.probe, self.inputs
         assert inputs.tokenizer is not None  # the text probe's (``batches.probe_batch``)
-        scores = icl.text_scores(self.all_losses(), list(p.icl_positions), inputs.stats, text.source_name(p), inputs.tokenizer)
+        scores = icl.text_scores(
+            self.all_losses(), list(p.icl_positions), inputs.stats, text.source_name(p), inputs.tokenizer
+        )
         return MeasureResult({}, scores.to_json())
 
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from emergence.core.config import ProbeConfig, StatsConfig
 from emergence.recipe.probe import ProbeBatch
 from emergence.recipe.sites import Accumulator
 
@@ -83,6 +84,8 @@ class MeasureInput:
     # a folder inside the run directory a measure may write its scratch files to (the run removes it once
     # the measures ran); None: the system's temporary folder
     scratch: Path | None = None
+    probe: ProbeConfig = field(default_factory=ProbeConfig)  # the run's probe settings (fitted to the model)
+    stats: StatsConfig = field(default_factory=StatsConfig)  # the run's bootstrap settings (its intervals)
 
 
 class MeasureAccumulator(Accumulator):

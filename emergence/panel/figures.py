@@ -219,16 +219,10 @@ def trajectories(findings: PanelFindings, out: Path) -> Path:
 
 TASK_PANEL = "task"  # the token axis's panel of the tasks' capability
 
-RUN_MEASURE_LABELS = {
-    "icl_score": "ICL score (nats)",
-    "loss_drop": "repeat loss drop (nats)",
-}
-
 
 def measure_labels() -> dict[str, str]:
-    """The token axis's panel labels: the runs' own measures', then the registry's trajectories'."""
+    """The token axis's panel labels: the registry's per-run trajectories', then its columns' trajectories'."""
     return {
-        **RUN_MEASURE_LABELS,
         **{t.key: t.label for _, t in measures.run_trajectories()},
         **{t.key: t.label for t in measures.trajectories()},
     }

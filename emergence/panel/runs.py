@@ -24,7 +24,6 @@ import numpy as np
 
 from emergence.core.config import ModelConfig, compose_config
 from emergence.hub.integrity import INTEGRITY_FILE, stored_verdicts
-from emergence.recipe.icl import RepeatScores, TextScores
 from emergence.recipe.screen import CLASSES
 from emergence.recipe.stats import NullSummary
 from emergence.recipe.tasks.step import TaskSummary
@@ -62,8 +61,6 @@ class Checkpoint:
     weights_sha256: str | None = None  # the fingerprint of the weights the run loaded
     copy_loss_drop: float | None = None  # toy models' (nats)
     null: NullSummary | None = None  # the run's null calibration
-    text: TextScores | None = None  # probe.kind=text: Olsson et al.'s ICL score
-    repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy
     task: TaskSummary | None = None  # probe.task: the task's capability, screens and ablations
     name_or_path: str | None = None  # the checkpoint's repository (run directories)
     # heads.csv's columns after the screen's (the task's and the measures', ``HeadRow.measure_columns``),
@@ -238,8 +235,6 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             weights_sha256=summary.weights_sha256,
             copy_loss_drop=summary.copy_loss_drop,
             null=summary.null,
-            text=summary.text,
-            repeat=summary.repeat,
             task=summary.task,
             name_or_path=summary.name_or_path,
             measure_columns=measure_columns,

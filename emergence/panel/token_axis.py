@@ -32,13 +32,8 @@ def _plugin_value(trajectory: measures.ColumnTrajectory) -> Callable[[Checkpoint
     return lambda c: trajectory.value(c.measure_columns.get(trajectory.column))
 
 
-Drawn = dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]]
-
 # measure -> (the probes it is measured on, its value at a checkpoint: None where not measured)
-RUN_MEASURES: Drawn = {
-    "icl_score": (("text",), lambda c: None if c.text is None else c.text.icl_score),
-    "loss_drop": (("repeat",), lambda c: None if c.repeat is None else c.repeat.loss_drop),
-}
+Drawn = dict[str, tuple[tuple[str, ...], Callable[[Checkpoint], float | None]]]
 
 
 def _run_value(name: str, trajectory: measures.RunTrajectory) -> Callable[[Checkpoint], float | None]:
@@ -47,11 +42,10 @@ def _run_value(name: str, trajectory: measures.RunTrajectory) -> Callable[[Check
 
 
 def drawn() -> Drawn:
-    """What the token axis draws: the runs' own measures, then the registry's trajectories
+    """What the token axis draws: the registry's per-run trajectories, then its columns' trajectories
     (``emergence.measures``), on the probes each is measured on; read when drawn, so a measure
     registered after import is drawn too."""
     return {
-        **RUN_MEASURES,
         **{t.key: (t.probes, _run_value(name, t)) for name, t in measures.run_trajectories()},
         **{t.key: (t.probes, _plugin_value(t)) for t in measures.trajectories()},
     }

@@ -27,7 +27,6 @@ from emergence.core.config import ProbeConfig, StatsConfig
 from emergence.core.record import Record
 from emergence.hub.gguf import GgufHeader
 from emergence.recipe.ablation import AblationResult
-from emergence.recipe.icl import RepeatScores, TextScores
 from emergence.recipe.probe import FirstToken
 from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, HeadClasses, head_name
 from emergence.recipe.sinks import SinkMetric
@@ -199,11 +198,12 @@ def head_rows(
     return rows
 
 
-SCHEMA_VERSION = 4  # summary.json's layout: bump when a field is renamed or changes meaning
+SCHEMA_VERSION = 5  # summary.json's layout: bump when a field is renamed or changes meaning
 # Schema 3 types the summary's parts as records, under schema 2's keys, and renames the toys'
 # icl_score copy_loss_drop (``RunSummary.read`` maps it): the report reads both.
-# Schema 4 moves the massive activations into ``measures``: a measure maps its old field (``Measure.legacy``).
-READABLE_SCHEMAS = (2, 3, SCHEMA_VERSION)
+# Schema 4 moves the massive activations into ``measures``: a measure maps its old field (``Measure.legacy``);
+# schema 5 the text probe's ``text`` and the repeat probe's ``repeat`` (the measures ``icl``, ``repeat_loss``).
+READABLE_SCHEMAS = (2, 3, 4, SCHEMA_VERSION)
 
 
 @dataclass
@@ -324,9 +324,6 @@ class RunSummary(Record):
     config_digest: str
     timings: dict[str, float]  # seconds per step
     versions: dict[str, str]
-    # the sink mechanism (``mechanism``): each decoder layer's output over the probe
-    text: TextScores | None = None  # probe.kind=text: Olsson et al.'s in-context learning score (``icl``)
-    repeat: RepeatScores | None = None  # probe.kind=repeat: the loss drop on the copy (``icl``)
     # a config whose model_type is a development name (olmo_1124) is read as the released one (``architecture``)
     model_type_mapped_from: str | None = None
     task: TaskSummary | None = None  # probe.task's capability, screens and ablations (docs/tasks.md)
@@ -346,7 +343,7 @@ class RunSummary(Record):
         if data["schema_version"] == 2:  # it named the toys' copy loss drop icl_score (Olsson's is ``text``'s)
             data["copy_loss_drop"] = data.pop("icl_score", None)
         data["probe"].setdefault("loss_curve", "all")  # a run before the field measured every position
-        if data["schema_version"] < 4:  # fields the registry's measures hold now, under their old names
+        if data["schema_version"] < SCHEMA_VERSION:  # fields the registry's measures hold now, under old names
             data["measures"] = {**measures.legacy_fields(data), **data.get("measures", {})}
         return cls.from_json(data)
 

@@ -26,7 +26,7 @@ from emergence.core.errors import UsageError
 from emergence.hub import checkpoints, integrity, revisions
 from emergence.hub.gguf import GgufHeader
 from emergence.measures.plugin import MeasureResult
-from emergence.recipe import ablation, capture, icl, probe, sinks, stats, text
+from emergence.recipe import ablation, capture, icl, probe, sinks, stats
 from emergence.recipe.pass_record import PassRecord
 from emergence.recipe.screen import CLASSES, Screened
 from emergence.recipe.tasks.batches import TaskBatch
@@ -327,6 +327,8 @@ def measure_input(loaded: Loaded, chosen: measures.Chosen, out_dir: Path | None 
         chosen.settings,
         training_data(loaded.cfg),
         None if out_dir is None else out_dir / SCRATCH / chosen.name,
+        p,
+        loaded.cfg.stats,
     )
 
 
@@ -412,18 +414,6 @@ def summarise(
     intervals = results.intervals_summary(uncertainty.intervals, cfg.stats)
     versions = results.versions()
     sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
-    text_scores: icl.TextScores | None = None
-    repeat_scores: icl.RepeatScores | None = None
-    if p.kind in ("text", "repeat"):
-        losses = measured.position_losses
-        assert losses is not None  # the text and repeat probes' passes compute them
-        if p.kind == "text":
-            assert loaded.tokenizer is not None  # the text probe's (``batches.probe_batch``)
-            text_scores = icl.text_scores(
-                losses, list(p.icl_positions), cfg.stats, text.source_name(p), loaded.tokenizer
-            )
-        else:
-            repeat_scores = icl.repeat_scores(losses, probe.RepeatLayout(p.seq_len), cfg.stats)
     copy_loss_drop = toy_train.copy_loss_drop(cfg.model, revision.name)
     digest = loaded.config_digest  # the settings as asked, before any fitting
     return results.RunSummary(
@@ -472,8 +462,6 @@ def summarise(
         config_digest=digest,
         timings=timings,
         versions=versions,
-        text=text_scores,
-        repeat=repeat_scores,
         model_type_mapped_from=loaded.model_type_mapped_from,
         task=found.task.summary if found.task else None,
         gguf=loaded.gguf,

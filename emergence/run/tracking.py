@@ -161,10 +161,6 @@ def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
     }
     if summary.copy_loss_drop is not None:  # toy models
         metrics["copy_loss_drop"] = summary.copy_loss_drop
-    if summary.text is not None:
-        metrics["text/icl_score"] = summary.text.icl_score
-    if summary.repeat is not None:
-        metrics["repeat/loss_drop"] = summary.repeat.loss_drop
     ablation = summary.ablation
     if ablation.effect:
         metrics.update({f"ablation/{k}": v for k, v in ablation.effect.to_json().items() if v is not None})

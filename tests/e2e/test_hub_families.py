@@ -144,7 +144,7 @@ def test_a_sweep_refinement_and_report_of_each_family_read_its_real_layout(famil
             "olmo_1124" if "olmo_1124" in repo.planted.get(branch, "") else None
         )
         if text:
-            assert summary["text"]["tokenizer"] == f"{repo.repo_id}@{expected_tokenizer(repo, branch)}"
+            assert summary["measures"]["icl"]["tokenizer"] == f"{repo.repo_id}@{expected_tokenizer(repo, branch)}"
     # only the config, the weight files of the format read, and the tokenizer (probe.first_token=auto reads
     # whether it puts a BOS first; the text probe encodes with it) were downloaded
     for revision, files in cached_files(tmp_path / "hub", repo.repo_id).items():

@@ -482,17 +482,15 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
     assert PanelFindings.from_json(findings).to_json() == findings
 
 
-def test_a_transition_reads_the_text_and_repeat_scores_the_runs_recorded():
+def test_a_transition_reads_the_per_run_fields_the_measures_recorded():
     from emergence.panel.token_axis import transition
-    from emergence.recipe.icl import TextScores
 
     sel = np.ones((1, 1, 6))
-    text = [TextScores([None], [50, 500], score, [score, score], "book.txt", "bytes") for score in (-0.1, -0.5)]
     traj = Trajectory(
         "m",
         [
-            Checkpoint("r0", 1e6, sel, text=text[0]),
-            Checkpoint("r1", 1e7, sel, text=text[1]),
+            Checkpoint("r0", 1e6, sel, measure_fields={"icl": {"icl_score": -0.1}}),
+            Checkpoint("r1", 1e7, sel, measure_fields={"icl": {"icl_score": -0.5}}),
             Checkpoint("r2", 1e8, sel),
         ],
         None,

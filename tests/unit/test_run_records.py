@@ -213,7 +213,8 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
         "ablation": {**written["ablation"], "control_draw": None},
         "measure_sources": {},
     }
-    del renamed["icl_score"], renamed["massive_activations"]
+    # its text and repeat probes' scores (None: a synthetic run) are the icl and repeat_loss measures' of today
+    del renamed["icl_score"], renamed["massive_activations"], renamed["text"], renamed["repeat"]
     assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
     assert isinstance(summary.sink_metric, SinkMetric) and summary.probe.n_sequences == 16
@@ -234,6 +235,24 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     (row,) = findings["models"]["local"]["revisions"]
     assert (row["revision"], row["tokens"], row["null"], row["copy_loss_drop"]) == ("main", 1000, written["null"], 1.25)
     assert "copy loss drop (nats) |" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_version_4_summary_reads_its_text_and_repeat_scores_as_the_measures_of_those_names(tmp_path):
+    """Schema 5 moved summary.json's ``text`` and ``repeat`` into ``measures`` (``Measure.legacy``)."""
+    text = {
+        "loss_by_position": [None, 2.5, 2.0],
+        "icl_positions": [1, 2],
+        "icl_score": -0.5,
+        "icl_score_ci": [-0.6, -0.4],
+        "source": "book.txt",
+        "tokenizer": "bytes",
+    }
+    repeat = {"span": 4, "first_copy_loss": 3.0, "later_copy_loss": 1.0, "loss_drop": 2.0, "loss_drop_ci": [1.5, 2.5]}
+    written = run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1).to_json()
+    for old in ({"text": text, "repeat": None}, {"text": None, "repeat": repeat}):
+        (tmp_path / SUMMARY_FILE).write_text(json.dumps({**written, "schema_version": 4, "measures": {}, **old}))
+        read = RunSummary.read(tmp_path)
+        assert read.measures == {name: v for name, v in (("icl", old["text"]), ("repeat_loss", old["repeat"])) if v}
 
 
 def test_a_duplicates_summary_carries_the_schema_and_reads_under_the_same_rule(tmp_path):

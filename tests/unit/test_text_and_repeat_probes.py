@@ -127,11 +127,13 @@ def test_text_probe_losses_icl_score_sinks_and_mechanism_equal_the_models_own(ar
             assert losses[i].mean() == pytest.approx(float(own), rel=1e-5)
         log_probs = torch.log_softmax(model(tokens).logits.double(), dim=-1)
     nll = -log_probs[:, :-1].gather(2, tokens[:, 1:, None])[..., 0].numpy()  # [n, T-1]: position p at column p-1
-    assert summary.text.icl_score == pytest.approx((nll[:, ICL[1] - 1] - nll[:, ICL[0] - 1]).mean(), rel=1e-4, abs=1e-5)
-    assert summary.text.icl_score_ci[0] <= summary.text.icl_score <= summary.text.icl_score_ci[1]
-    assert summary.text.loss_by_position[0] is None
-    np.testing.assert_allclose(summary.text.loss_by_position[1:], nll.mean(0), rtol=1e-4)
-    assert summary.text.source == str(text_file) and summary.text.tokenizer.startswith(str(text_models[arch]))
+    icl = summary.measures["icl"]
+    assert icl["icl_score"] == pytest.approx((nll[:, ICL[1] - 1] - nll[:, ICL[0] - 1]).mean(), rel=1e-4, abs=1e-5)
+    assert icl["icl_score_ci"][0] <= icl["icl_score"] <= icl["icl_score_ci"][1]
+    assert icl["loss_by_position"][0] is None
+    np.testing.assert_allclose(icl["loss_by_position"][1:], nll.mean(0), rtol=1e-4)
+    assert icl["source"] == str(text_file) and icl["tokenizer"].startswith(str(text_models[arch]))
+    assert set(summary.measures["repeat_loss"].values()) == {None}  # a repeat-probe measure
 
     importance = eager_sink_importance(model, tokens)  # Sink_eps on text, eager attention's
     assert abs(summary.sink_metric.fraction - (importance > 0.3).mean()) <= 1 / importance.size
@@ -182,10 +184,13 @@ def test_prefix_matching_and_loss_drop_equal_eager_attention_and_the_models_loss
     nll = -torch.log_softmax(out.logits.double(), -1)[:, :-1].gather(2, batch.tokens[:, 1:, None])[..., 0].numpy()
     first = nll[:, layout.prefix : layout.copy_start - 1].mean(1)  # predicted positions prefix+1 .. copy_start-1
     later = nll[:, layout.copy_start :].mean(1)  # copy_start+1 .. T-1
-    assert summary.repeat.span == layout.span
-    assert summary.repeat.loss_drop == pytest.approx((first - later).mean(), rel=1e-4, abs=1e-5)
-    assert summary.repeat.first_copy_loss == pytest.approx(first.mean(), rel=1e-5)
-    assert summary.text is None and summary.repeat.loss_drop_ci[0] <= summary.repeat.loss_drop
+    repeat = summary.measures["repeat_loss"]
+    assert repeat["span"] == layout.span
+    assert repeat["loss_drop"] == pytest.approx((first - later).mean(), rel=1e-4, abs=1e-5)
+    assert repeat["first_copy_loss"] == pytest.approx(first.mean(), rel=1e-5)
+    assert repeat["later_copy_loss"] == pytest.approx(later.mean(), rel=1e-5)
+    assert repeat["loss_drop_ci"][0] <= repeat["loss_drop"] <= repeat["loss_drop_ci"][1]
+    assert set(summary.measures["icl"].values()) == {None}  # a text-probe measure
 
 
 def test_a_model_that_learned_to_copy_has_prefix_matching_heads_and_a_positive_loss_drop(
@@ -208,7 +213,7 @@ def test_a_model_that_learned_to_copy_has_prefix_matching_heads_and_a_positive_l
         tmp_path,
     )
     _, rows = read_run(tmp_path)
-    assert run.repeat.loss_drop > 1.0  # nats: the copy is predicted
+    assert run.measures["repeat_loss"]["loss_drop"] > 1.0  # nats: the copy is predicted
     assert max(r["prefix_matching"] for r in rows) > 0.3
 
 
@@ -230,7 +235,7 @@ def test_text_probe_reads_a_local_dataset_and_a_text_file_with_bytes(text_models
     with np.load(tmp_path / "bytes" / PER_SEQUENCE_FILE) as saved:
         window = saved["tokens"][0]
     assert bytes(window.astype(np.uint8).tolist()).decode("utf-8", errors="ignore") in txt.read_text()
-    assert as_bytes.text.tokenizer == "bytes"
+    assert as_bytes.measures["icl"]["tokenizer"] == "bytes"
 
 
 @pytest.mark.slow
