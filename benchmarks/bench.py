@@ -559,7 +559,7 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     forward, fastest of ``repeats`` alternations."""
     from transformers import AutoModelForCausalLM
 
-    from emergence.measures import massive_activations, value_drain
+    from emergence.measures import massive_activations, sink_importance, value_drain
     from emergence.recipe.ablation import metrics_per_sequence
     from emergence.recipe.capture import Architecture, PassOptions, Subject, register_attention, run_probe
 
@@ -569,23 +569,19 @@ def probe_pass_over_forward(path: str, n: int, repeats: int) -> dict:
     ).eval()
     arch = Architecture.of(ours)
     batch, baseline, batch_size = paper_probe(n)
-    sink_mechanism = (value_drain.ValueNorms, massive_activations.MassiveActivations)  # the measures it prices
-    variants = {
-        "probe_pass_s": {},
-        "probe_pass_without_sink_metric_s": {"sink_importance": False},
-        "probe_pass_without_sink_mechanism_s": {},
+    # each variant without the accumulators of the measures it prices
+    variants: dict[str, tuple[type, ...]] = {
+        "probe_pass_s": (),
+        "probe_pass_without_sink_metric_s": (sink_importance.FirstKeyImportance,),
+        "probe_pass_without_sink_mechanism_s": (value_drain.ValueNorms, massive_activations.MassiveActivations),
     }
     times: dict[str, list[float]] = {**{name: [] for name in variants}, "bare_forward_s": []}
     for _ in range(repeats):
-        for name, options in variants.items():
-            accumulators = [
-                a
-                for a in default_accumulators(ours, arch, batch)
-                if not (name == "probe_pass_without_sink_mechanism_s" and isinstance(a, sink_mechanism))
-            ]
+        for name, left_out in variants.items():
+            accumulators = [a for a in default_accumulators(ours, arch, batch) if not isinstance(a, left_out)]
             start = time.perf_counter()
-            options_ = PassOptions(baseline, n, **options)
-            run_probe(Subject(ours, arch, batch, batch_size), options_, metrics_per_sequence, accumulators)
+            options = PassOptions(baseline, n)
+            run_probe(Subject(ours, arch, batch, batch_size), options, metrics_per_sequence, accumulators)
             times[name].append(time.perf_counter() - start)
         start = time.perf_counter()
         forward(bare, batch, batch_size)
@@ -1277,7 +1273,10 @@ def dtype_model(arch: str, sharp: bool, seed: int = 0):
 
 
 def probe_measurements(model, n: int):
-    """``measurements.PassRecord`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``."""
+    """``PassRecord`` of the probe pass (T=DTYPE_SEQ_LEN, ids 10..DTYPE_VOCAB) over ``model``, and the
+    mean key-0 importance [layers, heads] (the ``sink_importance`` measure's column) of the same pass."""
+    from emergence import measures
+    from emergence.measures import sink_importance
     from emergence.recipe import spectral
     from emergence.recipe.ablation import metrics_per_sequence
     from emergence.recipe.capture import Architecture, PassOptions, Subject, run_probe
@@ -1286,10 +1285,14 @@ def probe_measurements(model, n: int):
 
     batch = make_probe_batch(n, DTYPE_SEQ_LEN, 10, DTYPE_VOCAB, 42)
     arch = Architecture.of(model)
-    cap = run_probe(
-        Subject(model, arch, batch, 50), PassOptions(baseline_positions(DTYPE_SEQ_LEN, 50), n), metrics_per_sequence
+    inputs = measures.MeasureInput(
+        model, arch.n_layers, arch.n_heads, batch, "synthetic", None, torch.device("cpu"), sink_importance.Settings()
     )
-    return PassRecord.of(cap, spectral.estimates(cap.gram, cap.total, cap.spectral_n), arch, batch.fingerprint())
+    sinks = sink_importance.FirstKeyImportance(inputs)
+    options = PassOptions(baseline_positions(DTYPE_SEQ_LEN, 50), n)
+    cap = run_probe(Subject(model, arch, batch, 50), options, metrics_per_sequence, [sinks])
+    record = PassRecord.of(cap, spectral.estimates(cap.gram, cap.total, cap.spectral_n), arch, batch.fingerprint())
+    return record, sinks.result().per_head[sink_importance.COLUMN]
 
 
 def relative_error(value: np.ndarray, reference: np.ndarray) -> dict:
@@ -1313,10 +1316,10 @@ def dtype_error(n: int) -> dict:
     for arch in DTYPE_ARCHS:
         for sharp in (False, True):
             model = dtype_model(arch, sharp)
-            reference = probe_measurements(model, n)
+            reference, reference_sinks = probe_measurements(model, n)
             ref_screen = screen_of(reference)
             for dtype in COMPARED_DTYPES:
-                m = probe_measurements(copy.deepcopy(model).to(getattr(torch, dtype)), n)
+                m, m_sinks = probe_measurements(copy.deepcopy(model).to(getattr(torch, dtype)), n)
                 scr = screen_of(m)
                 rows.append(
                     {
@@ -1326,7 +1329,7 @@ def dtype_error(n: int) -> dict:
                         "selectivity": relative_error(scr.sel, ref_screen.sel),
                         "pr": relative_error(m.pr, reference.pr),
                         "pr_entropy_rank": relative_error(m.entropy_rank, reference.entropy_rank),
-                        "sink_importance": relative_error(m.mean_sink_importance, reference.mean_sink_importance),
+                        "sink_importance": relative_error(m_sinks, reference_sinks),
                         "member_flips": int((scr.members != ref_screen.members).sum()),
                         "members_float32": int(ref_screen.members.sum()),
                         "circuit_flips": int((scr.induction_circuit != ref_screen.induction_circuit).sum()),

@@ -209,9 +209,6 @@ class ThresholdConfig:
     circuit: float = 50.0  # induction selectivity for the induction circuit
     # previous-token selectivity (and best class) for a task ablation's previous-token circuit (docs/tasks.md)
     prev_token_circuit: float = 100.0
-    # Gu et al.'s sink metric (emergence/recipe/sinks.py): a head is a sink on a sequence when key 0 gets
-    # more than this share of the attention of the queries that see it (absolute, not a ratio)
-    sink_epsilon: float = 0.3
 
 
 @dataclass

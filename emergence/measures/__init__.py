@@ -32,6 +32,7 @@ from emergence.measures import (
     massive_activations,
     prefix_matching,
     repeat_loss,
+    sink_importance,
     value_drain,
     weight_circuits,
 )
@@ -45,12 +46,14 @@ from emergence.measures.plugin import (
     MeasureResult,
     RunSeries,
     RunTrajectory,
+    SinkShare,
     TrainingData,
 )
 
 REGISTRY: dict[str, Measure] = {
     m.name: m
     for m in (
+        sink_importance.MEASURE,
         icl.MEASURE,
         repeat_loss.MEASURE,
         value_drain.MEASURE,
@@ -161,6 +164,16 @@ def series() -> list[tuple[str, RunSeries]]:
     return [(m.name, m.series) for m in REGISTRY.values() if m.series is not None]
 
 
+def sequence_arrays() -> list[str]:
+    """The per-sequence arrays (per_sequence.npz) the registry's measures write, in order."""
+    return [name for m in REGISTRY.values() for name in m.sequences]
+
+
+def sink_share() -> SinkShare | None:
+    """The sink definition a registry measure declares for the panel (the first); None: none does."""
+    return next((m.sink_share for m in REGISTRY.values() if m.sink_share is not None), None)
+
+
 def columns(measures: list[Measure] | None = None) -> list[Column]:
     """The per-head columns of ``measures`` (the registry's by default), in order."""
     return [c for m in (measures if measures is not None else REGISTRY.values()) for c in m.columns]
@@ -182,6 +195,7 @@ __all__ = [
     "MeasureResult",
     "RunSeries",
     "RunTrajectory",
+    "SinkShare",
     "TrainingData",
     "ColumnTrajectory",
     "chosen",
@@ -189,6 +203,8 @@ __all__ = [
     "crossings",
     "legacy_fields",
     "run_trajectories",
+    "sequence_arrays",
     "series",
+    "sink_share",
     "trajectories",
 ]

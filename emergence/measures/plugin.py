@@ -3,8 +3,9 @@
 A measure is one module with a ``MEASURE``: its name and version, what it needs of the run
 (``Need``), its settings (a dataclass the config's ``measures.<name>`` fills), the per-head columns
 it adds to heads.csv (and W&B's head table), the per-run fields it adds to summary.json's
-``measures[<name>]`` (each scalar logged to W&B as ``<name>/<field>``), and the trajectories the panel
-report draws of it over a model's checkpoints (``ColumnTrajectory``). It computes in one of two ways:
+``measures[<name>]`` (each scalar logged to W&B as ``<name>/<field>``), the per-sequence arrays it adds
+to per_sequence.npz, and what the panel report reads of it over a model's checkpoints (trajectories,
+crossings, a series, a sink definition). It computes in one of two ways:
 
 * ``accumulate``: an accumulator subscribed to the probe pass's hook sites (``recipe.sites``), which
   reduces minibatch by minibatch as the one forward pass runs, then gives its ``result()``;
@@ -53,6 +54,8 @@ class MeasureResult:
 
     per_head: dict[str, np.ndarray]  # heads.csv column -> [layers, heads] float64
     per_run: dict[str, Any]  # summary.json ``measures[<name>]``: field -> a JSON value (a number, a list, a dict)
+    # per_sequence.npz arrays (``Measure.sequences``): name -> [n, ...], one row per probe sequence
+    per_sequence: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,17 @@ class Crossing:
 
 
 @dataclass(frozen=True)
+class SinkShare:
+    """A second sink definition the panel follows beside the BOS fraction (``sinks_gu`` in its findings:
+    Sink_0 per revision and layer, F1-F3 under it, where the two disagree): the share of (sequence, layer,
+    head) whose value in the per-sequence ``array`` [n, layers, heads] exceeds the report's level
+    (``--sink-epsilon``), with its bootstrap over sequences."""
+
+    array: str  # one of the measure's ``sequences``
+    definition: str  # the share, in words
+
+
+@dataclass(frozen=True)
 class RunSeries:
     """A per-run number a measure declares for the panel's stages (F7): ``summary.json``
     ``measures[<name>][field]`` at each checkpoint, with its spread and why it failed (None: it did not)."""
@@ -178,6 +192,8 @@ class Measure:
     # its per-run fields from an old summary.json (schemas 2 and 3) that held them under other names; None:
     # none there (``RunSummary.read``)
     legacy: Callable[[dict], dict | None] | None = None
+    sequences: tuple[str, ...] = ()  # the per-sequence arrays it returns (per_sequence.npz, [n, ...])
+    sink_share: SinkShare | None = None  # a sink definition the panel follows (on ``sequences``)
     requires: tuple[str, ...] = ()  # modules of an optional extra it imports when it runs
     extra: str | None = None  # that extra's name: pip install -e ".[<extra>]"
 
@@ -193,12 +209,15 @@ class Measure:
         return self.accumulate is not None
 
     def checked(self, result: MeasureResult, shape: tuple[int, int]) -> MeasureResult:
-        """``result`` once it holds what the measure declares: its columns [layers, heads] and run fields."""
+        """``result`` once it holds what the measure declares: its columns [layers, heads], run fields and
+        per-sequence arrays."""
         columns = [c.name for c in self.columns]
-        if sorted(result.per_head) != sorted(columns) or sorted(result.per_run) != sorted(self.run_fields):
+        returned = (sorted(result.per_head), sorted(result.per_run), sorted(result.per_sequence))
+        declared = (sorted(columns), sorted(self.run_fields), sorted(self.sequences))
+        if returned != declared:
             raise RuntimeError(
-                f"measure {self.name!r} returned columns {sorted(result.per_head)} and fields "
-                f"{sorted(result.per_run)}; it declares {sorted(columns)} and {sorted(self.run_fields)}"
+                f"measure {self.name!r} returned columns, fields and per-sequence arrays {returned}; "
+                f"it declares {declared}"
             )
         wrong = [name for name, grid in result.per_head.items() if grid.shape != shape]
         if wrong:

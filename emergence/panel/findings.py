@@ -37,6 +37,7 @@ from typing import TypeVar, overload
 
 import numpy as np
 
+from emergence import measures
 from emergence.core.config import StatsConfig, ThresholdConfig
 from emergence.panel.records import (
     F1,
@@ -68,6 +69,7 @@ from emergence.panel.runs import Checkpoint, Trajectory
 from emergence.panel.task_findings import task_findings, task_reached
 from emergence.panel.token_axis import token_axes
 from emergence.panel.uncertainty import Replicates, bracket, first_crossing_probability, ratio_range, replicates
+from emergence.recipe import sinks
 from emergence.recipe.screen import CLASSES, DTYPE_RELATIVE_ERROR, class_thresholds, head_name, near_threshold
 from emergence.recipe.stats import NULL_RULES, interval
 
@@ -135,18 +137,20 @@ def recall(traj: Trajectory, class_threshold: float, circuit_threshold: float) -
 
 
 def sink_fractions(traj: Trajectory, epsilon: float) -> np.ndarray | None:
-    """Gu et al.'s Sink_0 share per revision, or None unless every revision measured key-0 importance."""
-    importances = [c.sink_importance for c in traj.checkpoints if c.sink_importance is not None]
-    if len(importances) != len(traj.checkpoints):
+    """Gu et al.'s Sink_0 share per revision, or None unless every revision measured key-0 importance
+    (``Checkpoint.sink_values``)."""
+    values = [v for c in traj.checkpoints if (v := c.sink_values()) is not None]
+    if len(values) != len(traj.checkpoints):
         return None
-    return np.array([(s > epsilon).mean() for s in importances])
+    return np.array([(s > epsilon).mean() for s in values])
 
 
-def _sink_importance(c: Checkpoint) -> np.ndarray:
+def _sink_values(c: Checkpoint) -> np.ndarray:
     """A checkpoint's key-0 importances [n, layers, heads], where every revision measured them
     (``sink_fractions`` is not None)."""
-    assert c.sink_importance is not None
-    return c.sink_importance
+    values = c.sink_values()
+    assert values is not None
+    return values
 
 
 def _spectral(c: Checkpoint) -> np.ndarray:
@@ -185,7 +189,7 @@ def milestone_reached(
     traj: Trajectory,
     class_threshold: float,
     circuit_threshold: float,
-    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+    sink_epsilon: float = sinks.EPSILON,
 ) -> dict[str, np.ndarray]:
     """``reached_by_revision`` of a trajectory at these thresholds, and a task trajectory's emergence
     (``task_reached``)."""
@@ -415,7 +419,7 @@ def second_sink_definition(
     (``fraction``, every revision having measured it), F1-F3 under it (``f3``: its milestones),
     and where the two definitions disagree (``bos``: the BOS fraction's F1-F3)."""
     per_layer = np.array(
-        [(_sink_importance(c) > epsilon).mean(axis=(0, 2)) for c in traj.checkpoints]
+        [(_sink_values(c) > epsilon).mean(axis=(0, 2)) for c in traj.checkpoints]
     )  # [revisions, layers]
     rep, ci = (None, StatsConfig.ci) if reps is None else (reps.sink_fraction, reps.ci)
     names = [c.revision for c in traj.checkpoints]
@@ -435,10 +439,11 @@ def second_sink_definition(
         if rep is None
         else f2_shape(fraction, names, rep, ci, record=SinkShape)
     )
+    share = measures.sink_share()
+    assert share is not None  # the checkpoints have its values
     return SinkFindings(
         epsilon=float(epsilon),
-        definition="share of (sequence, layer, head) whose key-0 importance (mean attention to key 0 over "
-        "every query that sees it) exceeds epsilon (Gu et al. 2024)",
+        definition=share.definition,
         revisions=rows,
         f1=f1,
         f2=f2,
@@ -536,7 +541,7 @@ def model_findings(
     class_threshold: float = ThresholdConfig.class_default,
     circuit_threshold: float = ThresholdConfig.circuit,
     reps: Replicates | None = None,
-    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+    sink_epsilon: float = sinks.EPSILON,
     refined: dict | None = None,
 ) -> ModelFindings:
     """F1-F5 of one trajectory, and the sink findings under Gu et al.'s definition where the runs
@@ -646,7 +651,7 @@ def panel_findings(
     class_threshold: float = ThresholdConfig.class_default,
     circuit_threshold: float = ThresholdConfig.circuit,
     intervals: bool = True,
-    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+    sink_epsilon: float = sinks.EPSILON,
     refined: dict[str, dict] | None = None,
 ) -> PanelFindings:
     """F1-F5 per trajectory (with the bootstrap where run directories allow it) and across seeds;

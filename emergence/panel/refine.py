@@ -51,6 +51,7 @@ from emergence.panel.runs import REFINE_FOLDER, REFINED_FILE, Trajectory, load_r
 from emergence.panel.stage_findings import RISE, series_reached
 from emergence.panel.task_findings import TASK_MILESTONES
 from emergence.panel.uncertainty import replicates
+from emergence.recipe import sinks
 from emergence.run.results import SUMMARY_FILE
 from emergence.run.sweep import FAILED_FILE
 
@@ -381,7 +382,7 @@ def refine(
     per_round: int = 1,
     scan: bool = False,
     overrides: Sequence[str] = (),
-    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+    sink_epsilon: float = sinks.EPSILON,
 ) -> dict:
     """Rounds until every milestone of every model is one interval (or has no bracket); returns
     and writes ``refined.json``."""
@@ -482,7 +483,7 @@ def main(argv=None) -> None:
     p.add_argument(
         "--sink-epsilon",
         type=float,
-        default=ThresholdConfig.sink_epsilon,
+        default=sinks.EPSILON,
         help="Gu et al.'s sink level for the sink_* milestones (default %(default)s)",
     )
     args = p.parse_intermixed_args(argv)  # overrides may come before or after the options

@@ -36,6 +36,7 @@ from emergence.panel.runs import (
     load_runs,
     shared_thresholds,
 )
+from emergence.recipe import sinks
 from emergence.run.tracking import check_login, tracked_run
 
 
@@ -66,7 +67,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--sink-epsilon",
         type=float,
-        default=ThresholdConfig.sink_epsilon,
+        default=sinks.EPSILON,
         help="Gu et al.'s sink level: key-0 importance above it counts as a sink (default %(default)s)",
     )
     p.add_argument(
@@ -107,7 +108,7 @@ def write_report(
     class_threshold: float,
     circuit_threshold: float,
     reference: bool,
-    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+    sink_epsilon: float = sinks.EPSILON,
     facts: SweepFacts = SweepFacts(),
 ) -> PanelFindings:
     """The report of the panel's ``trajectories`` in ``out``, with the sweeps' ``facts``."""

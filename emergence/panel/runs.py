@@ -22,6 +22,7 @@ from typing import cast
 
 import numpy as np
 
+from emergence import measures
 from emergence.core.config import ModelConfig, compose_config
 from emergence.hub.integrity import INTEGRITY_FILE, stored_verdicts
 from emergence.recipe.screen import CLASSES
@@ -52,7 +53,9 @@ class Checkpoint:
     sel: np.ndarray
     spectral: np.ndarray | None = None
     targets: np.ndarray | None = None  # [n, layers, heads, 7] per-sequence attentions (run directories only)
-    sink_importance: np.ndarray | None = None  # [n, layers, heads] Gu et al.'s key-0 importance (run directories)
+    # the measures' per-sequence arrays (per_sequence.npz, ``MeasureResult.per_sequence``) by name, [n, ...]
+    # (run directories only)
+    sequences: dict[str, np.ndarray] = field(default_factory=dict)
     run_dir: Path | None = None  # the run directory it was read from (run directories only)
     refined: bool = False  # analysed by ``python -m emergence.refine`` (a run under <sweep>/refine/), not the panel
     # What its run recorded (run directories; the reference study's data states the dtypes only)
@@ -68,6 +71,12 @@ class Checkpoint:
     measure_columns: dict[str, np.ndarray] = field(default_factory=dict)
     # the measures' per-run fields (summary.json ``measures``), by measure name (run directories)
     measure_fields: dict[str, dict] = field(default_factory=dict)
+
+    def sink_values(self) -> np.ndarray | None:
+        """[n, layers, heads]: the per-sequence values of the sink definition a measure declares
+        (``measures.sink_share``: Gu et al.'s key-0 importance); None where its run has none."""
+        share = measures.sink_share()
+        return None if share is None else self.sequences.get(share.array)
 
 
 @dataclass
@@ -218,16 +227,18 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
         first = "random" if summary.probe.first is None else summary.probe.first.kind  # before the field: the study's
         units.setdefault(panel, {})[revision] = "tokens" if summary.tokens is not None else "steps"
         first_tokens.setdefault(panel, {}).setdefault(first, []).append(revision)
-        arrays = {}
+        targets, sequences = None, {}
         if (run_dir / PER_SEQUENCE_FILE).exists():
             with np.load(run_dir / PER_SEQUENCE_FILE) as npz:
-                arrays = {name: npz[name] for name in ("targets", "sink_importance") if name in npz}
+                targets = npz["targets"] if "targets" in npz else None
+                sequences = {name: npz[name] for name in measures.sequence_arrays() if name in npz}
         by_model.setdefault(panel, {})[revision] = Checkpoint(
             revision,
             float(position),
             sel,
             spectral,
-            **arrays,
+            targets,
+            sequences,
             run_dir=run_dir,
             refined=refined,
             dtype=summary.dtype,

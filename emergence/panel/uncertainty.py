@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emergence.core.config import StatsConfig, ThresholdConfig
+from emergence.core.config import StatsConfig
 from emergence.panel.runs import Trajectory
+from emergence.recipe import sinks
 from emergence.recipe.screen import CLASSES
 from emergence.recipe.stats import interval, replicate_means, replicate_selectivity, resample_weights
 
@@ -62,7 +63,7 @@ def replicates(
     traj: Trajectory,
     class_threshold: float,
     circuit_threshold: float,
-    sink_epsilon: float = ThresholdConfig.sink_epsilon,
+    sink_epsilon: float = sinks.EPSILON,
     settings: StatsConfig = RUN_STATS,
 ) -> Replicates | None:
     """The bootstrap of a trajectory (``settings``: n_boot, ci, seed; the runs' defaults), or None
@@ -79,7 +80,7 @@ def replicates(
         n_ind.append((sel[..., INDUCTION] >= circuit_threshold).sum(axis=(1, 2)))
         ind.append(sel[..., INDUCTION])
     sink = None
-    importances = [c.sink_importance for c in traj.checkpoints if c.sink_importance is not None]
+    importances = [v for c in traj.checkpoints if (v := c.sink_values()) is not None]
     if len(importances) == len(traj.checkpoints):  # every revision measured them
         # a replicate's Sink_0 share is the resampled mean of each sequence's share of sink heads
         shares = np.stack([(s > sink_epsilon).mean(axis=(1, 2)) for s in importances], 1)

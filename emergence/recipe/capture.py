@@ -29,9 +29,6 @@ ask for. One of them is the screen's own, the ``Recorder``, which keeps only:
 
 * ``targets`` [n, layers, heads, 7]: attention from T-1 to each class's target
   position(s) and to the baseline positions (order: ``screen.CLASSES``, baseline);
-* ``sink_importance`` [n, layers, heads]: key 0's mean attention over every query that
-  sees it (Gu et al.'s sink metric, ``sinks``), from the softmax normaliser the attention
-  kernel computes anyway;
 * ``gram`` [layers, heads, d, d] and ``total`` [layers, heads, d] (float64): running
   sums of x x^T and x over the head outputs x at T-1 (the head's slice of the input to
   the output projection), which is all the spectral estimators need;
@@ -41,7 +38,8 @@ ask for. One of them is the screen's own, the ``Recorder``, which keeps only:
   reference null (``stats.null_positions``), the attention from T-1 to that draw's random
   position, summed over sequences.
 
-The registry's measures bring theirs (``emergence.measures``). On the text and repeat probes, a hook
+The registry's measures bring theirs (``emergence.measures``; Gu et al.'s key-0 importance is one,
+read off the softmax normaliser the attention kernel computes anyway). On the text and repeat probes, a hook
 on the output embeddings keeps the final hidden states and lets the model project T-1 alone;
 every token's loss then comes from them for all positions at once, over blocks of the vocabulary
 (``token_losses``), so the [b, T, vocabulary] logits never exist and W_U is read once per minibatch.
@@ -75,7 +73,6 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from emergence.core.errors import UsageError
-from emergence.recipe import sinks
 from emergence.recipe.probe import LOCAL_OFFSETS, ProbeBatch
 from emergence.recipe.screen import N_TARGETS
 from emergence.recipe.sites import SITES, Accumulator, AttentionCall, BatchSlice, Final, Reads, Site, softcapped
@@ -148,11 +145,11 @@ def attend(
 
 
 class Recorder(Accumulator):
-    """The screen's accumulator (see the module docstring): the targets, key 0's importance, the
-    spectral sums, the null's sums and, for mean ablation, the per-position sums.
+    """The screen's accumulator (see the module docstring): the targets, the spectral sums, the null's
+    sums and, for mean ablation, the per-position sums.
 
     Each layer's call keeps only what needs that layer's queries, keys and output: its last
-    query row [b, h, T], its head outputs at T-1 and its key-0 importances. ``end_batch``
+    query row [b, h, T] and its head outputs at T-1. ``end_batch``
     then reduces all layers of the minibatch at once (one gather for every target and null
     position), so the fixed cost of the reductions is paid once per minibatch, not per layer."""
 
@@ -162,11 +159,7 @@ class Recorder(Accumulator):
         arch, n, seq_len = subject.arch, subject.batch.n, subject.batch.seq_len
         n_layers, n_heads, head_dim = arch.n_layers, arch.n_heads, arch.head_dim
         null_positions = options.null_positions
-        self.reads = Reads(first_key=options.sink_importance)
         self.targets = torch.zeros(n, n_layers, n_heads, N_TARGETS, dtype=torch.float32)
-        self.sink_importance = (
-            torch.zeros(n, n_layers, n_heads, dtype=torch.float32) if options.sink_importance else None
-        )
         self.gram = torch.zeros(n_layers, n_heads, head_dim, head_dim, dtype=torch.float64, device=device)
         self.total = torch.zeros(n_layers, n_heads, head_dim, dtype=torch.float64, device=device)
         self.position_sum = (
@@ -201,7 +194,6 @@ class Recorder(Accumulator):
         self._take = 0  # this minibatch's sequences that enter the spectral sums (the first spectral_n overall)
         self._rows: list = [None] * n_layers  # this minibatch's per-layer pieces, reduced by end_batch
         self._last_out: list = [None] * n_layers
-        self._importance: list = [None] * n_layers
         self.finite = torch.ones((), dtype=torch.bool, device=device)  # checked once per minibatch
 
     def begin_batch(self, batch: BatchSlice) -> None:
@@ -217,14 +209,9 @@ class Recorder(Accumulator):
         self._read_at = torch.cat([ab[:, None] + 1, ab[:, None], self.fixed.expand(b, -1), draws], dim=1)
 
     def attention(self, layer: int, call: AttentionCall) -> None:
-        out, attention_mask = call.out, call.mask
+        out = call.out
         self._rows[layer] = call.last_query_row()
         self._last_out[layer] = out[: self._take, -1].to(torch.float64, copy=True)  # a copy: ``out`` itself can go
-        if self.sink_importance is not None:
-            assert call.to_key0 is not None  # our reads ask for it
-            self._importance[layer] = sinks.first_key_importance(
-                call.to_key0, None if attention_mask is None else attention_mask[..., 0]
-            )
         if self.position_sum is not None:
             self.position_sum[layer] += out.double().sum(0)
             self.finite &= torch.isfinite(out).all()  # the mean ablation reads every position
@@ -234,9 +221,7 @@ class Recorder(Accumulator):
         n_layers = len(self._rows)
         rows = torch.stack(self._rows, dim=1)  # [b, layers, heads, T]
         last_out = torch.stack(self._last_out, dim=1)  # [take, layers, heads, d]
-        # [b, layers, heads]
-        importance = None if self.sink_importance is None else torch.stack(self._importance, dim=1)
-        self._rows, self._last_out, self._importance = ([None] * n_layers for _ in range(3))  # the stacks hold them
+        self._rows, self._last_out = ([None] * n_layers for _ in range(2))  # the stacks hold them
         # The targets, null sums and spectral sums come from the rows and the T-1 outputs: a non-finite
         # value anywhere upstream (an earlier layer's output, at any position) reaches them.
         self.finite &= torch.isfinite(rows).all() & torch.isfinite(last_out).all()
@@ -253,9 +238,6 @@ class Recorder(Accumulator):
         )  # order: screen.CLASSES
         self.targets[self._start : self._start + b] = targets.cpu()
         self.null_sums += read[..., self._draw_cols].sum(0, dtype=torch.float64)
-        if importance is not None and self.sink_importance is not None:  # both or neither
-            self.finite &= torch.isfinite(importance).all()
-            self.sink_importance[self._start : self._start + b] = importance.cpu()
         if len(last_out):
             self.gram += torch.einsum("blhd,blhe->lhde", last_out, last_out)
             self.total += last_out.sum(0)
@@ -573,8 +555,6 @@ class Capture:
     """What one probe pass leaves: see the module docstring for shapes."""
 
     targets: Float[np.ndarray, "n layers heads 7"]  # float32
-    sink_importance: Float[np.ndarray, "n layers heads"] | None  # float32: key 0's mean attention over the queries that
-    # see it (None when not measured)
     gram: Float[np.ndarray, "layers heads d_head d_head"]  # float64
     total: Float[np.ndarray, "layers heads d_head"]  # float64
     spectral_n: int
@@ -637,7 +617,6 @@ class PassOptions:
     spectral_n: int  # the first this many sequences enter the spectral sums
     keep_position_means: bool = False  # every head output's per-position mean, for mean ablation
     null_positions: Int[np.ndarray, "draws n"] | None = None  # the reference null's random key positions
-    sink_importance: bool = True  # Gu et al.'s metric (the benchmark prices it by turning it off)
     # The positions (in 1..T-1) whose token's loss the pass computes from the final hidden states
     # (``sequence_losses``); None: none
     loss_positions: Int[np.ndarray, " positions"] | None = None
@@ -698,7 +677,6 @@ def run_probe(subject: Subject, options: PassOptions, score, accumulators: Seque
             hook.remove()
     return Capture(
         targets=rec.targets.numpy(),
-        sink_importance=None if rec.sink_importance is None else rec.sink_importance.numpy(),
         gram=rec.gram.cpu().numpy(),
         total=rec.total.cpu().numpy(),
         spectral_n=rec.spectral_n,

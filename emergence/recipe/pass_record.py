@@ -20,7 +20,6 @@ class PassRecord:
     """Per-head results of one probe pass. Arrays are [layers, heads, ...] unless said."""
 
     targets: Float[np.ndarray, "n layers heads 7"]  # float32: per-sequence attention from T-1 to the targets
-    sink_importance: Float[np.ndarray, "n layers heads"]  # float32: key 0's mean attention over the queries that see it
     null_sums: Float[np.ndarray, "layers heads draws"]  # the reference null's attention sums
     pr: Float[np.ndarray, "layers heads"]
     entropy_rank: Float[np.ndarray, "layers heads"]
@@ -40,11 +39,6 @@ class PassRecord:
         """[layers, heads, 7] float64 batch-mean attention to each target."""
         return sequence_mean(self.targets)
 
-    @property
-    def mean_sink_importance(self) -> np.ndarray:
-        """[layers, heads] float64 batch-mean key-0 importance."""
-        return sequence_mean(self.sink_importance)
-
     @classmethod
     def of(cls, cap, spectral_estimates: spectral.SpectralEstimates, arch, probe_fingerprint: str) -> PassRecord:
         """Reduce a probe pass (``capture.Capture``, scored with ``ablation.metrics_per_sequence``) and its
@@ -52,7 +46,6 @@ class PassRecord:
         clean_metrics = dict(zip(METRICS, cap.scores.mean(axis=0).tolist()))
         return cls(
             targets=cap.targets,
-            sink_importance=cap.sink_importance,
             null_sums=cap.null_sums,
             clean_loss=cap.scores[:, METRICS.index("loss")],
             position_losses=cap.position_losses,

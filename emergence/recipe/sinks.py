@@ -7,8 +7,8 @@ al. instead ask how much attention key 0 gets from *every* query that can see it
 
 (Q0: the queries whose mask lets them see key 0, all T of them in a causal layer without a
 sliding window), and count a (sequence, layer, head) as a sink when its importance exceeds
-an absolute level epsilon (0.3). The capture measures the importance per sequence in the
-probe pass (``first_key_importance``); ``sink_metric`` reduces it for a run.
+an absolute level epsilon (``EPSILON``, 0.3). The measure ``sink_importance`` keeps the importance per
+sequence in the probe pass (``first_key_importance``); ``sink_metric`` reduces it for a run.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import torch
 from emergence.core.config import StatsConfig
 from emergence.core.record import Record
 from emergence.recipe.stats import interval, replicate_means, resample_weights
+
+EPSILON = 0.3  # Gu et al.'s level: key 0's importance above it makes a sink
 
 
 def first_key_importance(to_key0: torch.Tensor, mask_key0: torch.Tensor | None) -> torch.Tensor:

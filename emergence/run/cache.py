@@ -1,7 +1,7 @@
 """Reuse: the probe pass's per-head measurements of a checkpoint, and each measure's results, cached on disk.
 
-Everything the screen, the spectral step and the intervals need (per-sequence attention to the targets
-and key 0's sink importance, the null's sums, both spectral estimators, the clean metrics) depends on
+Everything the screen, the spectral step and the intervals need (per-sequence attention to the targets,
+the null's sums, both spectral estimators, the clean metrics) depends on
 the checkpoint (the content of the weight files read, and its config), the probe, the null's draws, the
 dtype and this code, not on the thresholds or the bootstrap. Keyed by those, a threshold re-sweep
 (``-m threshold=paper,strict,lenient``) with ablation off runs no model at all.
@@ -37,9 +37,10 @@ MEASUREMENT_VERSION = 7
 
 
 # stored as arrays (an optional one only where measured); the rest as JSON
-ARRAYS = ("targets", "sink_importance", "null_sums", "pr", "entropy_rank", "clean_loss")
+ARRAYS = ("targets", "null_sums", "pr", "entropy_rank", "clean_loss")
 OPTIONAL_ARRAYS = ("position_losses",)
 COLUMN_PREFIX = "column__"  # a measure's per-head column in its entry
+SEQUENCE_PREFIX = "sequence__"  # a measure's per-sequence array in its entry
 
 
 def checkpoint_identity(src: checkpoints.Source, hf_config) -> dict | None:
@@ -95,12 +96,14 @@ def load_result(path: Path | None) -> MeasureResult | None:
         return None
     with np.load(path) as data:
         per_head = {k.removeprefix(COLUMN_PREFIX): data[k] for k in data.files if k.startswith(COLUMN_PREFIX)}
-        return MeasureResult(per_head, json.loads(str(data["per_run"])))
+        sequences = {k.removeprefix(SEQUENCE_PREFIX): data[k] for k in data.files if k.startswith(SEQUENCE_PREFIX)}
+        return MeasureResult(per_head, json.loads(str(data["per_run"])), sequences)
 
 
 def save_result(path: Path, result: MeasureResult) -> None:
     columns = {COLUMN_PREFIX + name: grid for name, grid in result.per_head.items()}
-    atomic_write_bytes(path, npz_bytes(**columns, per_run=json.dumps(result.per_run)))
+    sequences = {SEQUENCE_PREFIX + name: values for name, values in result.per_sequence.items()}
+    atomic_write_bytes(path, npz_bytes(**columns, **sequences, per_run=json.dumps(result.per_run)))
 
 
 def entry_of(cfg, identity: dict | None, dtype: str) -> str | None:

@@ -29,7 +29,6 @@ from emergence.hub.gguf import GgufHeader
 from emergence.recipe.ablation import AblationResult
 from emergence.recipe.probe import FirstToken
 from emergence.recipe.screen import BASELINE, CLASSES, DTYPE_RELATIVE_ERROR, UNCLASSIFIED, HeadClasses, head_name
-from emergence.recipe.sinks import SinkMetric
 from emergence.recipe.stats import DEGENERATE_BASELINE_SHARE, NullSummary, ScreenIntervals
 from emergence.recipe.tasks.ablation import sweep_text
 from emergence.recipe.tasks.step import TaskSummary
@@ -97,7 +96,6 @@ class HeadRow(Record):
     p_local_member: float
     null_p99: float  # the 99th percentile of its null selectivity (``stats.null_calibration``)
     degenerate_baseline: bool  # its baseline attention is degenerate (``stats.degenerate_baseline``)
-    sink_importance: float  # key 0's importance (``sinks``), the mean over sequences
     near_threshold: bool  # the run's dtype could flip its screen (``screen.near_threshold``)
     # The columns after the screen's: the task step's head scores (``probe.task``: ``TaskScreen.scores``), then
     # the chosen measures' (``emergence.measures``), column -> value
@@ -143,7 +141,6 @@ class HeadMeasures:
     mean_attention: Float[np.ndarray, "layers heads 7"]
     pr: Float[np.ndarray, "layers heads"]  # the participation ratio of the head's outputs at T-1
     entropy_rank: Float[np.ndarray, "layers heads"]  # their entropy effective rank
-    sink_importance: Float[np.ndarray, "layers heads"]  # key 0's importance (``sinks``) averaged over sequences
     # the columns after the screen's: the task step's scores, then the chosen measures' (``HeadRow.measure_columns``)
     measure_columns: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -153,9 +150,7 @@ class HeadMeasures:
         its task's scores (``TaskScreen.scores``; None: no task)."""
         measure_columns = dict(task_scores or {})
         measure_columns.update({column: grid for r in measure_results.values() for column, grid in r.per_head.items()})
-        return cls(
-            measured.mean_attention, measured.pr, measured.entropy_rank, measured.mean_sink_importance, measure_columns
-        )
+        return cls(measured.mean_attention, measured.pr, measured.entropy_rank, measure_columns)
 
 
 def head_rows(
@@ -171,7 +166,6 @@ def head_rows(
     (``stats.degenerate_baseline``: its selectivities are ratios over the softmax's far tail),
     ``near_threshold`` [layers, heads] whether the run's dtype could flip it (``screen.near_threshold``)."""
     mean_attention, pr, entropy_rank = measures.mean_attention, measures.pr, measures.entropy_rank
-    sink_importance = measures.sink_importance
     rows = []
     for layer in range(scr.n_layers):
         for head in range(scr.n_heads):
@@ -191,7 +185,6 @@ def head_rows(
             row.update({f"p_{c}_member": float(intervals.p_member[layer, head, i]) for i, c in enumerate(CLASSES)})
             row["null_p99"] = float(null_p99[layer, head])
             row["degenerate_baseline"] = bool(degenerate_baseline[layer, head])
-            row["sink_importance"] = float(sink_importance[layer, head])
             row["near_threshold"] = bool(near_threshold[layer, head])
             row["measure_columns"] = {name: float(grid[layer, head]) for name, grid in measures.measure_columns.items()}
             rows.append(HeadRow(**row))
@@ -202,7 +195,8 @@ SCHEMA_VERSION = 5  # summary.json's layout: bump when a field is renamed or cha
 # Schema 3 types the summary's parts as records, under schema 2's keys, and renames the toys'
 # icl_score copy_loss_drop (``RunSummary.read`` maps it): the report reads both.
 # Schema 4 moves the massive activations into ``measures``: a measure maps its old field (``Measure.legacy``);
-# schema 5 the text probe's ``text`` and the repeat probe's ``repeat`` (the measures ``icl``, ``repeat_loss``).
+# schema 5 the text probe's ``text``, the repeat probe's ``repeat`` and ``sink_metric`` (the measures ``icl``,
+# ``repeat_loss``, ``sink_importance``), and heads.csv's key-0 importance among the measures' columns.
 READABLE_SCHEMAS = (2, 3, 4, SCHEMA_VERSION)
 
 
@@ -311,7 +305,6 @@ class RunSummary(Record):
     bos_fraction: float  # share of heads that are bos members
     bos_fraction_ci: list[float]
     bos_per_layer: list[int]
-    sink_metric: SinkMetric  # Gu et al.'s Sink_eps
     induction_circuit: list[str]
     intervals: IntervalsSummary
     null: NullSummary  # the null calibration (``stats.NullCalibration``)
@@ -557,7 +550,7 @@ def dtype_differs(dtype: str, reference_dtype: str | None) -> bool:
 
 def write_run(out_dir: Path, rows: list[HeadRow], run_summary: RunSummary, per_sequence: dict | None = None) -> None:
     """heads.csv, per_sequence.npz (if given: the probe's per-sequence arrays by name, e.g.
-    ``targets`` [n, layers, heads, 7] and ``sink_importance`` [n, layers, heads] in float32, and
+    ``targets`` [n, layers, heads, 7] and the measures' (``MeasureResult.per_sequence``) in float32, and
     the token batch ``tokens`` [n, T] as it is), then summary.json."""
     if per_sequence is not None:
         arrays = {

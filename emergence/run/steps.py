@@ -26,7 +26,7 @@ from emergence.core.errors import UsageError
 from emergence.hub import checkpoints, integrity, revisions
 from emergence.hub.gguf import GgufHeader
 from emergence.measures.plugin import MeasureResult
-from emergence.recipe import ablation, capture, icl, probe, sinks, stats
+from emergence.recipe import ablation, capture, icl, probe, stats
 from emergence.recipe.pass_record import PassRecord
 from emergence.recipe.screen import CLASSES, Screened
 from emergence.recipe.tasks.batches import TaskBatch
@@ -413,7 +413,6 @@ def summarise(
     near = results.near_threshold_record(screened.near_threshold, loaded.dtype)
     intervals = results.intervals_summary(uncertainty.intervals, cfg.stats)
     versions = results.versions()
-    sink_metric = sinks.sink_metric(measured.sink_importance, cfg.threshold.sink_epsilon, cfg.stats)
     copy_loss_drop = toy_train.copy_loss_drop(cfg.model, revision.name)
     digest = loaded.config_digest  # the settings as asked, before any fitting
     return results.RunSummary(
@@ -450,7 +449,6 @@ def summarise(
         bos_fraction=scr.bos_fraction(),
         bos_fraction_ci=uncertainty.intervals.bos_fraction,
         bos_per_layer=scr.bos_per_layer(),
-        sink_metric=sink_metric,
         induction_circuit=scr.circuit_names(),
         intervals=intervals,
         null=null.as_summary(),
@@ -502,7 +500,7 @@ def write_outputs(
         atomic_write_text(out_dir / results.PROMPTS_FILE, loaded.task_batch.jsonl())
     per_sequence = {
         "targets": measured.targets,
-        "sink_importance": measured.sink_importance,
+        **{name: values for r in found.measures.results.values() for name, values in r.per_sequence.items()},
         "tokens": loaded.batch.tokens.numpy(),
     }
     if measured.position_losses is not None:

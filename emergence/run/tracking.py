@@ -155,7 +155,6 @@ def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
     metrics: dict[str, Any] = {
         "tokens": summary.tokens if summary.tokens is not None else -1,
         "bos_fraction": summary.bos_fraction,
-        "sink_fraction": summary.sink_metric.fraction,  # Gu et al.'s Sink_eps
         "n_induction": len(summary.induction_circuit),
         **{f"class_counts/{k}": v for k, v in summary.class_counts.items()},
     }

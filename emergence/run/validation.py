@@ -106,8 +106,6 @@ def validate(cfg: Config) -> None:
     for name, value in thresholds.items():
         if not (math.isfinite(value) and value > 0):  # NaN compares false: it would pass a bare "<= 0"
             _fail(name, value, "must be a finite number > 0")
-    if not 0 < t.sink_epsilon < 1:
-        _fail("threshold.sink_epsilon", t.sink_epsilon, "must be in (0, 1): a share of attention")
     if a.mode not in ABLATE_MODES:
         _fail("ablate.mode", a.mode, f"use one of {', '.join(ABLATE_MODES)}")
     for name in a.heads or []:

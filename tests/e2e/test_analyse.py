@@ -60,11 +60,11 @@ def test_heads_csv_agrees_with_an_independent_eager_implementation(arch, tiny_di
     assert summary.measures["weight_circuits"] == {"copying_heads": float((circuits["ov_copying"] >= 0.5).sum())}
     assert summary.architecture == arch
     assert summary.n_layers == 2 and summary.n_heads == 4 and summary.head_dim == x.shape[-1]
-    sinks = summary.sink_metric
-    assert sinks.epsilon == 0.3
-    assert abs(sinks.fraction - (importance > 0.3).mean()) <= 1 / importance.size  # one flip at most
-    assert sinks.fraction_ci[0] <= sinks.fraction <= sinks.fraction_ci[1]
-    assert len(sinks.per_layer) == 2
+    sinks = summary.measures["sink_importance"]
+    assert sinks["epsilon"] == 0.3
+    assert abs(sinks["fraction"] - (importance > 0.3).mean()) <= 1 / importance.size  # one flip at most
+    assert sinks["fraction_ci"][0] <= sinks["fraction"] <= sinks["fraction_ci"][1]
+    assert len(sinks["per_layer"]) == 2
 
 
 def test_summary_fields_and_ablation_of_a_forced_circuit(tiny_dirs, tmp_path):

@@ -43,6 +43,7 @@ def test_the_toy_panels_llc_stages_bracket_the_induction_onset(toy_panel, tmp_pa
     assert len(summaries) == 10
     for s in summaries:  # the panel's default measures came from the cache; the LLC alone was computed
         assert s["measure_sources"] == {
+            "sink_importance": "cache",
             "icl": "cache",
             "repeat_loss": "cache",
             "value_drain": "cache",

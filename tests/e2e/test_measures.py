@@ -97,6 +97,7 @@ def test_each_measure_is_cached_on_its_own(tiny_dirs, tmp_path, forwards, monkey
     forwards.clear()
     added = analyse(compose_config([*base, "measures=[default,attention_entropy]"]), tmp_path / "added")
     assert added.measure_sources == {
+        "sink_importance": "cache",
         "icl": "cache",
         "repeat_loss": "cache",
         "value_drain": "cache",
@@ -117,6 +118,7 @@ def test_each_measure_is_cached_on_its_own(tiny_dirs, tmp_path, forwards, monkey
     monkeypatch.setattr(checkpoints, "load_model", no_model)
     dropped = analyse(compose_config([*base, "~measures.prefix_matching"]), tmp_path / "dropped")
     assert dropped.measure_sources == {
+        "sink_importance": "cache",
         "icl": "cache",
         "repeat_loss": "cache",
         "value_drain": "cache",
@@ -156,8 +158,8 @@ def test_the_command_line_refuses_an_unknown_measure_in_one_line(tmp_path):
     done = run_cli("+measures.entropy.block=8", f"hydra.run.dir={tmp_path / 'run'}", *SMALL_RUN)
     assert done.returncode == 2
     assert last_line(done.stderr) == (
-        "error: measures.entropy: no such measure; use one of icl, repeat_loss, value_drain, prefix_matching, "
-        "weight_circuits, massive_activations, attention_entropy, llc "
+        "error: measures.entropy: no such measure; use one of sink_importance, icl, repeat_loss, value_drain, "
+        "prefix_matching, weight_circuits, massive_activations, attention_entropy, llc "
         "(or give your own with measures.entropy._target_=<module.MEASURE>)"
     )
     assert not (tmp_path / "run").exists()

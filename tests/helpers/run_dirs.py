@@ -39,7 +39,6 @@ def run_summary(**fields) -> RunSummary:
             "bos_fraction": 0.0,
             "bos_fraction_ci": [0.0, 0.0],
             "bos_per_layer": [],
-            "sink_metric": None,
             "induction_circuit": [],
             "intervals": None,
             "null": None,

@@ -6,6 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from emergence.core.config import StatsConfig
+from emergence.measures import MeasureInput, sink_importance
 from emergence.recipe import capture
 from emergence.recipe.ablation import METRICS, metrics_per_sequence
 from emergence.recipe.capture import (
@@ -17,7 +18,6 @@ from emergence.recipe.capture import (
     run_probe,
 )
 from emergence.recipe.probe import baseline_positions, make_probe_batch
-from emergence.recipe.sinks import sink_metric
 from tests.helpers.cli import run_fresh
 from tests.helpers.reference_impl import (
     OUT_PROJ,
@@ -57,19 +57,28 @@ def test_captured_attention_equals_eager_output_attentions(arch, tiny_dirs, prob
 @pytest.mark.parametrize("kernel_lse", [True, False], ids=["kernel-lse", "score-matrix"])
 def test_sink_importance_equals_eager_attention_to_key_0(arch, kernel_lse, tiny_dirs, probe_batch, monkeypatch):
     """Key 0's importance from every query (the kernel's log-sum-exp on a CPU; elsewhere, and with a
-    softcap, a transient score matrix) vs the column of the full eager pattern; the sink fraction
-    agrees to at most one (sequence, layer, head) at an epsilon between the tiny models' importances."""
+    softcap, a transient score matrix), as the ``sink_importance`` measure reads it in the pass, vs the
+    column of the full eager pattern; the sink fraction agrees to at most one (sequence, layer, head) at
+    an epsilon between the tiny models' importances."""
     monkeypatch.setattr(capture, "kernel_returns_lse", lambda query: kernel_lse)
     batch, baseline = probe_batch
     model = capture_model(tiny_dirs[arch])
-    cap = run_probe(Subject(model, Architecture.of(model), batch, 5), PassOptions(baseline, 12), metrics_per_sequence)
     expected = eager_sink_importance(eager_model(tiny_dirs[arch]), batch.tokens)
-    assert cap.sink_importance.shape == expected.shape == (12, 2, 4)
-    np.testing.assert_allclose(cap.sink_importance, expected, rtol=1e-5, atol=1e-5)
     epsilon = float(np.median(expected))  # half the (sequence, layer, head) above: the fraction is not trivial
-    ours = sink_metric(cap.sink_importance, epsilon, StatsConfig(n_boot=50))
-    assert abs(ours.fraction - (expected > epsilon).mean()) <= 1 / expected.size
-    assert ours.per_layer == pytest.approx((expected > epsilon).mean(axis=(0, 2)), abs=1 / (12 * 4))
+    arch_info = Architecture.of(model)
+    settings = sink_importance.Settings(epsilon=epsilon)
+    inputs = MeasureInput(model, 2, 4, batch, "synthetic", None, torch.device("cpu"), settings, stats=StatsConfig(50))
+    sinks = sink_importance.FirstKeyImportance(inputs)
+    run_probe(Subject(model, arch_info, batch, 5), PassOptions(baseline, 12), metrics_per_sequence, [sinks])
+    result = sink_importance.MEASURE.checked(sinks.result(), (2, 4))
+    importance = result.per_sequence["sink_importance"]
+    assert importance.shape == expected.shape == (12, 2, 4) and importance.dtype == np.float32
+    np.testing.assert_allclose(importance, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(result.per_head["sink_importance"], importance.astype(np.float64).mean(0))
+    ours = result.per_run
+    assert ours["epsilon"] == epsilon and abs(ours["fraction"] - (expected > epsilon).mean()) <= 1 / expected.size
+    assert ours["per_layer"] == pytest.approx((expected > epsilon).mean(axis=(0, 2)), abs=1 / (12 * 4))
+    assert ours["fraction_ci"][0] <= ours["fraction"] <= ours["fraction_ci"][1]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -48,8 +48,11 @@ def test_a_measure_declares_one_way_to_compute_and_returns_what_it_declares():
     with pytest.raises(TypeError, match="an accumulate, and only it, needs the pass"):
         Measure("m", 1, frozenset({"pass"}), (), (), (), compute=result)
     m = Measure("m", 1, frozenset({"weights"}), (Column("y", "why"),), (), (), compute=result)
-    with pytest.raises(RuntimeError, match=r"returned columns \['x'\]"):
+    with pytest.raises(RuntimeError, match=r"returned columns, fields and per-sequence arrays \(\['x'\], \[\], \[\]\)"):
         m.checked(result(None), (2, 3))
+    s = Measure("s", 1, frozenset({"weights"}), (Column("x", "x"),), (), (), compute=result, sequences=("per_seq",))
+    with pytest.raises(RuntimeError, match=r"it declares \(\['x'\], \[\], \['per_seq'\]\)"):
+        s.checked(result(None), (2, 3))
     n = Measure("n", 1, frozenset({"weights"}), (Column("x", "x"),), (), (), compute=result)
     with pytest.raises(RuntimeError, match=r"not \[layers, heads\] \(2, 4\)"):
         n.checked(result(None), (2, 4))

@@ -96,13 +96,7 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     targets = np.repeat(attention[None], 4, axis=0)
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     spectral = c.spectral if c.spectral is not None else np.full(c.sel.shape[:2], np.nan)
-    measures = HeadMeasures(
-        attention,
-        np.full(c.sel.shape[:2], np.nan),
-        spectral,
-        np.zeros(c.sel.shape[:2]),
-        measure_columns=c.measure_columns,
-    )
+    measures = HeadMeasures(attention, np.full(c.sel.shape[:2], np.nan), spectral, measure_columns=c.measure_columns)
     rows = head_rows(
         scr,
         measures,
@@ -362,7 +356,7 @@ def test_findings_json_reads_back_into_the_same_records():
     noisy = noisy_trajectory([1, 20, 32, 80], noise=1.0)
     rng = np.random.default_rng(2)
     for c in noisy.checkpoints:  # Gu et al.'s key-0 importance: the sink findings and their F2 record
-        c.sink_importance = rng.random((60, 2, 4)).astype(np.float32)
+        c.sequences = {"sink_importance": rng.random((60, 2, 4)).astype(np.float32)}
     findings = panel_findings({"noisy": noisy, "toy": toy_trajectory()}, 30.0, 50.0)
     written = json.loads(json.dumps(findings.to_json()))
     back = PanelFindings.from_json(written)
@@ -437,7 +431,8 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
         importance = np.full((n, 2, 4), 0.01)
         importance[:, 1] = np.clip(levels[r] + rng.normal(0, 0.02, size=(n, 4)), 0, 1)
         importance[:5, 0, 0] = 0.9 if r == 3 else 0.01  # a few sequences with a layer-0 sink at the end
-        c.sink_importance = importance = importance.astype(np.float32)  # as the capture and the files hold it
+        importance = importance.astype(np.float32)  # as the measure and the files hold it
+        c.sequences = {"sink_importance": importance}
         run_dir = root / c.revision
         scr = classify(c.sel, class_thresholds(30.0), 50.0)
         intervals = screen_intervals(c.targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=50))
@@ -446,7 +441,7 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
             run_dir,
             head_rows(
                 scr,
-                HeadMeasures(c.targets.mean(0), zeros, zeros, importance.mean(0)),
+                HeadMeasures(c.targets.mean(0), zeros, zeros, {"sink_importance": importance.mean(0)}),
                 intervals,
                 zeros,
                 degenerate,
@@ -456,10 +451,10 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
             {"targets": c.targets, "sink_importance": importance},
         )
     loaded = load_runs([root])["two"]
-    assert np.array_equal(loaded.checkpoints[3].sink_importance, traj.checkpoints[3].sink_importance)
+    assert np.array_equal(loaded.checkpoints[3].sink_values(), traj.checkpoints[3].sink_values())
     f = panel_findings({"two": loaded}, 30.0, 50.0).models["two"]
     g = f.sinks_gu
-    by_hand = [(c.sink_importance > 0.3).mean() for c in traj.checkpoints]
+    by_hand = [(c.sequences["sink_importance"] > 0.3).mean() for c in traj.checkpoints]
     assert [r.sink_fraction for r in g.revisions] == pytest.approx(by_hand)
     assert g.revisions[3].sink_per_layer == pytest.approx([5 / (n * 4), 1.0])
     assert g.f1.zero_sink_layers == [] and f.f1.zero_bos_layers == [0]

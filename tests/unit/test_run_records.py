@@ -14,7 +14,6 @@ from emergence.core.record import Record
 from emergence.main import analyse
 from emergence.recipe.ablation import AblationResult, ControlDraw, ControlSet, Effect, Metrics
 from emergence.recipe.probe import FirstToken
-from emergence.recipe.sinks import SinkMetric
 from emergence.recipe.stats import NullSummary
 from emergence.run.results import (
     HEAD_COLUMNS,
@@ -198,7 +197,10 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
         "task": None,
         "gguf": None,
         "probe_fit": None,
-        "measures": {"massive_activations": {"layers": layers, "top_ratio": max(r["ratio"] for r in layers)}},
+        "measures": {
+            "sink_importance": written["sink_metric"],
+            "massive_activations": {"layers": layers, "top_ratio": max(r["ratio"] for r in layers)},
+        },
         "probe": {
             **written["probe"],
             "task": None,
@@ -214,14 +216,15 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
         "measure_sources": {},
     }
     # its text and repeat probes' scores (None: a synthetic run) are the icl and repeat_loss measures' of today
-    del renamed["icl_score"], renamed["massive_activations"], renamed["text"], renamed["repeat"]
+    del renamed["icl_score"], renamed["massive_activations"], renamed["text"], renamed["repeat"], renamed["sink_metric"]
     assert summary.to_json() == renamed
     assert isinstance(summary.null, NullSummary) and summary.null.floor == written["null"]["floor"]
-    assert isinstance(summary.sink_metric, SinkMetric) and summary.probe.n_sequences == 16
+    assert summary.probe.n_sequences == 16
     assert summary.thresholds.circuit == 50.0 and summary.download.prefetched is False
     assert summary.intervals.class_counts == written["intervals"]["class_counts"]
-    # its value drain and prefix-matching columns read as the measures' of those names
-    assert len(rows) == 2 * 4 and list(rows[0]) == [*HEAD_COLUMNS, "value_norm_ratio", "prefix_matching"]
+    # its key-0 importance, value drain and prefix-matching columns read as the measures' of those names
+    assert len(rows) == 2 * 4
+    assert list(rows[0]) == [*HEAD_COLUMNS, "sink_importance", "value_norm_ratio", "prefix_matching"]
     assert is_done(VERSION_2_RUN, written["config_digest"], lambda: written["weights_sha256"])  # resume=true keeps it
 
     # As a toy's run: its copy loss drop under the old name reaches the report under the new one.
@@ -302,7 +305,8 @@ def test_the_toys_copy_loss_drop_reaches_w_and_b_under_its_name():
     plt.close(figure)
     assert run.summary["copy_loss_drop"] == 1.25 and "icl_score" not in run.summary
     heads = run.logged["heads"]  # the measures' columns after the screen's
-    assert heads.columns == [*HEAD_COLUMNS, "value_norm_ratio", "prefix_matching"] and len(heads.data) == len(rows)
+    assert heads.columns == [*HEAD_COLUMNS, "sink_importance", "value_norm_ratio", "prefix_matching"]
+    assert len(heads.data) == len(rows)
 
 
 def test_a_task_sweep_reaches_w_and_b_in_its_units():

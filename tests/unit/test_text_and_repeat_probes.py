@@ -136,7 +136,7 @@ def test_text_probe_losses_icl_score_sinks_and_mechanism_equal_the_models_own(ar
     assert set(summary.measures["repeat_loss"].values()) == {None}  # a repeat-probe measure
 
     importance = eager_sink_importance(model, tokens)  # Sink_eps on text, eager attention's
-    assert abs(summary.sink_metric.fraction - (importance > 0.3).mean()) <= 1 / importance.size
+    assert abs(summary.measures["sink_importance"]["fraction"] - (importance > 0.3).mean()) <= 1 / importance.size
     hidden, values = eager_residual_and_values(text_models[arch], arch, tokens)
     for record, h in zip(summary.measures["massive_activations"]["layers"], hidden):
         flat = np.sort(np.abs(h).reshape(len(h), -1), axis=1)
