@@ -179,7 +179,7 @@ def trajectory_table(revisions: list[dict], circuit_threshold: float) -> str:
     for i, r in enumerate(revisions):
         lines.append(
             f"| r{i} | {r['revision']} | {r['n_induction']} | {100 * r['bos_fraction']:.0f} | "
-            f"{r['copy_loss_drop']:.2f} |"
+            f"{r['run_values']['copy_loss_drop']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -33,6 +33,7 @@ from emergence.measures import (
     prefix_matching,
     repeat_loss,
     sink_importance,
+    training_copy_loss,
     value_drain,
     weight_circuits,
 )
@@ -44,6 +45,7 @@ from emergence.measures.plugin import (
     MeasureAccumulator,
     MeasureInput,
     MeasureResult,
+    RunColumn,
     RunSeries,
     RunTrajectory,
     SinkShare,
@@ -56,6 +58,7 @@ REGISTRY: dict[str, Measure] = {
         sink_importance.MEASURE,
         icl.MEASURE,
         repeat_loss.MEASURE,
+        training_copy_loss.MEASURE,
         value_drain.MEASURE,
         prefix_matching.MEASURE,
         weight_circuits.MEASURE,
@@ -149,6 +152,11 @@ def run_trajectories() -> list[tuple[str, RunTrajectory]]:
     return [(m.name, t) for m in REGISTRY.values() for t in m.run_trajectories]
 
 
+def run_columns() -> list[tuple[str, RunColumn]]:
+    """(measure name, a per-run number it shows per revision) over the registry, in order."""
+    return [(m.name, c) for m in REGISTRY.values() for c in m.run_columns]
+
+
 def legacy_fields(summary: dict) -> dict[str, dict]:
     """The registry's measures' fields an old summary.json (schemas 2 and 3) held under other names."""
     found = {}
@@ -194,6 +202,7 @@ __all__ = [
     "MeasureInput",
     "MeasureResult",
     "RunSeries",
+    "RunColumn",
     "RunTrajectory",
     "SinkShare",
     "TrainingData",
@@ -202,6 +211,7 @@ __all__ = [
     "columns",
     "crossings",
     "legacy_fields",
+    "run_columns",
     "run_trajectories",
     "sequence_arrays",
     "series",

@@ -69,6 +69,8 @@ class TrainingData:
 
     name: str  # what they are, for the run's record
     sample: Callable[[int, int], torch.Tensor]  # (sequences, seed) -> [sequences, T] int64 token ids
+    # what the training recorded at this checkpoint, by name (a toy's manifest: ``train_loss``, ``copy_loss_drop``)
+    recorded: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,17 @@ class RunTrajectory:
 
 
 @dataclass(frozen=True)
+class RunColumn:
+    """A per-run number the panel report shows per revision where measured (``summary.json``
+    ``measures[<name>][field]``): a column of report.md's revisions table, a panel of the per-revision figure
+    (trajectories.png) and findings.json's ``revisions[].run_values[field]``."""
+
+    field: str
+    label: str  # the column's and the panel's label
+    fmt: str = ".2f"  # the table's format of a value
+
+
+@dataclass(frozen=True)
 class Crossing:
     """A per-head milestone a measure declares: the first checkpoint where a head's ``column`` reaches
     ``level``. The panel's F6 orders it against the head's induction selectivity crossing."""
@@ -189,6 +202,7 @@ class Measure:
     crossings: tuple[Crossing, ...] = ()  # per-head milestones the panel places (F6)
     series: RunSeries | None = None  # a per-run number the panel finds stages in (F7)
     run_trajectories: tuple[RunTrajectory, ...] = ()  # per-run numbers the token axis draws
+    run_columns: tuple[RunColumn, ...] = ()  # per-run numbers the report shows per revision
     # its per-run fields from an old summary.json (schemas 2 and 3) that held them under other names; None:
     # none there (``RunSummary.read``)
     legacy: Callable[[dict], dict | None] | None = None

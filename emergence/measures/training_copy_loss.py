@@ -3,21 +3,21 @@
 The toys' training measures copying at every checkpoint it saves: the mean loss on the first copy of a
 random span minus on its second copy (nats, on a fixed batch of 64 spans; about 0 without in-context
 copying, large once induction heads copy), and keeps it in the panel's manifest. Per run,
-``copy_loss_drop``, read from there (``TrainingData.copy_loss_drop``); None for models whose training
-the tool does not know. The report's revisions table and per-revision figure show it, the token axis
-draws it. Runs before the registry held it as summary.json ``copy_loss_drop`` (``legacy``).
+``copy_loss_drop``, read from there (``TrainingData.recorded``); None for models whose training the tool
+does not know. The report's revisions table and per-revision figure show it (``RunColumn``). Runs before
+the registry held it as summary.json ``copy_loss_drop`` (``legacy``).
 """
 
 from __future__ import annotations
 
-from emergence.measures.plugin import Measure, MeasureInput, MeasureResult, RunTrajectory
+from emergence.measures.plugin import Measure, MeasureInput, MeasureResult, RunColumn
 
 FIELD = "copy_loss_drop"
 
 
 def recorded(inputs: MeasureInput) -> MeasureResult:
     data = inputs.training_data
-    return MeasureResult({}, {FIELD: None if data is None else data.copy_loss_drop})
+    return MeasureResult({}, {FIELD: None if data is None else data.recorded.get(FIELD)})
 
 
 def legacy(summary: dict) -> dict | None:
@@ -34,6 +34,6 @@ MEASURE = Measure(
     run_fields=(FIELD,),
     trajectories=(),
     compute=recorded,
-    run_trajectories=(RunTrajectory(key=FIELD, field=FIELD, label="copy loss drop (nats)", table=True),),
+    run_columns=(RunColumn(FIELD, "copy loss drop (nats)"),),
     legacy=legacy,
 )

@@ -198,14 +198,21 @@ def recall_vs_tokens(findings: PanelFindings, out: Path) -> Path | None:
     return _save(fig, out / "recall_vs_tokens.png")
 
 
+def _run_value(field: str) -> Callable[[RevisionRow], float | None]:
+    """A revision's per-run number ``field`` (``RevisionRow.run_values``); None where not measured."""
+    return lambda r: r.run_values.get(field)
+
+
 def trajectories(findings: PanelFindings, out: Path) -> Path:
-    """Per revision: induction heads, BOS fraction and (toy models) the copy loss drop."""
+    """Per revision: induction heads, BOS fraction and the measures' per-run numbers shown per revision
+    (``measures.run_columns``: the toys' copy loss drop), where measured."""
     panels = [
         (f"induction heads (>= {findings.thresholds.circuit:g}x)", lambda r: r.n_induction, lambda r: r.n_induction_ci),
         ("BOS fraction", lambda r: r.bos_fraction, lambda r: r.bos_fraction_ci),
     ]
-    if any(r.copy_loss_drop is not None for f in findings.models.values() for r in f.revisions):
-        panels.append(("copy loss drop (nats)", lambda r: r.copy_loss_drop, lambda r: None))
+    for _, col in measures.run_columns():
+        if any(r.run_values.get(col.field) is not None for f in findings.models.values() for r in f.revisions):
+            panels.append((col.label, _run_value(col.field), lambda r: None))
     fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.4 * len(panels)), sharex=True)
     for ax, (label, value, ci) in zip(axes, panels):
         for model, f in findings.models.items():

@@ -553,6 +553,7 @@ def model_findings(
     n_ind = induction_counts(traj, circuit_threshold)
     rec, topk = recall(traj, class_threshold, circuit_threshold)
     sink = sink_fractions(traj, sink_epsilon)
+    run_columns = measures.run_columns()
     rows = [
         RevisionRow(
             c.revision,
@@ -564,7 +565,7 @@ def model_findings(
             topk_recall=None if topk[i] is None else float(topk[i]),
             refined=c.refined,
             near_threshold=near_threshold_heads(c, class_threshold, circuit_threshold),
-            copy_loss_drop=c.copy_loss_drop,
+            run_values={col.field: (c.measure_fields.get(name) or {}).get(col.field) for name, col in run_columns},
             weights_sha256=c.weights_sha256,
             dtype=c.dtype,
             reference_dtype=c.reference_dtype,

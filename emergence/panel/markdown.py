@@ -8,6 +8,7 @@ input is the study's own data and it published numbers for that model, else None
 
 from __future__ import annotations
 
+from emergence import measures
 from emergence.panel import published
 from emergence.panel.records import (
     F1,
@@ -103,14 +104,16 @@ def header(findings: PanelFindings, reference: bool) -> list[str]:
 
 def revisions_table(rows: list[RevisionRow], study: str | None) -> list[str]:
     """Per revision: tokens, BOS fraction, induction heads, recall (the study's numbers beside them,
-    the toys' copy loss drop and the heads near a threshold where known)."""
+    the measures' per-run numbers shown per revision, ``measures.run_columns``, e.g. the toys' copy loss
+    drop, and the heads near a threshold where known)."""
     head = "| revision | tokens | BOS % | induction heads | recall | top-k recall |"
     sep = "|---|---|---|---|---|---|"
     if study:
         head += " published BOS % | published induction |"
         sep += "---|---|"
-    if any(r.copy_loss_drop is not None for r in rows):
-        head += " copy loss drop (nats) |"
+    shown = [col for _, col in measures.run_columns() if any(r.run_values.get(col.field) is not None for r in rows)]
+    for col in shown:
+        head += f" {col.label} |"
         sep += "---|"
     near = any(r.near_threshold is not None for r in rows)
     if near:
@@ -124,8 +127,9 @@ def revisions_table(rows: list[RevisionRow], study: str | None) -> list[str]:
         )
         if study and i < len(published.BOS_FRACTION[study]):
             row += f" {published.BOS_FRACTION[study][i]} | {published.N_INDUCTION[study][i]} |"
-        if r.copy_loss_drop is not None:
-            row += f" {r.copy_loss_drop:.2f} |"
+        for col in shown:
+            value = r.run_values.get(col.field)
+            row += " - |" if value is None else f" {value:{col.fmt}} |"
         if near:
             row += f" {_heads(r.near_threshold)} |"
         out.append(row)

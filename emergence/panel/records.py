@@ -55,7 +55,9 @@ class RevisionRow:
     topk_recall: float | None  # share of the final circuit among the k most induction-selective heads (k: its size)
     refined: bool  # analysed by ``python -m emergence.refine``, not one of the panel's revisions
     near_threshold: list[str] | None  # heads its dtype's rounding could move across a threshold; None: dtype unknown
-    copy_loss_drop: float | None = None  # the toy models' copy loss drop (nats, their summary.json's)
+    # the measures' per-run numbers the report shows per revision (``measures.run_columns``), by field; None:
+    # not measured (the toys' copy loss drop: other models)
+    run_values: dict[str, float | None] = field(default_factory=dict)
     weights_sha256: str | None = None  # fingerprint of the weights the run loaded
     dtype: str | None = None  # the dtype the run computed in
     reference_dtype: str | None = None  # the dtype the reference study ran this model in
@@ -470,7 +472,7 @@ class Transition:
     """One measure over one probe's panel of a model (``token_axis``): its value per revision, its
     largest change between adjacent revisions, and the first revision past half of that change."""
 
-    measure: str  # e.g. icl_score, prefix_matching_max (``token_axis.drawn``)
+    measure: str  # a key of ``token_axis.drawn``: a measure's per-run or column trajectory
     probe: str  # the probe.kind it was measured on
     revisions: list[str]
     tokens: list[float]

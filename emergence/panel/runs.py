@@ -62,7 +62,6 @@ class Checkpoint:
     dtype: str | None = None  # the dtype it was computed in
     reference_dtype: str | None = None  # the dtype the reference study ran its model in
     weights_sha256: str | None = None  # the fingerprint of the weights the run loaded
-    copy_loss_drop: float | None = None  # toy models' (nats)
     null: NullSummary | None = None  # the run's null calibration
     task: TaskSummary | None = None  # probe.task: the task's capability, screens and ablations
     name_or_path: str | None = None  # the checkpoint's repository (run directories)
@@ -244,7 +243,6 @@ def load_runs(paths: list[Path], spectral_estimator: str = "pr_entropy_rank") ->
             dtype=summary.dtype,
             reference_dtype=summary.reference_dtype,
             weights_sha256=summary.weights_sha256,
-            copy_loss_drop=summary.copy_loss_drop,
             null=summary.null,
             task=summary.task,
             name_or_path=summary.name_or_path,

@@ -192,11 +192,10 @@ def head_rows(
 
 
 SCHEMA_VERSION = 5  # summary.json's layout: bump when a field is renamed or changes meaning
-# Schema 3 types the summary's parts as records, under schema 2's keys, and renames the toys'
-# icl_score copy_loss_drop (``RunSummary.read`` maps it): the report reads both.
-# Schema 4 moves the massive activations into ``measures``: a measure maps its old field (``Measure.legacy``);
-# schema 5 the text probe's ``text``, the repeat probe's ``repeat`` and ``sink_metric`` (the measures ``icl``,
-# ``repeat_loss``, ``sink_importance``), and heads.csv's key-0 importance among the measures' columns.
+# Schema 3 types the summary's parts as records, under schema 2's keys. Schemas 4 and 5 move per-run
+# numbers of the run's own into ``measures`` (4: the massive activations; 5: the text and repeat probes'
+# scores, Sink_eps, the toys' copy loss drop, and heads.csv's key-0 importance among the measures'
+# columns): each registry measure reads its fields from an old summary (``Measure.legacy``).
 READABLE_SCHEMAS = (2, 3, 4, SCHEMA_VERSION)
 
 
@@ -312,8 +311,6 @@ class RunSummary(Record):
     spectral: SpectralSummary
     reused_measurements: bool  # the probe's measurements came from the cache
     ablation: AblationResult
-    # toy models: the training's copy loss drop at this checkpoint (nats, ``toy.train.copy_loss_drop``); None: others
-    copy_loss_drop: float | None
     config_digest: str
     timings: dict[str, float]  # seconds per step
     versions: dict[str, str]
@@ -333,8 +330,6 @@ class RunSummary(Record):
     @classmethod
     def read(cls, run_dir: Path) -> RunSummary:
         data = read_summary_json(run_dir)
-        if data["schema_version"] == 2:  # it named the toys' copy loss drop icl_score (Olsson's is ``text``'s)
-            data["copy_loss_drop"] = data.pop("icl_score", None)
         data["probe"].setdefault("loss_curve", "all")  # a run before the field measured every position
         if data["schema_version"] < SCHEMA_VERSION:  # fields the registry's measures hold now, under old names
             data["measures"] = {**measures.legacy_fields(data), **data.get("measures", {})}

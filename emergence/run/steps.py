@@ -298,14 +298,16 @@ class Measured:
     sources: dict[str, str]  # each one's: "cache", "pass" (computed in the probe pass) or "weights"
 
 
-def training_data(cfg: Config) -> measures.TrainingData | None:
-    """The training distribution, where the tool knows it: a toy's corpus, at steps no training reaches."""
+def training_data(cfg: Config, revision: checkpoints.Revision) -> measures.TrainingData | None:
+    """The training distribution, where the tool knows it: a toy's corpus, at steps no training reaches,
+    and what its training recorded at ``revision``."""
     recipe = cfg.model.toy
     if recipe is None:
         return None
     return measures.TrainingData(
         f"{cfg.model.key}'s training corpus (held-out steps from {toy_train.HELD_OUT_FIRST_STEP})",
         lambda n, seed: toy_train.held_out(recipe, n, seed),
+        toy_train.recorded(cfg.model, revision.name),
     )
 
 
@@ -325,7 +327,7 @@ def measure_input(loaded: Loaded, chosen: measures.Chosen, out_dir: Path | None 
         loaded.tokenizer,
         loaded.device,
         chosen.settings,
-        training_data(loaded.cfg),
+        training_data(loaded.cfg, loaded.revision),
         None if out_dir is None else out_dir / SCRATCH / chosen.name,
         p,
         loaded.cfg.stats,
@@ -413,7 +415,6 @@ def summarise(
     near = results.near_threshold_record(screened.near_threshold, loaded.dtype)
     intervals = results.intervals_summary(uncertainty.intervals, cfg.stats)
     versions = results.versions()
-    copy_loss_drop = toy_train.copy_loss_drop(cfg.model, revision.name)
     digest = loaded.config_digest  # the settings as asked, before any fitting
     return results.RunSummary(
         schema_version=results.SCHEMA_VERSION,
@@ -456,7 +457,6 @@ def summarise(
         spectral=results.SpectralSummary(n_sequences=measured.spectral_n),
         reused_measurements=loaded.cached is not None,
         ablation=ablated,
-        copy_loss_drop=copy_loss_drop,
         config_digest=digest,
         timings=timings,
         versions=versions,

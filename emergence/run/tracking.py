@@ -158,8 +158,6 @@ def checkpoint_metrics(summary: RunSummary, rows: list[dict], figure) -> dict:
         "n_induction": len(summary.induction_circuit),
         **{f"class_counts/{k}": v for k, v in summary.class_counts.items()},
     }
-    if summary.copy_loss_drop is not None:  # toy models
-        metrics["copy_loss_drop"] = summary.copy_loss_drop
     ablation = summary.ablation
     if ablation.effect:
         metrics.update({f"ablation/{k}": v for k, v in ablation.effect.to_json().items() if v is not None})

@@ -300,14 +300,17 @@ def _train_here(model_cfg, root: Path) -> dict:
     return manifest
 
 
-def copy_loss_drop(model_cfg, revision: str | None) -> float | None:
-    """A toy checkpoint's copy loss drop (``measure_copy_loss_drop``) from its training manifest
-    (None for other models)."""
+def recorded(model_cfg, revision: str | None) -> dict[str, float]:
+    """What a toy's training recorded at the checkpoint ``revision`` (its manifest): ``train_loss`` and
+    ``copy_loss_drop`` (``measure_copy_loss_drop``); empty for other models and checkpoints."""
     manifest = Path(model_cfg.name_or_path).expanduser() / MANIFEST
     if model_cfg.toy is None or not manifest.exists():
-        return None
+        return {}
     records = json.loads(manifest.read_text())["checkpoints"]
-    return next((c[MANIFEST_COPY_LOSS_DROP] for c in records if c["revision"] == revision), None)
+    entry = next((c for c in records if c["revision"] == revision), None)
+    if entry is None:
+        return {}
+    return {"train_loss": entry["train_loss"], "copy_loss_drop": entry[MANIFEST_COPY_LOSS_DROP]}
 
 
 def ensure_trained(model_cfg) -> None:

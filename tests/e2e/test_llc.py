@@ -46,6 +46,7 @@ def test_the_toy_panels_llc_stages_bracket_the_induction_onset(toy_panel, tmp_pa
             "sink_importance": "cache",
             "icl": "cache",
             "repeat_loss": "cache",
+            "training_copy_loss": "cache",
             "value_drain": "cache",
             "prefix_matching": "cache",
             "weight_circuits": "cache",

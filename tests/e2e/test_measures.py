@@ -100,6 +100,7 @@ def test_each_measure_is_cached_on_its_own(tiny_dirs, tmp_path, forwards, monkey
         "sink_importance": "cache",
         "icl": "cache",
         "repeat_loss": "cache",
+        "training_copy_loss": "cache",
         "value_drain": "cache",
         "prefix_matching": "cache",
         "weight_circuits": "cache",
@@ -121,6 +122,7 @@ def test_each_measure_is_cached_on_its_own(tiny_dirs, tmp_path, forwards, monkey
         "sink_importance": "cache",
         "icl": "cache",
         "repeat_loss": "cache",
+        "training_copy_loss": "cache",
         "value_drain": "cache",
         "weight_circuits": "cache",
         "massive_activations": "cache",
@@ -158,8 +160,8 @@ def test_the_command_line_refuses_an_unknown_measure_in_one_line(tmp_path):
     done = run_cli("+measures.entropy.block=8", f"hydra.run.dir={tmp_path / 'run'}", *SMALL_RUN)
     assert done.returncode == 2
     assert last_line(done.stderr) == (
-        "error: measures.entropy: no such measure; use one of sink_importance, icl, repeat_loss, value_drain, "
-        "prefix_matching, weight_circuits, massive_activations, attention_entropy, llc "
+        "error: measures.entropy: no such measure; use one of sink_importance, icl, repeat_loss, training_copy_loss, "
+        "value_drain, prefix_matching, weight_circuits, massive_activations, attention_entropy, llc "
         "(or give your own with measures.entropy._target_=<module.MEASURE>)"
     )
     assert not (tmp_path / "run").exists()

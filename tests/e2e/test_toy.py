@@ -182,7 +182,8 @@ def test_save_every_adds_checkpoints_without_changing_the_panel(tmp_path):
     dense.model.name_or_path = str(dense_root)
     summary = analyse(dense, tmp_path / "run")
     assert (summary.revision, summary.step, summary.tokens) == ("step3", 3, 3 * 32 * 128)
-    assert summary.copy_loss_drop == manifest["checkpoints"][3][MANIFEST_COPY_LOSS_DROP]
+    recorded = summary.measures["training_copy_loss"]["copy_loss_drop"]
+    assert recorded == manifest["checkpoints"][3][MANIFEST_COPY_LOSS_DROP]
 
 
 def test_missing_or_outdated_panel_is_retrained(tmp_path):
@@ -253,7 +254,7 @@ def test_the_real_default_finds_toy_neox_s_induction_circuit(toy_panel, tmp_path
     final = run("default")
     assert final["model"] == "toy_neox" and final["revision"] == "step2048"
     assert final["induction_circuit"], "the trained toy model has induction heads"
-    assert final["copy_loss_drop"] > 2  # and copies in context
+    assert final["measures"]["training_copy_loss"]["copy_loss_drop"] > 2  # and copies in context
     ab = final["ablation"]
     circuit_rise = ab["circuit"]["loss"] - ab["clean"]["loss"]
     control_rise = sum(r["metrics"]["loss"] for r in ab["controls"]) / len(ab["controls"]) - ab["clean"]["loss"]

@@ -46,7 +46,6 @@ def run_summary(**fields) -> RunSummary:
             "spectral": SpectralSummary(n_sequences=4),
             "reused_measurements": False,
             "ablation": AblationResult(False, "zero", 3.0, "adaptive", Metrics(0.0, 0.0, 0.0, 0.0)),
-            "copy_loss_drop": None,
             "config_digest": "hand-made",
             "timings": {},
             "versions": {},

@@ -180,9 +180,9 @@ def test_heads_csv_of_an_earlier_layout_reads_its_columns_after_the_screens(tmp_
 
 
 def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_path):
-    """Schema 3 types the parts schema 2 wrote as plain objects, under the same keys, and names the
-    toys' icl_score copy_loss_drop: a run directory of version 2 reads as the same JSON but for that
-    name, and the report reports it."""
+    """Schema 3 types the parts schema 2 wrote as plain objects, under the same keys; schemas 4 and 5 move
+    per-run numbers into ``measures``: a run directory of version 2 reads as the same JSON but for those,
+    now the measures' fields, and the report reports it."""
     written = json.loads((VERSION_2_RUN / SUMMARY_FILE).read_text())
     assert written["schema_version"] == 2 and "copy_loss_drop" not in written
     summary, rows = read_run(VERSION_2_RUN)
@@ -193,7 +193,6 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     layers = written["massive_activations"]
     renamed = {
         **written,
-        "copy_loss_drop": written["icl_score"],
         "task": None,
         "gguf": None,
         "probe_fit": None,
@@ -236,12 +235,14 @@ def test_a_version_2_run_directory_reads_as_typed_records_and_is_reported(tmp_pa
     assert res.returncode == 0, res.stderr[-2000:]
     findings = json.loads((tmp_path / "report" / "findings.json").read_text())
     (row,) = findings["models"]["local"]["revisions"]
-    assert (row["revision"], row["tokens"], row["null"], row["copy_loss_drop"]) == ("main", 1000, written["null"], 1.25)
+    assert (row["revision"], row["tokens"], row["null"]) == ("main", 1000, written["null"])
+    assert row["run_values"] == {"copy_loss_drop": 1.25}
     assert "copy loss drop (nats) |" in (tmp_path / "report" / "report.md").read_text()
 
 
-def test_a_version_4_summary_reads_its_text_and_repeat_scores_as_the_measures_of_those_names(tmp_path):
-    """Schema 5 moved summary.json's ``text`` and ``repeat`` into ``measures`` (``Measure.legacy``)."""
+def test_a_version_4_summary_reads_its_per_run_numbers_as_the_measures_of_today(tmp_path):
+    """Schema 5 moved summary.json's ``text``, ``repeat``, ``sink_metric`` and ``copy_loss_drop`` into
+    ``measures`` (``Measure.legacy``)."""
     text = {
         "loss_by_position": [None, 2.5, 2.0],
         "icl_positions": [1, 2],
@@ -252,10 +253,16 @@ def test_a_version_4_summary_reads_its_text_and_repeat_scores_as_the_measures_of
     }
     repeat = {"span": 4, "first_copy_loss": 3.0, "later_copy_loss": 1.0, "loss_drop": 2.0, "loss_drop_ci": [1.5, 2.5]}
     written = run_summary(model="m", revision="r", tokens=1, n_layers=1, n_heads=1).to_json()
+    sinks = {"epsilon": 0.3, "fraction": 0.25, "fraction_ci": [0.2, 0.3], "per_layer": [0.5, 0.0], "definition": "d"}
     for old in ({"text": text, "repeat": None}, {"text": None, "repeat": repeat}):
-        (tmp_path / SUMMARY_FILE).write_text(json.dumps({**written, "schema_version": 4, "measures": {}, **old}))
+        numbers = {**old, "sink_metric": sinks, "copy_loss_drop": 1.5}
+        (tmp_path / SUMMARY_FILE).write_text(json.dumps({**written, "schema_version": 4, "measures": {}, **numbers}))
         read = RunSummary.read(tmp_path)
-        assert read.measures == {name: v for name, v in (("icl", old["text"]), ("repeat_loss", old["repeat"])) if v}
+        assert read.measures == {
+            "sink_importance": sinks,
+            **{name: v for name, v in (("icl", old["text"]), ("repeat_loss", old["repeat"])) if v},
+            "training_copy_loss": {"copy_loss_drop": 1.5},
+        }
 
 
 def test_a_duplicates_summary_carries_the_schema_and_reads_under_the_same_rule(tmp_path):
@@ -299,11 +306,12 @@ def test_the_toys_copy_loss_drop_reaches_w_and_b_under_its_name():
 
     with open(VERSION_2_RUN / HEADS_FILE, newline="") as f:
         rows = [HeadRow.from_columns(r) for r in csv.DictReader(f)]
-    toy = replace(RunSummary.read(VERSION_2_RUN), copy_loss_drop=1.25)
+    read = RunSummary.read(VERSION_2_RUN)
+    toy = replace(read, measures={**read.measures, "training_copy_loss": {"copy_loss_drop": 1.25}})
     run, figure = Run(), plt.figure()
     log_checkpoint(run, toy, rows, figure)
     plt.close(figure)
-    assert run.summary["copy_loss_drop"] == 1.25 and "icl_score" not in run.summary
+    assert run.summary["training_copy_loss/copy_loss_drop"] == 1.25 and "icl_score" not in run.summary
     heads = run.logged["heads"]  # the measures' columns after the screen's
     assert heads.columns == [*HEAD_COLUMNS, "sink_importance", "value_norm_ratio", "prefix_matching"]
     assert len(heads.data) == len(rows)
