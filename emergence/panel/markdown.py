@@ -526,7 +526,7 @@ def task_section(model: str, t: TaskFindings) -> list[str]:
 
 
 def published_section(c: PublishedComparison) -> list[str]:
-    """Our final numbers beside the study's (``published_tasks.json``), its invalid rows named."""
+    """Our final numbers beside the study's (``published.json``), its invalid rows named."""
     out = [
         "",
         f"- **Beside the study** ({c.study_model} at {c.revision}; published values are the study's, "

@@ -17,11 +17,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from emergence.core.record import from_json, to_json
-from emergence.panel.published_tasks import SweepSummary
 from emergence.recipe.stats import NullSummary
 from emergence.recipe.tasks.ablation import ScreenSweep
 from emergence.recipe.tasks.matched_random import SeedSweep
 from emergence.recipe.tasks.metrics import MetricValue
+from emergence.recipe.tasks.published import SweepSummary
 
 
 @dataclass(frozen=True)
@@ -305,8 +305,8 @@ class HeadEntry:
 class PublishedRow:
     """One published ablation condition's metric beside ours at the same model's final revision."""
 
-    experiment: str  # the study's experiment (``published_tasks.Experiment``)
-    condition: str  # its condition name (``published_tasks.ConditionName``)
+    experiment: str  # the study's experiment (``published.Experiment``)
+    condition: str  # its condition name (``published.ConditionName``)
     metric: str
     published: float
     published_heads: list[str]  # the heads the study ablated, in its spec order
@@ -339,7 +339,7 @@ class PublishedSweep:
 
 @dataclass(frozen=True)
 class PublishedComparison:
-    """Our final numbers beside the study's (``published_tasks.json``) for one of its models."""
+    """Our final numbers beside the study's (``published.json``) for one of its models."""
 
     study_model: str  # pythia | olmo | olmoe
     revision: str  # the study's final revision, which our last one is

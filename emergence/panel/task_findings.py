@@ -15,7 +15,7 @@
   ablation against its distinct matched-random draws, with the verdict the run gave
   (``task.ablation.sweeps``, ``recipe.tasks.ablation.screen_sweep``).
 * Published: for one of the study's models (its repository) at the study's final revision, measured
-  on the study's own words (``task.words``), our final numbers beside ``published_tasks.json``'s,
+  on the study's own words (``task.words``), our final numbers beside ``published.json``'s,
   the invalid published rows marked.
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from emergence.panel.published_tasks import Ablation, PublishedTasks, load_published_tasks
 from emergence.panel.records import (
     CircuitOverlap,
     EmergenceLevel,
@@ -41,6 +40,7 @@ from emergence.panel.uncertainty import bracket
 from emergence.recipe.screen import CLASSES, head_name
 from emergence.recipe.tasks.ablation import ConditionResult, TaskAblation
 from emergence.recipe.tasks.metrics import SUMMARY_METRICS, TASKS, MetricValue
+from emergence.recipe.tasks.published import Ablation, PublishedTasks, load_published_tasks
 from emergence.recipe.tasks.step import TaskSummary
 
 BOS = CLASSES.index("bos")

@@ -305,7 +305,7 @@ class Uncertainty:
 def quantify_uncertainty(
     measured, screened: Screened, circuit_threshold: float, settings: StatsConfig, seq_len: int
 ) -> Uncertainty:
-    """The screen's uncertainty from the probe pass's ``measured`` (``measurements.PassRecord``):
+    """The screen's uncertainty from the probe pass's ``measured`` (``pass_record.PassRecord``):
     a bootstrap over sequences and the null's floor (``settings``: the run's ``StatsConfig``); a
     warning names the heads a threshold below the floor admits."""
     intervals = screen_intervals(measured.targets, screened.thresholds, circuit_threshold, settings)

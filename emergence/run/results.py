@@ -134,8 +134,9 @@ HEAD_COLUMNS = [HeadRow.JSON_NAMES.get(f.name, f.name) for f in fields(HeadRow) 
 
 
 @dataclass(frozen=True)
-class HeadMeasures:
-    """The per-head measurements a run writes beside the screen."""
+class HeadValues:
+    """The per-head values a run writes beside the screen's classes: the recipe's, then the task's and the
+    measures' columns."""
 
     # batch-mean attention to each target (``screen.CLASSES``, baseline)
     mean_attention: Float[np.ndarray, "layers heads 7"]
@@ -145,8 +146,8 @@ class HeadMeasures:
     measure_columns: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, measured, measure_results: dict, task_scores: dict[str, np.ndarray] | None = None) -> HeadMeasures:
-        """From a run's ``measurements.PassRecord``, its measures' results (``MeasureResult`` by name) and
+    def of(cls, measured, measure_results: dict, task_scores: dict[str, np.ndarray] | None = None) -> HeadValues:
+        """From a run's ``pass_record.PassRecord``, its measures' results (``MeasureResult`` by name) and
         its task's scores (``TaskScreen.scores``; None: no task)."""
         measure_columns = dict(task_scores or {})
         measure_columns.update({column: grid for r in measure_results.values() for column, grid in r.per_head.items()})
@@ -155,7 +156,7 @@ class HeadMeasures:
 
 def head_rows(
     scr: HeadClasses,
-    measures: HeadMeasures,
+    measures: HeadValues,
     intervals: ScreenIntervals,
     null_p99: np.ndarray,
     degenerate_baseline: np.ndarray,

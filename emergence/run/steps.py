@@ -482,7 +482,7 @@ def write_outputs(
     task_scores = found.task.screen.scores if found.task else None
     rows = results.head_rows(
         screened.classes,
-        results.HeadMeasures.of(measured, found.measures.results, task_scores),
+        results.HeadValues.of(measured, found.measures.results, task_scores),
         uncertainty.intervals,
         null.per_head_p99,
         null.degenerate,

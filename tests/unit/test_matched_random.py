@@ -2,7 +2,7 @@
 
 Screens (rank order) and their seed-123 MR specs are the study's published ablation rows (name
 movers, S-Inhibition, greater-than, successor, binding and the prev-token circuit; package data,
-``emergence/panel/published_tasks.json``); the 10-seed sweeps are the study's
+``emergence/recipe/tasks/published.json``); the 10-seed sweeps are the study's
 ``cross_architecture/results/matched_random_sweep/{pythia1b_ioi_nm,olmoe_gt}_mr_sweep.json`` (in its
 repository, ``skydancerosel/spectral-probe-circuits``). The procedure: docs/tasks.md, Ablations.
 """
@@ -107,7 +107,7 @@ def test_union_keeps_first_spec_layer_order_and_sorts_heads():
 def test_layers_of_gives_every_head_of_the_spec_layers():
     full = layers_of({13: [1], 10: [6, 5, 4], 11: [7]}, n_heads=8)
     assert list(full) == [13, 10, 11]
-    assert sum(len(h) for h in full.values()) == 24  # the study's "24h" upper bound (published_tasks.json)
+    assert sum(len(h) for h in full.values()) == 24  # the study's "24h" upper bound (published.json)
     assert full[10] == [0, 1, 2, 3, 4, 5, 6, 7]
 
 
@@ -193,7 +193,7 @@ def test_seed_sweep_against_the_study_pythia_name_movers():
     assert sweep.std == pytest.approx(4.049965680269105, rel=1e-9)
     assert sweep.min == pytest.approx(-6.000000238418579, rel=1e-9)
     assert sweep.max == pytest.approx(6.800001859664917, rel=1e-9)
-    assert sweep.ratio == pytest.approx(7.2 / 2.7, rel=1e-3)  # published_tasks.json's sweep: +7.2 vs +2.70
+    assert sweep.ratio == pytest.approx(7.2 / 2.7, rel=1e-3)  # published.json's sweep: +7.2 vs +2.70
 
 
 def test_seed_sweep_infinity_rule():

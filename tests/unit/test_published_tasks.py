@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from emergence.panel.published_tasks import DATA, Ablation, Condition, PublishedTasks, load_published_tasks
 from emergence.recipe.tasks.matched_random import MR_SEED, heads_of, matched_random, spec_from_ranking
+from emergence.recipe.tasks.published import DATA, Ablation, Condition, PublishedTasks, load_published_tasks
 
 MODELS = ("pythia", "olmo", "olmoe")
 METRICS = {

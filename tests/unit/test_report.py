@@ -19,7 +19,7 @@ from emergence.panel.sensitivity import GRID, dense
 from emergence.panel.uncertainty import replicates
 from emergence.recipe.screen import CLASSES, class_thresholds, classify
 from emergence.recipe.stats import screen_intervals
-from emergence.run.results import HeadMeasures, format_tokens, head_rows, write_run
+from emergence.run.results import HeadValues, format_tokens, head_rows, write_run
 from tests.helpers.run_dirs import run_summary
 
 REFERENCE = REFERENCE_DATA  # the study's per-head results, installed with the package (its SOURCE.md)
@@ -96,7 +96,7 @@ def write_checkpoint(run_dir: Path, c: Checkpoint, summary: dict) -> None:
     targets = np.repeat(attention[None], 4, axis=0)
     intervals = screen_intervals(targets, class_thresholds(30.0), 50.0, StatsConfig(n_boot=100))
     spectral = c.spectral if c.spectral is not None else np.full(c.sel.shape[:2], np.nan)
-    measures = HeadMeasures(attention, np.full(c.sel.shape[:2], np.nan), spectral, measure_columns=c.measure_columns)
+    measures = HeadValues(attention, np.full(c.sel.shape[:2], np.nan), spectral, measure_columns=c.measure_columns)
     rows = head_rows(
         scr,
         measures,
@@ -442,7 +442,7 @@ def test_sinks_two_ways_from_run_directories(tmp_path):
             run_dir,
             head_rows(
                 scr,
-                HeadMeasures(c.targets.mean(0), zeros, zeros, {"sink_importance": importance.mean(0)}),
+                HeadValues(c.targets.mean(0), zeros, zeros, {"sink_importance": importance.mean(0)}),
                 intervals,
                 zeros,
                 degenerate,

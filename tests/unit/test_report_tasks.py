@@ -13,7 +13,6 @@ import pytest
 from emergence.core.config import PanelEntry
 from emergence.panel import figures
 from emergence.panel.findings import milestone_reached, panel_findings
-from emergence.panel.published_tasks import DATA as PUBLISHED_FILE
 from emergence.panel.records import PanelFindings
 from emergence.panel.refine import plan_model
 from emergence.panel.report import main as report_main
@@ -22,6 +21,7 @@ from emergence.recipe.screen import CLASSES
 from emergence.recipe.tasks.ablation import ConditionResult, TaskAblation, screen_sweep
 from emergence.recipe.tasks.batches import TaskWords
 from emergence.recipe.tasks.metrics import SUMMARY_METRICS, MetricValue, TaskMetrics
+from emergence.recipe.tasks.published import DATA as PUBLISHED_FILE
 from emergence.recipe.tasks.step import TaskSummary
 from emergence.run.results import task_lines
 from tests.unit.test_report import write_checkpoint
@@ -357,7 +357,7 @@ def study_run(
 
 
 def published_rows(model: str, task: str) -> list[tuple]:
-    """(experiment, condition, metric, value, valid) of published_tasks.json, read as plain JSON, for
+    """(experiment, condition, metric, value, valid) of published.json, read as plain JSON, for
     the metrics the task measures."""
     data = json.loads(PUBLISHED_FILE.read_text())
     return [

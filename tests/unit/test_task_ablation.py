@@ -12,7 +12,6 @@ import torch
 
 from emergence.core.config import AblateConfig, StatsConfig, ThresholdConfig
 from emergence.core.errors import UsageError
-from emergence.panel.published_tasks import load_published_tasks
 from emergence.recipe.ablation import ablating, head_mask
 from emergence.recipe.screen import CLASSES
 from emergence.recipe.tasks.ablation import (
@@ -40,6 +39,7 @@ from emergence.recipe.tasks.metrics import (
     chance_top1,
     task_metrics,
 )
+from emergence.recipe.tasks.published import load_published_tasks
 from emergence.recipe.verdict import decided
 from tests.helpers.task_reference import TINY_ARCHS
 from tests.unit.test_task_pass import (

@@ -1,6 +1,6 @@
 """The reference study's published task results at the final checkpoints, as typed records.
 
-``published_tasks.json`` (package data beside this module) holds what the study's
+``published.json`` (package data beside this module) holds what the study's
 ``cross_architecture/results/`` files report for Pythia-1B, OLMo-1B-0724 and OLMoE-1B-7B at their
 final checkpoints, as its protocol notes quote them (3 to 4 significant digits):
 
@@ -33,7 +33,7 @@ from typing import Literal
 
 from emergence.core.record import Record
 
-DATA = Path(__file__).with_name("published_tasks.json")
+DATA = Path(__file__).with_name("published.json")
 
 ModelKey = Literal["pythia", "olmo", "olmoe"]
 # the task whose batch a row was measured on; "induction" is the synthetic induction batch
@@ -135,5 +135,5 @@ class PublishedTasks(Record):
 
 @functools.cache
 def load_published_tasks() -> PublishedTasks:
-    """The package's ``published_tasks.json`` as records (read once)."""
+    """The package's ``published.json`` as records (read once)."""
     return PublishedTasks.from_json(json.loads(DATA.read_text()))
