@@ -15,7 +15,15 @@ from dataclasses import fields
 import numpy as np
 import torch
 
-from emergence.measures.plugin import Measure, MeasureAccumulator, MeasureInput, MeasureResult, RunTrajectory
+from emergence.core.record import Record
+from emergence.measures.plugin import (
+    Measure,
+    MeasureAccumulator,
+    MeasureInput,
+    MeasureResult,
+    ProbeKind,
+    RunTrajectory,
+)
 from emergence.recipe import icl, text
 from emergence.recipe.sites import Final
 
@@ -23,11 +31,15 @@ FIELDS = tuple(f.name for f in fields(icl.TextScores))
 
 
 class PositionLosses(MeasureAccumulator):
-    """The ``final`` site's per-token losses of every sequence, [n, T-1] float32 (on ``probe``'s runs only)."""
+    """The ``final`` site's per-token losses of every sequence, [n, T-1] float32, on the runs of ``probe``
+    only; its result is ``scores`` of them (a record of the ``field_names``), each field None on other probes."""
 
-    def __init__(self, inputs: MeasureInput, probe: str):
+    probe: ProbeKind
+    field_names: tuple[str, ...]
+
+    def __init__(self, inputs: MeasureInput):
         self.inputs = inputs
-        self.reading = inputs.probe_kind == probe
+        self.reading = inputs.probe_kind == self.probe
         if self.reading:
             self.sites = frozenset({"final"})
         self.losses: list[torch.Tensor] = []
@@ -36,23 +48,23 @@ class PositionLosses(MeasureAccumulator):
         assert final.losses is not None  # the text and repeat probes' passes compute them
         self.losses.append(final.losses.cpu())
 
-    def all_losses(self) -> np.ndarray:
-        return torch.cat(self.losses).numpy()
-
-
-class TextLosses(PositionLosses):
-    def __init__(self, inputs: MeasureInput):
-        super().__init__(inputs, "text")
+    def scores(self, losses: np.ndarray) -> Record:
+        raise NotImplementedError
 
     def result(self) -> MeasureResult:
         if not self.reading:
-            return MeasureResult({}, dict.fromkeys(FIELDS))
+            return MeasureResult({}, dict.fromkeys(self.field_names))
+        return MeasureResult({}, self.scores(torch.cat(self.losses).numpy()).to_json())
+
+
+class TextLosses(PositionLosses):
+    probe = "text"
+    field_names = FIELDS
+
+    def scores(self, losses: np.ndarray) -> Record:
         p, inputs = self.inputs.probe, self.inputs
         assert inputs.tokenizer is not None  # the text probe's (``batches.probe_batch``)
-        scores = icl.text_scores(
-            self.all_losses(), list(p.icl_positions), inputs.stats, text.source_name(p), inputs.tokenizer
-        )
-        return MeasureResult({}, scores.to_json())
+        return icl.text_scores(losses, list(p.icl_positions), inputs.stats, text.source_name(p), inputs.tokenizer)
 
 
 def legacy(summary: dict) -> dict | None:

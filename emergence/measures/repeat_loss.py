@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+import numpy as np
+
+from emergence.core.record import Record
 from emergence.measures.icl import PositionLosses
-from emergence.measures.plugin import Measure, MeasureInput, MeasureResult, RunTrajectory
+from emergence.measures.plugin import Measure, RunTrajectory
 from emergence.recipe import icl
 from emergence.recipe.probe import RepeatLayout
 
@@ -21,14 +24,11 @@ FIELDS = tuple(f.name for f in fields(icl.RepeatScores))
 
 
 class RepeatLosses(PositionLosses):
-    def __init__(self, inputs: MeasureInput):
-        super().__init__(inputs, "repeat")
+    probe = "repeat"
+    field_names = FIELDS
 
-    def result(self) -> MeasureResult:
-        if not self.reading:
-            return MeasureResult({}, dict.fromkeys(FIELDS))
-        layout = RepeatLayout(self.inputs.batch.seq_len)
-        return MeasureResult({}, icl.repeat_scores(self.all_losses(), layout, self.inputs.stats).to_json())
+    def scores(self, losses: np.ndarray) -> Record:
+        return icl.repeat_scores(losses, RepeatLayout(self.inputs.batch.seq_len), self.inputs.stats)
 
 
 def legacy(summary: dict) -> dict | None:
