@@ -89,7 +89,10 @@ class ToyRecipe:
     clip_qkv: float | None = None
     n_experts: int = 8  # olmoe only
     experts_per_token: int = 2  # olmoe only
-    numerics: str = "native"  # native | portable: kernels, MKL branch, threads pinned (emergence/toy/repro.py)
+    # portable: kernels, MKL branch and threads pinned, the same bits on any x86 CPU with AVX2; native: this
+    # machine's own, faster, its own bits (emergence/toy/repro.py)
+    numerics: str = "portable"
+    threads: int = 2  # a portable training's threads: they move its bits (native: the process's own)
     # The task toy (emergence/toy/task_corpus.py): the share of each batch that is runs of task sentences
     # (IOI, greater-than, successor, variable binding), and the tokenizer that writes them as ids (words:
     # emergence/toy/words.py, saved with every checkpoint). Both or neither: the defaults are the other toys'.

@@ -17,8 +17,8 @@ from pathlib import Path
 from emergence.core.config import compose_config
 from emergence.core.errors import CommandParser, UsageError
 from emergence.hub.series import MANIFEST
-from emergence.toy.repro import LOSSES, compare_to_documented, compare_trainings, document, documented_panels
-from emergence.toy.train import ensure_trained, train, weights_recipe
+from emergence.toy.repro import LOSSES, compare_trainings, document
+from emergence.toy.train import against_documented, ensure_trained, train, weights_recipe
 from emergence.toy.validation import validate_recipe
 
 DEFAULT_TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
@@ -80,13 +80,11 @@ def main(argv: list[str] | None = None) -> None:
             train(cfg.model)
         else:
             ensure_trained(cfg.model)
-        manifest = json.loads((Path(cfg.model.name_or_path).expanduser() / MANIFEST).read_text())
-        weights = weights_recipe(asdict(recipe))
         print(f"{key}: {cfg.model.name_or_path}")
-        # Against the documented panels as they are now, not as they were when this panel was trained.
-        print(f"  {compare_to_documented(manifest, weights, documented_panels())['message']}")
+        print(f"  {against_documented(cfg.model)['message']}")
         if args.document:
-            print(f"  documented in {document(manifest, weights)}")
+            manifest = json.loads((Path(cfg.model.name_or_path).expanduser() / MANIFEST).read_text())
+            print(f"  documented in {document(manifest, weights_recipe(asdict(recipe)))}")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ code branch oneMKL runs its matrix products on (which it picks per CPU, also by 
 ``documented_panels.json`` (sha256 of every checkpoint) and says how it differs.
 
 ``numerics: portable`` (the recipe's option) trains in a fresh process with every one of these
-pinned (``PORTABLE_ENV``, ``PORTABLE_THREADS``): ATen's AVX2 kernels (any x86 CPU since about
-2015), oneMKL's COMPATIBLE branch (SSE2 without the rcpps/rsqrtps instructions, whose results
-differ between CPU vendors; STRICT: the same result for any thread count and data alignment),
-and one thread. ``numerics: native`` trains in the calling process with what it has.
+pinned (``PORTABLE_ENV`` and the recipe's ``threads``): ATen's AVX2 kernels (any x86 CPU since
+about 2015), oneMKL's COMPATIBLE branch (SSE2 without the rcpps/rsqrtps instructions, whose
+results differ between CPU vendors; STRICT: the same result for any thread count and data
+alignment), and the thread count, which still moves ATen's reductions. ``numerics: native``
+trains in the calling process with what it has.
 docs/toy-reproducibility.md has the measurements.
 """
 
@@ -26,8 +27,7 @@ from pathlib import Path
 import torch
 
 PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE,STRICT"}
-PORTABLE_THREADS = 1
-PORTABLE = {"cpu_capability": "AVX2", "mkl_cbwr": "COMPATIBLE,STRICT", "threads": PORTABLE_THREADS}
+PORTABLE = {"cpu_capability": "AVX2", "mkl_cbwr": "COMPATIBLE,STRICT"}  # and the recipe's threads
 DOCUMENTED = Path(__file__).with_name("documented_panels.json")
 LOSSES = "losses.tsv"  # beside the manifest: step, training loss of that step's batch (before its update)
 # What decides the bits, in the order a difference is reported; "cpu" matters only through the others.
@@ -114,9 +114,10 @@ def environment(numerics: str = "native") -> dict:
     }
 
 
-def is_portable(env: dict) -> bool:
-    """The process already runs with the pinned numerics (so a portable training needs no new process)."""
-    return all(env.get(k) == v for k, v in PORTABLE.items())
+def is_portable(env: dict, threads: int) -> bool:
+    """The process already runs with the pinned numerics on ``threads`` threads (so a portable training
+    needs no new process)."""
+    return env.get("threads") == threads and all(env.get(k) == v for k, v in PORTABLE.items())
 
 
 def sha256_file(path: Path) -> str:

@@ -8,7 +8,7 @@ per-step training losses go to ``losses.tsv``; the manifest (``manifest.json``: 
 step, tokens seen, training loss, copy loss drop (under its first name, ``icl_score``) and the
 sha256 of its weights; the recipe; the numerical environment of the training; whether it
 reproduces a documented panel) is written last, so a directory with a manifest holds a complete
-panel. ``model.toy.numerics=portable`` trains in a fresh process with the kernels, oneMKL branch
+panel. ``model.toy.numerics=portable`` (the default) trains in a fresh process with the kernels, oneMKL branch
 and threads pinned (``emergence/toy/repro.py``).
 """
 
@@ -23,6 +23,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 import torch
 from omegaconf import OmegaConf
@@ -160,17 +161,21 @@ def checkpoints_to_save(model_cfg) -> list[PanelEntry]:
 
 # Recipe fields added after panels were trained and documented, at the value every earlier panel had: a
 # weights recipe leaves them out at that value, so earlier manifests and documented panels still match.
-LATER_FIELDS = {"task_fraction": 0.0, "tokenizer": None, "home_city_share": 0.0}
+LATER_FIELDS = {"task_fraction": 0.0, "tokenizer": None, "home_city_share": 0.0, "threads": 1}
 
 
 def weights_recipe(recipe: dict) -> dict:
     """What determines the weights: a recipe (as a dict) without ``save_every``, which only adds checkpoints,
     and without the ``LATER_FIELDS`` at their earlier value (a manifest from before ``numerics`` existed
-    was trained natively)."""
-    return {
+    was trained natively); a native training's ``threads`` are the process's own (its environment), not
+    the recipe's."""
+    weights = {
         "numerics": "native",
         **{k: v for k, v in recipe.items() if k != "save_every" and not (k in LATER_FIELDS and v == LATER_FIELDS[k])},
     }
+    if weights["numerics"] == "native":
+        weights.pop("threads", None)
+    return weights
 
 
 def is_complete(root: Path, model_cfg) -> bool:
@@ -190,12 +195,20 @@ def train(model_cfg, root: Path | None = None) -> dict:
     panel reproduces the documented one (``repro.compare_to_documented``)."""
     recipe = model_cfg.toy
     root = Path(root or model_cfg.name_or_path).expanduser()
-    if recipe.numerics == "portable" and not repro.is_portable(repro.environment()):
+    if recipe.numerics == "portable" and not repro.is_portable(repro.environment(), recipe.threads):
         manifest = _train_in_portable_process(model_cfg, root)
     else:
         manifest = _train_here(model_cfg, root)
-    log.info(manifest["documented"]["message"])
+    documented = manifest["documented"]
+    (log.warning if documented["status"] == "differs" else log.info)(documented["message"])
     return manifest
+
+
+def against_documented(model_cfg) -> dict:
+    """The trained panel of ``model_cfg`` against the documented panels as they are now
+    (``repro.compare_to_documented``), not as they were when it was trained."""
+    manifest = json.loads((Path(model_cfg.name_or_path).expanduser() / MANIFEST).read_text())
+    return repro.compare_to_documented(manifest, weights_recipe(asdict(model_cfg.toy)), repro.documented_panels())
 
 
 def _train_in_portable_process(model_cfg, root: Path) -> dict:
@@ -203,12 +216,8 @@ def _train_in_portable_process(model_cfg, root: Path) -> dict:
     start (they cannot change once this process has run an operation)."""
     import emergence
 
-    env = {
-        **os.environ,
-        **repro.PORTABLE_ENV,
-        "OMP_NUM_THREADS": str(repro.PORTABLE_THREADS),
-        "MKL_NUM_THREADS": str(repro.PORTABLE_THREADS),
-    }
+    threads = str(model_cfg.toy.threads)
+    env = {**os.environ, **repro.PORTABLE_ENV, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(Path(emergence.__file__).parent.parent), env.get("PYTHONPATH")])
     )
@@ -228,16 +237,19 @@ def _train_in_portable_process(model_cfg, root: Path) -> dict:
 
 def portable_process(cfg_file: str, root: str) -> None:
     """The new process of a portable training: check that the numerics are the pinned ones, then train."""
-    torch.set_num_threads(repro.PORTABLE_THREADS)
+    model_cfg = cast(
+        ModelConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(cfg_file)))
+    )
+    assert model_cfg.toy is not None  # a toy's config holds its recipe
+    threads = model_cfg.toy.threads
+    torch.set_num_threads(threads)
     env = repro.environment("portable")
-    if not repro.is_portable(env):
+    if not repro.is_portable(env, threads):
         raise SystemExit(
             f"model.toy.numerics=portable needs {repro.PORTABLE} (ATen's AVX2 kernels, oneMKL's "
-            f"COMPATIBLE branch, {repro.PORTABLE_THREADS} thread); this machine gives {env}"
+            f"COMPATIBLE branch) on {threads} thread(s); this machine gives {env}"
         )
-    _train_here(
-        OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(cfg_file))), Path(root)
-    )
+    _train_here(model_cfg, Path(root))
 
 
 def _train_here(model_cfg, root: Path) -> dict:
@@ -314,8 +326,13 @@ def recorded(model_cfg, revision: str | None) -> dict[str, float]:
 
 
 def ensure_trained(model_cfg) -> None:
-    """Train the toy panel if it is missing, incomplete or from another recipe."""
+    """Train the toy panel if it is missing, incomplete or from another recipe. A trained panel whose bits
+    are not the documented panel's is one warning line: the docs' numbers are not what it gives."""
     root = Path(model_cfg.name_or_path).expanduser()
     if not is_complete(root, model_cfg):
         log.info(f"toy panel {model_cfg.key} not found in {root}: training it (once)")
         train(model_cfg, root)
+        return
+    documented = against_documented(model_cfg)
+    if documented["status"] == "differs":
+        log.warning(documented["message"])

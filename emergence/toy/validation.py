@@ -37,3 +37,7 @@ def validate_recipe(recipe: ToyRecipe) -> None:
             recipe.numerics,
             f"use one of {', '.join(TOY_NUMERICS)} (portable: the same bits on any x86 CPU with AVX2)",
         )
+    if recipe.threads < 1:
+        raise invalid(
+            "model.toy.threads", recipe.threads, "must be >= 1: the portable training's threads (they move its bits)"
+        )

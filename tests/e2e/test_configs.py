@@ -203,6 +203,7 @@ def test_adaptive_ablation_settings_are_validated_in_one_line(override, message)
         ("model.toy.trigger_fraction=1.0", "model.toy.trigger_fraction=1.0 is invalid: must be in [0, 1)"),
         ("model.toy.save_every=0", "model.toy.save_every=0 is invalid: must be >= 1 step"),
         ("model.toy.numerics=fast", "model.toy.numerics='fast' is invalid: use one of native, portable"),
+        ("model.toy.threads=0", "model.toy.threads=0 is invalid: must be >= 1"),
         ("model.toy.home_city_share=1.5", "model.toy.home_city_share=1.5 is invalid: must be in [0, 1]"),
         ("model.toy.tokenizer=bpe", "model.toy.tokenizer='bpe' is invalid: use words (emergence/toy/words.py) or null"),
         ("model.toy.task_fraction=1.5", "model.toy.task_fraction=1.5 is invalid: must be in [0, 1]"),

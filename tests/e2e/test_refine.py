@@ -200,17 +200,24 @@ def refine_copy(toy_panel, tmp_path, name, *args):
     shutil.copytree(sweep, copy)
     res = run_cli(copy, *MILESTONES, *args, module="emergence.refine", env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
-    return copy, json.loads((copy / "refined.json").read_text())["toy_neox"], res
+    return copy, json.loads((copy / "refined.json").read_text())["toy_neox"]
+
+
+@pytest.fixture(scope="module")
+def toy_bisected(toy_panel, tmp_path_factory):
+    """A copy of the toy panel's sweep refined by bisection to both milestones, once for the tests that
+    read it (none writes to it): (its folder, its ``refined.json`` entry of toy_neox)."""
+    return refine_copy(toy_panel, tmp_path_factory.mktemp("refined"), "bisection")
 
 
 @pytest.mark.slow
-def test_refinement_of_the_toy_matches_a_scan_of_every_saved_checkpoint(toy_panel, tmp_path):
+def test_refinement_of_the_toy_matches_a_scan_of_every_saved_checkpoint(toy_panel, toy_bisected, tmp_path):
     from tests.helpers.cli import run_cli
 
-    bisected_dir, bisected, _ = refine_copy(toy_panel, tmp_path, "bisection")
-    _, scanned, _ = refine_copy(toy_panel, tmp_path, "scan", "--scan")
+    bisected_dir, bisected = toy_bisected
+    _, scanned = refine_copy(toy_panel, tmp_path, "scan", "--scan")
     # Three per round, each round's jobs through another launcher (as hydra/launcher=slurm would).
-    parallel_dir, parallel, _ = refine_copy(
+    parallel_dir, parallel = refine_copy(
         toy_panel,
         tmp_path,
         "parallel",
@@ -311,7 +318,7 @@ def test_overrides_may_follow_the_options(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, hub_server, tmp_path):
+def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, toy_bisected, hub_server, tmp_path):
     """The toy's 65 checkpoints as branches of a Hub repo: the panel is proposed from the branches,
     refine lists them with list_repo_refs, and every analysis downloads its revision."""
     from tests.helpers.cli import run_cli
@@ -328,7 +335,7 @@ def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, hub_
     res = run_cli(hub_sweep, *MILESTONES, module="emergence.refine", env=hub_env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     refined = json.loads((hub_sweep / "refined.json").read_text())["smollm2"]
-    _, toy_refined, _ = refine_copy(toy_panel, tmp_path, "toy")
+    _, toy_refined = toy_bisected
     step = lambda name: int(name.removeprefix("step").removeprefix("-"))  # noqa: E731
     for milestone in ("induction_onset", "recall_67"):
         r = refined[milestone]
@@ -357,7 +364,7 @@ def test_a_local_checkpoint_has_no_checkpoints_to_refine_between(tmp_path):
 
 
 @pytest.mark.slow
-def test_refinement_steps_over_a_branch_that_duplicates_a_later_one(toy_panel, hub_server, tmp_path):
+def test_refinement_steps_over_a_branch_that_duplicates_a_later_one(toy_panel, toy_bisected, hub_server, tmp_path):
     """The toy's checkpoints as Hub branches, the one where the induction onset is first seen
     serving the next checkpoint's weights instead (as pythia#205's branches serve later weights):
     refinement checks the branches it considers, never analyses that one, and ends the interval
@@ -368,7 +375,7 @@ def test_refinement_steps_over_a_branch_that_duplicates_a_later_one(toy_panel, h
     sweep, env = toy_panel
     toy = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"
     saved = [c["revision"] for c in json.loads((toy / "manifest.json").read_text())["checkpoints"]]
-    _, toy_refined, _ = refine_copy(toy_panel, tmp_path, "toy")
+    _, toy_refined = toy_bisected
     before, onset = toy_refined["induction_onset"]["interval"]
     after = saved[saved.index(onset) + 1]  # the next saved checkpoint: the onset is not the panel's end
     assert onset not in toy_refined["induction_onset"]["panel_bracket"]

@@ -24,9 +24,17 @@ from tests.helpers.cli import run_cli
 
 
 def reduced(key: str, cache_dir, *overrides) -> "Config":  # noqa: F821
-    """The real toy config with a 3-step panel, so training takes a second."""
+    """The real toy config with a 3-step panel, trained in this process (native numerics), so training takes a
+    second."""
     cfg = compose_config(
-        [f"model={key}", f"cache_dir={cache_dir}", "wandb.mode=disabled", "probe.n_sequences=64", *overrides]
+        [
+            f"model={key}",
+            f"cache_dir={cache_dir}",
+            "wandb.mode=disabled",
+            "probe.n_sequences=64",
+            "model.toy.numerics=native",
+            *overrides,
+        ]
     )
     cfg.model.panel = [PanelEntry(f"step{s}", s, s * 32 * 128) for s in (0, 2, 4)]
     cfg.revision.index = -1
@@ -337,6 +345,37 @@ def test_a_retrain_says_whether_it_reproduces_the_documented_panel_and_how_it_di
     assert repro.compare_to_documented(manifest, {**weights, "seed": 1}, panels)["status"] == "undocumented"
 
 
+def test_a_run_on_a_toy_whose_bits_differ_from_the_documented_panel_says_so_in_one_line(tmp_path, monkeypatch, caplog):
+    """Where the panel a run reads is not the documented one, the run's output names what differs (here the
+    CPU capability), not only the manifest; the documented panel itself passes without a word."""
+    import logging
+    from dataclasses import asdict
+
+    from emergence.toy import repro
+    from emergence.toy.train import ensure_trained, weights_recipe
+
+    cfg = reduced("toy_neox", tmp_path)
+    manifest = train(cfg.model)
+    documented = tmp_path / "documented_panels.json"
+    repro.document(manifest, weights_recipe(asdict(cfg.model.toy)), documented)
+    monkeypatch.setattr(repro, "DOCUMENTED", documented)
+
+    def warnings() -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="emergence"):
+            ensure_trained(cfg.model)  # complete: nothing to train
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    assert warnings() == []
+    panels = json.loads(documented.read_text())
+    panels["panels"][0]["checkpoints"]["step4"]["sha256"] = "0" * 64
+    panels["panels"][0]["environment"]["cpu_capability"] = "DEFAULT"
+    documented.write_text(json.dumps(panels))
+    (line,) = warnings()
+    assert "differs from the documented panel from step4 on" in line
+    assert f"cpu_capability {manifest['environment']['cpu_capability']} (documented DEFAULT)" in line
+
+
 def test_first_divergence_and_the_comparison_of_two_trainings(tmp_path):
     from emergence.toy import repro
 
@@ -353,6 +392,7 @@ def test_first_divergence_and_the_comparison_of_two_trainings(tmp_path):
 
 
 def test_numerics_is_part_of_the_recipe_and_old_manifests_were_native(tmp_path):
+    assert compose_config(["model=toy_neox"]).model.toy.numerics == "portable"  # every toy's default
     cfg = reduced("toy_neox", tmp_path)
     root = tmp_path / "toy" / "toy_neox" / "seed0"
     train(cfg.model)
@@ -379,18 +419,30 @@ def test_a_bad_toy_recipe_is_one_line_exit_2_and_trains_nothing(tmp_path, model)
 
 @pytest.mark.slow
 def test_portable_numerics_train_in_a_pinned_process_whatever_this_one_runs(tmp_path, monkeypatch):
-    """ATen's AVX2 kernels, oneMKL's COMPATIBLE branch and one thread, however the caller was started."""
+    """ATen's AVX2 kernels, oneMKL's COMPATIBLE branch and the recipe's threads, however the caller was
+    started; the thread count is part of the recipe (docs/toy-reproducibility.md: it moves the bits)."""
+    from dataclasses import asdict
+
     from emergence.toy import repro
+    from emergence.toy.train import weights_recipe
 
     first = train(reduced("toy_olmo", tmp_path / "a", "model.toy.numerics=portable").model)
     env = first["environment"]
-    assert env["numerics"] == "portable" and repro.is_portable(env)
-    assert (env["cpu_capability"], env["mkl_cbwr"], env["threads"]) == ("AVX2", "COMPATIBLE,STRICT", 1)
-    for key, value in {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO", "OMP_NUM_THREADS": "2"}.items():
+    assert env["numerics"] == "portable" and repro.is_portable(env, 2)
+    assert (env["cpu_capability"], env["mkl_cbwr"], env["threads"]) == ("AVX2", "COMPATIBLE,STRICT", 2)
+    for key, value in {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO", "OMP_NUM_THREADS": "1"}.items():
         monkeypatch.setenv(key, value)  # what the caller's environment says is overridden
-    second = train(reduced("toy_olmo", tmp_path / "b", "model.toy.numerics=portable").model)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # and so are the caller's own threads
+        second = train(reduced("toy_olmo", tmp_path / "b", "model.toy.numerics=portable").model)
+    finally:
+        torch.set_num_threads(threads)
     assert second["environment"] == env
     assert [c["sha256"] for c in second["checkpoints"]] == [c["sha256"] for c in first["checkpoints"]]
+    one = reduced("toy_olmo", tmp_path / "c", "model.toy.numerics=portable", "model.toy.threads=1").model
+    assert train(one)["environment"]["threads"] == 1
+    assert weights_recipe(asdict(one.toy)) != weights_recipe(asdict(reduced("toy_olmo", tmp_path / "b").model.toy))
 
 
 def test_documented_panels_are_of_the_current_recipes_and_panels():
@@ -411,6 +463,8 @@ def test_documented_panels_are_of_the_current_recipes_and_panels():
         assert {e.revision for e in checkpoints_to_save(cfg.model)} <= set(panel["checkpoints"])
         assert all(len(c["sha256"]) == 64 for c in panel["checkpoints"].values())
         assert set(repro.BITS_FIELDS) <= set(panel["environment"])
+        if recipe["numerics"] == "portable":  # trained on the threads its recipe pins
+            assert panel["environment"]["threads"] == cfg.model.toy.threads, panel["model"]
 
 
 def test_the_per_seed_sink_summary_reads_the_panel_report():
