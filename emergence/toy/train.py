@@ -218,9 +218,6 @@ def _train_in_portable_process(model_cfg, root: Path) -> dict:
 
     threads = str(model_cfg.toy.threads)
     env = {**os.environ, **repro.PORTABLE_ENV, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    # Idle threads wait asleep, not spinning: where other processes share the cores (a test suite's
-    # workers) spinning threads take the time of the ones with work, 3.3x slower measured; no bit depends on it.
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(Path(emergence.__file__).parent.parent), env.get("PYTHONPATH")])
     )

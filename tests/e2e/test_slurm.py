@@ -210,6 +210,7 @@ def test_a_job_past_its_time_limit_is_listed_as_timeout_with_the_limit_to_raise(
         "hydra.launcher.signal_delay_s=30",
         "model=toy_neox",
         "model.toy.seed=7",
+        "model.toy.numerics=native",  # in the job's own process, on its one CPU: the other tests keep theirs
         "revision=r0",
         "ablate.enabled=false",
         f"hydra.sweep.dir={sweep}",
