@@ -18,7 +18,7 @@ from emergence.core.config import compose_config
 from emergence.core.errors import CommandParser, UsageError
 from emergence.hub.series import MANIFEST
 from emergence.toy.repro import LOSSES, compare_trainings, document
-from emergence.toy.train import against_documented, ensure_trained, train, weights_recipe
+from emergence.toy.train import ensure_trained, train, weights_recipe
 from emergence.toy.validation import validate_recipe
 
 DEFAULT_TOY_MODELS = ("toy_neox", "toy_olmo", "toy_olmoe", "toy_olmo_sinks")
@@ -76,12 +76,9 @@ def main(argv: list[str] | None = None) -> None:
         except UsageError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
-        if args.force:
-            train(cfg.model)
-        else:
-            ensure_trained(cfg.model)
+        documented = train(cfg.model)["documented"] if args.force else ensure_trained(cfg.model)
         print(f"{key}: {cfg.model.name_or_path}")
-        print(f"  {against_documented(cfg.model)['message']}")
+        print(f"  {documented['message']}")
         if args.document:
             manifest = json.loads((Path(cfg.model.name_or_path).expanduser() / MANIFEST).read_text())
             print(f"  documented in {document(manifest, weights_recipe(asdict(recipe)))}")

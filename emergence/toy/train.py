@@ -325,14 +325,15 @@ def recorded(model_cfg, revision: str | None) -> dict[str, float]:
     return {"train_loss": entry["train_loss"], "copy_loss_drop": entry[MANIFEST_COPY_LOSS_DROP]}
 
 
-def ensure_trained(model_cfg) -> None:
-    """Train the toy panel if it is missing, incomplete or from another recipe. A trained panel whose bits
-    are not the documented panel's is one warning line: the docs' numbers are not what it gives."""
+def ensure_trained(model_cfg) -> dict:
+    """Train the toy panel if it is missing, incomplete or from another recipe; returns the panel against the
+    documented ones (``repro.compare_to_documented``). A trained panel whose bits are not the documented
+    panel's is one warning line: the docs' numbers are not what it gives."""
     root = Path(model_cfg.name_or_path).expanduser()
     if not is_complete(root, model_cfg):
         log.info(f"toy panel {model_cfg.key} not found in {root}: training it (once)")
-        train(model_cfg, root)
-        return
+        return train(model_cfg, root)["documented"]
     documented = against_documented(model_cfg)
     if documented["status"] == "differs":
         log.warning(documented["message"])
+    return documented
