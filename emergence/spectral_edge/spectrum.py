@@ -22,7 +22,7 @@ K95_SHARE = 0.95  # k95: how many directions hold this share of the window's squ
 class Spectrum:
     """What a window's Gram matrix says. A ratio whose denominator is zero (a window of lower rank) is None."""
 
-    singular_values: list[float]  # sigma_1 >= ... >= sigma_W, sqrt(max(lambda_j, 0))
+    singular_values: list[float]  # sigma_1 >= ... >= sigma_W, sqrt(lambda_j), rounding's zeroed
     r12: float | None  # sigma_1 / sigma_2
     r23: float | None  # sigma_2 / sigma_3: the paper's spectral edge
     k_star: int  # argmax_j sigma_j / sigma_{j+1}, 1-based: the signal rank
@@ -45,8 +45,11 @@ def ratio(num: float, den: float) -> float | None:
 def spectrum(g: np.ndarray) -> Spectrum:
     """The spectrum of one window from its Gram matrix ``g`` [W, W] (symmetric, float64, W >= 3)."""
     w = g.shape[0]
-    lam = np.maximum(np.linalg.eigvalsh(np.asarray(g, dtype=np.float64))[::-1], 0.0)  # decreasing; rounding
-    sigma = np.sqrt(lam)  # can leave a zero eigenvalue slightly negative
+    lam = np.linalg.eigvalsh(np.asarray(g, dtype=np.float64))[::-1]  # decreasing
+    # A zero eigenvalue comes out as rounding of either sign, up to about W * eps * lambda_1 (the rank
+    # tolerance of numpy's matrix_rank): zero it, or a window of rank 2 would show a third direction.
+    lam = np.where(lam > w * np.finfo(np.float64).eps * max(lam[0], 0.0), lam, 0.0)
+    sigma = np.sqrt(lam)
     # sigma_j / sigma_{j+1}, infinite where sigma_{j+1} is zero: the window's rank is then its signal rank
     with np.errstate(divide="ignore", invalid="ignore"):
         gaps = np.where(sigma[1:] > 0, sigma[:-1] / np.where(sigma[1:] > 0, sigma[1:], 1.0), np.inf)
