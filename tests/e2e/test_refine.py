@@ -319,15 +319,24 @@ def test_overrides_may_follow_the_options(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, toy_bisected, hub_server, tmp_path):
-    """The toy's 65 checkpoints as branches of a Hub repo: the panel is proposed from the branches,
-    refine lists them with list_repo_refs, and every analysis downloads its revision."""
+    """The toy's 65 checkpoints as branches of a Hub repo, the one where the induction onset is first
+    seen serving the next checkpoint's weights instead (as pythia#205's branches serve later weights):
+    the panel is proposed from the branches, refine lists them with list_repo_refs, every analysis
+    downloads its revision, recall_67 is located where the toy's own refinement put it, and the
+    onset's search checks the branches it considers, never analyses the duplicate, and ends its
+    interval on the next distinct checkpoint."""
     from tests.helpers.cli import run_cli
     from tests.helpers.hub_server import HUB_MODEL, HUB_REPO, publish
 
     sweep, env = toy_panel
     toy = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"
-    saved = json.loads((toy / "manifest.json").read_text())["checkpoints"]
-    publish(hub_server.mirrors, HUB_REPO, {f"step-{c['step']}": toy / c["revision"] for c in saved})
+    saved = [c["revision"] for c in json.loads((toy / "manifest.json").read_text())["checkpoints"]]
+    _, toy_refined = toy_bisected
+    before, onset = toy_refined["induction_onset"]["interval"]
+    after = saved[saved.index(onset) + 1]  # the next saved checkpoint: the onset is not the panel's end
+    assert onset not in toy_refined["induction_onset"]["panel_bracket"]
+    branch = lambda revision: f"step-{revision.removeprefix('step')}"  # noqa: E731
+    publish(hub_server.mirrors, HUB_REPO, {branch(r): toy / (after if r == onset else r) for r in saved})
     hub_env = {**env, **hub_server.env(), "EMERGENCE_CACHE": str(tmp_path / "cache")}
     hub_sweep = tmp_path / "hub"
     res = run_cli("-m", *HUB_MODEL, "revision=glob(r*)", f"hydra.sweep.dir={hub_sweep}", env=hub_env, timeout=900)
@@ -335,15 +344,20 @@ def test_the_same_refinement_against_a_hub_repo_served_over_http(toy_panel, toy_
     res = run_cli(hub_sweep, *MILESTONES, module="emergence.refine", env=hub_env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     refined = json.loads((hub_sweep / "refined.json").read_text())["smollm2"]
-    _, toy_refined = toy_bisected
     step = lambda name: int(name.removeprefix("step").removeprefix("-"))  # noqa: E731
     for milestone in ("induction_onset", "recall_67"):
-        r = refined[milestone]
-        lo, hi = map(step, r["panel_bracket"])
-        assert r["inside_bracket"] == (hi - lo) // 32 - 1 > 3  # the proposed panel is sparser than the toy's
-        assert r["evaluations"] <= math.ceil(math.log2(r["inside_bracket"])) + 1
-        assert [step(x) for x in r["interval"]] == [step(x) for x in toy_refined[milestone]["interval"]]
-        assert r["tokens"] == [4096.0 * step(x) for x in r["interval"]]
+        lo, hi = map(step, refined[milestone]["panel_bracket"])
+        # the proposed panel is sparser than the toy's; a duplicate inside is no checkpoint of its own
+        duplicates_inside = int(lo < step(onset) < hi)
+        assert refined[milestone]["inside_bracket"] == (hi - lo) // 32 - 1 - duplicates_inside > 3
+    recall = refined["recall_67"]
+    assert recall["evaluations"] <= math.ceil(math.log2(recall["inside_bracket"])) + 1
+    assert recall["interval"] == [branch(r) for r in toy_refined["recall_67"]["interval"]]
+    assert recall["tokens"] == [4096.0 * step(x) for x in recall["interval"]]
+    assert f"stepping over {branch(onset)} (duplicate of {branch(after)})" in res.stdout
+    assert refined["induction_onset"]["interval"] == [branch(before), branch(after)]
+    assert branch(onset) not in refined["induction_onset"]["evaluated"]
+    assert not (hub_sweep / "refine" / "smollm2" / branch(onset)).exists()
     for path in hub_sweep.glob("refine/smollm2/*/summary.json"):
         summary = json.loads(path.read_text())
         assert summary["name_or_path"] == HUB_REPO and summary["download"]["bytes_downloaded"] > 0
@@ -361,33 +375,3 @@ def test_a_local_checkpoint_has_no_checkpoints_to_refine_between(tmp_path):
     (tmp_path / "config.json").write_text("{}")  # one checkpoint, not a folder of a run's checkpoints
     with pytest.raises(UsageError, match="is a local directory: one checkpoint"):
         existing_checkpoints(compose_config(["model=local", f"model.name_or_path={tmp_path}"]))
-
-
-@pytest.mark.slow
-def test_refinement_steps_over_a_branch_that_duplicates_a_later_one(toy_panel, toy_bisected, hub_server, tmp_path):
-    """The toy's checkpoints as Hub branches, the one where the induction onset is first seen
-    serving the next checkpoint's weights instead (as pythia#205's branches serve later weights):
-    refinement checks the branches it considers, never analyses that one, and ends the interval
-    on the next distinct checkpoint."""
-    from tests.helpers.cli import run_cli
-    from tests.helpers.hub_server import HUB_MODEL, HUB_REPO, publish
-
-    sweep, env = toy_panel
-    toy = Path(env["EMERGENCE_CACHE"]) / "toy" / "toy_neox" / "seed0"
-    saved = [c["revision"] for c in json.loads((toy / "manifest.json").read_text())["checkpoints"]]
-    _, toy_refined = toy_bisected
-    before, onset = toy_refined["induction_onset"]["interval"]
-    after = saved[saved.index(onset) + 1]  # the next saved checkpoint: the onset is not the panel's end
-    assert onset not in toy_refined["induction_onset"]["panel_bracket"]
-    branch = lambda revision: f"step-{revision.removeprefix('step')}"  # noqa: E731
-    publish(hub_server.mirrors, HUB_REPO, {branch(r): toy / (after if r == onset else r) for r in saved})
-    hub_env = {**env, **hub_server.env(), "EMERGENCE_CACHE": str(tmp_path / "cache")}
-    hub_sweep = tmp_path / "hub"
-    res = run_cli("-m", *HUB_MODEL, "revision=glob(r*)", f"hydra.sweep.dir={hub_sweep}", env=hub_env, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    res = run_cli(hub_sweep, "--milestones", "induction_onset", module="emergence.refine", env=hub_env, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert f"stepping over {branch(onset)} (duplicate of {branch(after)})" in res.stdout
-    refined = json.loads((hub_sweep / "refined.json").read_text())["smollm2"]["induction_onset"]
-    assert refined["interval"] == [branch(before), branch(after)]
-    assert branch(onset) not in refined["evaluated"] and not (hub_sweep / "refine" / "smollm2" / branch(onset)).exists()

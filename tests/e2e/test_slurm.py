@@ -2,8 +2,8 @@
 ``debug``), with the repository's ``slurm`` preset: the toy panel's jobs run as array tasks and
 equal the local sweep's runs; a job ``scancel`` ends is listed with the scheduler's state and a
 relaunch submits that job alone; a request the partition cannot give is refused before anything
-runs. They skip where no cluster answers ``sinfo``; they share the session's toy panel and run
-on its worker (``--dist loadgroup``), one at a time on the one node."""
+runs. They skip where no cluster answers ``sinfo``; they run one at a time on the one node, all on
+the worker that trains the session's toy panel, after it (group ``toy_panel``, ``tests/conftest.py``)."""
 
 import json
 import os
@@ -197,10 +197,17 @@ def test_a_sweep_started_outside_the_repository_reaches_the_launcher(slurm_env, 
 
 
 def test_a_job_past_its_time_limit_is_listed_as_timeout_with_the_limit_to_raise(slurm_env, tmp_path):
-    """A job that runs past ``timeout_min`` (2 minutes: a toy of a new seed trains for about 3) is
-    ended by SLURM, not by submitit's requeue handler, and listed with the field to raise. SLURM's
-    warning (USR2) comes ``signal_delay_s`` before the limit, at the controller's next check: 30 s
-    puts it past the job's start, while Python still imports, which USR2 would end (FAILED)."""
+    """A job that runs past ``timeout_min`` (2 minutes: its model's weights file is a named pipe no one
+    writes, so it waits, idle, for ever) is ended by SLURM, not by submitit's requeue handler, and
+    listed with the field to raise. SLURM's warning (USR2) comes ``signal_delay_s`` before the limit,
+    at the controller's next check: 30 s puts it past the job's start, while Python still imports,
+    which USR2 would end (FAILED)."""
+    from tests.helpers.tiny_models import save_tiny_model
+
+    model = tmp_path / "model"
+    save_tiny_model("llama", model)
+    (model / "model.safetensors").unlink()
+    os.mkfifo(model / "model.safetensors")
     sweep = tmp_path / "sweep"
     env = {**slurm_env, "EMERGENCE_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
     res = run_cli(
@@ -208,11 +215,8 @@ def test_a_job_past_its_time_limit_is_listed_as_timeout_with_the_limit_to_raise(
         *CPU_NODE,
         "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=30",
-        "model=toy_neox",
-        "model.toy.seed=7",
-        "model.toy.numerics=native",  # in the job's own process, on its one CPU: the other tests keep theirs
-        "revision=r0",
-        "ablate.enabled=false",
+        "model=local",
+        f"model.name_or_path={model}",
         f"hydra.sweep.dir={sweep}",
         env=env,
         timeout=600,
@@ -224,7 +228,7 @@ def test_a_job_past_its_time_limit_is_listed_as_timeout_with_the_limit_to_raise(
         f"SLURM ended job {job_id} (TIMEOUT) before it finished: it ran past hydra.launcher.timeout_min=2 "
         "minutes: raise it (hydra.launcher.timeout_min=<minutes>) and relaunch"
     )
-    run_dir = sweep / "toy_neox" / "r0_0"
+    (run_dir,) = (path.parent for path in sweep.rglob("FAILED"))
     assert (run_dir / "FAILED").read_text().strip() == line
     assert res.stderr.strip().splitlines()[-2:] == ["1 job(s) of the sweep failed:", f"  {run_dir}: {line}"]
     assert "Traceback" not in res.stderr and not (run_dir / results.SUMMARY_FILE).exists()

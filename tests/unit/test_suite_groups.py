@@ -1,6 +1,8 @@
-"""The suite's groups hold under ``--dist loadgroup``: every test of the trained toy panel runs on the
-worker that trains it (``tests/conftest.py``), whether the group comes from the fixture or from a
-module's own mark. Run on a small suite of its own, with this suite's collection hook."""
+"""The suite's sharing holds under ``--dist loadgroup`` (``tests/conftest.py``): the trained toy panel is
+made once for the session whichever workers read it (``tests/helpers/shared.py``), the test that
+trains it runs on one worker with the module that marks itself ``xdist_group("toy_panel")`` (the
+SLURM tests), and the tests that read it run after those that do not. Run on a small suite of its
+own, with this suite's collection hook and the real ``made_once``."""
 
 import re
 import subprocess
@@ -12,12 +14,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 CONFTEST = """
+import time
 import pytest
 from tests.conftest import pytest_collection_modifyitems  # the hook under test
+from tests.helpers.shared import made_once
+
+def train(folder):
+    time.sleep(2)  # long enough that the other worker asks while it is being made
+    with open(folder.parent / "makes.log", "a") as log:
+        log.write("made\\n")
+    (folder / "weights").write_text("w")
 
 @pytest.fixture(scope="session")
-def toy_panel():
-    return None
+def toy_panel(tmp_path_factory):
+    return made_once(tmp_path_factory, "toy_panel", train)
 """
 BY_FIXTURE = """
 import pytest
@@ -28,7 +38,7 @@ def test_alone(i):
 
 @pytest.mark.parametrize("i", range(3))
 def test_with_the_panel(toy_panel, i):
-    pass
+    assert (toy_panel / "weights").read_text() == "w"
 """
 BY_MODULE_MARK = """
 import pytest
@@ -36,7 +46,7 @@ import pytest
 pytestmark = pytest.mark.xdist_group("toy_panel")
 
 def test_marked(toy_panel):
-    pass
+    assert (toy_panel / "weights").read_text() == "w"
 
 def test_marked_without_the_fixture():
     pass
@@ -44,10 +54,11 @@ def test_marked_without_the_fixture():
 
 
 @pytest.mark.slow
-def test_the_toy_panels_tests_share_one_worker(tmp_path):
+def test_the_toy_panel_is_made_once_and_its_trainer_shares_a_worker_with_the_slurm_group(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_by_fixture.py").write_text(BY_FIXTURE)
     (tmp_path / "test_by_module_mark.py").write_text(BY_MODULE_MARK)
+    base = tmp_path / "base"
     done = subprocess.run(
         [
             sys.executable,
@@ -62,6 +73,7 @@ def test_the_toy_panels_tests_share_one_worker(tmp_path):
             "no:cacheprovider",
             "-p",
             "no:randomly",
+            f"--basetemp={base}",
             str(tmp_path),
         ],
         capture_output=True,
@@ -71,7 +83,13 @@ def test_the_toy_panels_tests_share_one_worker(tmp_path):
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (base / "makes.log").read_text() == "made\n"  # once, for both workers
     # xdist's verbose lines: "[gw0] [ 10%] PASSED test_by_fixture.py::test_with_the_panel[0]..."
-    workers = re.findall(r"\[(gw\d+)\].*PASSED \S*::test_(?:with_the_panel|marked)", done.stdout)
-    assert len(workers) == 5, done.stdout[-3000:]
-    assert len(set(workers)) == 1, f"the toy panel's tests ran on {sorted(set(workers))}"
+    passed = re.findall(r"\[(gw\d+)\].*PASSED \S*::(test_\w+(?:\[\d\])?)", done.stdout)
+    assert len(passed) == 11, done.stdout[-3000:]
+    worker = dict((name, gw) for gw, name in passed)
+    trainer = "test_with_the_panel[0]"  # the first test that reads the panel
+    assert worker[trainer] == worker["test_marked"] == worker["test_marked_without_the_fixture"]
+    readers = [i for i, (_, name) in enumerate(passed) if "panel" in name and name != trainer]
+    alone = [i for i, (_, name) in enumerate(passed) if name.startswith("test_alone")]
+    assert min(readers) > min(alone)  # handed out after the tests that need no panel
