@@ -70,7 +70,8 @@ def toy_panel(tmp_path_factory) -> tuple[Path, dict]:
     """The real toy_neox, trained once for the session by the command line a user types (a sweep
     over its 10-revision panel, which trains it first) with a checkpoint every 32 steps (65 in
     all; ``save_every`` adds checkpoints, the weights are the default's): (the sweep's directory,
-    the environment that points at its cache). Shared by every worker; no test writes to it."""
+    the environment that points at its cache). Shared by every worker: the tests read it and may add
+    measurements to its cache (each entry written whole), never change what is there."""
     from tests.helpers.cli import run_cli
 
     def panel_env(root: Path) -> dict:
